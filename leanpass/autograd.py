@@ -1,0 +1,181 @@
+"""Grad mode (per thread) and the backward engine.
+
+The engine walks the graph with an explicit stack (no recursion, so depth is
+unlimited), accumulates each node's gradient in a dict keyed by node, frees it
+as soon as it has been passed on, and drops each node's backward function (and
+so the arrays it saved) once it has run, unless ``retain_graph=True``.
+
+It knows tensors only by their attributes: ``_data``, ``_grad``, ``_backend``,
+``_prev``, ``_backward``, ``_op``, ``_retain`` and ``requires_grad``.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+__all__ = ["no_grad", "enable_grad", "is_grad_enabled", "run_backward", "zero_graph_grads"]
+
+
+class _GradState(threading.local):
+    enabled = True
+
+
+_state = _GradState()
+
+
+def is_grad_enabled() -> bool:
+    """Whether operations on this thread record a graph for backward."""
+    return _state.enabled
+
+
+class _GradMode:
+    """Context manager and decorator setting grad mode on the current thread."""
+
+    _enabled: bool
+
+    def __new__(cls, func=None):
+        self = super().__new__(cls)
+        if func is not None:  # used bare as a decorator: @no_grad
+            return self(func)
+        return self
+
+    def __enter__(self):
+        self._prev = _state.enabled
+        _state.enabled = self._enabled
+        return self
+
+    def __exit__(self, *exc_info):
+        _state.enabled = self._prev
+        return False
+
+    def __call__(self, func):
+        if not callable(func):
+            raise TypeError(f"{type(self).__name__}() decorates a function, got {type(func).__name__}")
+        mode = type(self)
+
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            with mode():
+                return func(*args, **kwargs)
+
+        return wrapper
+
+
+class no_grad(_GradMode):
+    """Disable graph recording on this thread: ``with no_grad(): ...`` or ``@no_grad()``."""
+
+    _enabled = False
+
+
+class enable_grad(_GradMode):
+    """Re-enable graph recording on this thread, e.g. inside a ``no_grad`` block."""
+
+    _enabled = True
+
+
+# Operations whose backward hands on the incoming gradient itself or a view of
+# it. A leaf's first gradient from one of them is copied, so that no two .grad
+# arrays (or a .grad and a user's array) share memory.
+_ALIASING_OPS = frozenset({"+", "-", "reshape", "transpose", "flatten", "sum", "mean"})
+
+_RELEASED = (
+    "backward through a graph whose saved arrays were already freed (by an earlier "
+    "backward call); pass retain_graph=True to the first backward call to "
+    "backpropagate through the graph more than once"
+)
+
+
+def _unbroadcast(xp, grad, shape):
+    """Sum a gradient of a broadcast result back to an operand's ``shape``."""
+    lead = grad.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1
+    )
+    if axes:
+        grad = xp.sum(grad, axis=axes, keepdims=True)
+    return xp.reshape(grad, shape)
+
+
+def _topological_order(root) -> list:
+    """The non-leaf nodes reachable from ``root``, each after every node it feeds."""
+    order = []
+    seen = {root}
+    stack = [(root, iter(root._prev))]
+    while stack:
+        node, parents = stack[-1]
+        for parent in parents:
+            if parent._prev and parent not in seen:
+                seen.add(parent)
+                stack.append((parent, iter(parent._prev)))
+                break
+        else:
+            stack.pop()
+            if node._backward is None:
+                raise RuntimeError(_RELEASED)
+            order.append(node)
+    order.reverse()
+    return order
+
+
+def _store(tensor, grad, fresh: bool) -> None:
+    """Add ``grad`` into ``tensor.grad`` (a leaf's, or a non-leaf's that asked to retain it)."""
+    backend = tensor._backend
+    data = tensor._data
+    if grad.dtype != data.dtype:
+        grad = backend.xp.astype(grad, data.dtype)
+        fresh = True
+    old = tensor._grad
+    if old is None:
+        if not fresh:
+            grad = backend.copy(grad)
+        elif type(grad) is not backend.array_type:  # a NumPy scalar from a 0-d result
+            grad = backend.xp.asarray(grad)
+        tensor._grad = grad
+    else:
+        tensor._grad = old + grad
+
+
+def run_backward(root, grad, retain_graph: bool = False) -> None:
+    """Backpropagate ``grad`` (an array of ``root``'s shape, owned by the engine)."""
+    if not root._prev:  # a leaf: its gradient is the given one
+        _store(root, grad, fresh=True)
+        return
+    order = _topological_order(root)  # raises before anything changes if released
+    grads = {root: grad}
+    for node in order:
+        grad = grads.pop(node, None)
+        if grad is None:
+            continue
+        if node._retain:
+            _store(node, grad, fresh=False)
+        parent_grads = node._backward(grad)
+        if not retain_graph:
+            node._backward = None
+        aliasing = node._op in _ALIASING_OPS
+        for parent, pgrad in zip(node._prev, parent_grads):
+            if pgrad is None or not parent.requires_grad:
+                continue
+            fresh = not aliasing
+            shape = parent._data.shape
+            if pgrad.shape != shape:
+                pgrad = _unbroadcast(parent._backend.xp, pgrad, shape)
+                fresh = True
+            if parent._prev:
+                old = grads.get(parent)
+                grads[parent] = pgrad if old is None else old + pgrad
+            else:
+                _store(parent, pgrad, fresh)
+
+
+def zero_graph_grads(root) -> None:
+    """Reset ``.grad`` of every tensor in ``root``'s graph (lazily: it reads as zeros)."""
+    seen = {root}
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        node._grad = None
+        for parent in node._prev:
+            if parent not in seen:
+                seen.add(parent)
+                stack.append(parent)

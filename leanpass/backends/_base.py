@@ -1,0 +1,206 @@
+"""The backend base class: what every array library must provide.
+
+A backend is bound to one device (``"cpu"``, ``"strict:1"``, ``"cuda:0"``) and
+carries that device's array namespace ``xp``. Everything the array API standard
+lacks -- host transfer, random numbers, scatter-add, synchronisation,
+suppressing floating-point warnings -- is a method here, written once per
+library. This is the only layer of LeanPass (with serialization) that may
+speak NumPy directly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+FLOAT_DTYPES = ("float32", "float64")
+
+# Parameter initialisation and dropout draw from this host generator (on CPU
+# backends) so that one seed gives the same numbers on every device.
+_host_rng = np.random.default_rng()
+
+
+def host_rng() -> np.random.Generator:
+    return _host_rng
+
+
+def reseed_host(seed: int) -> None:
+    global _host_rng
+    _host_rng = np.random.default_rng(seed)
+
+
+def dtype_name(dtype) -> str:
+    """The plain name (``"float32"``) of a dtype given as a string or a library dtype."""
+    if isinstance(dtype, str):
+        return dtype
+    name = getattr(dtype, "__name__", None)  # numpy scalar types: np.float32
+    if name is None:
+        name = getattr(dtype, "name", None)  # numpy dtype objects
+    if not isinstance(name, str):
+        name = str(dtype)  # array_api_strict: "array_api_strict.float32"
+    return name.rsplit(".", 1)[-1]
+
+
+def float_dtype_name(dtype, op: str = "Tensor") -> str:
+    name = dtype_name(dtype)
+    if name not in FLOAT_DTYPES:
+        raise ValueError(
+            f"{op}: dtype {name!r} is not supported; LeanPass tensors are "
+            f"{' or '.join(FLOAT_DTYPES)}"
+        )
+    return name
+
+
+def host_array(data, op: str = "Tensor") -> np.ndarray:
+    """Turn host data (numbers, nested lists, NumPy arrays) into a numeric NumPy array.
+
+    Raises ``TypeError`` for non-numeric data and ``ValueError`` for ragged lists.
+    """
+    if isinstance(data, (str, bytes)) or data is None:
+        raise TypeError(
+            f"{op}: data of type {type(data).__name__} is not numeric; expected a "
+            "number, a (nested) list of numbers or an array"
+        )
+    try:
+        arr = np.asarray(data)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(
+            f"{op}: cannot make an array from {type(data).__name__} data: {exc}"
+        ) from None
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(
+            f"{op}: data of type {type(data).__name__} with dtype {arr.dtype} is not "
+            "numeric (real numbers only); expected a number, a (nested) list of "
+            "numbers or an array"
+        )
+    return arr
+
+
+class Backend:
+    """One device of one array library.
+
+    Subclasses set the class attributes and implement the ``_`` hooks; the
+    registry (``leanpass.backends``) creates one instance per device.
+    """
+
+    device_type: str = ""  # device type, the part before ":" ("cpu", "cuda", "strict")
+    library: str = ""  # import name of the array library ("numpy", "cupy", ...)
+    always_index = False  # canonical device strings always carry ":N" (cuda)
+    xp = None  # the array namespace (array-API compatible)
+    array_type: type = object  # the library's array class
+
+    def __init__(self, index: int = 0):
+        self.index = index
+        self.device = canonical_name(self.device_type, index, self.always_index)
+        self.host_transfers = 0  # counts to_host/from_host calls (tests use it)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} device={self.device!r} library={self.library!r}>"
+
+    # ---- what a subclass provides -------------------------------------------
+    @classmethod
+    def device_indices(cls) -> list[int]:
+        """The device indices usable on this machine (raises RuntimeError if none)."""
+        return [0]
+
+    @classmethod
+    def index_of(cls, array) -> int:
+        """The device index an array of this library lives on."""
+        return 0
+
+    def _from_numpy(self, host: np.ndarray):
+        raise NotImplementedError
+
+    def _to_numpy(self, array) -> np.ndarray:
+        raise NotImplementedError
+
+    def _from_same_library(self, array):
+        """Move an array of this library (maybe on another index) to this device."""
+        raise NotImplementedError
+
+    # ---- conversions ---------------------------------------------------------
+    def dtype(self, name):
+        """The library's dtype for a name such as ``"float32"``."""
+        return getattr(self.xp, dtype_name(name))
+
+    def from_host(self, data, dtype=None, op: str = "Tensor"):
+        """Host data -> array on this device; non-float data becomes ``dtype``."""
+        host = host_array(data, op)
+        if dtype is not None:
+            host = host.astype(dtype_name(dtype), copy=False)
+        self.host_transfers += 1
+        return self._from_numpy(host)
+
+    def to_host(self, array) -> np.ndarray:
+        """A NumPy copy of an array of this device."""
+        self.host_transfers += 1
+        return self._to_numpy(array)
+
+    def copy(self, array):
+        return self.xp.asarray(array, copy=True)
+
+    def zeros(self, shape, dtype):
+        return self.xp.zeros(shape, dtype=dtype, device=self.xp_device)
+
+    def ones(self, shape, dtype):
+        return self.xp.ones(shape, dtype=dtype, device=self.xp_device)
+
+    @property
+    def xp_device(self):
+        """The library's own device object (for ``xp.zeros(..., device=...)``)."""
+        return None
+
+    # ---- what the standard lacks ---------------------------------------------
+    def index_add(self, buf, index, values, axis: int = 0):
+        """``buf[..., index[j], ...] += values[..., j, ...]`` along ``axis``, with
+        repeated indices accumulating; returns the result (in place where the
+        library allows it).
+
+        Generic version in the standard alone: a one-hot matrix product.
+        """
+        xp = self.xp
+        n = buf.shape[axis]
+        onehot = xp.astype(
+            xp.reshape(index, (-1, 1)) == xp.reshape(
+                xp.arange(n, device=self.xp_device, dtype=index.dtype), (1, -1)
+            ),
+            buf.dtype,
+        )
+        moved = xp.moveaxis(values, axis, -1)  # (..., m)
+        added = xp.matmul(moved, onehot)  # (..., n)
+        return buf + xp.moveaxis(added, -1, axis)
+
+    # Parameter initialisation: always drawn on the host and moved, so that one
+    # seed gives the same initial weights on every device.
+    def init_uniform(self, shape, low, high, dtype):
+        return self.from_host(_host_rng.uniform(low, high, size=shape), dtype)
+
+    def init_normal(self, shape, mean, std, dtype):
+        return self.from_host(_host_rng.normal(mean, std, size=shape), dtype)
+
+    # Per-step randomness (dropout): drawn from this device's generator. CPU
+    # backends use the host generator; CUDA overrides these with its own.
+    def uniform(self, shape, low=0.0, high=1.0, dtype="float64"):
+        return self._from_numpy(_host_rng.uniform(low, high, size=shape).astype(dtype_name(dtype)))
+
+    def normal(self, shape, mean=0.0, std=1.0, dtype="float64"):
+        return self._from_numpy(_host_rng.normal(mean, std, size=shape).astype(dtype_name(dtype)))
+
+    def bernoulli(self, shape, p, dtype="float64"):
+        """1 with probability ``p``, else 0."""
+        return self._from_numpy((_host_rng.random(size=shape) < p).astype(dtype_name(dtype)))
+
+    def seed(self, seed: int) -> None:
+        """Seed this device's own generator, if it has one (CPU backends use the host's)."""
+
+    def synchronize(self) -> None:
+        """Wait until queued work on this device is done (a no-op on the CPU)."""
+
+    def quiet(self):
+        """A context in which floating-point warnings (log(0), sqrt(-1)) are silent."""
+        return np.errstate(all="ignore")
+
+
+def canonical_name(type_: str, index: int, always_index: bool) -> str:
+    if always_index or index:
+        return f"{type_}:{index}"
+    return type_

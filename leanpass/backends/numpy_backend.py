@@ -1,0 +1,35 @@
+"""The ``cpu`` device: NumPy through ``array_api_compat.numpy``."""
+
+from __future__ import annotations
+
+import array_api_compat.numpy as xp_numpy
+import numpy as np
+
+from ._base import Backend
+
+
+class NumpyBackend(Backend):
+    device_type = "cpu"
+    library = "numpy"
+    xp = xp_numpy
+    array_type = np.ndarray
+
+    @classmethod
+    def index_of(cls, array) -> int:
+        return 0
+
+    def _from_numpy(self, host):
+        return host
+
+    def _to_numpy(self, array):
+        return np.array(array, copy=True)
+
+    def _from_same_library(self, array):
+        return array
+
+    def copy(self, array):
+        return np.array(array, copy=True)
+
+    def index_add(self, buf, index, values, axis=0):
+        np.add.at(buf, (slice(None),) * axis + (index,), values)
+        return buf

@@ -1,0 +1,49 @@
+"""The ``strict`` devices: ``array_api_strict``, a CPU stand-in for any array library.
+
+It rejects everything outside the array API standard, so tests on it prove that
+LeanPass's operations use the standard alone. Its simulated devices
+``strict:1`` and ``strict:2`` make device-mismatch handling testable without a GPU.
+"""
+
+from __future__ import annotations
+
+import array_api_strict
+import numpy as np
+
+from ._base import Backend
+
+_ARRAY = type(array_api_strict.asarray(0.0))
+_DEVICE_NAMES = ("CPU_DEVICE", "device1", "device2")
+
+
+class StrictBackend(Backend):
+    device_type = "strict"
+    library = "array_api_strict"
+    xp = array_api_strict
+    array_type = _ARRAY
+
+    def __init__(self, index=0):
+        super().__init__(index)
+        self._device = array_api_strict.Device(_DEVICE_NAMES[index])
+
+    @classmethod
+    def device_indices(cls):
+        return list(range(len(_DEVICE_NAMES)))
+
+    @classmethod
+    def index_of(cls, array) -> int:
+        return _DEVICE_NAMES.index(str(array.device).split("'")[1])
+
+    @property
+    def xp_device(self):
+        return self._device
+
+    def _from_numpy(self, host):
+        return array_api_strict.asarray(host, device=self._device)
+
+    def _to_numpy(self, array):
+        # np.asarray refuses arrays on the simulated devices; DLPack does not.
+        return np.array(np.from_dlpack(array), copy=True)
+
+    def _from_same_library(self, array):
+        return array.to_device(self._device)

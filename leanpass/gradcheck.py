@@ -1,0 +1,103 @@
+"""Finite-difference gradient checking, on any device."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from .autograd import no_grad
+from .tensor import Tensor
+
+__all__ = ["gradcheck", "GradcheckError"]
+
+
+class GradcheckError(AssertionError):
+    """An analytic gradient disagrees with its finite-difference estimate.
+
+    Attributes: ``input`` (position of the input), ``index`` (the element),
+    ``analytic`` and ``numeric`` (the two values).
+    """
+
+    def __init__(self, message, *, input, index, analytic, numeric):
+        super().__init__(message)
+        self.input = input
+        self.index = index
+        self.analytic = analytic
+        self.numeric = numeric
+
+
+def _indices(shape):
+    """Every multi-index of ``shape``, in C order."""
+    for flat in range(math.prod(shape)):
+        index = []
+        for n in reversed(shape):
+            flat, i = divmod(flat, n)
+            index.append(i)
+        yield tuple(reversed(index))
+
+
+def _weights(shape, backend):
+    """Fixed pseudo-random weights in [0.5, 1.5) that reduce an output to a scalar."""
+    rng = random.Random(0)
+    values = [rng.uniform(0.5, 1.5) for _ in range(math.prod(shape))]
+    return Tensor(values, device=backend, dtype="float64").reshape(shape)
+
+
+def _element(array, index) -> float:
+    return float(array[index + (Ellipsis,)])
+
+
+def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3) -> bool:
+    """Compare ``fn``'s backward with central finite differences, in float64.
+
+    ``fn(*inputs)`` must return a Tensor; a non-scalar output is reduced as
+    ``sum(output * w)`` with fixed random weights ``w``. Every input Tensor that
+    requires grad is checked element by element: ``|analytic - numeric|`` must be
+    at most ``atol + rtol * |numeric|``. Returns True, or raises
+    :class:`GradcheckError` naming the input, the index and both values.
+    """
+    if isinstance(inputs, Tensor):
+        inputs = (inputs,)
+    inputs = tuple(inputs)
+    checked = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
+    if not checked:
+        raise ValueError("gradcheck: no input is a Tensor with requires_grad=True")
+    wide = [
+        Tensor(x.detach(), requires_grad=x.requires_grad, name=x.name, dtype="float64")
+        if isinstance(x, Tensor) else x
+        for x in inputs
+    ]
+    out = fn(*wide)
+    if not isinstance(out, Tensor):
+        raise TypeError(f"gradcheck: fn must return a Tensor, got {type(out).__name__}")
+    weights = _weights(out.shape, out._backend) if out.ndim else None
+
+    def scalar(result):
+        return result if weights is None else (result * weights).sum()
+
+    scalar(out).backward()
+
+    for i in checked:
+        x = wide[i]
+        analytic = x.grad
+        data = x._data
+        backend = x._backend
+        for index in _indices(x.shape):
+            step = backend.zeros(data.shape, data.dtype)
+            step[index + (Ellipsis,)] = eps
+            with no_grad():
+                args = list(wide)
+                args[i] = Tensor(data + step, device=backend)
+                plus = scalar(fn(*args)).item()
+                args[i] = Tensor(data - step, device=backend)
+                minus = scalar(fn(*args)).item()
+            numeric = (plus - minus) / (2.0 * eps)
+            value = _element(analytic, index)
+            if not abs(value - numeric) <= atol + rtol * abs(numeric):
+                label = f"input {i}" + (f" ({x.name})" if x.name else "")
+                raise GradcheckError(
+                    f"gradcheck: {label} of shape {x.shape} at index {index}: analytic "
+                    f"gradient {value!r} != numeric {numeric!r} (atol={atol}, rtol={rtol})",
+                    input=i, index=index, analytic=value, numeric=numeric,
+                )
+    return True
