@@ -126,14 +126,13 @@ def _store(tensor, grad, fresh: bool) -> None:
         grad = backend.xp.astype(grad, data.dtype)
         fresh = True
     old = tensor._grad
-    if old is None:
-        if not fresh:
-            grad = backend.copy(grad)
-        elif type(grad) is not backend.array_type:  # a NumPy scalar from a 0-d result
-            grad = backend.xp.asarray(grad)
-        tensor._grad = grad
-    else:
-        tensor._grad = old + grad
+    if old is not None:
+        grad = old + grad
+    elif not fresh:
+        grad = backend.copy(grad)
+    if type(grad) is not backend.array_type:  # a NumPy scalar from a 0-d result
+        grad = backend.xp.asarray(grad)
+    tensor._grad = grad
 
 
 def run_backward(root, grad, retain_graph: bool = False) -> None:

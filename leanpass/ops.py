@@ -229,8 +229,12 @@ def log(be, a):
 
 
 def sigmoid(be, a):
-    """``0.5 * tanh(0.5 a) + 0.5``: never overflows, for any input."""
-    out = 0.5 * be.xp.tanh(0.5 * a) + 0.5
+    """``1 / (1 + exp(-a))`` from ``e = exp(-|a|)``, which never overflows; unlike
+    ``0.5 * tanh(0.5 a) + 0.5`` it keeps full relative precision for a << 0."""
+    xp = be.xp
+    e = xp.exp(-xp.abs(a))
+    r = 1.0 / (1.0 + e)
+    out = xp.where(a >= 0, r, e * r)
 
     def backward(g):
         return (g * out * (1.0 - out),)

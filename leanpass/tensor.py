@@ -203,7 +203,8 @@ class Tensor:
         if device is not None:
             target = get_backend(device)
             if target is not out._backend:
-                out = _apply1(ops.to, "to", out, target)
+                moved, backward = ops.to(out._backend, out._data, target)
+                out = _make(moved, target, "to", (out,), backward, out.requires_grad)
         return out
 
     def cpu(self) -> Tensor:

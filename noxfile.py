@@ -1,0 +1,80 @@
+"""The test matrix: backends x Python versions, plus lint.
+
+    nox -s lint
+    nox -s tests                                # every backend on every Python found
+    nox -s "tests-3.13(backend='strict')"       # one cell
+    nox -s gpu                                  # the CUDA tests (skips itself without a GPU)
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+
+import nox
+
+nox.options.sessions = ["lint", "tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+# pyenv keeps each interpreter in its own folder; put them all on PATH so nox
+# finds python3.10 ... python3.13 without `pyenv global` listing them.
+_pyenv_bins = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[0-9]*/bin")))
+os.environ["PATH"] = os.pathsep.join([*_pyenv_bins, os.environ.get("PATH", "")])
+
+PYTHONS = [v for v in ("3.10", "3.11", "3.12", "3.13") if shutil.which(f"python{v}")] or None
+
+# backend name -> the device list handed to the tests' `device` fixture
+BACKENDS = {"numpy": "cpu", "strict": "strict", "cupy": "cuda"}
+
+
+def _cuda_visible() -> str | None:
+    """None when a CUDA GPU is usable through CuPy here, else the reason it is not."""
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        try:
+            if cupy.cuda.runtime.getDeviceCount() > 0:
+                return None
+        except Exception as exc:  # CUDARuntimeError
+            return f"CuPy sees no GPU ({exc})"
+    if shutil.which("nvidia-smi") is None:
+        return "no NVIDIA GPU on this machine (no nvidia-smi)"
+    return None
+
+
+@nox.session(python=PYTHONS)
+@nox.parametrize("backend", list(BACKENDS))
+def tests(session: nox.Session, backend: str) -> None:
+    """The test suite on one backend."""
+    if backend == "cupy":
+        reason = _cuda_visible()
+        if reason:
+            session.skip(f"cupy backend skipped: {reason}")
+        # LEANPASS_CUDA_EXTRA=cuda13 for a CUDA 13 driver
+        session.install("-e", f".[test,{os.environ.get('LEANPASS_CUDA_EXTRA', 'cuda12')}]")
+    else:
+        session.install("-e", ".[test]")
+    session.run(
+        "pytest", "-q", *session.posargs,
+        env={"LEANPASS_TEST_DEVICES": BACKENDS[backend]},
+        success_codes=[0],
+    )
+
+
+@nox.session(python=False)
+def gpu(session: nox.Session) -> None:
+    """The GPU check: the whole suite on `cuda` with what is installed (see scripts/gpu_check.sh)."""
+    reason = _cuda_visible()
+    if reason:
+        session.skip(f"GPU check skipped: {reason}")
+    session.run("bash", "scripts/gpu_check.sh", external=True)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over the package, tests, scripts and examples."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", ".")

@@ -1,0 +1,54 @@
+"""The one `device` fixture every test uses.
+
+Its devices come from LEANPASS_TEST_DEVICES (comma-separated; nox sets it to one
+backend per session); without it a plain `pytest` runs every device: cpu,
+strict and cuda. A device that cannot be used here (no CuPy, no GPU) is a
+visible skip with the reason, never a fake.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from leanpass.backends import get_backend
+
+settings.register_profile(
+    "leanpass", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "leanpass"))
+
+ALL_DEVICES = ("cpu", "strict", "cuda")
+
+
+def requested_devices() -> list[str]:
+    names = os.environ.get("LEANPASS_TEST_DEVICES", "")
+    return [n.strip() for n in names.split(",") if n.strip()] or list(ALL_DEVICES)
+
+
+def _device_params():
+    params = []
+    for name in requested_devices():
+        try:
+            device = get_backend(name).device
+        except RuntimeError as exc:
+            params.append(pytest.param(name, id=name, marks=pytest.mark.skip(reason=f"{name}: {exc}")))
+        else:
+            params.append(pytest.param(device, id=name))
+    return params
+
+
+DEVICE_PARAMS = _device_params()
+
+
+@pytest.fixture(params=DEVICE_PARAMS)
+def device(request) -> str:
+    """A canonical device string: 'cpu', 'strict' or 'cuda:0'."""
+    return request.param
+
+
+@pytest.fixture
+def backend(device):
+    return get_backend(device)

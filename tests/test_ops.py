@@ -1,0 +1,228 @@
+"""Every operation: forward against NumPy, backward against finite differences
+(leanpass.gradcheck) with broadcast shapes, on every device."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import leanpass
+from leanpass import Tensor, gradcheck
+from leanpass.backends import get_backend
+
+RNG = np.random.default_rng(1234)
+
+
+def rand(*shape, low=-2.0, high=2.0):
+    return RNG.uniform(low, high, size=shape)
+
+
+def away_from_zero(*shape):
+    """Values in ±[0.5, 2]: safe for /, log|x|, sqrt and kinks at 0."""
+    return RNG.uniform(0.5, 2.0, size=shape) * RNG.choice([-1.0, 1.0], size=shape)
+
+
+def leaf(device, array):
+    return Tensor(array, requires_grad=True, device=device)
+
+
+def host(device, array):
+    return get_backend(device).to_host(array)
+
+
+# name -> (function of tensors, input arrays); shapes broadcast against each other.
+BINARY = {
+    "add": (lambda a, b: a + b, (rand(3, 1), rand(1, 4))),
+    "sub": (lambda a, b: a - b, (rand(2, 3, 4), rand(4))),
+    "mul": (lambda a, b: a * b, (rand(4, 1, 3), rand(2, 1))),
+    "div": (lambda a, b: a / b, (rand(3, 4), away_from_zero(3, 1))),
+    "pow": (lambda a, b: a**b, (rand(3, 1, low=0.5, high=2.0), rand(4))),
+    "matmul_2d": (lambda a, b: a @ b, (rand(3, 4), rand(4, 5))),
+    "matmul_batched": (lambda a, b: a @ b, (rand(2, 1, 3, 4), rand(3, 4, 2))),
+    "matmul_vec_mat": (lambda a, b: a @ b, (rand(4), rand(2, 4, 3))),
+    "matmul_mat_vec": (lambda a, b: a @ b, (rand(2, 3, 4), rand(4))),
+    "matmul_vec_vec": (lambda a, b: a @ b, (rand(4), rand(4))),
+    "matmul_method": (lambda a, b: a.matmul(b), (rand(3, 4), rand(4, 2))),
+}
+
+SCALAR = {
+    "add_scalar": (lambda a: a + 1.5, lambda x: x + 1.5),
+    "radd_scalar": (lambda a: 1.5 + a, lambda x: 1.5 + x),
+    "sub_scalar": (lambda a: a - 1.5, lambda x: x - 1.5),
+    "rsub_scalar": (lambda a: 3.0 - a, lambda x: 3.0 - x),
+    "mul_scalar": (lambda a: a * -2.5, lambda x: x * -2.5),
+    "rmul_scalar": (lambda a: 2 * a, lambda x: 2 * x),
+    "div_scalar": (lambda a: a / 4.0, lambda x: x / 4.0),
+    "rdiv_scalar": (lambda a: 2.0 / a, lambda x: 2.0 / x),
+    "pow_2": (lambda a: a**2, lambda x: x**2),
+    "pow_3": (lambda a: a**3, lambda x: x**3),
+    "pow_neg": (lambda a: a**-1.5, lambda x: np.abs(x) ** -1.5),
+    "pow_half": (lambda a: a**0.5, lambda x: np.abs(x) ** 0.5),
+    "pow_0": (lambda a: a**0, lambda x: x**0),
+    "rpow": (lambda a: 2.0**a, lambda x: 2.0**x),
+    "neg": (lambda a: -a, lambda x: -x),
+}
+
+
+def _gelu(x):
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+
+
+def _softmax(x, axis):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+UNARY = {
+    "relu": (lambda a: a.relu(), lambda x: np.maximum(x, 0)),
+    "leaky_relu": (lambda a: a.leaky_relu(0.1), lambda x: np.where(x > 0, x, 0.1 * x)),
+    "leaky_relu_default": (lambda a: a.leaky_relu(), lambda x: np.where(x > 0, x, 0.01 * x)),
+    "exp": (lambda a: a.exp(), np.exp),
+    "log": (lambda a: a.abs().log(), lambda x: np.log(np.abs(x))),
+    "sigmoid": (lambda a: a.sigmoid(), lambda x: 1 / (1 + np.exp(-x))),
+    "tanh": (lambda a: a.tanh(), np.tanh),
+    "gelu": (lambda a: a.gelu(), _gelu),
+    "abs": (lambda a: a.abs(), np.abs),
+    "sqrt": (lambda a: a.abs().sqrt(), lambda x: np.sqrt(np.abs(x))),
+    "clip": (lambda a: a.clip(-1.0, 1.2), lambda x: np.clip(x, -1.0, 1.2)),
+    "clip_low": (lambda a: a.clip(a_min=-0.7), lambda x: np.clip(x, -0.7, None)),
+    "clamp_high": (lambda a: a.clamp(max=0.8), lambda x: np.clip(x, None, 0.8)),
+    "softmax": (lambda a: a.softmax(), lambda x: _softmax(x, -1)),
+    "softmax_axis0": (lambda a: a.softmax(axis=0), lambda x: _softmax(x, 0)),
+    "log_softmax": (lambda a: a.log_softmax(), lambda x: np.log(_softmax(x, -1))),
+    "log_softmax_axis1": (lambda a: a.log_softmax(1), lambda x: np.log(_softmax(x, 1))),
+    "sum": (lambda a: a.sum(), lambda x: x.sum()),
+    "sum_axis": (lambda a: a.sum(axis=1), lambda x: x.sum(axis=1)),
+    "sum_neg_tuple_keep": (lambda a: a.sum(axis=(0, -1), keepdims=True), lambda x: x.sum(axis=(0, -1), keepdims=True)),
+    "mean": (lambda a: a.mean(), lambda x: x.mean()),
+    "mean_axis_keep": (lambda a: a.mean(axis=-1, keepdims=True), lambda x: x.mean(axis=-1, keepdims=True)),
+    "mean_tuple": (lambda a: a.mean(axis=(1, 2)), lambda x: x.mean(axis=(1, 2))),
+    "max": (lambda a: a.max(), lambda x: x.max()),
+    "max_axis": (lambda a: a.max(axis=0), lambda x: x.max(axis=0)),
+    "max_tuple_keep": (lambda a: a.max(axis=(0, 2), keepdims=True), lambda x: x.max(axis=(0, 2), keepdims=True)),
+    "reshape": (lambda a: a.reshape(4, -1), lambda x: x.reshape(4, -1)),
+    "reshape_tuple": (lambda a: a.reshape((2, 12)), lambda x: x.reshape(2, 12)),
+    "transpose": (lambda a: a.transpose(), lambda x: x.transpose()),
+    "transpose_axes": (lambda a: a.transpose(1, 2, 0), lambda x: x.transpose(1, 2, 0)),
+    "transpose_swap": (lambda a: a.transpose(0, 2), lambda x: np.swapaxes(x, 0, 2)),
+    "T": (lambda a: a.T, lambda x: x.T),
+    "flatten": (lambda a: a.flatten(), lambda x: x.reshape(-1)),
+    "flatten_from_1": (lambda a: a.flatten(1), lambda x: x.reshape(2, -1)),
+    "getitem_basic": (lambda a: a[1, ::2, None, -1], lambda x: x[1, ::2, None, -1]),
+    "getitem_array": (lambda a: a[[0, 0, 1]], lambda x: x[[0, 0, 1]]),
+    "getitem_axis1": (lambda a: a[:, [2, 0, 2]], lambda x: x[:, [2, 0, 2]]),
+    "getitem_points": (lambda a: a[[0, 1, 1], [2, 2, 0]], lambda x: x[[0, 1, 1], [2, 2, 0]]),
+}
+
+
+@pytest.mark.parametrize("name", list(BINARY))
+def test_binary_gradcheck(device, name):
+    fn, arrays = BINARY[name]
+    inputs = [leaf(device, x) for x in arrays]
+    assert gradcheck(fn, inputs)
+    out = fn(*inputs)
+    reference = np.matmul(*arrays) if name.startswith("matmul") else fn(*arrays)
+    np.testing.assert_allclose(out.numpy(), reference, rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", list(SCALAR))
+def test_scalar_gradcheck(device, name):
+    fn, reference = SCALAR[name]
+    x = away_from_zero(3, 4)
+    if name in ("pow_neg", "pow_half"):
+        x = np.abs(x)
+    assert gradcheck(fn, (leaf(device, x),))
+    np.testing.assert_allclose(fn(leaf(device, x)).numpy(), reference(x), rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", list(UNARY))
+def test_unary_gradcheck(device, name):
+    fn, reference = UNARY[name]
+    x = away_from_zero(2, 3, 4)
+    assert gradcheck(fn, (leaf(device, x),))
+    np.testing.assert_allclose(fn(leaf(device, x)).numpy(), reference(x), rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("name", ["relu", "leaky_relu", "tanh", "gelu", "sigmoid", "exp", "softmax", "log_softmax"])
+def test_unary_under_broadcast_chain(device, name):
+    """An element-wise op between two broadcasting binary ops."""
+    fn, _ = UNARY[name]
+    a, b = leaf(device, rand(3, 1)), leaf(device, away_from_zero(4))
+    assert gradcheck(lambda a, b: fn(a * b) + b, (a, b))
+
+
+def test_composite_expression(device):
+    x, w, b = leaf(device, rand(5, 3)), leaf(device, rand(3, 2)), leaf(device, rand(2))
+
+    def f(x, w, b):
+        h = (x @ w + b).tanh()
+        return (h * h).mean(axis=0).log_softmax() - h.max()
+
+    assert gradcheck(f, (x, w, b))
+
+
+def test_same_tensor_on_both_sides(device):
+    x = leaf(device, away_from_zero(3))
+    assert gradcheck(lambda x: x * x + x / x - x, (x,))
+
+
+def test_to_and_astype_are_differentiable(device):
+    x = leaf(device, rand(3))
+    y = (x.to("strict:1") * 2.0).to(device).astype("float32").sum()
+    y.backward()
+    np.testing.assert_array_equal(host(device, x.grad), [2.0, 2.0, 2.0])
+    assert leanpass.backends.get_backend(device).dtype("float64") == x.grad.dtype
+
+
+def test_float32_stays_float32(device):
+    """Python constants never promote a float32 tensor (or its gradient) to float64."""
+    x = Tensor(rand(2, 3).astype(np.float32), requires_grad=True, device=device)
+    w = Tensor(rand(3, 2).astype(np.float32), requires_grad=True, device=device)
+    y = ((x @ w).gelu() * 0.5 + 1.0) / 3.0 - 2.0
+    y = (y**2).sigmoid().tanh().exp().log_softmax() + (2.0 ** x).sum() + x.abs().sqrt().sum() * 1e-3
+    y = y.clip(-10.0, 10.0).leaky_relu(0.2).relu().max(axis=1).mean()
+    y.backward()
+    f32 = get_backend(device).dtype("float32")
+    assert y.dtype == f32 and x.grad.dtype == f32 and w.grad.dtype == f32
+
+
+def test_large_logits_stay_finite(device):
+    x = leaf(device, np.array([[1e4, -1e4, 0.0], [-1e4, -1e4, 1e4]]))
+    for out in (x.softmax(), x.log_softmax()):
+        out.sum().backward()
+        assert np.isfinite(out.numpy()).all()
+        assert np.isfinite(host(device, x.grad)).all()
+
+
+def test_sigmoid_no_overflow_warning(device):
+    """pytest turns warnings into errors here, so an overflow in exp would fail."""
+    x = leaf(device, np.array([-1000.0, -50.0, 0.0, 50.0, 1000.0]))
+    s = x.sigmoid()
+    np.testing.assert_allclose(s.numpy(), [0.0, 1.9287498479639178e-22, 0.5, 1.0, 1.0], atol=1e-30)
+    s.sum().backward()
+    assert np.isfinite(host(device, x.grad)).all()
+
+
+def test_log_of_zero_and_negative_without_warning(device):
+    x = leaf(device, np.array([-1.0, 0.0, 1.0]))
+    out = x.log().numpy()
+    assert np.isnan(out[0]) and out[1] == -np.inf and out[2] == 0.0
+
+
+def test_max_shares_gradient_between_ties(device):
+    x = leaf(device, np.array([[1.0, 3.0, 3.0], [2.0, 0.0, -1.0]]))
+    x.max().backward()
+    np.testing.assert_array_equal(host(device, x.grad), [[0.0, 0.5, 0.5], [0.0, 0.0, 0.0]])
+
+
+def test_zero_d_results_are_arrays(device):
+    x = leaf(device, rand(3))
+    s = x.sum()
+    backend = get_backend(device)
+    assert type(s.data) is backend.array_type and s.shape == ()
+    assert type((s * 2.0).data) is backend.array_type
+    assert isinstance(s.item(), float)
+    s.backward()
+    z = leaf(device, 3.0)
+    (z * z).backward()
+    assert type(z.grad) is backend.array_type and float(z.grad) == 6.0
