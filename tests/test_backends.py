@@ -1,0 +1,240 @@
+"""The backend registry, devices, defaults and conversions."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import array_api_strict as xs
+import numpy as np
+import pytest
+
+import leanpass
+from leanpass import Tensor, backends
+from leanpass.backends import Backend, available_devices, canonical_device, get_backend, register_backend
+
+
+def test_registry_maps_devices_to_libraries():
+    assert get_backend("cpu").library == "numpy"
+    assert get_backend("strict").library == "array_api_strict"
+    assert get_backend("strict:1").device == "strict:1"
+    assert get_backend("strict:0") is get_backend("strict")
+    assert get_backend("cpu:0") is get_backend("cpu")
+    assert canonical_device("cuda") == "cuda:0"  # without importing CuPy
+    assert canonical_device("strict:0") == "strict"
+
+
+def test_available_devices():
+    devices = available_devices()
+    assert devices[:1] == ["cpu"]
+    assert {"strict", "strict:1", "strict:2"} <= set(devices)
+    if importlib.util.find_spec("cupy") is None:
+        assert not any(d.startswith("cuda") for d in devices)
+
+
+def test_import_needs_neither_cupy_nor_strict():
+    code = (
+        "import sys, leanpass; t = leanpass.Tensor([1.0], requires_grad=True); (t * 2.0).sum().backward(); "
+        "assert 'cupy' not in sys.modules and 'array_api_strict' not in sys.modules, sorted(sys.modules)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_cuda_without_cupy_names_the_fix():
+    if importlib.util.find_spec("cupy") is not None:
+        pytest.skip("CuPy is installed here; this checks the message when it is missing")
+    with pytest.raises(RuntimeError, match=r"cuda:0.*CuPy is not installed.*leanpass\[cuda12\]"):
+        get_backend("cuda")
+    with pytest.raises(RuntimeError, match="cuda:1"):
+        Tensor([1.0], device="cuda:1")
+
+
+def test_unknown_and_malformed_devices():
+    with pytest.raises(ValueError, match="unknown device 'tpu'"):
+        get_backend("tpu")
+    with pytest.raises(ValueError, match="'cpu:x'"):
+        get_backend("cpu:x")
+    with pytest.raises(RuntimeError, match="'strict:3' does not exist"):
+        get_backend("strict:3")
+    with pytest.raises(TypeError):
+        get_backend(3)
+
+
+def test_default_device_and_dtype(monkeypatch):
+    assert leanpass.get_default_device() == "cpu"
+    assert leanpass.get_default_dtype() == "float64"
+    try:
+        leanpass.set_default_device("strict:2")
+        leanpass.set_default_dtype("float32")
+        t = Tensor([1, 2])
+        assert t.device == "strict:2" and t.dtype == xs.float32
+        with pytest.raises(ValueError):
+            leanpass.set_default_dtype("int32")
+        with pytest.raises(ValueError):
+            leanpass.set_default_device("gpu")
+        assert leanpass.get_default_device() == "strict:2"
+    finally:
+        leanpass.set_default_device("cpu")
+        leanpass.set_default_dtype("float64")
+
+
+def test_environment_variable_sets_the_default_device():
+    code = "import leanpass; print(leanpass.get_default_device(), leanpass.Tensor([1.0]).device)"
+    env = {"LEANPASS_DEVICE": "strict:1", "PATH": ""}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["strict:1", "strict:1"]
+    env["LEANPASS_DEVICE"] = "gpu"
+    bad = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert bad.returncode != 0 and "LEANPASS_DEVICE" in bad.stderr
+
+
+def test_tensor_keeps_the_library_and_device_of_its_array():
+    a = xs.asarray([1.0, 2.0], device=xs.Device("device1"))
+    t = Tensor(a)
+    assert t.device == "strict:1" and t.data is a
+    moved = Tensor(a, device="cpu")
+    assert moved.device == "cpu" and isinstance(moved.data, np.ndarray)
+    ints = Tensor(xs.asarray([1, 2]))
+    assert ints.device == "strict" and ints.dtype == xs.float64
+
+
+def test_host_data_goes_to_the_requested_device():
+    for data in (1.5, [1.0, 2.0], np.array([1, 2]), np.float32(2.0)):
+        t = Tensor(data, device="strict:2")
+        assert t.device == "strict:2"
+        assert type(t.data) is get_backend("strict").array_type
+
+
+def test_dtypes_of_new_tensors():
+    assert Tensor(np.ones(2, dtype=np.float32)).dtype == np.float32
+    assert Tensor(np.ones(2, dtype=np.int32)).dtype == np.float64
+    assert Tensor([True, False]).dtype == np.float64
+    assert Tensor(np.ones(2, dtype=np.float32), dtype="float64").dtype == np.float64
+    assert Tensor([1.0], dtype=np.float32).dtype == np.float32
+    assert Tensor(xs.ones(2, dtype=xs.float32)).dtype == xs.float32
+
+
+def test_cpu_data_is_a_plain_ndarray():
+    t = Tensor([1.0, 2.0])
+    assert type(t.data) is np.ndarray
+    assert t.device == "cpu"
+
+
+def test_conversions(device):
+    t = Tensor([[1.0, 2.0]], requires_grad=True, device=device)
+    host = t.numpy()
+    assert type(host) is np.ndarray and host.tolist() == [[1.0, 2.0]]
+    host[0, 0] = 99.0  # a copy
+    assert t.numpy()[0, 0] == 1.0
+    assert t.sum().item() == 3.0 and isinstance(t.sum().item(), float)
+    assert Tensor([5.0], device=device).item() == 5.0
+    cpu = t.cpu()
+    assert cpu.device == "cpu" and cpu.numpy().tolist() == [[1.0, 2.0]]
+    assert t.to(device) is t
+    assert t.astype("float64") is t
+    assert t.astype("float32").dtype == get_backend(device).dtype("float32")
+    assert t.to("float32").dtype == get_backend(device).dtype("float32")
+    assert t.tolist() == [[1.0, 2.0]]
+    assert len(t) == 1 and [row.shape for row in t] == [(2,)]
+
+
+def test_item_of_many_elements_is_an_error(device):
+    with pytest.raises(ValueError, match=r"item.*\(2,\)"):
+        Tensor([1.0, 2.0], device=device).item()
+
+
+def test_moving_between_devices_keeps_values_and_gradient_flow():
+    x = Tensor([1.0, 2.0], requires_grad=True, device="strict:1")
+    y = x.to("strict:2")
+    assert y.device == "strict:2" and y._op == "to"
+    (y * y).sum().backward()
+    assert x.grad.device == xs.Device("device1")
+    assert x.numpy().tolist() == [1.0, 2.0]
+    np.testing.assert_array_equal(np.from_dlpack(x.grad), [2.0, 4.0])
+
+
+def test_mixed_devices_raise_value_error_naming_both():
+    a = Tensor([1.0, 2.0], device="strict")
+    b = Tensor([1.0, 2.0], device="strict:1")
+    for op in (lambda: a + b, lambda: a * b, lambda: b - a, lambda: a @ b, lambda: a / b, lambda: a**b):
+        with pytest.raises(ValueError, match=r"strict.*strict:1|strict:1.*strict"):
+            op()
+
+
+def test_raw_array_on_the_left_gives_a_tensor():
+    t = Tensor([1.0, 2.0], requires_grad=True)
+    out = np.ones(2) * t
+    assert isinstance(out, Tensor) and out.requires_grad
+    out = np.ones(2) - t
+    assert isinstance(out, Tensor) and out.numpy().tolist() == [0.0, -1.0]
+    assert isinstance(np.ones((3, 2)) @ t, Tensor)
+    f32 = Tensor(np.ones(2, dtype=np.float32))
+    assert (np.ones(2) + f32).dtype == np.float32  # host data takes the tensor's dtype
+
+
+def test_python_scalars_and_numpy_scalars_do_not_promote():
+    t = Tensor(np.ones(2, dtype=np.float32))
+    for s in (2, 2.5, np.float64(2.5), np.int64(3), True):
+        assert (t * s).dtype == np.float32
+        assert (s * t).dtype == np.float32
+
+
+def test_backend_methods_the_standard_lacks(device):
+    backend = get_backend(device)
+    xp = backend.xp
+    buf = backend.zeros((3, 2), backend.dtype("float64"))
+    index = xp.asarray([0, 2, 0], device=backend.xp_device)
+    values = backend.ones((3, 2), backend.dtype("float64"))
+    out = backend.index_add(buf, index, values, axis=0)
+    assert backend.to_host(out).tolist() == [[2.0, 2.0], [0.0, 0.0], [1.0, 1.0]]
+    rows = backend.ones((2, 3), backend.dtype("float64"))
+    col = backend.index_add(backend.zeros((2, 3), backend.dtype("float64")), index, rows, axis=1)
+    assert backend.to_host(col).tolist() == [[2.0, 0.0, 1.0], [2.0, 0.0, 1.0]]
+    before = backend.host_transfers
+    backend.to_host(out)
+    assert backend.host_transfers == before + 1
+    backend.synchronize()
+    mask = backend.to_host(backend.bernoulli((1000,), 0.25, "float64"))
+    assert set(np.unique(mask)) <= {0.0, 1.0} and 150 < mask.sum() < 350
+
+
+def test_strict_index_add_is_the_standard_one_hot_version():
+    strict = get_backend("strict")
+    assert type(strict).index_add is Backend.index_add
+
+
+class _ListBackend(Backend):
+    """A toy third-party backend: strict's library under another device type."""
+
+    device_type = "toy"
+    library = "array_api_strict"
+    xp = xs
+    array_type = type(xs.asarray(0.0))
+
+    def _from_numpy(self, host):
+        return xs.asarray(host)
+
+    def _to_numpy(self, array):
+        return np.array(np.from_dlpack(array), copy=True)
+
+    def _from_same_library(self, array):
+        return array
+
+
+def test_register_backend_adds_a_device_type():
+    register_backend("toy", _ListBackend, library="toy_arrays")
+    try:
+        t = Tensor([1.0, 2.0], requires_grad=True, device="toy")
+        assert t.device == "toy" and "toy" in available_devices()
+        (t * t).sum().backward()
+        assert np.from_dlpack(t.grad).tolist() == [2.0, 4.0]
+        with pytest.raises(ValueError, match="register_backend"):
+            get_backend("toy2")
+        with pytest.raises(TypeError):
+            register_backend("bad", 42)
+    finally:
+        backends._TYPES.pop("toy")
+        backends._LIBRARIES.pop("toy_arrays")
+        for key in [k for k in backends._INSTANCES if k.startswith("toy")]:
+            del backends._INSTANCES[key]
