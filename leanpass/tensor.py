@@ -404,7 +404,7 @@ class Tensor:
         else:
             axes = tuple(_axis(a, ndim, "transpose") for a in axes)
             if sorted(axes) != list(range(ndim)):
-                raise ValueError(f"transpose: axes {axes} are not a permutation of the {ndim} axes of shape {self.shape}")
+                raise ValueError(f"transpose: axes {axes} are not a permutation of the axes of shape {self.shape}")
         return _apply1(ops.transpose, "transpose", self, axes)
 
     def __getitem__(self, index) -> Tensor:
@@ -621,6 +621,10 @@ def _index_array(t, item):
     raise IndexError(f"getitem: index arrays must hold integers or booleans, got dtype {kind}")
 
 
+def _out_of_range(index, axis, size, shape):
+    return IndexError(f"getitem: index {index} is out of range for axis {axis} with size {size} (tensor shape {shape})")
+
+
 def _checked_positions(t, array, axis):
     """``array`` of indices into ``axis`` of ``t``, range-checked, negatives wrapped."""
     xp = t._backend.xp
@@ -628,8 +632,7 @@ def _checked_positions(t, array, axis):
     if math.prod(array.shape):
         low, high = int(xp.min(array)), int(xp.max(array))
         if low < -n or high >= n:
-            bad = high if high >= n else low
-            raise IndexError(f"getitem: index {bad} is out of range for axis {axis} with size {n} (tensor shape {t.shape})")
+            raise _out_of_range(high if high >= n else low, axis, n, t.shape)
     return xp.where(array < 0, array + n, array)
 
 
@@ -678,7 +681,7 @@ def _index_basic(t, parsed):
         if isinstance(p, int):
             n = t.shape[axis]
             if not -n <= p < n:
-                raise IndexError(f"getitem: index {p} is out of range for axis {axis} with size {n} (tensor shape {t.shape})")
+                raise _out_of_range(p, axis, n, t.shape)
         if p is not None:
             axis += 1
     key = tuple(parsed) if any(p is Ellipsis for p in parsed) else tuple(parsed) + (Ellipsis,)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ._base import (
     FLOAT_DTYPES,

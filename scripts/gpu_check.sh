@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The GPU check: the whole test suite on `cuda`, then a short summary.
+#
+# Runs offline on a CUDA machine that has CuPy, NumPy, pytest and hypothesis
+# installed. array-api-compat and array-api-strict come along as wheels in
+# .whl/ (make them with scripts/fetch_gpu_wheels.sh on a machine with network);
+# where they are already installed, .whl/ may be absent.
+#
+#   bash scripts/gpu_check.sh            # results also under $OUT (or /tmp/leanpass-gpu-check)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+results=${OUT:-/tmp/leanpass-gpu-check}
+mkdir -p "$results"
+start=$(date +%s)
+
+if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/leanpass-site .whl/*.whl || exit 1
+    export PYTHONPATH="/tmp/leanpass-site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+else
+    export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export PYTHONUNBUFFERED=1
+
+echo "== machine"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "nvidia-smi: not found"
+python3 - <<'PY' || { echo "GPU CHECK FAILED: leanpass cannot use cuda here"; exit 1; }
+import sys, numpy, cupy, array_api_compat, array_api_strict, leanpass
+print("python", sys.version.split()[0], "| numpy", numpy.__version__, "| cupy", cupy.__version__,
+      "| array-api-compat", array_api_compat.__version__, "| array-api-strict", array_api_strict.__version__)
+print("leanpass", leanpass.__version__, "| devices:", leanpass.available_devices())
+backend = leanpass.backends.get_backend("cuda")
+t = leanpass.Tensor([1.0, 2.0, 3.0], requires_grad=True, device="cuda")
+(t * t).sum().backward()
+assert backend.to_host(t.grad).tolist() == [2.0, 4.0, 6.0], t.grad
+print("smoke test on", t.device, "ok")
+PY
+
+echo "== test suite on cuda"
+LEANPASS_TEST_DEVICES=cuda timeout 420 python3 -m pytest -q -p no:cacheprovider \
+    --junitxml "$results/junit-cuda.xml" tests 2>&1 | tee "$results/pytest-cuda.log"
+status=${PIPESTATUS[0]}
+
+echo "== summary"
+python3 - "$results/junit-cuda.xml" "$status" "$start" <<'PY'
+import sys, time, xml.etree.ElementTree as ET
+path, status, start = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+try:
+    suite = ET.parse(path).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    n = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    passed = n["tests"] - n["failures"] - n["errors"] - n["skipped"]
+    print(f"cuda: {passed} passed, {n['failures'] + n['errors']} failed, {n['skipped']} skipped "
+          f"(pytest exit {status}) in {time.time() - start:.0f} s")
+except (OSError, ET.ParseError) as exc:
+    print(f"cuda: no test report ({exc}); pytest exit {status}")
+print("GPU CHECK", "PASSED" if status == 0 else "FAILED")
+PY
+exit "$status"

@@ -1,0 +1,511 @@
+"""Bad input at the tensor layer (SPEC "Bad input").
+
+Each case raises a clear exception of a standard type, and every tensor made
+before the failing call -- its data, its gradient (or the absence of one), its
+shape, dtype, device and place in the graph -- is exactly as it was.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import operator
+import re
+from typing import NamedTuple
+
+import numpy as np
+import pytest
+
+import leanpass as lp
+from leanpass import Tensor
+from leanpass.backends import get_backend
+
+# ---- helpers ---------------------------------------------------------------------------
+
+
+class _State(NamedTuple):
+    shape: tuple
+    dtype: str
+    device: str
+    requires_grad: bool
+    op: str
+    prev: tuple
+    data: np.ndarray
+    grad: np.ndarray | None  # host copy of ._grad, None when no gradient array exists
+
+
+def _state(t: Tensor) -> _State:
+    grad = None if t._grad is None else np.array(get_backend(t.device).to_host(t._grad), copy=True)
+    return _State(
+        t.shape, str(t.dtype), t.device, t.requires_grad, t._op, tuple(id(p) for p in t._prev),
+        np.array(t.numpy(), copy=True), grad,
+    )
+
+
+class Snapshot:
+    """The state of some tensors now; :meth:`check` asserts nothing of it changed."""
+
+    def __init__(self, *tensors: Tensor):
+        self._saved = [(t, _state(t)) for t in tensors]
+
+    def check(self) -> None:
+        for t, before in self._saved:
+            after = _state(t)
+            label = f"{t!r} (name={t.name})"
+            assert after[:6] == before[:6], f"{label}: metadata changed from {before[:6]} to {after[:6]}"
+            np.testing.assert_array_equal(after.data, before.data, err_msg=f"{label}: data changed")
+            if before.grad is None:
+                assert t._grad is None, f"{label}: a gradient array appeared"
+            else:
+                assert after.grad is not None, f"{label}: the gradient was dropped"
+                np.testing.assert_array_equal(after.grad, before.grad, err_msg=f"{label}: gradient changed")
+
+
+def raises_unchanged(exc_type, fn, tensors, *parts):
+    """Call ``fn``; assert it raises ``exc_type`` whose message contains every one of
+    ``parts`` (plain substrings), and that every tensor in ``tensors`` is unchanged."""
+    snapshot = Snapshot(*tensors)
+    with pytest.raises(exc_type) as info:
+        fn()
+    message = str(info.value)
+    for part in parts:
+        assert part in message, f"{part!r} is not in the message {message!r}"
+    snapshot.check()
+    return message
+
+
+def names_op(message: str, symbol: str) -> bool:
+    """The operator symbol stands on its own in ``message`` ("*" does not match inside "**",
+    "-" does not match inside "second-to-last")."""
+    return re.search(rf"(?<![-+*/@\w]){re.escape(symbol)}(?![-+*/@\w])", message) is not None
+
+
+def names_device(message: str, device: str) -> bool:
+    """``device`` appears as a whole device string ("strict" does not match inside "strict:1")."""
+    return re.search(rf"(?<![\w:]){re.escape(device)}(?![\w:])", message) is not None
+
+
+def make_world(device):
+    """Tensors in every state a failing call could disturb: leaves with accumulated
+    gradients, a leaf without grad, a leaf whose gradient was never allocated, a non-leaf."""
+    a = Tensor(np.arange(6.0).reshape(2, 3) - 2.5, requires_grad=True, device=device, name="a")
+    b = Tensor([1.0, -2.0, 3.0, 4.0], requires_grad=True, device=device, name="b")
+    (a * a).sum().backward()
+    (b * 3.0).sum().backward()
+    c = Tensor([[0.5, 1.5, 2.5]], device=device, name="c")
+    d = Tensor(np.ones((3, 2)), requires_grad=True, device=device, name="d")
+    h = a * 2.0
+    h.name = "h"
+    assert a._grad is not None and b._grad is not None and d._grad is None and h._grad is None
+    return a, b, c, d, h
+
+
+BINARY = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "/": operator.truediv,
+    "**": operator.pow,
+}
+
+# ---- mismatched shapes -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("symbol", list(BINARY))
+@pytest.mark.parametrize("reflected", [False, True], ids=["a_op_b", "b_op_a"])
+def test_elementwise_shape_mismatch(device, symbol, reflected):
+    world = make_world(device)
+    a, b = world[0], world[1]
+    left, right = (b, a) if reflected else (a, b)
+    message = raises_unchanged(ValueError, lambda: BINARY[symbol](left, right), world, "(2, 3)", "(4,)")
+    assert names_op(message, symbol), f"{symbol!r} is not named in {message!r}"
+
+
+@pytest.mark.parametrize("symbol", list(BINARY))
+@pytest.mark.parametrize(
+    "host", [[1.0, 2.0, 3.0, 4.0], np.ones(4)], ids=["list", "ndarray"]
+)
+@pytest.mark.parametrize("reflected", [False, True], ids=["tensor_op_host", "host_op_tensor"])
+def test_elementwise_shape_mismatch_with_host_operand(device, symbol, host, reflected):
+    world = make_world(device)
+    a = world[0]
+    saved = np.array(host, copy=True)
+
+    def call():
+        return BINARY[symbol](host, a) if reflected else BINARY[symbol](a, host)
+
+    message = raises_unchanged(ValueError, call, world, "(2, 3)", "(4,)")
+    assert names_op(message, symbol), f"{symbol!r} is not named in {message!r}"
+    np.testing.assert_array_equal(np.asarray(host), saved)
+
+
+MATMUL_CASES = [
+    ((2, 3), (4,)),
+    ((4,), (2, 3)),
+    ((2, 3), (4, 2)),
+    ((3,), (4,)),
+    ((2, 3, 4), (5, 4, 2)),  # batch axes do not broadcast
+    ((2, 3), (2, 4, 2)),
+    ((), (3,)),  # matmul needs at least one axis
+]
+
+
+@pytest.mark.parametrize("shapes", MATMUL_CASES, ids=lambda s: f"{s[0]}@{s[1]}")
+@pytest.mark.parametrize("form", ["operator", "method"])
+def test_matmul_shape_mismatch(device, shapes, form):
+    world = make_world(device)
+    x = Tensor(np.ones(shapes[0]), requires_grad=True, device=device, name="x")
+    y = Tensor(np.full(shapes[1], 2.0), device=device, name="y")
+
+    def call():
+        return x @ y if form == "operator" else x.matmul(y)
+
+    message = raises_unchanged(ValueError, call, (*world, x, y), str(shapes[0]), str(shapes[1]))
+    assert names_op(message, "@") or "matmul" in message, message
+
+
+# ---- mixed devices ---------------------------------------------------------------------------
+
+MIXED_OPS = {**BINARY, "@": operator.matmul}
+
+
+def _check_mixed(first, second, symbol, shape=(2, 2)):
+    x = Tensor(np.arange(4.0).reshape(shape) + 1.0, requires_grad=True, device=first, name="x")
+    y = Tensor(np.ones(shape), requires_grad=True, device=second, name="y")
+    (x * 2.0).sum().backward()
+    world = (*make_world(first), x, y)
+    for left, right in ((x, y), (y, x)):
+        message = raises_unchanged(ValueError, lambda lhs=left, rhs=right: MIXED_OPS[symbol](lhs, rhs), world)
+        assert names_device(message, first) and names_device(message, second), (
+            f"{first!r} and {second!r} are not both named in {message!r}"
+        )
+
+
+@pytest.mark.parametrize("symbol", list(MIXED_OPS))
+@pytest.mark.parametrize(
+    "pair", [("strict", "strict:1"), ("cpu", "strict"), ("strict:1", "strict:2")], ids=lambda p: "-".join(p)
+)
+def test_mixed_devices_raise_naming_both(pair, symbol):
+    _check_mixed(*pair, symbol)
+
+
+@pytest.mark.parametrize("symbol", list(MIXED_OPS))
+def test_mixed_devices_against_every_device(device, symbol):
+    _check_mixed(device, "strict:1", symbol)
+
+
+def test_mixed_devices_matmul_method(device):
+    x = Tensor(np.ones((2, 2)), requires_grad=True, device=device)
+    y = Tensor(np.ones((2, 2)), device="strict:1")
+    message = raises_unchanged(ValueError, lambda: x.matmul(y), (x, y))
+    assert names_device(message, device) and names_device(message, "strict:1"), message
+
+
+def test_mixed_devices_with_a_raw_array_of_another_device(device):
+    """An array of another library keeps its device, so it mismatches too. (Only on the
+    right: array_api_strict's own operators reject foreign operands before Python asks
+    the Tensor.)"""
+    xp = get_backend("strict:1").xp
+    raw = xp.asarray([1.0, 2.0], device=get_backend("strict:1").xp_device)
+    world = make_world(device)
+    x = Tensor([3.0, 4.0], requires_grad=True, device=device)
+    for call in (lambda: x + raw, lambda: x * raw, lambda: x - raw, lambda: x @ raw):
+        message = raises_unchanged(ValueError, call, (*world, x))
+        assert names_device(message, device) and names_device(message, "strict:1"), message
+
+
+def test_mixed_devices_index_tensor(device):
+    world = make_world(device)
+    a = world[0]
+    index = Tensor([0.0, 1.0], device="strict:1")
+    message = raises_unchanged(ValueError, lambda: a[index], (*world, index))
+    assert names_device(message, device) and names_device(message, "strict:1"), message
+
+
+# ---- unknown and unusable devices --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["tpu", "gpu:0", "mps"])
+def test_unknown_device_type_is_a_value_error(device, name):
+    world = make_world(device)
+    a = world[0]
+    for call in (
+        lambda: Tensor(1.0, device=name),
+        lambda: Tensor([1.0, 2.0], requires_grad=True, device=name),
+        lambda: Tensor(np.ones(3), device=name),
+        lambda: Tensor(a, device=name),
+        lambda: a.to(name),
+    ):
+        raises_unchanged(ValueError, call, world, name)
+
+
+def test_set_default_device_to_unknown_device_keeps_the_default():
+    before = lp.get_default_device()
+    with pytest.raises(ValueError, match="tpu"):
+        lp.set_default_device("tpu")
+    assert lp.get_default_device() == before
+    with pytest.raises(RuntimeError, match="strict:7"):
+        lp.set_default_device("strict:7")
+    assert lp.get_default_device() == before
+
+
+@pytest.mark.parametrize("name", ["strict:7", "strict:3"])
+def test_missing_device_index_is_a_runtime_error(device, name):
+    world = make_world(device)
+    a = world[0]
+    for call in (
+        lambda: Tensor(1.0, device=name),
+        lambda: Tensor(np.ones((2, 3)), requires_grad=True, device=name),
+        lambda: a.to(name),
+    ):
+        raises_unchanged(RuntimeError, call, world, name)
+
+
+def test_malformed_device_strings(device):
+    world = make_world(device)
+    raises_unchanged(ValueError, lambda: Tensor(1.0, device="strict:x"), world, "strict:x")
+    raises_unchanged(TypeError, lambda: Tensor(1.0, device=3), world)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("cupy") is not None,
+    reason="CuPy is installed here: the missing-CuPy message cannot be observed",
+)
+def test_cuda_without_cupy_says_how_to_install(device):
+    world = make_world(device)
+    a = world[0]
+    before = lp.get_default_device()
+    for call in (
+        lambda: Tensor(1.0, device="cuda"),
+        lambda: Tensor([1.0, 2.0], device="cuda:0"),
+        lambda: a.to("cuda"),
+        lambda: a.cuda(),
+        lambda: lp.set_default_device("cuda"),
+        lambda: Tensor(1.0, device="cuda"),  # asking again gives the same answer
+    ):
+        message = raises_unchanged(RuntimeError, call, world, "leanpass[cuda12]")
+        assert "cuda" in message.replace("leanpass[cuda12]", "").lower(), message
+    assert lp.get_default_device() == before
+    assert not any(d.startswith("cuda") for d in lp.available_devices())
+
+
+# ---- non-numeric and ragged data -----------------------------------------------------------------
+
+NON_NUMERIC = {
+    "str": "abc",
+    "bytes": b"abc",
+    "list_with_str": [1, "a"],
+    "None": None,
+    "empty_dict": {},
+    "dict": {1: 2.0},
+    "object": object(),
+    "list_with_None": [1.0, None],
+    "complex": 1 + 2j,
+    "complex_list": [1.0, 2j],
+    "complex_ndarray": np.array([1 + 1j, 2.0]),
+    "str_ndarray": np.array(["a", "b"]),
+    "nested_str": [[1.0, 2.0], ["x", 4.0]],
+}
+
+
+@pytest.mark.parametrize("data", list(NON_NUMERIC.values()), ids=list(NON_NUMERIC))
+def test_non_numeric_data_is_a_type_error(device, data):
+    world = make_world(device)
+    raises_unchanged(TypeError, lambda: Tensor(data, device=device), world)
+    raises_unchanged(TypeError, lambda: Tensor(data, requires_grad=True, device=device), world)
+
+
+RAGGED = {
+    "rows": [[1.0, 2.0], [3.0]],
+    "scalar_and_list": [1.0, [2.0, 3.0]],
+    "deep": [[[1.0], [2.0]], [[3.0]]],
+}
+
+
+@pytest.mark.parametrize("data", list(RAGGED.values()), ids=list(RAGGED))
+def test_ragged_lists_are_a_value_error(device, data):
+    world = make_world(device)
+    raises_unchanged(ValueError, lambda: Tensor(data, device=device), world)
+
+
+@pytest.mark.parametrize("other", ["abc", None, 1 + 2j, [1.0, "a"], b"x"], ids=repr)
+@pytest.mark.parametrize("symbol", list(MIXED_OPS))
+def test_non_numeric_operand_is_a_type_error(device, symbol, other):
+    world = make_world(device)
+    a = world[0]
+    raises_unchanged(TypeError, lambda: MIXED_OPS[symbol](a, other), world)
+    raises_unchanged(TypeError, lambda: MIXED_OPS[symbol](other, a), world)
+
+
+@pytest.mark.parametrize("symbol", list(BINARY))
+def test_ragged_operand_is_a_value_error(device, symbol):
+    world = make_world(device)
+    raises_unchanged(ValueError, lambda: BINARY[symbol](world[0], [[1.0, 2.0], [3.0]]), world)
+
+
+# ---- backward ---------------------------------------------------------------------------------
+
+WRONG_GRADIENTS = {
+    "row": (lambda dev: np.ones(3), "(3,)"),
+    "transposed": (lambda dev: np.ones((3, 2)), "(3, 2)"),
+    "flat_list": (lambda dev: [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], "(6,)"),
+    "broadcastable": (lambda dev: np.ones((1, 3)), "(1, 3)"),
+    "scalar": (lambda dev: 1.0, "()"),
+    "extra_axis_tensor": (lambda dev: Tensor(np.ones((2, 3, 1)), device=dev), "(2, 3, 1)"),
+    "other_device_tensor": (lambda dev: Tensor(np.ones((3, 2)), device="strict:1"), "(3, 2)"),
+}
+
+
+@pytest.mark.parametrize("case", list(WRONG_GRADIENTS))
+def test_backward_gradient_of_wrong_shape(device, case):
+    make_gradient, gradient_shape = WRONG_GRADIENTS[case]
+    world = make_world(device)
+    a, h = world[0], world[4]
+    gradient = make_gradient(device)
+    extra = (gradient,) if isinstance(gradient, Tensor) else ()
+    raises_unchanged(ValueError, lambda: h.backward(gradient), (*world, *extra), "(2, 3)", gradient_shape)
+    # the failed call released nothing: the graph still runs, and adds exactly once
+    before = np.array(get_backend(device).to_host(a._grad), copy=True)
+    h.backward(np.ones((2, 3)))
+    np.testing.assert_array_equal(get_backend(device).to_host(a.grad), before + 2.0)
+
+
+def test_backward_gradient_of_wrong_shape_on_a_leaf(device):
+    world = make_world(device)
+    a = world[0]
+    raises_unchanged(ValueError, lambda: a.backward(np.ones(3)), world, "(2, 3)", "(3,)")
+    d = world[3]
+    raises_unchanged(ValueError, lambda: d.backward(np.ones((2, 3))), world, "(3, 2)", "(2, 3)")
+
+
+def test_backward_gradient_non_numeric(device):
+    world = make_world(device)
+    h = world[4]
+    raises_unchanged(TypeError, lambda: h.backward("abc"), world)
+    raises_unchanged(TypeError, lambda: h.backward([[1.0, None, 1.0], [1.0, 1.0, 1.0]]), world)
+
+
+def test_backward_without_grad_is_a_runtime_error(device):
+    world = make_world(device)
+    c = world[2]
+    raises_unchanged(RuntimeError, lambda: (c * 2.0).backward(np.ones((1, 3))), world)
+
+
+def test_second_backward_through_released_graph(device):
+    world = make_world(device)
+    a, b = world[0], world[1]
+    loss = (a.sum() * b.sum()) ** 2
+    loss.backward()
+    raises_unchanged(RuntimeError, loss.backward, world, "retain_graph")
+
+
+def test_released_part_of_a_graph_is_detected_before_any_gradient_moves(device):
+    """A new graph built on a released node raises before writing any gradient."""
+    world = make_world(device)
+    a, b = world[0], world[1]
+    e = Tensor([[1.0, 2.0, 3.0]], requires_grad=True, device=device, name="e")
+    y = a * 2.0
+    y.sum().backward()
+    z = (e * 5.0 + y).sum()  # e's branch is fresh, y's is released
+    raises_unchanged(RuntimeError, z.backward, (*world, e, y, z), "retain_graph")
+    assert b._grad is not None
+
+
+def test_retain_graph_allows_exactly_one_more_call(device):
+    world = make_world(device)
+    a = world[0]
+    loss = (a * a).sum()
+    start = get_backend(device).to_host(a.grad)
+    loss.backward(retain_graph=True)
+    loss.backward()
+    np.testing.assert_allclose(get_backend(device).to_host(a.grad), start + 4.0 * a.numpy())
+    raises_unchanged(RuntimeError, loss.backward, world, "retain_graph")
+
+
+# ---- reductions and axes ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["sum", "mean", "max"])
+@pytest.mark.parametrize("axis", [2, -3, 7, (0, 2), (-3,)], ids=str)
+def test_reduction_axis_out_of_range(device, method, axis):
+    world = make_world(device)
+    a = world[0]
+    bad = next(x for x in (axis if isinstance(axis, tuple) else (axis,)) if not -2 <= x < 2)
+    # NumPy raises AxisError (a ValueError and an IndexError); PyTorch an IndexError.
+    message = raises_unchanged((IndexError, ValueError), lambda: getattr(a, method)(axis=axis), world, method)
+    assert re.search(rf"(?<![\w-]){bad}(?!\d)", message), f"axis {bad} is not named in {message!r}"
+    raises_unchanged((IndexError, ValueError), lambda: getattr(a, method)(axis=axis, keepdims=True), world, method)
+
+
+@pytest.mark.parametrize("method", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("axis", [2, -3])
+def test_axis_function_out_of_range(device, method, axis):
+    world = make_world(device)
+    raises_unchanged((IndexError, ValueError), lambda: getattr(world[0], method)(axis=axis), world, method, str(axis))
+
+
+@pytest.mark.parametrize("method", ["sum", "mean", "max"])
+def test_reduction_repeated_or_non_integer_axis(device, method):
+    world = make_world(device)
+    a = world[0]
+    raises_unchanged(ValueError, lambda: getattr(a, method)(axis=(0, -2)), world, method)
+    raises_unchanged(TypeError, lambda: getattr(a, method)(axis=0.5), world, method)
+
+
+# ---- reshape and other shape operations ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "shape", [(4, 2), (5,), (-1, 4), (-1, -1), (0, 6), (7, -1), (2, 3, 2), (-2, -3)], ids=str
+)
+def test_reshape_incompatible(device, shape):
+    world = make_world(device)
+    a = world[0]
+    raises_unchanged(ValueError, lambda: a.reshape(*shape), world, "reshape", "(2, 3)", str(shape))
+    raises_unchanged(ValueError, lambda: a.reshape(shape), world, "reshape", "(2, 3)", str(shape))
+
+
+def test_transpose_axes_not_a_permutation(device):
+    world = make_world(device)
+    raises_unchanged(ValueError, lambda: world[0].transpose(0, 0), world, "(2, 3)")
+    raises_unchanged((IndexError, ValueError), lambda: world[0].transpose(0, 2), world)
+
+
+def test_setting_grad_of_wrong_shape(device):
+    world = make_world(device)
+    a = world[0]
+
+    def assign():
+        a.grad = np.ones((3, 2))
+
+    raises_unchanged(ValueError, assign, world, "(3, 2)", "(2, 3)")
+
+
+def test_item_of_many_elements(device):
+    world = make_world(device)
+    raises_unchanged(ValueError, world[0].item, world, "(2, 3)")
+
+
+# ---- out-of-range indices (more in test_indexing.py) ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "index, bad",
+    [
+        (2, "2"),
+        (-3, "-3"),
+        ((0, 3), "3"),
+        ((slice(None), -4), "-4"),
+        ((..., 9), "9"),
+        ([0, 5], "5"),
+        ([-7, 0], "-7"),
+        ((slice(None), [1, 8]), "8"),
+        (([0, 1], [0, -6]), "-6"),
+        (np.array([[0, 1], [1, 11]]), "11"),
+    ],
+    ids=str,
+)
+def test_out_of_range_index(device, index, bad):
+    world = make_world(device)
+    a = world[0]
+    message = raises_unchanged(IndexError, lambda: a[index], world, "getitem", "(2, 3)")
+    assert re.search(rf"(?<![\w-]){re.escape(bad)}(?!\d)", message), f"index {bad} is not named in {message!r}"
