@@ -608,7 +608,8 @@ def _index_array(t, item):
         return xp.astype(array, xp.int64)
     src = backend_of_array(item)
     if src is None:
-        array = backend.from_host(host_array(item, "getitem"))
+        host = host_array(item, "getitem")
+        array = backend.from_host(host, "int64" if host.size == 0 else None)
     elif src is not backend:
         raise ValueError(
             f"getitem: the index array is on {src.device} but the tensor of shape {t.shape} is on {t.device}"
@@ -647,7 +648,10 @@ def _getitem(t, index):
         elif isinstance(item, numbers.Integral):
             parsed.append(operator.index(item))
         elif isinstance(item, Tensor) and item.ndim == 0:
-            parsed.append(int(item.item()))
+            value = item.item()
+            if value != int(value):
+                raise IndexError(f"getitem: a float tensor used as an index must hold whole numbers, got {value}")
+            parsed.append(int(value))
         else:
             parsed.append(_index_array(t, item))
     arrays = [p for p in parsed if not (p is None or p is Ellipsis or isinstance(p, (int, slice)))]
@@ -675,16 +679,31 @@ def _expand(parsed, ndim):
     return parsed + [slice(None)] * (ndim - rest)
 
 
+def _in_bounds(s: slice, n: int) -> slice:
+    """``s`` with its start and stop clamped into the axis, as NumPy does implicitly
+    (the array API leaves out-of-bounds slices unspecified)."""
+    start, stop, step = s.indices(n)
+    if step > 0:
+        return slice(start, max(stop, start), step)
+    if start < 0:  # an empty reversed slice
+        return slice(0, 0, 1)
+    return slice(start, None if stop < 0 else stop, step)
+
+
 def _index_basic(t, parsed):
+    """Integers, slices, ``None`` and ``...``: a view of the data."""
+    key = []
     axis = 0
     for p in _expand(parsed, t._data.ndim):
-        if isinstance(p, int):
-            n = t.shape[axis]
-            if not -n <= p < n:
-                raise _out_of_range(p, axis, n, t.shape)
         if p is not None:
+            n = t.shape[axis]
+            if isinstance(p, int) and not -n <= p < n:
+                raise _out_of_range(p, axis, n, t.shape)
+            if isinstance(p, slice) and p != slice(None):
+                p = _in_bounds(p, n)
             axis += 1
-    key = tuple(parsed) if any(p is Ellipsis for p in parsed) else tuple(parsed) + (Ellipsis,)
+        key.append(p)
+    key = tuple(key)
     set_key = tuple(p for p in key if p is not None)
     set_shape = t._data[set_key].shape if len(set_key) != len(key) else None
     return _apply1(ops.index_basic, "getitem", t, key, set_key, set_shape)
@@ -701,40 +720,44 @@ def _index_mask(t, parsed, arrays):
 
 
 def _index_integer(t, parsed):
-    """Integer-array indexing: one array along one axis (``t[idx]``, ``t[:, idx]``), or
-    arrays and integers on the leading axes (``t[rows, cols]``)."""
+    """Integer-array indexing, as NumPy's whenever the arrays (and integers among
+    them) stand on adjacent axes: ``t[idx]``, ``t[:, idx]``, ``t[rows, cols]``,
+    ``t[1:, idx]``. Slices apply first; the arrays' axes then merge into one and
+    a single ``take`` picks the linear positions (a scatter-add on backward)."""
     if any(p is None for p in parsed):
         raise IndexError("getitem: None (newaxis) cannot be combined with index arrays; reshape first")
     full = _expand(parsed, t._data.ndim)
-    xp = t._backend.xp
-    picks = [i for i, p in enumerate(full) if not (isinstance(p, slice) and p == slice(None))]
-    if len(picks) == 1 and not isinstance(full[picks[0]], int):
-        axis = picks[0]
-        index = _checked_positions(t, full[axis], axis)
-        out = _apply1(ops.take, "getitem", t, xp.reshape(index, (-1,)), axis)
-        if index.ndim != 1:
-            shape = t.shape[:axis] + tuple(index.shape) + t.shape[axis + 1:]
-            out._op = "take"
-            out = _apply1(ops.reshape, "getitem", out, shape)
-        return out
-    lead = len(picks)
-    if picks != list(range(lead)):
+    block = [i for i, p in enumerate(full) if not isinstance(p, slice)]
+    first, last = block[0], block[-1]
+    if last - first + 1 != len(block):
         raise IndexError(
-            "getitem: index arrays must either stand alone among full slices (t[idx], t[:, idx]) "
-            "or fill the leading axes (t[rows, cols]); mixed forms are not supported"
+            "getitem: index arrays (and integers among them) must stand on adjacent axes, as in "
+            "t[idx], t[:, idx], t[rows, cols] or t[1:, idx]; NumPy would move their axes to the front here"
         )
+    shapes = [() if isinstance(full[i], int) else tuple(full[i].shape) for i in block]
+    try:
+        index_shape = broadcast_shapes("getitem", *shapes)
+    except ValueError:
+        raise IndexError(
+            f"getitem: index arrays of shapes {' and '.join(map(str, shapes))} do not broadcast"
+        ) from None
+    xp = t._backend.xp
     device = t._backend.xp_device
-    positions = []
-    for axis in range(lead):
+    linear = None
+    for axis in block:
         p = full[axis]
         if isinstance(p, int):
             p = xp.asarray(p, dtype=xp.int64, device=device)
-        positions.append(_checked_positions(t, p, axis))
-    positions = xp.broadcast_arrays(*positions)
-    linear = positions[0]
-    for axis in range(1, lead):
-        linear = linear * t.shape[axis] + positions[axis]
-    rest = t.shape[lead:]
-    flat = _apply1(ops.reshape, "reshape", t, (-1,) + rest)
-    taken = _apply1(ops.take, "take", flat, xp.reshape(linear, (-1,)), 0)
-    return _apply1(ops.reshape, "getitem", taken, tuple(linear.shape) + rest)
+        p = _checked_positions(t, p, axis)
+        linear = p if linear is None else linear * t.shape[axis] + p
+    linear = xp.reshape(xp.broadcast_to(linear, index_shape), (-1,))
+    if any(isinstance(p, slice) and p != slice(None) for p in full):
+        t = _index_basic(t, [slice(None) if i in block else p for i, p in enumerate(full)])
+    shape = t.shape
+    if len(block) > 1:
+        t = _apply1(ops.reshape, "reshape", t, shape[:first] + (-1,) + shape[last + 1:])
+    out_shape = shape[:first] + index_shape + shape[last + 1:]
+    if len(index_shape) == 1:
+        return _apply1(ops.take, "getitem", t, linear, first)
+    taken = _apply1(ops.take, "take", t, linear, first)
+    return _apply1(ops.reshape, "getitem", taken, out_shape)
