@@ -5,7 +5,7 @@
 it; ``backward()`` computes gradients.
 """
 
-from . import backends
+from . import backends, nn, optim
 from .autograd import enable_grad, is_grad_enabled, no_grad
 from .backends import (
     available_devices,
@@ -16,6 +16,7 @@ from .backends import (
     set_default_dtype,
 )
 from .gradcheck import GradcheckError, gradcheck
+from .serialization import load, save
 from .tensor import Tensor
 
 __version__ = "0.2.0"
@@ -23,6 +24,10 @@ __version__ = "0.2.0"
 __all__ = [
     "Tensor",
     "backends",
+    "nn",
+    "optim",
+    "save",
+    "load",
     "no_grad",
     "enable_grad",
     "is_grad_enabled",

@@ -242,6 +242,20 @@ def sigmoid(be, a):
     return out, backward
 
 
+def softplus(be, a):
+    """``log(1 + exp(a))`` as ``max(a, 0) + log1p(exp(-|a|))``: never overflows; its
+    gradient is the sigmoid, exact at 0 too."""
+    xp = be.xp
+    e = xp.exp(-xp.abs(a))
+    out = xp.maximum(a, 0.0) + xp.log1p(e)
+
+    def backward(g):
+        r = 1.0 / (1.0 + e)
+        return (g * xp.where(a >= 0, r, e * r),)
+
+    return out, backward
+
+
 def tanh(be, a):
     out = be.xp.tanh(a)
 

@@ -337,6 +337,10 @@ class Tensor:
     def sigmoid(self) -> Tensor:
         return _apply1(ops.sigmoid, "sigmoid", self)
 
+    def softplus(self) -> Tensor:
+        """``log(1 + exp(x))``, computed without overflow."""
+        return _apply1(ops.softplus, "softplus", self)
+
     def tanh(self) -> Tensor:
         return _apply1(ops.tanh, "tanh", self)
 

@@ -81,6 +81,7 @@ UNARY = {
     "log": (lambda a: a.abs().log(), lambda x: np.log(np.abs(x))),
     "sigmoid": (lambda a: a.sigmoid(), lambda x: 1 / (1 + np.exp(-x))),
     "tanh": (lambda a: a.tanh(), np.tanh),
+    "softplus": (lambda a: a.softplus(), lambda x: np.log1p(np.exp(x))),
     "gelu": (lambda a: a.gelu(), _gelu),
     "abs": (lambda a: a.abs(), np.abs),
     "sqrt": (lambda a: a.abs().sqrt(), lambda x: np.sqrt(np.abs(x))),
@@ -201,6 +202,14 @@ def test_sigmoid_no_overflow_warning(device):
     np.testing.assert_allclose(s.numpy(), [0.0, 1.9287498479639178e-22, 0.5, 1.0, 1.0], atol=1e-30)
     s.sum().backward()
     assert np.isfinite(host(device, x.grad)).all()
+
+
+def test_softplus_is_stable_and_exact_at_zero(device):
+    x = leaf(device, np.array([-1e4, 0.0, 1e4]))
+    y = x.softplus()
+    np.testing.assert_allclose(y.numpy(), [0.0, np.log(2.0), 1e4])
+    y.sum().backward()
+    np.testing.assert_allclose(host(device, x.grad), [0.0, 0.5, 1.0])
 
 
 def test_log_of_zero_and_negative_without_warning(device):

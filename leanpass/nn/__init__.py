@@ -1,0 +1,27 @@
+"""Neural-network building blocks: modules, layers and losses.
+
+Everything here speaks ``Tensor`` (and, where an array is built, the backend's
+``xp``), so it runs on every device.
+"""
+
+from .layers import (
+    GELU,
+    MLP,
+    Dropout,
+    Identity,
+    LeakyReLU,
+    Linear,
+    ReLU,
+    Sequential,
+    Sigmoid,
+    Softmax,
+    Tanh,
+)
+from .losses import binary_cross_entropy_loss, cross_entropy_loss, mse_loss
+from .module import Module
+
+__all__ = [
+    "Module", "Linear", "MLP", "Sequential", "Dropout",
+    "ReLU", "Sigmoid", "Tanh", "LeakyReLU", "GELU", "Softmax", "Identity",
+    "mse_loss", "cross_entropy_loss", "binary_cross_entropy_loss",
+]

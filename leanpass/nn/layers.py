@@ -1,0 +1,184 @@
+"""Layers: Linear, MLP, Sequential, Dropout and the activation modules."""
+
+from __future__ import annotations
+
+import math
+
+from ..backends import get_backend, get_default_dtype
+from ..tensor import Tensor
+from .module import Module
+
+__all__ = [
+    "Linear", "MLP", "Sequential", "Dropout",
+    "ReLU", "Sigmoid", "Tanh", "LeakyReLU", "GELU", "Softmax", "Identity",
+]
+
+
+class Linear(Module):
+    """``y = x @ weight + bias``, ``weight`` of shape ``(in_features, out_features)``
+    drawn from ``U(-1/sqrt(in), 1/sqrt(in))`` on the host (so one seed gives the
+    same weights on every device), ``bias`` zeros."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, device=None, dtype=None):
+        if in_features < 1 or out_features < 1:
+            raise ValueError(f"Linear: sizes must be positive, got ({in_features}, {out_features})")
+        backend = get_backend(device)
+        dtype = dtype or get_default_dtype()
+        self.in_features = int(in_features)
+        self.out_features = int(out_features)
+        bound = 1.0 / math.sqrt(in_features)
+        self.weight = Tensor(
+            backend.init_uniform((in_features, out_features), -bound, bound, dtype), requires_grad=True, name="weight"
+        )
+        self.bias = (
+            Tensor(backend.zeros((out_features,), backend.dtype(dtype)), requires_grad=True, name="bias")
+            if bias else None
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.shape[-1:] != (self.in_features,):
+            raise ValueError(
+                f"Linear({self.in_features}, {self.out_features}): input of shape {x.shape} does not end "
+                f"in {self.in_features} features"
+            )
+        y = x @ self.weight
+        return y if self.bias is None else y + self.bias
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class ReLU(Module):
+    def forward(self, x):
+        return x.relu()
+
+
+class Sigmoid(Module):
+    def forward(self, x):
+        return x.sigmoid()
+
+
+class Tanh(Module):
+    def forward(self, x):
+        return x.tanh()
+
+
+class GELU(Module):
+    """GELU, tanh approximation."""
+
+    def forward(self, x):
+        return x.gelu()
+
+
+class LeakyReLU(Module):
+    def __init__(self, negative_slope: float = 0.01):
+        self.negative_slope = float(negative_slope)
+
+    def forward(self, x):
+        return x.leaky_relu(self.negative_slope)
+
+    def extra_repr(self):
+        return f"negative_slope={self.negative_slope}"
+
+
+class Softmax(Module):
+    def __init__(self, axis: int = -1):
+        self.axis = axis
+
+    def forward(self, x):
+        return x.softmax(self.axis)
+
+    def extra_repr(self):
+        return f"axis={self.axis}"
+
+
+class Identity(Module):
+    def forward(self, x):
+        return x
+
+
+_ACTIVATIONS = {
+    "relu": ReLU, "sigmoid": Sigmoid, "tanh": Tanh, "gelu": GELU, "leaky_relu": LeakyReLU, "identity": Identity,
+}
+
+
+class Sequential(Module):
+    """Modules applied one after another."""
+
+    def __init__(self, *modules):
+        if len(modules) == 1 and isinstance(modules[0], (list, tuple)):
+            modules = tuple(modules[0])
+        for m in modules:
+            if not callable(m):
+                raise TypeError(f"Sequential: {m!r} is not a module or function")
+        self.layers = list(modules)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+    def __getitem__(self, i):
+        return self.layers[i]
+
+    def __len__(self):
+        return len(self.layers)
+
+    def __iter__(self):
+        return iter(self.layers)
+
+
+class MLP(Module):
+    """Linear layers of the given sizes with ``activation`` between them (none after
+    the last): ``MLP([784, 256, 10])`` is Linear(784, 256), ReLU, Linear(256, 10).
+    ``activation`` is a name (relu, tanh, sigmoid, gelu, leaky_relu) or a Module."""
+
+    def __init__(self, layer_sizes, *, activation="relu", device=None, dtype=None):
+        sizes = [int(n) for n in layer_sizes]
+        if len(sizes) < 2:
+            raise ValueError(f"MLP: give at least an input and an output size, got {list(layer_sizes)}")
+        if isinstance(activation, str):
+            if activation not in _ACTIVATIONS:
+                raise ValueError(f"MLP: unknown activation {activation!r}; choose from {sorted(_ACTIVATIONS)}")
+            make = _ACTIVATIONS[activation]
+        elif isinstance(activation, Module) or callable(activation):
+            make = lambda: activation  # noqa: E731
+        else:
+            raise TypeError(f"MLP: activation must be a name or a Module, got {type(activation).__name__}")
+        self.layer_sizes = sizes
+        self.layers = [Linear(a, b, device=device, dtype=dtype) for a, b in zip(sizes[:-1], sizes[1:])]
+        self.activations = [make() for _ in sizes[2:]]
+
+    def forward(self, x):
+        last = len(self.layers) - 1
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if i < last:
+                x = self.activations[i](x)
+        return x
+
+    def extra_repr(self):
+        return f"{self.layer_sizes}"
+
+
+class Dropout(Module):
+    """Inverted dropout: in training, zero each element with probability ``p`` and
+    scale the rest by ``1 / (1 - p)``; the identity in eval mode. ``training=``
+    in the call overrides the module's mode (as in LeanPass 0.1)."""
+
+    def __init__(self, p: float = 0.5):
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"Dropout: p must be in [0, 1), got {p}")
+        self.p = float(p)
+
+    def forward(self, x: Tensor, training: bool | None = None) -> Tensor:
+        training = self.training if training is None else training
+        if not training or self.p == 0.0:
+            return x
+        keep = 1.0 - self.p
+        backend = get_backend(x.device)
+        mask = backend.bernoulli(x.shape, keep, x.dtype)
+        return x * Tensor(mask * (1.0 / keep))
+
+    def extra_repr(self):
+        return f"p={self.p}"

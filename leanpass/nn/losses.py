@@ -1,0 +1,90 @@
+"""Loss functions; each returns a 0-d tensor (the mean over the batch)."""
+
+from __future__ import annotations
+
+from ..backends import dtype_name, get_backend
+from ..tensor import Tensor
+
+__all__ = ["mse_loss", "cross_entropy_loss", "binary_cross_entropy_loss"]
+
+
+def _target(prediction: Tensor, target, op: str) -> Tensor:
+    """The target as a constant Tensor on the prediction's device and dtype."""
+    if isinstance(target, Tensor):
+        if target.device != prediction.device:
+            raise ValueError(
+                f"{op}: prediction is on {prediction.device} but target is on {target.device}; "
+                f"move one with .to({prediction.device!r})"
+            )
+        return target if dtype_name(target.dtype) == dtype_name(prediction.dtype) else target.astype(prediction.dtype)
+    return Tensor(target, device=prediction.device, dtype=prediction.dtype)
+
+
+def _same_shape(prediction: Tensor, target: Tensor, op: str) -> None:
+    if prediction.shape != target.shape:
+        raise ValueError(
+            f"{op}: prediction of shape {prediction.shape} and target of shape {target.shape} differ "
+            "(LeanPass does not broadcast a loss's target)"
+        )
+
+
+def mse_loss(prediction: Tensor, target) -> Tensor:
+    """Mean squared error."""
+    target = _target(prediction, target, "mse_loss")
+    _same_shape(prediction, target, "mse_loss")
+    diff = prediction - target
+    return (diff * diff).mean()
+
+
+def cross_entropy_loss(logits: Tensor, target, axis: int = -1) -> Tensor:
+    """Cross-entropy of softmax(logits) against ``target``, averaged over the batch.
+
+    ``target`` is either one-hot rows / class probabilities of the logits' shape,
+    or integer class indices of the logits' shape without the class ``axis``.
+    Computed through ``log_softmax``, so it is finite for any finite logits.
+    """
+    ndim = logits.ndim
+    if ndim == 0:
+        raise ValueError("cross_entropy_loss: logits must have a class axis, got a 0-d tensor")
+    axis = axis % ndim if -ndim <= axis < ndim else None
+    if axis is None:
+        raise IndexError(f"cross_entropy_loss: axis is out of range for logits of shape {logits.shape}")
+    target = _target(logits, target, "cross_entropy_loss")
+    log_probs = logits.log_softmax(axis)
+    if target.shape == logits.shape:
+        probs = target
+    else:
+        classes = logits.shape[axis]
+        expected = logits.shape[:axis] + logits.shape[axis + 1:]
+        if target.shape != expected:
+            raise ValueError(
+                f"cross_entropy_loss: target of shape {target.shape} is neither the logits' shape "
+                f"{logits.shape} (probabilities) nor {expected} (class indices)"
+            )
+        probs = Tensor(_one_hot(target, classes, axis), device=logits.device)
+    return -(probs * log_probs).sum(axis=axis).mean()
+
+
+def _one_hot(indices: Tensor, classes: int, axis: int):
+    """One-hot rows (as an array) of integer class ``indices``, the class axis at ``axis``."""
+    backend = get_backend(indices.device)
+    xp = backend.xp
+    data = indices.data
+    if bool(xp.any((data != xp.floor(data)) | (data < 0) | (data >= classes))):
+        raise ValueError(
+            f"cross_entropy_loss: class indices must be whole numbers in [0, {classes}), "
+            f"got values from {float(xp.min(data))} to {float(xp.max(data))}"
+        )
+    expanded = xp.expand_dims(data, axis=axis)
+    shape = [1] * expanded.ndim
+    shape[axis] = classes
+    labels = xp.reshape(xp.arange(classes, dtype=data.dtype, device=backend.xp_device), tuple(shape))
+    return xp.astype(expanded == labels, data.dtype)
+
+
+def binary_cross_entropy_loss(logits: Tensor, target) -> Tensor:
+    """Binary cross-entropy of sigmoid(logits) against targets in [0, 1], from the logits:
+    ``softplus(x) - x * y``, which never overflows (finite for logits of ±1e4)."""
+    target = _target(logits, target, "binary_cross_entropy_loss")
+    _same_shape(logits, target, "binary_cross_entropy_loss")
+    return (logits.softplus() - logits * target).mean()

@@ -1,0 +1,198 @@
+"""Optimizers: SGD (momentum, Nesterov, weight decay), Adam and AdamW.
+
+The update rules are PyTorch's, step for step. Updates run in place on each
+parameter's own array, on its own device, in its own dtype (hyper-parameters
+stay Python floats, so float32 stays float32); no value goes to the host.
+State (momentum buffers, moments) is created lazily, on the parameter's device
+at the first step, so ``Adam(model.parameters())`` then ``model.to("cuda")``
+then ``step()`` works.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .backends import dtype_name, get_backend
+from .tensor import Tensor
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW"]
+
+
+class Optimizer:
+    """Base class: parameter groups, ``zero_grad``, ``step`` and state dicts.
+
+    ``params`` is an iterable of Tensors, or of dicts ``{"params": [...], **options}``
+    whose options override the defaults for that group.
+    """
+
+    def __init__(self, params, defaults: dict):
+        params = list(params)
+        if not params:
+            raise ValueError(f"{type(self).__name__}: got an empty parameter list")
+        groups = params if isinstance(params[0], dict) else [{"params": params}]
+        self.defaults = dict(defaults)
+        self.param_groups: list[dict] = []
+        seen: set[int] = set()
+        for group in groups:
+            group = {**self.defaults, **group, "params": list(group["params"])}
+            for p in group["params"]:
+                if not isinstance(p, Tensor):
+                    raise TypeError(f"{type(self).__name__}: parameters must be Tensors, got {type(p).__name__}")
+                if id(p) in seen:
+                    raise ValueError(f"{type(self).__name__}: a parameter appears in more than one place")
+                seen.add(id(p))
+            self._check(group)
+            self.param_groups.append(group)
+        self.state: dict[int, dict] = {}  # keyed by id(parameter)
+
+    def _check(self, group: dict) -> None:
+        if group["lr"] < 0:
+            raise ValueError(f"{type(self).__name__}: lr must be >= 0, got {group['lr']}")
+        if group.get("weight_decay", 0.0) < 0:
+            raise ValueError(f"{type(self).__name__}: weight_decay must be >= 0, got {group['weight_decay']}")
+
+    def _params(self):
+        for group in self.param_groups:
+            yield from group["params"]
+
+    def zero_grad(self) -> None:
+        """Reset every parameter's gradient; it reads as zeros until the next backward."""
+        for p in self._params():
+            p.grad = None
+
+    def step(self) -> None:
+        """One update of every parameter that has a gradient."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                grad = p._grad  # None: no gradient since zero_grad (PyTorch skips these too)
+                if grad is not None:
+                    self._update(p, p.data, grad, self.state.setdefault(id(p), {}), group)
+
+    def _update(self, p: Tensor, data, grad, state: dict, group: dict) -> None:
+        raise NotImplementedError
+
+    # ---- state dicts -----------------------------------------------------------
+    def state_dict(self) -> dict:
+        """``{"state": {index: {name: value}}, "param_groups": [{options, "params": [index...]}]}``
+        with parameters numbered in order, as PyTorch does. Arrays are references."""
+        index = {id(p): i for i, p in enumerate(self._params())}
+        state = {index[k]: dict(v) for k, v in self.state.items() if k in index}
+        groups = [
+            {**{k: v for k, v in g.items() if k != "params"}, "params": [index[id(p)] for p in g["params"]]}
+            for g in self.param_groups
+        ]
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore options and state; arrays move to each parameter's device and dtype.
+        Everything is checked before anything changes."""
+        try:
+            groups, state = state_dict["param_groups"], state_dict["state"]
+        except (KeyError, TypeError):
+            raise ValueError(f"{type(self).__name__}.load_state_dict: expected keys 'state' and 'param_groups'") from None
+        params = list(self._params())
+        sizes = [len(g["params"]) for g in self.param_groups]
+        if [len(g["params"]) for g in groups] != sizes:
+            raise ValueError(
+                f"{type(self).__name__}.load_state_dict: the state has groups of sizes "
+                f"{[len(g['params']) for g in groups]}, this optimizer {sizes}"
+            )
+        restored = {}
+        for key, entries in state.items():
+            i = int(key)
+            if not 0 <= i < len(params):
+                raise ValueError(f"{type(self).__name__}.load_state_dict: state for parameter {i} of {len(params)}")
+            p = params[i]
+            entry = {}
+            for name, value in entries.items():
+                if hasattr(value, "shape") and hasattr(value, "dtype"):
+                    if tuple(value.shape) != p.shape:
+                        raise ValueError(
+                            f"{type(self).__name__}.load_state_dict: {name!r} of parameter {i} has shape "
+                            f"{tuple(value.shape)}, the parameter {p.shape}"
+                        )
+                    value = get_backend(p.device).copy(Tensor(value, device=p.device, dtype=dtype_name(p.dtype)).data)
+                entry[name] = value
+            restored[id(p)] = entry
+        for group, saved in zip(self.param_groups, groups):
+            group.update({k: (tuple(v) if isinstance(v, list) else v) for k, v in saved.items() if k != "params"})
+        self.state = restored
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent with optional momentum, Nesterov momentum and
+    L2 weight decay (PyTorch's ``torch.optim.SGD`` rule, dampening 0)."""
+
+    def __init__(self, params, lr=0.01, momentum=0.0, weight_decay=0.0, nesterov=False):
+        if nesterov and momentum <= 0:
+            raise ValueError("SGD: nesterov momentum needs momentum > 0")
+        super().__init__(params, dict(lr=float(lr), momentum=float(momentum),
+                                      weight_decay=float(weight_decay), nesterov=bool(nesterov)))
+
+    def _check(self, group):
+        super()._check(group)
+        if group["momentum"] < 0:
+            raise ValueError(f"SGD: momentum must be >= 0, got {group['momentum']}")
+
+    def _update(self, p, data, grad, state, group):
+        wd, momentum = group["weight_decay"], group["momentum"]
+        if wd:
+            grad = grad + wd * data
+        if momentum:
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                buf = state["momentum_buffer"] = get_backend(p.device).copy(grad)
+            else:
+                buf *= momentum
+                buf += grad
+            grad = grad + momentum * buf if group["nesterov"] else buf
+        data -= group["lr"] * grad
+
+
+class Adam(Optimizer):
+    """Adam (PyTorch's ``torch.optim.Adam`` rule; ``weight_decay`` is L2, added to the gradient)."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+        super().__init__(params, dict(lr=float(lr), betas=(float(betas[0]), float(betas[1])),
+                                      eps=float(eps), weight_decay=float(weight_decay)))
+
+    def _check(self, group):
+        super()._check(group)
+        b1, b2 = group["betas"]
+        if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
+            raise ValueError(f"{type(self).__name__}: betas must be in [0, 1), got {group['betas']}")
+        if group["eps"] < 0:
+            raise ValueError(f"{type(self).__name__}: eps must be >= 0, got {group['eps']}")
+
+    _decoupled = False
+
+    def _update(self, p, data, grad, state, group):
+        lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        if wd:
+            if self._decoupled:
+                data *= 1.0 - lr * wd
+            else:
+                grad = grad + wd * data
+        if not state:
+            xp = get_backend(p.device).xp
+            state["step"] = 0
+            state["exp_avg"] = xp.zeros_like(data)
+            state["exp_avg_sq"] = xp.zeros_like(data)
+        state["step"] += 1
+        t = state["step"]
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        m += (1.0 - b1) * (grad - m)  # PyTorch's lerp
+        v *= b2
+        v += (1.0 - b2) * (grad * grad)
+        xp = get_backend(p.device).xp
+        denom = xp.sqrt(v) / math.sqrt(1.0 - b2**t) + eps
+        data -= (lr / (1.0 - b1**t)) * (m / denom)
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (PyTorch's ``torch.optim.AdamW`` rule)."""
+
+    _decoupled = True
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
