@@ -89,7 +89,9 @@ class Optimizer:
         try:
             groups, state = state_dict["param_groups"], state_dict["state"]
         except (KeyError, TypeError):
-            raise ValueError(f"{type(self).__name__}.load_state_dict: expected keys 'state' and 'param_groups'") from None
+            raise ValueError(
+                f"{type(self).__name__}.load_state_dict: expected a dict with 'state' and 'param_groups'"
+            ) from None
         params = list(self._params())
         sizes = [len(g["params"]) for g in self.param_groups]
         if [len(g["params"]) for g in groups] != sizes:
