@@ -17,12 +17,13 @@ from .backends import (
 )
 from .gradcheck import GradcheckError, gradcheck
 from .serialization import load, save
-from .tensor import Tensor
+from .tensor import Tensor, as_tensor
 
 __version__ = "0.2.0"
 
 __all__ = [
     "Tensor",
+    "as_tensor",
     "backends",
     "nn",
     "optim",

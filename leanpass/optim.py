@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from .backends import dtype_name, get_backend
-from .tensor import Tensor
+from .tensor import Tensor, as_tensor
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW"]
 
@@ -113,7 +113,8 @@ class Optimizer:
                             f"{type(self).__name__}.load_state_dict: {name!r} of parameter {i} has shape "
                             f"{tuple(value.shape)}, the parameter {p.shape}"
                         )
-                    value = get_backend(p.device).copy(Tensor(value, device=p.device, dtype=dtype_name(p.dtype)).data)
+                    value = as_tensor(value, device=p.device, dtype=dtype_name(p.dtype)).data
+                    value = get_backend(p.device).copy(value)
                 entry[name] = value
             restored[id(p)] = entry
         for group, saved in zip(self.param_groups, groups):

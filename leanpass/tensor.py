@@ -24,7 +24,7 @@ from .backends import (
     transfer,
 )
 
-__all__ = ["Tensor"]
+__all__ = ["Tensor", "as_tensor"]
 
 _PY_SCALARS = (float, int)
 
@@ -38,7 +38,7 @@ class Tensor:
     :func:`leanpass.get_default_device`); a CuPy or ``array_api_strict`` array keeps
     its device unless ``device`` asks otherwise. Integers and booleans become the
     default float dtype; float arrays keep theirs unless ``dtype`` is given.
-    NumPy data of the right dtype on the ``cpu`` device is wrapped, not copied.
+    The tensor owns a copy of the data; :func:`as_tensor` shares memory instead.
     """
 
     __slots__ = ("_data", "_grad", "_backend", "_prev", "_backward", "_op", "_retain",
@@ -49,39 +49,7 @@ class Tensor:
     __array_priority__ = 1000
 
     def __init__(self, data, requires_grad=False, name=None, *, device=None, dtype=None):
-        if dtype is not None:
-            dtype = float_dtype_name(dtype)
-        if isinstance(data, Tensor):
-            src, array = data._backend, data._data
-        else:
-            src, array = backend_of_array(data), data
-        if src is None:  # host data
-            backend = get_backend(device)
-            host = host_array(data)
-            if dtype is None:
-                name_ = dtype_name(host.dtype)
-                from_array = hasattr(data, "dtype")  # NumPy arrays and scalars keep float dtypes
-                dtype = name_ if from_array and name_ in FLOAT_DTYPES else get_default_dtype()
-            array = backend.from_host(host, dtype)
-        else:
-            backend = src if device is None else get_backend(device)
-            if dtype is None:
-                name_ = dtype_name(array.dtype)
-                dtype = name_ if name_ in FLOAT_DTYPES else get_default_dtype()
-            if dtype_name(array.dtype) != dtype:
-                array = src.xp.astype(array, src.dtype(dtype))
-            array = transfer(array, src, backend)
-        if type(array) is not backend.array_type:
-            array = backend.xp.asarray(array)
-        self._data = array
-        self._backend = backend
-        self._grad = None
-        self._prev = ()
-        self._backward = None
-        self._op = "leaf"
-        self._retain = False
-        self.requires_grad = bool(requires_grad)
-        self.name = name
+        _init(self, data, requires_grad, name, device, dtype, copy=True)
 
     # ---- attributes -------------------------------------------------------------
     @property
@@ -235,7 +203,7 @@ class Tensor:
         if gradient is None:
             grad = backend.ones(data.shape, data.dtype)
         else:
-            grad = Tensor(gradient, device=backend.device, dtype=dtype_name(data.dtype))._data
+            grad = as_tensor(gradient, device=backend.device, dtype=dtype_name(data.dtype))._data
             if grad.shape != data.shape:
                 raise ValueError(
                     f"backward: gradient of shape {tuple(grad.shape)} does not match the "
@@ -415,6 +383,53 @@ class Tensor:
         return _getitem(self, index)
 
 
+def as_tensor(data, *, device=None, dtype=None) -> Tensor:
+    """A Tensor sharing ``data``'s memory where it can (same library, device and
+    dtype), as ``torch.as_tensor``; ``Tensor(data)`` always copies."""
+    t = _new(Tensor)
+    _init(t, data, False, None, device, dtype, copy=False)
+    return t
+
+
+def _init(self, data, requires_grad, name, device, dtype, copy):
+    if dtype is not None:
+        dtype = float_dtype_name(dtype)
+    if isinstance(data, Tensor):
+        src, array = data._backend, data._data
+    else:
+        src, array = backend_of_array(data), data
+    given = array
+    if src is None:  # host data
+        backend = get_backend(device)
+        host = host_array(data)
+        if dtype is None:
+            name_ = dtype_name(host.dtype)
+            from_array = hasattr(data, "dtype")  # NumPy arrays and scalars keep float dtypes
+            dtype = name_ if from_array and name_ in FLOAT_DTYPES else get_default_dtype()
+        array = backend.from_host(host, dtype)
+    else:
+        backend = src if device is None else get_backend(device)
+        if dtype is None:
+            name_ = dtype_name(array.dtype)
+            dtype = name_ if name_ in FLOAT_DTYPES else get_default_dtype()
+        if dtype_name(array.dtype) != dtype:
+            array = src.xp.astype(array, src.dtype(dtype))
+        array = transfer(array, src, backend)
+    if type(array) is not backend.array_type:
+        array = backend.xp.asarray(array)
+    elif copy and array is given:  # nothing converted it: take a copy the tensor owns
+        array = backend.copy(array)
+    self._data = array
+    self._backend = backend
+    self._grad = None
+    self._prev = ()
+    self._backward = None
+    self._op = "leaf"
+    self._retain = False
+    self.requires_grad = bool(requires_grad)
+    self.name = name
+
+
 # ---- applying operations ---------------------------------------------------------
 
 _new = object.__new__
@@ -489,8 +504,8 @@ def _operand(like, other):
         return NotImplemented
     try:
         if backend_of_array(other) is None:
-            return Tensor(other, device=like._backend, dtype=dtype_name(like._data.dtype))
-        return Tensor(other, dtype=dtype_name(like._data.dtype))
+            return as_tensor(other, device=like._backend, dtype=dtype_name(like._data.dtype))
+        return as_tensor(other, dtype=dtype_name(like._data.dtype))
     except TypeError:
         return NotImplemented
 

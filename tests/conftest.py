@@ -52,3 +52,13 @@ def device(request) -> str:
 @pytest.fixture
 def backend(device):
     return get_backend(device)
+
+
+def pytest_report_header(config):
+    lines = []
+    for name in requested_devices():
+        try:
+            lines.append(f"leanpass device {name}: {get_backend(name).device}")
+        except RuntimeError as exc:
+            lines.append(f"leanpass device {name}: SKIPPED ({exc})")
+    return lines

@@ -92,7 +92,8 @@ def test_environment_variable_sets_the_default_device():
 def test_tensor_keeps_the_library_and_device_of_its_array():
     a = xs.asarray([1.0, 2.0], device=xs.Device("device1"))
     t = Tensor(a)
-    assert t.device == "strict:1" and t.data is a
+    assert t.device == "strict:1" and t.data is not a  # Tensor() owns a copy
+    assert leanpass.as_tensor(a).data is a  # as_tensor shares
     moved = Tensor(a, device="cpu")
     assert moved.device == "cpu" and isinstance(moved.data, np.ndarray)
     ints = Tensor(xs.asarray([1, 2]))
@@ -113,6 +114,16 @@ def test_dtypes_of_new_tensors():
     assert Tensor(np.ones(2, dtype=np.float32), dtype="float64").dtype == np.float64
     assert Tensor([1.0], dtype=np.float32).dtype == np.float32
     assert Tensor(xs.ones(2, dtype=xs.float32)).dtype == xs.float32
+
+
+def test_tensor_copies_and_as_tensor_shares_host_data():
+    arr = np.array([1.0, 2.0])
+    t = Tensor(arr, requires_grad=True)
+    t.data -= 1.0  # as an optimizer would, in place
+    assert arr.tolist() == [1.0, 2.0]
+    shared = leanpass.as_tensor(arr)
+    assert shared.data is arr and not shared.requires_grad
+    assert leanpass.as_tensor(arr, dtype="float32").dtype == np.float32
 
 
 def test_cpu_data_is_a_plain_ndarray():

@@ -353,17 +353,21 @@ def test_softmax_along_random_axis(device, fn, data):
     log_p_ref = x64 - np.expand_dims(_logsumexp(x64, axis), axis)
     if fn == "softmax":
         assert np.all(y >= 0.0) and np.all(y <= 1.0 + 1e-6)
-        check_close(np.sum(y.astype(np.float64), axis=axis), np.ones(np.delete(shape, axis % len(shape))),
-                    dtype, "softmax rows sum to 1")
+        check_close(
+            np.sum(y.astype(np.float64), axis=axis),
+            np.ones(np.delete(shape, axis % len(shape))),
+            dtype,
+            "softmax rows sum to 1",
+        )
         check_close(y, np.exp(log_p_ref), dtype, "softmax values")
     else:
         assert np.all(y <= 1e-6)
         lse = _logsumexp(y.astype(np.float64), axis)
-        np.testing.assert_allclose(lse, 0.0, atol=1e-4 if dtype == "float32" else 1e-9,
-                                   err_msg="logsumexp of log_softmax is 0")
+        np.testing.assert_allclose(
+            lse, 0.0, atol=1e-4 if dtype == "float32" else 1e-9, err_msg="logsumexp of log_softmax is 0"
+        )
         # Relative to the size of the logits: -2e4 in float32 is only good to ~2e-3.
-        np.testing.assert_allclose(y, log_p_ref, rtol=tol(dtype)["rtol"],
-                                   atol=tol(dtype)["atol"] * max(scale, 1.0))
+        np.testing.assert_allclose(y, log_p_ref, rtol=tol(dtype)["rtol"], atol=tol(dtype)["atol"] * max(scale, 1.0))
 
     g_np = data.draw(float_arrays(shape), label="grad_out")
     out.backward(np.asarray(g_np, dtype=dtype))
@@ -421,6 +425,7 @@ FLOAT32_OPS = {
     "leaky_relu": (lambda x, y, p: x.leaky_relu(), 0),
     "leaky_relu-0.2": (lambda x, y, p: x.leaky_relu(0.2), 0),
     "gelu": (lambda x, y, p: x.gelu(), 0),
+    "softplus": (lambda x, y, p: x.softplus(), 0),  # public, though not in SPEC's list
     "abs": (lambda x, y, p: x.abs(), 0),
     "sqrt": (lambda x, y, p: p.sqrt(), 0),
     "clip": (lambda x, y, p: x.clip(-0.5, 0.5), 0),

@@ -39,7 +39,7 @@ class StrictBackend(Backend):
         return self._device
 
     def _from_numpy(self, host):
-        return array_api_strict.asarray(host, device=self._device)
+        return array_api_strict.asarray(host, device=self._device, copy=True)
 
     def _to_numpy(self, array):
         # np.asarray refuses arrays on the simulated devices; DLPack does not.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from ..backends import get_backend, get_default_dtype
-from ..tensor import Tensor
+from ..tensor import Tensor, as_tensor
 from .module import Module
 
 __all__ = [
@@ -178,7 +178,7 @@ class Dropout(Module):
         keep = 1.0 - self.p
         backend = get_backend(x.device)
         mask = backend.bernoulli(x.shape, keep, x.dtype)
-        return x * Tensor(mask * (1.0 / keep))
+        return x * as_tensor(mask * (1.0 / keep))
 
     def extra_repr(self):
         return f"p={self.p}"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..backends import dtype_name, get_backend
-from ..tensor import Tensor
+from ..tensor import Tensor, as_tensor
 
 __all__ = ["mse_loss", "cross_entropy_loss", "binary_cross_entropy_loss"]
 
@@ -17,7 +17,7 @@ def _target(prediction: Tensor, target, op: str) -> Tensor:
                 f"move one with .to({prediction.device!r})"
             )
         return target if dtype_name(target.dtype) == dtype_name(prediction.dtype) else target.astype(prediction.dtype)
-    return Tensor(target, device=prediction.device, dtype=prediction.dtype)
+    return as_tensor(target, device=prediction.device, dtype=prediction.dtype)
 
 
 def _same_shape(prediction: Tensor, target: Tensor, op: str) -> None:
@@ -61,7 +61,7 @@ def cross_entropy_loss(logits: Tensor, target, axis: int = -1) -> Tensor:
                 f"cross_entropy_loss: target of shape {target.shape} is neither the logits' shape "
                 f"{logits.shape} (probabilities) nor {expected} (class indices)"
             )
-        probs = Tensor(_one_hot(target, classes, axis), device=logits.device)
+        probs = as_tensor(_one_hot(target, classes, axis))
     return -(probs * log_probs).sum(axis=axis).mean()
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..backends import dtype_name, get_backend
-from ..tensor import Tensor
+from ..tensor import Tensor, as_tensor
 
 __all__ = ["Module"]
 
@@ -136,7 +136,7 @@ class Module:
             have, want = dtype_name(getattr(value, "dtype", "?")), dtype_name(p.dtype)
             if have != want:
                 raise ValueError(f"load_state_dict: {name!r} has dtype {have} in the state but {want} in the model")
-            updates.append((p, Tensor(value, device=p.device).data))
+            updates.append((p, as_tensor(value, device=p.device).data))
         for p, array in updates:  # copies: training must not write into the state's arrays
             p.data = get_backend(p.device).copy(array)
 
