@@ -44,6 +44,7 @@ class Optimizer:
             self._check(group)
             self.param_groups.append(group)
         self.state: dict[int, dict] = {}  # keyed by id(parameter)
+        self._devices: dict[int, str] = {}  # where each parameter's state lives
 
     def _check(self, group: dict) -> None:
         if group["lr"] < 0:
@@ -65,8 +66,17 @@ class Optimizer:
         for group in self.param_groups:
             for p in group["params"]:
                 grad = p._grad  # None: no gradient since zero_grad (PyTorch skips these too)
-                if grad is not None:
-                    self._update(p, p.data, grad, self.state.setdefault(id(p), {}), group)
+                if grad is None:
+                    continue
+                key = id(p)
+                state = self.state.setdefault(key, {})
+                device = p.device
+                if self._devices.get(key) != device:  # new, or the model moved (model.to)
+                    for name, value in state.items():
+                        if hasattr(value, "shape"):
+                            state[name] = as_tensor(value, device=device).data
+                    self._devices[key] = device
+                self._update(p, p.data, grad, state, group)
 
     def _update(self, p: Tensor, data, grad, state: dict, group: dict) -> None:
         raise NotImplementedError
@@ -120,6 +130,7 @@ class Optimizer:
         for group, saved in zip(self.param_groups, groups):
             group.update({k: (tuple(v) if isinstance(v, list) else v) for k, v in saved.items() if k != "params"})
         self.state = restored
+        self._devices = {key: p.device for p in params if (key := id(p)) in restored}
 
 
 class SGD(Optimizer):

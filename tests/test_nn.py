@@ -1,0 +1,271 @@
+"""leanpass.nn: modules, layers and losses on every device."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import leanpass
+from leanpass import Tensor, gradcheck, nn, optim
+from leanpass.backends import get_backend
+
+
+def host(device, array):
+    return get_backend(device).to_host(array)
+
+
+class Block(nn.Module):
+    def __init__(self, device=None):
+        self.first = nn.Linear(3, 4, device=device)
+        self.stack = [nn.Linear(4, 4, device=device), nn.ReLU()]
+        self.heads = {"a": nn.Linear(4, 2, device=device), "b": nn.Linear(4, 1, bias=False, device=device)}
+        self.shared = self.first  # the same module twice: its parameters count once
+        self.scale = Tensor([1.5], requires_grad=True, device=device)
+        self._cache = Tensor([0.0], device=device)  # private: not a parameter
+
+    def forward(self, x):
+        h = self.stack[1](self.stack[0](self.first(x)))
+        return self.heads["a"](h) * self.scale, self.heads["b"](h)
+
+
+def test_parameters_are_found_once_in_a_stable_order(device):
+    block = Block(device)
+    names = [n for n, _ in block.named_parameters()]
+    assert names == [
+        "first.weight", "first.bias", "stack.0.weight", "stack.0.bias",
+        "heads.a.weight", "heads.a.bias", "heads.b.weight", "scale",
+    ]
+    assert [id(p) for p in block.parameters()] == [id(p) for _, p in block.named_parameters()]
+    assert isinstance(block.parameters(), list)
+    assert names == [n for n, _ in Block(device).named_parameters()]
+
+
+def test_linear_shapes_and_initialisation(device):
+    leanpass.manual_seed(0)
+    layer = nn.Linear(100, 7, device=device)
+    w = layer.weight.numpy()
+    assert w.shape == (100, 7) and layer.bias.shape == (7,)  # weight is (in, out)
+    assert np.abs(w).max() <= 1 / math.sqrt(100) and np.abs(w).max() > 0.8 / math.sqrt(100)
+    assert not layer.bias.numpy().any()
+    assert layer(Tensor(np.ones((5, 100)), device=device)).shape == (5, 7)
+    assert layer.weight.device == get_backend(device).device
+
+
+def test_same_seed_same_weights_on_every_device(device):
+    leanpass.manual_seed(42)
+    here = nn.MLP([4, 8, 2], device=device)
+    leanpass.manual_seed(42)
+    cpu = nn.MLP([4, 8, 2])
+    for a, b in zip(here.parameters(), cpu.parameters()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_mlp_structure_and_gradcheck(device):
+    leanpass.manual_seed(1)
+    model = nn.MLP([3, 5, 4, 2], activation="tanh", device=device)
+    assert [l.weight.shape for l in model.layers] == [(3, 5), (5, 4), (4, 2)]
+    x = Tensor(np.random.default_rng(0).normal(size=(6, 3)), device=device)
+    assert model(x).shape == (6, 2)
+    params = model.parameters()
+    assert len(params) == 6
+    np.testing.assert_allclose(_forward_with(model, params, x).numpy(), model(x).numpy())
+    # gradcheck the whole MLP through copies of its parameters
+    assert gradcheck(lambda *ps: _forward_with(model, ps, x), [Tensor(p, requires_grad=True) for p in params])
+
+
+def _forward_with(model, values, x):
+    """The model's output with its parameters replaced by ``values`` (Tensors)."""
+    out = x
+    layers = model.layers
+    for i, layer in enumerate(layers):
+        out = out @ values[2 * i] + values[2 * i + 1]
+        if i < len(layers) - 1:
+            out = model.activations[i](out)
+    return out
+
+
+def test_mlp_activations_and_errors():
+    for name in ("relu", "tanh", "sigmoid", "gelu", "leaky_relu"):
+        assert nn.MLP([2, 3, 1], activation=name)(Tensor(np.ones((1, 2)))).shape == (1, 1)
+    assert nn.MLP([2, 3, 1], activation=nn.LeakyReLU(0.2)).activations[0].negative_slope == 0.2
+    with pytest.raises(ValueError, match="unknown activation"):
+        nn.MLP([2, 1], activation="swish")
+    with pytest.raises(ValueError):
+        nn.MLP([2])
+    with pytest.raises(ValueError, match=r"\(4, 3\)"):
+        nn.Linear(2, 1)(Tensor(np.ones((4, 3))))
+
+
+def test_sequential_and_activation_modules(device):
+    x = Tensor(np.linspace(-2, 2, 8).reshape(2, 4), device=device)
+    for module, method in [(nn.ReLU(), "relu"), (nn.Sigmoid(), "sigmoid"), (nn.Tanh(), "tanh"), (nn.GELU(), "gelu")]:
+        np.testing.assert_array_equal(module(x).numpy(), getattr(x, method)().numpy())
+    np.testing.assert_array_equal(nn.LeakyReLU(0.3)(x).numpy(), x.leaky_relu(0.3).numpy())
+    np.testing.assert_array_equal(nn.Softmax(axis=0)(x).numpy(), x.softmax(axis=0).numpy())
+    seq = nn.Sequential(nn.Linear(4, 3, device=device), nn.ReLU(), nn.Linear(3, 1, device=device))
+    assert seq(x).shape == (2, 1) and len(seq) == 3 and isinstance(seq[1], nn.ReLU)
+    assert len(seq.parameters()) == 4
+
+
+def test_dropout(device):
+    x = Tensor(np.ones((200, 50)), device=device)
+    drop = nn.Dropout(0.25)
+    leanpass.manual_seed(0)
+    y = drop(x).numpy()
+    assert set(np.unique(y)) <= {0.0, 1.0 / 0.75}
+    assert abs((y == 0).mean() - 0.25) < 0.02
+    leanpass.manual_seed(0)
+    np.testing.assert_array_equal(drop(x).numpy(), y)  # reproducible
+    drop.eval()
+    assert drop(x) is x
+    assert drop(x, training=True) is not x  # 0.1.x style override
+    drop.train()
+    assert drop(x, training=False) is x
+    assert nn.Dropout(0.0)(x) is x
+    for p in (-0.1, 1.0, 1.5):
+        with pytest.raises(ValueError, match="Dropout"):
+            nn.Dropout(p)
+
+
+def test_dropout_gradient_uses_the_same_mask(device):
+    x = Tensor(np.ones((10, 10)), requires_grad=True, device=device)
+    y = nn.Dropout(0.5)(x)
+    y.sum().backward()
+    np.testing.assert_array_equal(host(device, x.grad), y.numpy())
+
+
+def test_train_eval_recursive():
+    model = nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.5), nn.Sequential(nn.Dropout(0.1)))
+    assert model.eval() is model
+    assert not any(m.training for m in model.modules())
+    model.train()
+    assert all(m.training for m in model.modules())
+
+
+def test_zero_grad_reads_as_zeros(device):
+    model = nn.Linear(3, 2, device=device)
+    nn.mse_loss(model(Tensor(np.ones((4, 3)), device=device)), np.ones((4, 2))).backward()
+    assert host(device, model.weight.grad).any()
+    model.zero_grad()
+    assert not host(device, model.weight.grad).any()
+
+
+def test_to_moves_in_place_and_the_optimizer_keeps_working():
+    leanpass.manual_seed(0)
+    model = nn.MLP([3, 4, 1])
+    params = model.parameters()
+    opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x, y = Tensor(np.ones((2, 3))), Tensor(np.zeros((2, 1)))
+    nn.mse_loss(model(x), y).backward()
+    opt.step()
+    assert model.to("strict:1") is model
+    assert [id(p) for p in model.parameters()] == [id(p) for p in params]
+    assert all(p.device == "strict:1" for p in params)
+    x, y = x.to("strict:1"), y.to("strict:1")
+    opt.zero_grad()
+    nn.mse_loss(model(x), y).backward()
+    opt.step()  # the momentum buffers follow the parameters to strict:1
+    assert opt.state_dict()["state"][0]["momentum_buffer"].device == get_backend("strict:1").xp_device
+
+
+def test_state_dict_round_trip_and_checks(device):
+    leanpass.manual_seed(0)
+    a = nn.MLP([3, 4, 2], device=device)
+    leanpass.manual_seed(1)
+    b = nn.MLP([3, 4, 2], device=device)
+    weight = b.layers[0].weight
+    state = a.state_dict()
+    assert list(state) == ["layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias"]
+    b.load_state_dict(state)
+    assert b.layers[0].weight is weight  # same objects, new values
+    for p, q in zip(a.parameters(), b.parameters()):
+        np.testing.assert_array_equal(p.numpy(), q.numpy())
+    b.layers[0].weight.data -= 1.0  # training b must not change a's arrays
+    assert not np.array_equal(a.layers[0].weight.numpy(), b.layers[0].weight.numpy())
+
+    before = [p.numpy() for p in b.parameters()]
+    bad_shape = dict(state, **{"layers.0.bias": np.zeros(5)})
+    bad_dtype = dict(state, **{"layers.0.bias": np.zeros(4, dtype=np.float32)})
+    missing = {k: v for k, v in state.items() if k != "layers.1.bias"}
+    extra = dict(state, extra=np.zeros(1))
+    for bad, pattern in [(bad_shape, r"\(5,\).*\(4,\)"), (bad_dtype, "float32"), (missing, "missing"),
+                         (extra, "unexpected")]:
+        with pytest.raises(ValueError, match=pattern):
+            b.load_state_dict(bad)
+        for p, old in zip(b.parameters(), before):  # nothing changed
+            np.testing.assert_array_equal(p.numpy(), old)
+    b.load_state_dict(missing, strict=False)
+    with pytest.raises(TypeError):
+        b.load_state_dict([1, 2])
+
+
+def test_mse_loss(device):
+    p = Tensor([[1.0], [2.0], [4.0]], requires_grad=True, device=device)
+    loss = nn.mse_loss(p, [[1.0], [0.0], [1.0]])
+    assert loss.shape == () and loss.item() == pytest.approx((0 + 4 + 9) / 3)
+    assert gradcheck(lambda p: nn.mse_loss(p, np.array([[1.0], [0.0], [1.0]])), (p,))
+    with pytest.raises(ValueError, match=r"\(3, 1\).*\(3,\)"):
+        nn.mse_loss(p, [1.0, 0.0, 1.0])  # no silent broadcast to (3, 3)
+
+
+def test_cross_entropy_targets(device):
+    rng = np.random.default_rng(0)
+    logits_np = rng.normal(size=(5, 4))
+    labels = np.array([0, 3, 1, 1, 2])
+    onehot = np.eye(4)[labels]
+    probs = rng.dirichlet(np.ones(4), size=5)
+    logits = Tensor(logits_np, requires_grad=True, device=device)
+    log_softmax = logits_np - np.log(np.exp(logits_np).sum(axis=1, keepdims=True))
+    expected = -log_softmax[np.arange(5), labels].mean()
+    assert nn.cross_entropy_loss(logits, labels).item() == pytest.approx(expected)
+    assert nn.cross_entropy_loss(logits, onehot).item() == pytest.approx(expected)
+    assert nn.cross_entropy_loss(logits, Tensor(labels, device=device)).item() == pytest.approx(expected)
+    assert nn.cross_entropy_loss(logits, probs).item() == pytest.approx(-(probs * log_softmax).sum(axis=1).mean())
+    for target in (labels, onehot, probs):
+        assert gradcheck(lambda z, target=target: nn.cross_entropy_loss(z, target), (logits,))
+    # the class axis elsewhere
+    t_logits = Tensor(logits_np.T.copy(), requires_grad=True, device=device)
+    assert nn.cross_entropy_loss(t_logits, labels, axis=0).item() == pytest.approx(expected)
+    with pytest.raises(ValueError, match=r"\[0, 4\)"):
+        nn.cross_entropy_loss(logits, [0, 4, 1, 1, 2])
+    with pytest.raises(ValueError, match=r"\(3,\)"):
+        nn.cross_entropy_loss(logits, [0, 1, 2])
+
+
+def test_binary_cross_entropy(device):
+    x = np.array([-2.0, -0.5, 0.0, 0.7, 3.0])
+    y = np.array([0.0, 1.0, 1.0, 0.0, 1.0])
+    p = 1 / (1 + np.exp(-x))
+    expected = -(y * np.log(p) + (1 - y) * np.log(1 - p)).mean()
+    logits = Tensor(x, requires_grad=True, device=device)
+    assert nn.binary_cross_entropy_loss(logits, y).item() == pytest.approx(expected)
+    assert gradcheck(lambda z: nn.binary_cross_entropy_loss(z, y), (logits,))
+    nn.binary_cross_entropy_loss(logits, y).backward()
+    np.testing.assert_allclose(host(device, logits.grad), (p - y) / 5)  # exact at 0 too
+
+
+@pytest.mark.parametrize("loss", ["cross_entropy", "bce"])
+def test_losses_finite_for_huge_logits(device, loss):
+    z = Tensor(np.array([[1e4, -1e4, 0.0], [-1e4, 1e4, 1e4]]), requires_grad=True, device=device)
+    if loss == "cross_entropy":
+        value = nn.cross_entropy_loss(z, [1, 0])
+    else:
+        value = nn.binary_cross_entropy_loss(z, np.array([[0.0, 1.0, 1.0], [1.0, 0.0, 1.0]]))
+    value.backward()
+    assert math.isfinite(value.item()) and value.item() > 1e3
+    assert np.isfinite(host(device, z.grad)).all()
+
+
+def test_losses_keep_float32(device):
+    z = Tensor(np.ones((2, 3), dtype=np.float32), requires_grad=True, device=device)
+    f32 = get_backend(device).dtype("float32")
+    for value in (nn.mse_loss(z, np.zeros((2, 3))), nn.cross_entropy_loss(z, [0, 2]),
+                  nn.binary_cross_entropy_loss(z, np.zeros((2, 3)))):
+        assert value.dtype == f32
+
+
+def test_module_repr():
+    text = repr(nn.MLP([2, 3, 1]))
+    assert "Linear(in_features=2, out_features=3, bias=True)" in text and "ReLU()" in text
