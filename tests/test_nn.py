@@ -65,7 +65,7 @@ def test_same_seed_same_weights_on_every_device(device):
 def test_mlp_structure_and_gradcheck(device):
     leanpass.manual_seed(1)
     model = nn.MLP([3, 5, 4, 2], activation="tanh", device=device)
-    assert [l.weight.shape for l in model.layers] == [(3, 5), (5, 4), (4, 2)]
+    assert [layer.weight.shape for layer in model.layers] == [(3, 5), (5, 4), (4, 2)]
     x = Tensor(np.random.default_rng(0).normal(size=(6, 3)), device=device)
     assert model(x).shape == (6, 2)
     params = model.parameters()
@@ -79,7 +79,7 @@ def _forward_with(model, values, x):
     """The model's output with its parameters replaced by ``values`` (Tensors)."""
     out = x
     layers = model.layers
-    for i, layer in enumerate(layers):
+    for i in range(len(layers)):
         out = out @ values[2 * i] + values[2 * i + 1]
         if i < len(layers) - 1:
             out = model.activations[i](out)
