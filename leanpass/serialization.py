@@ -89,11 +89,18 @@ def load(path, device=None):
         raise FileNotFoundError(f"load: no such file: {path!r}")
     backend = get_backend(device)
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            if _META not in archive.files:
-                raise _NotLeanPass(f"it has no {_META!r} entry")
-            meta = json.loads(archive[_META].tobytes().decode("utf-8"))
-            entries = {name: archive[name] for name in archive.files if name != _META}
+        with open(path, "rb") as f:  # our own handle: np.load leaks its own on a truncated file
+            archive = np.load(f, allow_pickle=False)
+            if not isinstance(archive, np.lib.npyio.NpzFile):
+                raise _NotLeanPass("it holds a single array, not an .npz archive")
+            with archive:
+                if _META not in archive.files:
+                    raise _NotLeanPass(f"it has no {_META!r} entry")
+                raw = archive[_META]
+                if not isinstance(raw, np.ndarray):
+                    raise ValueError(f"its {_META!r} entry is not an array")
+                meta = json.loads(raw.tobytes().decode("utf-8"))
+                entries = {name: archive[name] for name in archive.files if name != _META}
     except _NotLeanPass as exc:
         raise ValueError(f"load: {path!r} is not a LeanPass file: {exc}") from None
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, UnicodeDecodeError) as exc:
@@ -101,8 +108,9 @@ def load(path, device=None):
             f"load: {path!r} is not a readable LeanPass file (truncated, corrupt or another format): "
             f"{type(exc).__name__}: {exc}"
         ) from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise ValueError(f"load: {path!r} is not a LeanPass file (format marker {meta.get('format')!r})")
+    marker = meta.get("format") if isinstance(meta, dict) else None
+    if marker != FORMAT:
+        raise ValueError(f"load: {path!r} is not a LeanPass file (format marker {marker!r})")
     if not isinstance(meta.get("version"), int) or meta["version"] > VERSION:
         raise ValueError(
             f"load: {path!r} has format version {meta.get('version')!r}; this LeanPass reads up to {VERSION}"
@@ -116,6 +124,8 @@ def load(path, device=None):
             if value not in entries:
                 raise ValueError(f"load: {path!r} lacks the array entry {value!r}")
             host = entries[value]
+            if host.dtype.kind not in "biuf":
+                raise ValueError(f"load: {path!r} holds a non-numeric array ({host.dtype}) at {value!r}")
             return backend.from_host(host, host.dtype.name)
         if kind == "dict":
             return {k: decode(v) for k, v in value}
