@@ -54,9 +54,9 @@ def tests(session: nox.Session, backend: str) -> None:
         if reason:
             session.skip(f"cupy backend skipped: {reason}")
         # LEANPASS_CUDA_EXTRA=cuda13 for a CUDA 13 driver
-        session.install("-e", f".[test,{os.environ.get('LEANPASS_CUDA_EXTRA', 'cuda12')}]")
+        session.install("-e", f".[test,{os.environ.get('LEANPASS_CUDA_EXTRA', 'cuda12')}]", "scikit-learn")
     else:
-        session.install("-e", ".[test]")
+        session.install("-e", ".[test]", "scikit-learn")
     session.run(
         "pytest", "-q", *session.posargs,
         env={"LEANPASS_TEST_DEVICES": BACKENDS[backend]},

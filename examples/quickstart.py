@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 import leanpass
-from leanpass import Tensor, no_grad
+from leanpass import Tensor, nn, optim
 
 
 def tour(device: str) -> None:
@@ -39,27 +39,25 @@ def tour(device: str) -> None:
 
 
 def fit_line(device: str, steps: int = 300, lr: float = 0.1) -> tuple[float, float]:
-    """Fit y = 2x + 1 + noise with plain gradient descent."""
+    """Fit y = 2x + 1 + noise with nn.Linear, mse_loss and SGD."""
     print(f"\n== Fitting y = 2x + 1 on {device}")
+    leanpass.manual_seed(0)
     rng = np.random.default_rng(0)
     xs = rng.uniform(-1, 1, size=(256, 1))
     ys = 2.0 * xs + 1.0 + rng.normal(0, 0.05, size=xs.shape)
     x, y = Tensor(xs, device=device), Tensor(ys, device=device)
-    w = Tensor([[0.0]], requires_grad=True, name="w", device=device)
-    b = Tensor([0.0], requires_grad=True, name="b", device=device)
+    model = nn.Linear(1, 1, device=device)
+    optimizer = optim.SGD(model.parameters(), lr=lr, momentum=0.5)
     start = time.perf_counter()
     for step in range(steps + 1):
-        loss = ((x @ w + b - y) ** 2).mean()
-        w.grad = None
-        b.grad = None
+        optimizer.zero_grad()
+        loss = nn.mse_loss(model(x), y)
         loss.backward()
-        with no_grad():
-            w.data = w.data - lr * w.grad
-            b.data = b.data - lr * b.grad
+        optimizer.step()
         if step % 100 == 0:
             print(f"step {step:4d}  loss {loss.item():.5f}")
     seconds = time.perf_counter() - start
-    weight, bias = w.item(), b.item()
+    weight, bias = model.weight.item(), model.bias.item()
     print(f"learned w = {weight:.3f}, b = {bias:.3f} (true 2, 1) in {seconds * 1000:.0f} ms")
     return weight, bias
 

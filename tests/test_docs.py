@@ -91,6 +91,10 @@ def matches(printed: str, expected) -> bool:
     return printed == expected
 
 
+def describe(expected) -> str:
+    return expected[1] if isinstance(expected, tuple) else expected
+
+
 class Recorder:
     """A ``print`` for the examples' namespace that also records what each line printed."""
 
@@ -124,7 +128,7 @@ def run_blocks(page: str, selected: list[tuple[int, str]], namespace: dict) -> s
         got = recorder.printed.get(number)
         assert got, f"docs/{page}:{number}: this print never ran"
         for text in got:
-            assert matches(text, want), f"docs/{page}:{number}: printed {text!r}, the page says {want!r}"
+            assert matches(text, want), f"docs/{page}:{number}: printed {text!r}, the page says {describe(want)!r}"
     return out.getvalue()
 
 
