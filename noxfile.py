@@ -73,6 +73,22 @@ def gpu(session: nox.Session) -> None:
     session.run("bash", "scripts/gpu_check.sh", external=True)
 
 
+@nox.session(python="3.11")
+def bench(session: nox.Session) -> None:
+    """benchmarks/run.py against NumPy by hand and PyTorch (CPU build) in one process.
+
+    PyTorch 2.13.0's CPU wheel for Python 3.11 lies on this project's machines;
+    set LEANPASS_BENCH_NO_TORCH=1 to leave PyTorch out elsewhere. OpenBLAS kernel
+    overrides (OPENBLAS_CORETYPE, OPENBLAS_L2_SIZE) are dropped for the run so
+    NumPy picks its own kernel; the report names the kernel it ran.
+    """
+    session.install("-e", ".[bench]")
+    if not os.environ.get("LEANPASS_BENCH_NO_TORCH"):
+        session.install("torch==2.13.0")
+    env = {"OPENBLAS_CORETYPE": None, "OPENBLAS_L2_SIZE": None}
+    session.run("python", "benchmarks/run.py", *session.posargs, env=env)
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff over the package, tests, scripts and examples."""

@@ -1,0 +1,296 @@
+"""LeanPass against its peers on the CPU, side by side in one process.
+
+    python benchmarks/run.py                 # everything, 1 and 2 BLAS threads
+    python benchmarks/run.py --only W1 W2 --rounds 15 --json results.json
+
+Contestants run interleaved, round by round, so drifts in the machine's speed
+hit all of them alike; each figure is a median over rounds, and each ratio is
+to the table's first column.
+
+- W1: one training step of an MLP 784-256-128-10, batch 128, cross-entropy and
+  SGD, float32 and float64: NumPy by hand (the floor), LeanPass, PyTorch.
+  Also minor page faults per step.
+- W2: a chain of 300 element-wise operations on a 16-element float64 tensor,
+  forward plus backward: microseconds per operation (NumPy: forward only).
+- W3: backward through a 100,000-operation chain: its time against the
+  forward's, and the peak memory (tracemalloc) of forward plus backward.
+- W4: peak memory (tracemalloc) of one W1 step, LeanPass against NumPy by hand.
+
+Thread pools (OpenBLAS, PyTorch's OpenMP) are limited with threadpoolctl and
+torch.set_num_threads for every contestant alike: pools that spin after a call
+steal the next contestant's cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+import tracemalloc
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from steps import HandStep, LeanPassStep, TorchStep  # noqa: E402
+
+import leanpass  # noqa: E402
+from leanpass import Tensor  # noqa: E402
+
+try:
+    import torch
+except ImportError:  # PyTorch is optional: its columns are left out
+    torch = None
+
+
+@contextlib.contextmanager
+def threads(n):
+    """Limit BLAS/OpenMP pools (NumPy's and PyTorch's) to n threads."""
+    from threadpoolctl import threadpool_limits
+
+    old = torch.get_num_threads() if torch else None
+    if torch:
+        torch.set_num_threads(n)
+    with threadpool_limits(limits=n):
+        yield
+    if torch:
+        torch.set_num_threads(old)
+
+
+def interleaved(contestants: dict, rounds: int, repeat: int) -> dict:
+    """Median seconds per call of each contestant, measured round-robin."""
+    times = {name: [] for name in contestants}
+    for fn in contestants.values():  # warm up
+        fn()
+    for _ in range(rounds):
+        for name, fn in contestants.items():
+            start = time.perf_counter()
+            for _ in range(repeat):
+                fn()
+            times[name].append((time.perf_counter() - start) / repeat)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def minor_faults(fn, repeat=20) -> float:
+    fn()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(repeat):
+        fn()
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / repeat
+
+
+def peak_bytes(fn) -> int:
+    """Peak traced memory of one call (after a warm-up call)."""
+    fn()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+# ---- W1 and W4: an MLP training step ------------------------------------------------
+
+SIZES, BATCH = [784, 256, 128, 10], 128
+
+
+def step_fn(step):
+    def run():
+        step()
+        step.sync()
+
+    return run
+
+
+def w1(dtype, rounds, n_threads):
+    classes = [HandStep, LeanPassStep] + ([TorchStep] if torch else [])
+    with threads(n_threads):
+        steps = {cls.name: cls(SIZES, BATCH, dtype=dtype) for cls in classes}
+        fns = {name: step_fn(s) for name, s in steps.items()}
+        medians = interleaved(fns, rounds, repeat=10)
+        faults = {name: minor_faults(fn) for name, fn in fns.items()}
+    return {name: {"ms": medians[name] * 1e3, "faults": faults[name]} for name in fns}
+
+
+def w4(rounds):
+    out = {}
+    for dtype in ("float32", "float64"):
+        steps = {cls.name: step_fn(cls(SIZES, BATCH, dtype=dtype)) for cls in (HandStep, LeanPassStep)}
+        with threads(1):
+            out[dtype] = {name: peak_bytes(fn) for name, fn in steps.items()}
+    return out
+
+
+# ---- W2: a chain of small element-wise operations ---------------------------------------
+
+CHAIN, ELEMENTS = 300, 16
+
+
+def chain_leanpass(x0):
+    def run():
+        x = Tensor(x0, requires_grad=True)
+        y = x
+        for _ in range(CHAIN // 4):
+            y = (y * x).tanh() * 0.5 + 0.25  # four operations
+        y.sum().backward()
+
+    return run
+
+
+def chain_torch(x0):
+    t0 = torch.tensor(x0)
+
+    def run():
+        x = t0.clone().requires_grad_(True)
+        y = x
+        for _ in range(CHAIN // 4):
+            y = (y * x).tanh() * 0.5 + 0.25
+        y.sum().backward()
+
+    return run
+
+
+def chain_numpy(x0):
+    def run():
+        x = x0.copy()
+        y = x
+        for _ in range(CHAIN // 4):
+            y = np.tanh(y * x) * 0.5 + 0.25
+
+    return run
+
+
+def w2(rounds, n_threads):
+    x0 = np.random.default_rng(0).uniform(0.1, 0.9, size=ELEMENTS)
+    fns = {}
+    if torch:
+        fns["pytorch"] = chain_torch(x0)
+    fns["leanpass"] = chain_leanpass(x0)
+    fns["numpy (forward only)"] = chain_numpy(x0)
+    with threads(n_threads):
+        medians = interleaved(fns, rounds, repeat=20)
+    return {name: t / CHAIN * 1e6 for name, t in medians.items()}
+
+
+# ---- W3: a 100,000-operation chain ------------------------------------------------------
+
+def w3(rounds):
+    depth = 100_000
+
+    def forward():
+        x = Tensor(np.ones(4), requires_grad=True)
+        y = x
+        for _ in range(depth // 2):
+            y = y * 1.0
+            y = y + 0.0
+        return y.sum()
+
+    fwd, bwd = [], []
+    for _ in range(max(3, rounds // 3)):
+        gc.collect()
+        start = time.perf_counter()
+        root = forward()
+        middle = time.perf_counter()
+        root.backward()
+        end = time.perf_counter()
+        fwd.append(middle - start)
+        bwd.append(end - middle)
+        del root
+    peak = peak_bytes(lambda: forward().backward())
+    f, b = statistics.median(fwd), statistics.median(bwd)
+    return {"forward_s": f, "backward_s": b, "ratio": b / f, "peak_bytes": peak}
+
+
+# ---- report ---------------------------------------------------------------------------
+
+def table(header, rows):
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
+    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
+
+
+def machine():
+    from threadpoolctl import threadpool_info
+
+    blas = [f"{i['internal_api']} {i.get('version') or ''} {i.get('architecture') or ''}".strip()
+            for i in threadpool_info() if i["user_api"] == "blas"]
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    return {
+        "date": time.strftime("%Y-%m-%d"), "cpu": cpu, "cores": os.cpu_count(),
+        "python": platform.python_version(), "numpy": np.__version__, "blas": ", ".join(blas),
+        "torch": torch.__version__ if torch else "not installed", "leanpass": leanpass.__version__,
+        "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", "unset"),
+    }
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", nargs="*", default=["W1", "W2", "W3", "W4"])
+    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--threads", nargs="*", type=int, default=[1, 2], help="thread counts (first is the headline)")
+    p.add_argument("--json", default=None, help="also write the figures here")
+    args = p.parse_args(argv)
+    info = machine()
+    results = {"machine": info}
+    print(f"# LeanPass benchmarks, {info['date']}")
+    print(f"{info['cpu']}, {info['cores']} cores; Python {info['python']}, NumPy {info['numpy']} ({info['blas']}), "
+          f"PyTorch {info['torch']}, LeanPass {info['leanpass']}; OPENBLAS_CORETYPE={info['OPENBLAS_CORETYPE']}\n")
+
+    if "W1" in args.only:
+        results["W1"] = {}
+        names = ["by hand", "leanpass"] + (["pytorch"] if torch else [])
+        rows = []
+        for dtype in ("float32", "float64"):
+            for n in args.threads:
+                r = results["W1"][f"{dtype}/{n}"] = w1(dtype, args.rounds, n)
+                base = r["by hand"]["ms"]
+                rows.append([dtype, n] + [f"{r[k]['ms']:.3f} ({r[k]['ms'] / base:.2f}x)" for k in names]
+                            + [" / ".join(f"{r[k]['faults']:.0f}" for k in names)])
+        print("## W1: one MLP training step (784-256-128-10, batch 128, cross-entropy, SGD), ms per step")
+        print(table(["dtype", "threads", *[f"{k} ms (ratio)" for k in names], "minor faults/step"], rows), "\n")
+
+    if "W2" in args.only:
+        results["W2"] = {}
+        rows = []
+        for n in args.threads:
+            r = results["W2"][n] = w2(args.rounds, n)
+            first = next(iter(r.values()))
+            rows.append([n] + [f"{v:.2f} ({v / first:.2f}x)" for v in r.values()])
+        print(f"## W2: chain of {CHAIN} element-wise ops on {ELEMENTS} float64 elements, forward + backward, "
+              "µs per op")
+        print(table(["threads", *[f"{k} µs (ratio)" for k in results["W2"][args.threads[0]]]], rows), "\n")
+
+    if "W3" in args.only:
+        r = results["W3"] = w3(args.rounds)
+        print("## W3: backward through a 100,000-operation chain")
+        print(table(["forward s", "backward s", "backward / forward", "peak MiB (fwd + bwd)"],
+                    [[f"{r['forward_s']:.3f}", f"{r['backward_s']:.3f}", f"{r['ratio']:.2f}x",
+                      f"{r['peak_bytes'] / 2**20:.1f}"]]), "\n")
+
+    if "W4" in args.only:
+        r = results["W4"] = w4(args.rounds)
+        rows = [[dtype, f"{v['by hand'] / 2**20:.2f}", f"{v['leanpass'] / 2**20:.2f}",
+                 f"{v['leanpass'] / v['by hand']:.2f}x"] for dtype, v in r.items()]
+        print("## W4: peak memory of one W1 step (tracemalloc)")
+        print(table(["dtype", "by hand MiB", "leanpass MiB", "ratio"], rows), "\n")
+
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""One training step of an MLP classifier (linear layers, ReLU, cross-entropy on
+integer labels, plain SGD), written three ways so they can be timed side by side:
+
+- ``LeanPassStep``: LeanPass on any device;
+- ``HandStep``: the same arithmetic written by hand with the array library itself
+  (NumPy on the CPU, CuPy on a GPU): the floor LeanPass is measured against;
+- ``TorchStep``: PyTorch eager (when installed).
+
+All three start from the same weights and data, so their losses agree.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def make_problem(sizes, batch, seed=0):
+    """Host data: inputs (batch, sizes[0]), integer labels, and weights as float64."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(batch, sizes[0]))
+    labels = rng.integers(0, sizes[-1], size=batch)
+    weights = []
+    for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+        bound = 1.0 / np.sqrt(fan_in)
+        weights.append((rng.uniform(-bound, bound, size=(fan_in, fan_out)), np.zeros(fan_out)))
+    return x, labels, weights
+
+
+class LeanPassStep:
+    name = "leanpass"
+
+    def __init__(self, sizes, batch, device="cpu", dtype="float32", lr=0.01, seed=0):
+        import leanpass
+        from leanpass import nn, optim
+
+        x, labels, weights = make_problem(sizes, batch, seed)
+        self.backend = leanpass.backends.get_backend(device)
+        self.model = nn.MLP(sizes, device=device, dtype=dtype)
+        self.model.load_state_dict({
+            name: value.astype(dtype)
+            for (w, b), layer in zip(weights, range(len(weights)))
+            for name, value in ((f"layers.{layer}.weight", w), (f"layers.{layer}.bias", b))
+        })
+        self.optimizer = optim.SGD(self.model.parameters(), lr=lr)
+        self.x = leanpass.Tensor(x, device=device, dtype=dtype)
+        self.labels = leanpass.Tensor(labels, device=device, dtype=dtype)
+        self._loss = nn.cross_entropy_loss
+
+    def __call__(self):
+        self.optimizer.zero_grad()
+        loss = self._loss(self.model(self.x), self.labels)
+        loss.backward()
+        self.optimizer.step()
+        return loss
+
+    def loss_value(self, loss) -> float:
+        return loss.item()
+
+    def sync(self):
+        self.backend.synchronize()
+
+
+class HandStep:
+    """Forward, backward and SGD update written out with the array library."""
+
+    name = "by hand"
+
+    def __init__(self, sizes, batch, device="cpu", dtype="float32", lr=0.01, seed=0):
+        x, labels, weights = make_problem(sizes, batch, seed)
+        if device.startswith("cuda"):
+            import cupy as xp
+
+            self.device = xp.cuda.Device(int(device.partition(":")[2] or 0))
+            self.device.use()
+            self.sync = lambda: self.device.synchronize()
+        else:
+            xp = np
+            self.sync = lambda: None
+        self.xp = xp
+        self.lr = lr
+        self.x = xp.asarray(x, dtype=dtype)
+        self.labels = xp.asarray(labels)
+        self.rows = xp.arange(batch)
+        self.weights = [(xp.asarray(w, dtype=dtype), xp.asarray(b, dtype=dtype)) for w, b in weights]
+
+    def __call__(self):
+        xp, lr = self.xp, self.lr
+        acts, pre = [self.x], []
+        h = self.x
+        for i, (w, b) in enumerate(self.weights):
+            z = h @ w + b
+            pre.append(z)
+            h = xp.maximum(z, 0) if i < len(self.weights) - 1 else z
+            acts.append(h)
+        logits = acts[-1]
+        shifted = logits - logits.max(axis=1, keepdims=True)
+        exp = xp.exp(shifted)
+        total = exp.sum(axis=1, keepdims=True)
+        n = logits.shape[0]
+        loss = (xp.log(total[:, 0]) - shifted[self.rows, self.labels]).mean()
+        grad = exp / total
+        grad[self.rows, self.labels] -= 1
+        grad /= n
+        for i in range(len(self.weights) - 1, -1, -1):
+            w, b = self.weights[i]
+            gw = acts[i].T @ grad
+            gb = grad.sum(axis=0)
+            if i:
+                grad = (grad @ w.T) * (pre[i - 1] > 0)
+            w -= lr * gw
+            b -= lr * gb
+        return loss
+
+    def loss_value(self, loss) -> float:
+        return float(loss)
+
+
+class TorchStep:
+    name = "pytorch"
+
+    def __init__(self, sizes, batch, device="cpu", dtype="float32", lr=0.01, seed=0):
+        import torch
+
+        self.torch = torch
+        x, labels, weights = make_problem(sizes, batch, seed)
+        tdtype = getattr(torch, dtype)
+        layers = []
+        for i, (w, b) in enumerate(weights):
+            linear = torch.nn.Linear(*w.shape).to(device=device, dtype=tdtype)
+            with torch.no_grad():
+                linear.weight.copy_(torch.tensor(w.T))
+                linear.bias.copy_(torch.tensor(b))
+            layers.append(linear)
+            if i < len(weights) - 1:
+                layers.append(torch.nn.ReLU())
+        self.model = torch.nn.Sequential(*layers)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=lr)
+        self.x = torch.tensor(x, dtype=tdtype, device=device)
+        self.labels = torch.tensor(labels, device=device)
+        self.cuda = device.startswith("cuda")
+
+    def __call__(self):
+        self.optimizer.zero_grad()
+        loss = self.torch.nn.functional.cross_entropy(self.model(self.x), self.labels)
+        loss.backward()
+        self.optimizer.step()
+        return loss
+
+    def loss_value(self, loss) -> float:
+        return loss.item()
+
+    def sync(self):
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+
+def available_contestants(device):
+    """The step classes that can run here, LeanPass first."""
+    found = [LeanPassStep, HandStep]
+    try:
+        import torch
+
+        if not device.startswith("cuda") or torch.cuda.is_available():
+            found.append(TorchStep)
+    except ImportError:
+        pass
+    if device.startswith("strict"):
+        found.remove(HandStep)
+    return found
