@@ -35,7 +35,11 @@ import sys
 import time
 import tracemalloc
 
-import numpy as np
+# OpenMP pools (PyTorch's) sleep instead of spinning after a call, so the next
+# contestant gets the cores; must be set before torch loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -65,12 +69,14 @@ def threads(n):
 
 
 def interleaved(contestants: dict, rounds: int, repeat: int) -> dict:
-    """Median seconds per call of each contestant, measured round-robin."""
+    """Median seconds per call of each contestant, measured round-robin; the order
+    rotates each round so that no contestant always runs after the same one."""
     times = {name: [] for name in contestants}
     for fn in contestants.values():  # warm up
         fn()
-    for _ in range(rounds):
-        for name, fn in contestants.items():
+    order = list(contestants.items())
+    for r in range(rounds):
+        for name, fn in order[r % len(order):] + order[:r % len(order)]:
             start = time.perf_counter()
             for _ in range(repeat):
                 fn()

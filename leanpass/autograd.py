@@ -89,11 +89,10 @@ _RELEASED = (
 def _unbroadcast(xp, grad, shape):
     """Sum a gradient of a broadcast result back to an operand's ``shape``."""
     lead = grad.ndim - len(shape)
-    axes = tuple(range(lead)) + tuple(
-        lead + i for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1
-    )
-    if axes:
-        grad = xp.sum(grad, axis=axes, keepdims=True)
+    inner = tuple(lead + i for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1)
+    if not inner:  # only leading axes (a bias): one sum gives the shape
+        return xp.sum(grad, axis=tuple(range(lead)))
+    grad = xp.sum(grad, axis=tuple(range(lead)) + inner, keepdims=True)
     return xp.reshape(grad, shape)
 
 

@@ -24,7 +24,7 @@ from .backends import (
     transfer,
 )
 
-__all__ = ["Tensor", "as_tensor"]
+__all__ = ["Tensor", "as_tensor", "apply"]
 
 _PY_SCALARS = (float, int)
 
@@ -455,6 +455,24 @@ def _make(data, backend, op, prev, backward, requires_grad):
         t._prev = ()
         t._backward = None
     return t
+
+
+def apply(fn, *inputs: Tensor, op: str | None = None, **params) -> Tensor:
+    """Apply a custom operation to Tensors on one device.
+
+    ``fn(backend, *arrays, **params)`` computes the output array with
+    ``backend.xp`` and returns it with ``backward(grad_out) -> one gradient per
+    input`` (arrays, or None); see :mod:`leanpass.ops` for examples. The result is
+    linked into the graph under the name ``op`` (default: ``fn.__name__``).
+    """
+    if not inputs or not all(isinstance(t, Tensor) for t in inputs):
+        raise TypeError("apply: the inputs must be Tensors")
+    backend = inputs[0]._backend
+    for t in inputs[1:]:
+        if t._backend is not backend:
+            raise ValueError(_device_message(op or fn.__name__, inputs[0], t))
+    out, backward = fn(backend, *[t._data for t in inputs], **params)
+    return _make(out, backend, op or fn.__name__, inputs, backward, any(t.requires_grad for t in inputs))
 
 
 def _apply1(fn, op, a, *params):

@@ -16,7 +16,8 @@ Conventions for the ```python blocks of docs/*.md, which these tests keep:
   `print(...)` line with a plain comment must print the comment's leading text:
   the whole comment, or its start up to a space (`# True (a requires grad)`), or
   that text in double quotes (`# "+"`); a `print(...)` line followed by a
-  comment-only line prints that comment. tests/test_seeds.py checks the seed documents themselves.
+  comment-only line prints that comment. (tests/test_seeds.py checks the seed
+  documents themselves, value by value.) New prints there use `# ->`.
 - A block that needs a CUDA GPU starts with the comment `# needs a CUDA GPU`
   (a block containing `device="cuda` or `.cuda(` counts as one too). Such a block
   must be self-contained: it runs in its own namespace, in a separate test that
@@ -198,8 +199,21 @@ def test_page_cuda_examples(page, clean_state):
             run_blocks(page, [(start, code)], {})
 
 
+def without_code(text: str) -> str:
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
 def links(text: str) -> set[str]:
-    return set(re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text))
+    """The targets of the Markdown links in ``text`` (outside code), without their #anchors."""
+    return set(re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", without_code(text)))
+
+
+def anchors(page: str) -> set[str]:
+    """GitHub's anchors of a page's headings: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"^```.*?^```", "", (DOCS / page).read_text(), flags=re.S | re.M)
+    headings = re.findall(r"^#{1,6} (.*)$", text, flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
 
 
 def test_every_page_is_linked_from_the_index_and_the_readme():
@@ -217,8 +231,13 @@ def test_every_page_is_linked_from_the_index_and_the_readme():
             assert (DOCS / target).is_file(), f"docs/index.md links {target}, which does not exist"
 
 
-def test_links_between_pages_point_to_pages():
+def test_links_between_pages_point_to_pages_and_headings():
     for page in PAGES:
-        for target in links((DOCS / page).read_text()):
-            if not target.startswith(("http:", "https:")):
-                assert (DOCS / target).resolve().exists(), f"docs/{page} links {target}, which does not exist"
+        text = without_code((DOCS / page).read_text())
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", text):
+            if target.startswith(("http:", "https:")):
+                continue
+            target = target or page
+            assert (DOCS / target).is_file(), f"docs/{page} links {target}, which does not exist"
+            if anchor:
+                assert anchor in anchors(target), f"docs/{page} links {target}#{anchor}: no such heading"

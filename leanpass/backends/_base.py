@@ -28,16 +28,29 @@ def reseed_host(seed: int) -> None:
     _host_rng = np.random.default_rng(seed)
 
 
+_DTYPE_NAMES: dict = {}  # library dtype -> plain name (NumPy's dtype.name is slow)
+
+
 def dtype_name(dtype) -> str:
     """The plain name (``"float32"``) of a dtype given as a string or a library dtype."""
     if isinstance(dtype, str):
         return dtype
+    key = (type(dtype), dtype)  # the type first: strict and NumPy dtypes must not meet in ==
+    try:
+        return _DTYPE_NAMES[key]
+    except (KeyError, TypeError):
+        pass
     name = getattr(dtype, "__name__", None)  # numpy scalar types: np.float32
     if name is None:
         name = getattr(dtype, "name", None)  # numpy dtype objects
     if not isinstance(name, str):
         name = str(dtype)  # array_api_strict: "array_api_strict.float32"
-    return name.rsplit(".", 1)[-1]
+    name = name.rsplit(".", 1)[-1]
+    try:
+        _DTYPE_NAMES[key] = name
+    except TypeError:  # unhashable
+        pass
+    return name
 
 
 def float_dtype_name(dtype, op: str = "Tensor") -> str:
@@ -85,6 +98,7 @@ class Backend:
     device_type: str = ""  # device type, the part before ":" ("cpu", "cuda", "strict")
     library: str = ""  # import name of the array library ("numpy", "cupy", ...)
     always_index = False  # canonical device strings always carry ":N" (cuda)
+    syncs_cheaply = True  # reading a value to the host costs little (no queue to drain)
     xp = None  # the array namespace (array-API compatible)
     array_type: type = object  # the library's array class
 
