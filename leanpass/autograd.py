@@ -1,20 +1,26 @@
 """Grad mode (per thread) and the backward engine.
 
-The engine walks the graph with an explicit stack (no recursion, so depth is
+The engine walks the graph with an explicit heap (no recursion, so depth is
 unlimited), accumulates each node's gradient in a dict keyed by node, frees it
 as soon as it has been passed on, and drops each node's backward function (and
 so the arrays it saved) once it has run, unless ``retain_graph=True``.
 
 It knows tensors only by their attributes: ``_data``, ``_grad``, ``_backend``,
-``_prev``, ``_backward``, ``_op``, ``_retain`` and ``requires_grad``.
+``_prev``, ``_backward``, ``_op``, ``_retain``, ``_seq`` and ``requires_grad``.
 """
 
 from __future__ import annotations
 
 import functools
+import heapq
+import itertools
 import threading
 
 __all__ = ["no_grad", "enable_grad", "is_grad_enabled", "run_backward", "zero_graph_grads"]
+
+
+# Creation order of graph nodes: a node's inputs always have smaller numbers.
+sequence = itertools.count()
 
 
 class _GradState(threading.local):
@@ -96,27 +102,6 @@ def _unbroadcast(xp, grad, shape):
     return xp.reshape(grad, shape)
 
 
-def _topological_order(root) -> list:
-    """The non-leaf nodes reachable from ``root``, each after every node it feeds."""
-    order = []
-    seen = {root}
-    stack = [(root, iter(root._prev))]
-    while stack:
-        node, parents = stack[-1]
-        for parent in parents:
-            if parent._prev and parent not in seen:
-                seen.add(parent)
-                stack.append((parent, iter(parent._prev)))
-                break
-        else:
-            stack.pop()
-            if node._backward is None:
-                raise RuntimeError(_RELEASED)
-            order.append(node)
-    order.reverse()
-    return order
-
-
 def _store(tensor, grad, fresh: bool) -> None:
     """Add ``grad`` into ``tensor.grad`` (a leaf's, or a non-leaf's that asked to retain it)."""
     backend = tensor._backend
@@ -135,23 +120,34 @@ def _store(tensor, grad, fresh: bool) -> None:
 
 
 def run_backward(root, grad, retain_graph: bool = False) -> None:
-    """Backpropagate ``grad`` (an array of ``root``'s shape, owned by the engine)."""
+    """Backpropagate ``grad`` (an array of ``root``'s shape, owned by the engine).
+
+    Nodes are visited from a heap in decreasing creation order (``_seq``): every
+    node was made after its inputs, so each one is reached after all the nodes it
+    feeds, and its gradient is complete when popped. Gradients of leaves and of
+    retained non-leaves are written, and saved arrays released, only at the end:
+    an error on the way (a released graph) leaves everything as it was.
+    """
     if not root._prev:  # a leaf: its gradient is the given one
         _store(root, grad, fresh=True)
         return
-    order = _topological_order(root)  # raises before anything changes if released
     grads = {root: grad}
-    for node in order:
-        grad = grads.pop(node, None)
-        if grad is None:
-            continue
+    heap = [(-root._seq, root)]
+    leaves = {}  # leaf -> (gradient, fresh)
+    retained = []
+    done = []
+    push, pop = heapq.heappush, heapq.heappop
+    while heap:
+        node = pop(heap)[1]
+        grad = grads.pop(node)
+        backward = node._backward
+        if backward is None:
+            raise RuntimeError(_RELEASED)
         if node._retain:
-            _store(node, grad, fresh=False)
-        parent_grads = node._backward(grad)
-        if not retain_graph:
-            node._backward = None
+            retained.append((node, grad))
+        done.append(node)
         aliasing = node._op in _ALIASING_OPS
-        for parent, pgrad in zip(node._prev, parent_grads):
+        for parent, pgrad in zip(node._prev, backward(grad)):
             if pgrad is None or not parent.requires_grad:
                 continue
             fresh = not aliasing
@@ -161,9 +157,21 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
                 fresh = True
             if parent._prev:
                 old = grads.get(parent)
-                grads[parent] = pgrad if old is None else old + pgrad
+                if old is None:
+                    grads[parent] = pgrad
+                    push(heap, (-parent._seq, parent))
+                else:
+                    grads[parent] = old + pgrad
             else:
-                _store(parent, pgrad, fresh)
+                old = leaves.get(parent)
+                leaves[parent] = (pgrad, fresh) if old is None else (old[0] + pgrad, True)
+    for node, g in retained:
+        _store(node, g, fresh=False)
+    for leaf, (g, fresh) in leaves.items():
+        _store(leaf, g, fresh)
+    if not retain_graph:
+        for node in done:
+            node._backward = None
 
 
 def zero_graph_grads(root) -> None:

@@ -13,6 +13,7 @@ import operator
 from . import ops
 from .autograd import _state as _grad_state
 from .autograd import run_backward, zero_graph_grads
+from .autograd import sequence as _sequence
 from .backends import (
     FLOAT_DTYPES,
     backend_of_array,
@@ -26,9 +27,6 @@ from .backends import (
 
 __all__ = ["Tensor", "as_tensor", "apply"]
 
-_PY_SCALARS = (float, int)
-
-
 class Tensor:
     """An n-dimensional array that records the operations made on it.
 
@@ -41,7 +39,7 @@ class Tensor:
     The tensor owns a copy of the data; :func:`as_tensor` shares memory instead.
     """
 
-    __slots__ = ("_data", "_grad", "_backend", "_prev", "_backward", "_op", "_retain",
+    __slots__ = ("_data", "_grad", "_backend", "_prev", "_backward", "_op", "_retain", "_seq",
                  "requires_grad", "name", "__weakref__")
 
     # NumPy and CuPy arrays on the left of an operator defer to the Tensor.
@@ -221,37 +219,7 @@ class Tensor:
         """Reset ``.grad`` of every tensor in this tensor's graph (reads as zeros)."""
         zero_graph_grads(self)
 
-    # ---- arithmetic -------------------------------------------------------------
-    def __add__(self, other):
-        return _arith(self, other, "+", ops.add, ops.add_scalar)
-
-    def __radd__(self, other):
-        return _arith(self, other, "+", ops.add, ops.add_scalar, reflected=True)
-
-    def __sub__(self, other):
-        return _arith(self, other, "-", ops.sub, ops.sub_scalar)
-
-    def __rsub__(self, other):
-        return _arith(self, other, "-", ops.sub, ops.rsub_scalar, reflected=True)
-
-    def __mul__(self, other):
-        return _arith(self, other, "*", ops.mul, ops.mul_scalar)
-
-    def __rmul__(self, other):
-        return _arith(self, other, "*", ops.mul, ops.mul_scalar, reflected=True)
-
-    def __truediv__(self, other):
-        return _arith(self, other, "/", ops.div, ops.div_scalar)
-
-    def __rtruediv__(self, other):
-        return _arith(self, other, "/", ops.div, ops.rdiv_scalar, reflected=True)
-
-    def __pow__(self, other):
-        return _arith(self, other, "**", ops.pow, ops.pow_scalar)
-
-    def __rpow__(self, other):
-        return _arith(self, other, "**", ops.pow, ops.rpow_scalar, reflected=True)
-
+    # ---- arithmetic: see _binary below -------------------------------------------
     def __matmul__(self, other):
         other = _operand(self, other)
         if other is NotImplemented or not isinstance(other, Tensor):
@@ -450,6 +418,7 @@ def _make(data, backend, op, prev, backward, requires_grad):
         t.requires_grad = True
         t._prev = prev
         t._backward = backward
+        t._seq = next(_sequence)
     else:
         t.requires_grad = False
         t._prev = ()
@@ -492,18 +461,36 @@ def _apply2(fn, op, a, b):
     return _make(out, backend, op, (a, b), backward, a.requires_grad or b.requires_grad)
 
 
-def _arith(a, other, op, tensor_fn, scalar_fn, reflected=False):
-    if type(other) is not Tensor:
-        if type(other) not in _PY_SCALARS:
-            other = _operand(a, other)
+def _binary(op, tensor_fn, scalar_fn, reflected=False):
+    """The method for a binary operator: Tensor (op) Tensor, Tensor (op) Python number,
+    and anything else ``_operand`` can turn into one of those."""
+
+    def method(self, other):
+        kind = type(other)
+        if kind is float or kind is int:  # the hot path: no conversion, no second tensor
+            out, backward = scalar_fn(self._backend, self._data, other)
+            return _make(out, self._backend, op, (self,), backward, self.requires_grad)
+        if kind is not Tensor:
+            other = _operand(self, other)
             if other is NotImplemented:
                 return NotImplemented
-        if type(other) is not Tensor:  # a Python number
-            out, backward = scalar_fn(a._backend, a._data, other)
-            return _make(out, a._backend, op, (a,), backward, a.requires_grad)
-    if reflected:
-        return _apply2(tensor_fn, op, other, a)
-    return _apply2(tensor_fn, op, a, other)
+            if type(other) is not Tensor:  # a number in disguise (bool, NumPy scalar)
+                return method(self, other)
+        return _apply2(tensor_fn, op, other, self) if reflected else _apply2(tensor_fn, op, self, other)
+
+    return method
+
+
+Tensor.__add__ = _binary("+", ops.add, ops.add_scalar)
+Tensor.__radd__ = _binary("+", ops.add, ops.add_scalar, reflected=True)
+Tensor.__sub__ = _binary("-", ops.sub, ops.sub_scalar)
+Tensor.__rsub__ = _binary("-", ops.sub, ops.rsub_scalar, reflected=True)
+Tensor.__mul__ = _binary("*", ops.mul, ops.mul_scalar)
+Tensor.__rmul__ = _binary("*", ops.mul, ops.mul_scalar, reflected=True)
+Tensor.__truediv__ = _binary("/", ops.div, ops.div_scalar)
+Tensor.__rtruediv__ = _binary("/", ops.div, ops.rdiv_scalar, reflected=True)
+Tensor.__pow__ = _binary("**", ops.pow, ops.pow_scalar)
+Tensor.__rpow__ = _binary("**", ops.pow, ops.rpow_scalar, reflected=True)
 
 
 def _operand(like, other):
