@@ -30,6 +30,19 @@ class Block(nn.Module):
         return self.heads["a"](h) * self.scale, self.heads["b"](h)
 
 
+def test_layers_and_losses_stay_on_their_device_whatever_the_default(device):
+    leanpass.set_default_device("strict:2")
+    try:
+        layer = nn.Linear(3, 2, device=device)
+        assert layer.weight.device == layer.bias.device == get_backend(device).device
+        x = Tensor(np.ones((4, 3)), device=device)
+        y = nn.Dropout(0.5)(layer(x))
+        loss = nn.cross_entropy_loss(y, [0, 1, 1, 0])
+        assert loss.device == get_backend(device).device
+    finally:
+        leanpass.set_default_device("cpu")
+
+
 def test_parameters_are_found_once_in_a_stable_order(device):
     block = Block(device)
     names = [n for n, _ in block.named_parameters()]

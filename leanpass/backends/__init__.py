@@ -207,7 +207,7 @@ def transfer(array, src: Backend, dst: Backend):
     """Move an array of device ``src`` to device ``dst``."""
     if src is dst:
         return array
-    if src.library == dst.library:
+    if src.library and src.library == dst.library:
         return dst._from_same_library(array)
     return dst.from_host(src.to_host(array), dtype=dtype_name(array.dtype))
 

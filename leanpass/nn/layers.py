@@ -27,11 +27,11 @@ class Linear(Module):
         self.in_features = int(in_features)
         self.out_features = int(out_features)
         bound = 1.0 / math.sqrt(in_features)
-        self.weight = Tensor(
-            backend.init_uniform((in_features, out_features), -bound, bound, dtype), requires_grad=True, name="weight"
-        )
+        weight = backend.init_uniform((in_features, out_features), -bound, bound, dtype)
+        self.weight = Tensor(weight, requires_grad=True, name="weight", device=backend.device)
         self.bias = (
-            Tensor(backend.zeros((out_features,), backend.dtype(dtype)), requires_grad=True, name="bias")
+            Tensor(backend.zeros((out_features,), backend.dtype(dtype)), requires_grad=True, name="bias",
+                   device=backend.device)
             if bias else None
         )
 
@@ -178,7 +178,7 @@ class Dropout(Module):
         keep = 1.0 - self.p
         backend = get_backend(x.device)
         mask = backend.bernoulli(x.shape, keep, x.dtype)
-        return x * as_tensor(mask * (1.0 / keep))
+        return x * as_tensor(mask * (1.0 / keep), device=x.device)
 
     def extra_repr(self):
         return f"p={self.p}"

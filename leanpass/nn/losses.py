@@ -66,7 +66,7 @@ def cross_entropy_loss(logits: Tensor, target, axis: int = -1) -> Tensor:
                 f"cross_entropy_loss: target of shape {target.shape} is neither the logits' shape "
                 f"{logits.shape} (probabilities) nor {expected} (class indices)"
             )
-        target = as_tensor(_one_hot(target, classes, axis))
+        target = as_tensor(_one_hot(target, classes, axis), device=logits.device)
     return apply(ops.cross_entropy, logits, target, op="cross_entropy", axis=axis, need_probs=target.requires_grad)
 
 
