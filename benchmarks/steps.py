@@ -155,15 +155,15 @@ class TorchStep:
 
 
 def available_contestants(device):
-    """The step classes that can run here, LeanPass first."""
+    """The step classes that can run here, LeanPass first (only LeanPass on `strict`)."""
+    if not device.startswith(("cpu", "cuda")):
+        return [LeanPassStep]
     found = [LeanPassStep, HandStep]
     try:
         import torch
 
-        if not device.startswith("cuda") or torch.cuda.is_available():
+        if device == "cpu" or torch.cuda.is_available():
             found.append(TorchStep)
     except ImportError:
         pass
-    if device.startswith("strict"):
-        found.remove(HandStep)
     return found

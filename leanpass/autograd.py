@@ -147,7 +147,13 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
             retained.append((node, grad))
         done.append(node)
         aliasing = node._op in _ALIASING_OPS
-        for parent, pgrad in zip(node._prev, backward(grad)):
+        guard = node._backend.guard
+        if guard is None:
+            parent_grads = backward(grad)
+        else:  # cuda:N on a machine of several GPUs: run where the data is
+            with guard:
+                parent_grads = backward(grad)
+        for parent, pgrad in zip(node._prev, parent_grads):
             if pgrad is None or not parent.requires_grad:
                 continue
             fresh = not aliasing

@@ -76,7 +76,12 @@ class Optimizer:
                         if hasattr(value, "shape"):
                             state[name] = as_tensor(value, device=device).data
                     self._devices[key] = device
-                self._update(p, p.data, grad, state, group)
+                guard = get_backend(device).guard
+                if guard is None:
+                    self._update(p, p.data, grad, state, group)
+                else:
+                    with guard:
+                        self._update(p, p.data, grad, state, group)
 
     def _update(self, p: Tensor, data, grad, state: dict, group: dict) -> None:
         raise NotImplementedError
@@ -150,6 +155,17 @@ class SGD(Optimizer):
 
     def _update(self, p, data, grad, state, group):
         wd, momentum = group["weight_decay"], group["momentum"]
+        fused = get_backend(p.device).fused
+        if momentum and "sgd_momentum" in fused:
+            first = "momentum_buffer" not in state
+            if first:
+                state["momentum_buffer"] = get_backend(p.device).xp.zeros_like(data)
+            fused["sgd_momentum"](grad, group["lr"], momentum, wd, group["nesterov"], first,
+                                  data, state["momentum_buffer"])
+            return
+        if not momentum and "sgd" in fused:
+            fused["sgd"](grad, group["lr"], wd, data)
+            return
         if wd:
             grad = grad + wd * data
         if momentum:
@@ -182,25 +198,28 @@ class Adam(Optimizer):
 
     def _update(self, p, data, grad, state, group):
         lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
-        if wd:
-            if self._decoupled:
-                data *= 1.0 - lr * wd
-            else:
-                grad = grad + wd * data
+        backend = get_backend(p.device)
         if not state:
-            xp = get_backend(p.device).xp
             state["step"] = 0
-            state["exp_avg"] = xp.zeros_like(data)
-            state["exp_avg_sq"] = xp.zeros_like(data)
+            state["exp_avg"] = backend.xp.zeros_like(data)
+            state["exp_avg_sq"] = backend.xp.zeros_like(data)
         state["step"] += 1
         t = state["step"]
         m, v = state["exp_avg"], state["exp_avg_sq"]
+        step_size, bc2_sqrt = lr / (1.0 - b1**t), math.sqrt(1.0 - b2**t)
+        l2, decay = (0.0, 1.0 - lr * wd) if self._decoupled else (wd, 1.0)
+        fused = backend.fused.get("adam")
+        if fused is not None:  # one kernel for the whole update
+            fused(grad, step_size, 1.0 - b1, b2, 1.0 - b2, eps, bc2_sqrt, l2, decay, data, m, v)
+            return
+        if l2:
+            grad = grad + l2 * data
+        if decay != 1.0:
+            data *= decay
         m += (1.0 - b1) * (grad - m)  # PyTorch's lerp
         v *= b2
         v += (1.0 - b2) * (grad * grad)
-        xp = get_backend(p.device).xp
-        denom = xp.sqrt(v) / math.sqrt(1.0 - b2**t) + eps
-        data -= (lr / (1.0 - b1**t)) * (m / denom)
+        data -= step_size * (m / (backend.xp.sqrt(v) / bc2_sqrt + eps))
 
 
 class AdamW(Adam):

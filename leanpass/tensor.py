@@ -440,13 +440,24 @@ def apply(fn, *inputs: Tensor, op: str | None = None, **params) -> Tensor:
     for t in inputs[1:]:
         if t._backend is not backend:
             raise ValueError(_device_message(op or fn.__name__, inputs[0], t))
-    out, backward = fn(backend, *[t._data for t in inputs], **params)
+    out, backward = _run(fn, backend, *[t._data for t in inputs], **params)
     return _make(out, backend, op or fn.__name__, inputs, backward, any(t.requires_grad for t in inputs))
 
 
+def _run(fn, backend, *args, **params):
+    """``fn(backend, *args)`` with the backend's device made current where it needs
+    that (``cuda:N`` on a machine of several GPUs); a plain call everywhere else."""
+    guard = backend.guard
+    if guard is None:
+        return fn(backend, *args, **params)
+    with guard:
+        return fn(backend, *args, **params)
+
+
 def _apply1(fn, op, a, *params):
-    out, backward = fn(a._backend, a._data, *params)
-    return _make(out, a._backend, op, (a,), backward, a.requires_grad)
+    backend = a._backend
+    out, backward = fn(backend, a._data, *params) if backend.guard is None else _run(fn, backend, a._data, *params)
+    return _make(out, backend, op, (a,), backward, a.requires_grad)
 
 
 def _apply2(fn, op, a, b):
@@ -454,7 +465,7 @@ def _apply2(fn, op, a, b):
     if b._backend is not backend:
         raise ValueError(_device_message(op, a, b))
     try:
-        out, backward = fn(backend, a._data, b._data)
+        out, backward = _run(fn, backend, a._data, b._data)
     except (ValueError, TypeError):
         _check_broadcast(op, a.shape, b.shape)
         raise
@@ -468,8 +479,12 @@ def _binary(op, tensor_fn, scalar_fn, reflected=False):
     def method(self, other):
         kind = type(other)
         if kind is float or kind is int:  # the hot path: no conversion, no second tensor
-            out, backward = scalar_fn(self._backend, self._data, other)
-            return _make(out, self._backend, op, (self,), backward, self.requires_grad)
+            backend = self._backend
+            if backend.guard is None:
+                out, backward = scalar_fn(backend, self._data, other)
+            else:
+                out, backward = _run(scalar_fn, backend, self._data, other)
+            return _make(out, backend, op, (self,), backward, self.requires_grad)
         if kind is not Tensor:
             other = _operand(self, other)
             if other is NotImplemented:
@@ -529,7 +544,7 @@ def _matmul(a, b):
             f"first) != {k_b} ({'second-to-last' if b._data.ndim > 1 else 'only'} axis of the second)"
         )
     try:
-        out, backward = ops.matmul(backend, a._data, b._data, a.requires_grad, b.requires_grad)
+        out, backward = _run(ops.matmul, backend, a._data, b._data, a.requires_grad, b.requires_grad)
     except (ValueError, TypeError) as exc:
         raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not broadcast: {exc}") from None
     return _make(out, backend, "@", (a, b), backward, a.requires_grad or b.requires_grad)

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The GPU check: the whole test suite on `cuda`, then a short summary.
+# The GPU check (at most 8 minutes): the whole test suite on `cuda`, the training
+# script for a few epochs on digits, and the wide-MLP throughput of LeanPass-cuda
+# against PyTorch-cuda and CuPy by hand; then a short summary.
 #
 # Runs offline on a CUDA machine that has CuPy, NumPy, pytest and hypothesis
 # installed. array-api-compat and array-api-strict come along as wheels in
@@ -37,23 +39,42 @@ print("smoke test on", t.device, "ok")
 PY
 
 echo "== test suite on cuda"
-LEANPASS_TEST_DEVICES=cuda timeout 420 python3 -m pytest -q -p no:cacheprovider \
+LEANPASS_TEST_DEVICES=cuda timeout 330 python3 -m pytest -q -p no:cacheprovider \
     --junitxml "$results/junit-cuda.xml" tests 2>&1 | tee "$results/pytest-cuda.log"
 status=${PIPESTATUS[0]}
 
+echo "== training script on cuda (digits, a few epochs)"
+timeout 90 python3 examples/train_mlp.py --device cuda --epochs 5 --quiet 2>&1 | tee "$results/train-cuda.log"
+train_status=${PIPESTATUS[0]}
+
+echo "== throughput: wide MLP, LeanPass-cuda against PyTorch-cuda and CuPy by hand"
+timeout 150 python3 benchmarks/throughput.py --device cuda --dtype float32 --width 4096 --depth 4 \
+    --batch-size 1024 --steps 20 --rounds 5 2>&1 | tee "$results/throughput-cuda.md"
+throughput_status=${PIPESTATUS[0]}
+
 echo "== summary"
-python3 - "$results/junit-cuda.xml" "$status" "$start" <<'PY'
-import sys, time, xml.etree.ElementTree as ET
-path, status, start = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+python3 - "$results" "$status" "$train_status" "$throughput_status" "$start" <<'PY'
+import os, sys, time, xml.etree.ElementTree as ET
+results, status, train, throughput, start = sys.argv[1], *map(int, sys.argv[2:])
 try:
-    suite = ET.parse(path).getroot()
+    suite = ET.parse(os.path.join(results, "junit-cuda.xml")).getroot()
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
     n = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
     passed = n["tests"] - n["failures"] - n["errors"] - n["skipped"]
-    print(f"cuda: {passed} passed, {n['failures'] + n['errors']} failed, {n['skipped']} skipped "
-          f"(pytest exit {status}) in {time.time() - start:.0f} s")
+    print(f"tests on cuda: {passed} passed, {n['failures'] + n['errors']} failed, {n['skipped']} skipped (exit {status})")
 except (OSError, ET.ParseError) as exc:
-    print(f"cuda: no test report ({exc}); pytest exit {status}")
-print("GPU CHECK", "PASSED" if status == 0 else "FAILED")
+    print(f"tests on cuda: no report ({exc}); exit {status}")
+for name, path in (("training", "train-cuda.log"), ("throughput", "throughput-cuda.md")):
+    try:
+        lines = open(os.path.join(results, path)).read().splitlines()
+    except OSError:
+        lines = []
+    if name == "training":
+        print("training:", next((l for l in reversed(lines) if "accuracy" in l), "no result"), f"(exit {train})")
+    else:
+        print("\n".join(l for l in lines if l.startswith(("|", "MLP"))) or "throughput: no result", f"\n(exit {throughput})")
+print(f"wall time {time.time() - start:.0f} s")
+ok = status == 0 and train == 0 and throughput == 0
+print("GPU CHECK", "PASSED" if ok else "FAILED")
+sys.exit(0 if ok else 1)
 PY
-exit "$status"

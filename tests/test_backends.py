@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import leanpass
-from leanpass import Tensor, backends
+from leanpass import Tensor, backends, nn, optim
 from leanpass.backends import Backend, available_devices, canonical_device, get_backend, register_backend
 
 
@@ -231,6 +231,51 @@ class _ListBackend(Backend):
 
     def _from_same_library(self, array):
         return array
+
+
+class _Guard:
+    """Counts how often work entered the device (a stand-in for `with cupy.cuda.Device(N)`)."""
+
+    def __init__(self):
+        self.entered = 0
+        self.depth = 0
+
+    def __enter__(self):
+        self.entered += 1
+        self.depth += 1
+
+    def __exit__(self, *exc):
+        self.depth -= 1
+
+
+class _GuardedBackend(_ListBackend):
+    device_type = "guarded"
+
+    def __init__(self, index=0):
+        super().__init__(index)
+        self.guard = _Guard()
+
+
+def test_operations_backward_and_updates_run_inside_the_device_guard():
+    register_backend("guarded", _GuardedBackend, library="guarded_arrays")
+    try:
+        guard = get_backend("guarded").guard
+        model = nn.Linear(3, 2, device="guarded")
+        opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        x = Tensor(np.ones((4, 3)), device="guarded")
+        before = guard.entered
+        loss = nn.cross_entropy_loss((model(x) * 2.0).tanh(), [0, 1, 1, 0])
+        forward = guard.entered - before  # @, +, *, tanh, cross_entropy
+        loss.backward()
+        backward = guard.entered - before - forward
+        opt.step()
+        assert forward == 5 and backward == 5 and guard.entered - before == 12  # + 2 parameter updates
+        assert guard.depth == 0
+    finally:
+        backends._TYPES.pop("guarded")
+        backends._LIBRARIES.pop("guarded_arrays")
+        for key in [k for k in backends._INSTANCES if k.startswith("guarded")]:
+            del backends._INSTANCES[key]
 
 
 def test_register_backend_adds_a_device_type():

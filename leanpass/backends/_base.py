@@ -99,6 +99,10 @@ class Backend:
     library: str = ""  # import name of the array library ("numpy", "cupy", ...)
     always_index = False  # canonical device strings always carry ":N" (cuda)
     syncs_cheaply = True  # reading a value to the host costs little (no queue to drain)
+    guard = None  # a context manager that makes this device current, where work needs that
+    # Optional fused kernels by name ("relu_backward", "adam", ...): operations and
+    # optimizers use one when it is here and their generic xp code when it is not.
+    fused: dict = {}
     xp = None  # the array namespace (array-API compatible)
     array_type: type = object  # the library's array class
 

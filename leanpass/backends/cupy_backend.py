@@ -19,6 +19,47 @@ import cupyx
 from ._base import Backend, dtype_name
 
 
+def _kernels() -> dict:
+    """Fused element-wise kernels: each replaces several generic kernel launches (and
+    their temporaries) with one. Each computes what the generic path computes."""
+    grad_kernel = lambda name, expr: cupy.ElementwiseKernel(  # noqa: E731
+        "T g, U y", "T r", f"r = {expr}", f"leanpass_{name}"
+    )
+    return {
+        # gradient of relu at a (y = a), of sigmoid and tanh from their outputs (y = out)
+        "relu_backward": grad_kernel("relu_backward", "y > (U)0 ? g : (T)0"),
+        "sigmoid_backward": grad_kernel("sigmoid_backward", "g * (T)y * ((T)1 - (T)y)"),
+        "tanh_backward": grad_kernel("tanh_backward", "g * ((T)1 - (T)y * (T)y)"),
+        # optimizer updates, in place on param (and state), PyTorch's rules
+        "sgd": cupy.ElementwiseKernel(
+            "T grad, T lr, T wd", "T param", "param -= lr * (grad + wd * param)", "leanpass_sgd"
+        ),
+        "sgd_momentum": cupy.ElementwiseKernel(
+            "T grad, T lr, T momentum, T wd, bool nesterov, bool first",
+            "T param, T buf",
+            """
+            T g = grad + wd * param;
+            T b = first ? g : momentum * buf + g;
+            buf = b;
+            param -= lr * (nesterov ? g + momentum * b : b);
+            """,
+            "leanpass_sgd_momentum",
+        ),
+        "adam": cupy.ElementwiseKernel(
+            "T grad, T step_size, T one_minus_b1, T b2, T one_minus_b2, T eps, T bc2_sqrt, T wd, T decay",
+            "T param, T m, T v",
+            """
+            T g = grad + wd * param;
+            param = param * decay;
+            m += one_minus_b1 * (g - m);
+            v = b2 * v + one_minus_b2 * (g * g);
+            param -= step_size * (m / (sqrt(v) / bc2_sqrt + eps));
+            """,
+            "leanpass_adam",
+        ),
+    }
+
+
 class CupyBackend(Backend):
     device_type = "cuda"
     library = "cupy"
@@ -31,6 +72,10 @@ class CupyBackend(Backend):
         super().__init__(index)
         self._cuda_device = cupy.cuda.Device(index)
         self._rng = None
+        # CuPy launches kernels on the *current* device: with several GPUs, every
+        # operation on cuda:N runs inside `with Device(N)` (one GPU: no cost at all).
+        self.guard = self._cuda_device if len(self.device_indices()) > 1 else None
+        self.fused = _kernels()
 
     @classmethod
     def device_indices(cls):

@@ -1,0 +1,87 @@
+"""Training throughput of a wide MLP on synthetic data, on any device.
+
+    python benchmarks/throughput.py --device cuda                  # LeanPass, PyTorch, CuPy by hand
+    python benchmarks/throughput.py --device cpu --width 1024 --steps 10
+    python benchmarks/throughput.py --device cuda --only leanpass --dtype float64
+
+One step is forward, cross-entropy, backward and an SGD update of an MLP with
+``--depth`` hidden layers of ``--width`` units. Each contestant (LeanPass, the
+same step written by hand with the device's array library, and PyTorch where
+installed) runs ``--steps`` steps per round, with the device synchronised
+before the clock stops; rounds interleave the contestants, and the table gives
+medians and the ratio to LeanPass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from steps import HandStep, LeanPassStep, TorchStep, available_contestants  # noqa: E402
+
+NAMES = {"leanpass": LeanPassStep, "hand": HandStep, "torch": TorchStep}
+
+
+def measure(steps: dict, n_steps: int, rounds: int, warmup: int) -> dict:
+    """Median seconds per step of each contestant, interleaved round by round."""
+    for step in steps.values():
+        for _ in range(warmup):
+            step()
+        step.sync()
+    times = {name: [] for name in steps}
+    order = list(steps.items())
+    for r in range(rounds):
+        for name, step in order[r % len(order):] + order[:r % len(order)]:
+            step.sync()
+            start = time.perf_counter()
+            for _ in range(n_steps):
+                step()
+            step.sync()
+            times[name].append((time.perf_counter() - start) / n_steps)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    p.add_argument("--width", type=int, default=4096)
+    p.add_argument("--depth", type=int, default=4, help="hidden layers")
+    p.add_argument("--features", type=int, default=1024)
+    p.add_argument("--classes", type=int, default=10)
+    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--steps", type=int, default=20, help="steps per round")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--only", nargs="*", choices=list(NAMES), help="contestants (default: all available)")
+    args = p.parse_args(argv)
+
+    sizes = [args.features] + [args.width] * args.depth + [args.classes]
+    classes = [NAMES[n] for n in args.only] if args.only else available_contestants(args.device)
+    steps = {}
+    for cls in classes:
+        try:
+            steps[cls.name] = cls(sizes, args.batch_size, device=args.device, dtype=args.dtype)
+        except ImportError as exc:
+            print(f"({cls.name} left out: {exc})")
+    losses = {name: step.loss_value(step()) for name, step in steps.items()}
+    medians = measure(steps, args.steps, args.rounds, args.warmup)
+    flops = 6 * args.batch_size * sum(a * b for a, b in zip(sizes[:-1], sizes[1:]))
+    first = medians.get("leanpass", next(iter(medians.values())))
+    print(f"MLP {sizes}, batch {args.batch_size}, {args.dtype} on {args.device}; "
+          f"{args.rounds} rounds of {args.steps} steps, medians")
+    print("| contestant | samples/s | ms/step | TFLOP/s | vs leanpass | first loss |")
+    print("|---|---|---|---|---|---|")
+    for name, seconds in medians.items():
+        print(f"| {name} | {args.batch_size / seconds:,.0f} | {seconds * 1e3:.2f} | {flops / seconds / 1e12:.2f} "
+              f"| {first / seconds:.2f}x | {losses[name]:.5f} |")
+    return medians
+
+
+if __name__ == "__main__":
+    main()

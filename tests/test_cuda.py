@@ -1,0 +1,133 @@
+"""What only a CUDA GPU can show: CuPy's fused kernels against the generic path,
+a flat memory pool over 1,000 steps, host copies through cupy.asnumpy, and
+cuda:N with device N current. Skipped, with the reason, without CuPy and a GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import leanpass
+from leanpass import Tensor, nn, optim
+from leanpass.backends import get_backend
+
+try:
+    CUDA = get_backend("cuda")
+except RuntimeError as exc:
+    pytest.skip(f"needs a CUDA GPU: {exc}", allow_module_level=True)
+
+import cupy  # noqa: E402  (present when the cuda backend loaded)
+
+
+@pytest.fixture
+def generic():
+    """The CUDA backend with its fused kernels switched off, restored afterwards."""
+    fused = CUDA.fused
+    CUDA.fused = {}
+    yield CUDA
+    CUDA.fused = fused
+
+
+def test_fused_kernels_exist():
+    assert {"relu_backward", "sigmoid_backward", "tanh_backward", "sgd", "sgd_momentum", "adam"} <= set(CUDA.fused)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("activation", ["relu", "sigmoid", "tanh"])
+def test_fused_activation_gradients_match_generic(activation, dtype, request):
+    rng = np.random.default_rng(0)
+    data = rng.normal(size=(64, 33))
+
+    def grad():
+        x = Tensor(data, requires_grad=True, device="cuda", dtype=dtype)
+        (getattr(x, activation)() * 1.5).sum().backward()
+        return cupy.asnumpy(x.grad)
+
+    fused = grad()
+    request.getfixturevalue("generic")
+    np.testing.assert_allclose(fused, grad(), rtol=1e-6 if dtype == "float32" else 1e-14)
+
+
+OPTIMIZERS = {
+    "sgd": lambda p: optim.SGD(p, lr=0.1, weight_decay=0.01),
+    "momentum": lambda p: optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=0.01),
+    "nesterov": lambda p: optim.SGD(p, lr=0.05, momentum=0.8, nesterov=True),
+    "adam": lambda p: optim.Adam(p, lr=0.01, weight_decay=0.1),
+    "adamw": lambda p: optim.AdamW(p, lr=0.01, weight_decay=0.1),
+}
+
+
+def _train(make, dtype, steps=20):
+    leanpass.manual_seed(0)
+    model = nn.MLP([16, 32, 4], device="cuda", dtype=dtype)
+    opt = make(model.parameters())
+    rng = np.random.default_rng(1)
+    x = Tensor(rng.normal(size=(64, 16)), device="cuda", dtype=dtype)
+    y = Tensor(rng.integers(0, 4, size=64), device="cuda", dtype=dtype)
+    for _ in range(steps):
+        opt.zero_grad()
+        nn.cross_entropy_loss(model(x), y).backward()
+        opt.step()
+    return [p.numpy() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_fused_optimizer_updates_match_generic(name, dtype, request):
+    fused = _train(OPTIMIZERS[name], dtype)
+    request.getfixturevalue("generic")
+    generic = _train(OPTIMIZERS[name], dtype)
+    for a, b in zip(fused, generic):
+        np.testing.assert_allclose(a, b, rtol=1e-4 if dtype == "float32" else 1e-10, atol=1e-6)
+
+
+def test_memory_pool_is_flat_over_1000_steps():
+    pool = cupy.get_default_memory_pool()
+    leanpass.manual_seed(0)
+    model = nn.MLP([64, 128, 128, 10], device="cuda", dtype="float32")
+    opt = optim.Adam(model.parameters(), lr=1e-3)
+    rng = np.random.default_rng(0)
+    x = Tensor(rng.normal(size=(256, 64)), device="cuda", dtype="float32")
+    y = Tensor(rng.integers(0, 10, size=256), device="cuda", dtype="float32")
+
+    def step():
+        opt.zero_grad()
+        loss = nn.cross_entropy_loss(model(x), y)
+        loss.backward()
+        opt.step()
+
+    for _ in range(20):
+        step()
+    CUDA.synchronize()
+    early = pool.used_bytes()
+    for _ in range(1000):
+        step()
+    CUDA.synchronize()
+    assert pool.used_bytes() == early
+
+
+def test_host_copies_go_through_asnumpy():
+    t = Tensor([1.0, 2.0], device="cuda")
+    host = t.numpy()
+    assert type(host) is np.ndarray and host.tolist() == [1.0, 2.0]
+    assert isinstance(t.data, cupy.ndarray) and t.device == "cuda:0"
+
+
+def test_out_of_range_index_raises_on_cuda():
+    t = Tensor(np.arange(6.0), device="cuda")
+    with pytest.raises(IndexError, match="getitem"):
+        t[[0, 6]]
+
+
+def test_invalid_class_index_poisons_the_loss_instead_of_syncing():
+    logits = Tensor(np.zeros((2, 3)), requires_grad=True, device="cuda")
+    assert np.isnan(nn.cross_entropy_loss(logits, [0, 3]).item())
+
+
+def test_each_gpu_runs_its_own_work():
+    indices = CUDA.device_indices()
+    if len(indices) < 2:
+        pytest.skip("needs two GPUs")
+    x = Tensor(np.ones(8), requires_grad=True, device=f"cuda:{indices[-1]}")
+    (x.tanh() * 2.0).sum().backward()
+    assert x.data.device.id == indices[-1] and x.grad.device.id == indices[-1]
