@@ -394,9 +394,10 @@ def log_softmax(be, a, axis):
     return out, backward
 
 
-def cross_entropy(be, logits, probs, axis, need_probs=False):
+def cross_entropy(be, logits, probs, axis, need_probs=False, one_hot=False):
     """Mean over the other axes of ``-sum(probs * log_softmax(logits), axis)``, in one
-    node: its backward is ``(softmax * sum(probs) - probs) / count``."""
+    node: its backward is ``(softmax * sum(probs) - probs) / count`` (the sum is 1
+    for ``one_hot`` targets and is then not computed)."""
     xp = be.xp
     z = logits - xp.max(logits, axis=axis, keepdims=True)
     e = xp.exp(z)
@@ -407,8 +408,10 @@ def cross_entropy(be, logits, probs, axis, need_probs=False):
 
     def backward(g):
         scale = g / count
-        mass = xp.sum(probs, axis=axis, keepdims=True)
-        grad_logits = (e / total * mass - probs) * scale
+        softmax = e / total
+        if not one_hot:
+            softmax = softmax * xp.sum(probs, axis=axis, keepdims=True)
+        grad_logits = (softmax - probs) * scale
         return grad_logits, (-(log_probs * scale) if need_probs else None)
 
     return out, backward

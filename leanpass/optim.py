@@ -76,14 +76,15 @@ class Optimizer:
                         if hasattr(value, "shape"):
                             state[name] = as_tensor(value, device=device).data
                     self._devices[key] = device
-                guard = get_backend(device).guard
-                if guard is None:
-                    self._update(p, p.data, grad, state, group)
+                backend = get_backend(device)
+                if backend.guard is None:
+                    self._update(backend, p.data, grad, state, group)
                 else:
-                    with guard:
-                        self._update(p, p.data, grad, state, group)
+                    with backend.guard:
+                        self._update(backend, p.data, grad, state, group)
 
-    def _update(self, p: Tensor, data, grad, state: dict, group: dict) -> None:
+    def _update(self, backend, data, grad, state: dict, group: dict) -> None:
+        """Update one parameter's array ``data`` in place, on ``backend``'s device."""
         raise NotImplementedError
 
     # ---- state dicts -----------------------------------------------------------
@@ -153,13 +154,13 @@ class SGD(Optimizer):
         if group["momentum"] < 0:
             raise ValueError(f"SGD: momentum must be >= 0, got {group['momentum']}")
 
-    def _update(self, p, data, grad, state, group):
+    def _update(self, backend, data, grad, state, group):
         wd, momentum = group["weight_decay"], group["momentum"]
-        fused = get_backend(p.device).fused
+        fused = backend.fused
         if momentum and "sgd_momentum" in fused:
             first = "momentum_buffer" not in state
             if first:
-                state["momentum_buffer"] = get_backend(p.device).xp.zeros_like(data)
+                state["momentum_buffer"] = backend.xp.zeros_like(data)
             fused["sgd_momentum"](grad, group["lr"], momentum, wd, group["nesterov"], first,
                                   data, state["momentum_buffer"])
             return
@@ -171,7 +172,7 @@ class SGD(Optimizer):
         if momentum:
             buf = state.get("momentum_buffer")
             if buf is None:
-                buf = state["momentum_buffer"] = get_backend(p.device).copy(grad)
+                buf = state["momentum_buffer"] = backend.copy(grad)
             else:
                 buf *= momentum
                 buf += grad
@@ -196,9 +197,8 @@ class Adam(Optimizer):
 
     _decoupled = False
 
-    def _update(self, p, data, grad, state, group):
+    def _update(self, backend, data, grad, state, group):
         lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
-        backend = get_backend(p.device)
         if not state:
             state["step"] = 0
             state["exp_avg"] = backend.xp.zeros_like(data)

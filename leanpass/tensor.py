@@ -94,7 +94,7 @@ class Tensor:
 
     @property
     def shape(self) -> tuple:
-        return tuple(self._data.shape)
+        return self._data.shape
 
     @property
     def ndim(self) -> int:

@@ -58,7 +58,8 @@ def cross_entropy_loss(logits: Tensor, target, axis: int = -1) -> Tensor:
         raise IndexError(f"cross_entropy_loss: axis {axis} is out of range for logits of shape {logits.shape}")
     axis %= ndim
     target = _target(logits, target, "cross_entropy_loss")
-    if target.shape != logits.shape:
+    one_hot = target.shape != logits.shape
+    if one_hot:
         classes = logits.shape[axis]
         expected = logits.shape[:axis] + logits.shape[axis + 1:]
         if target.shape != expected:
@@ -67,7 +68,8 @@ def cross_entropy_loss(logits: Tensor, target, axis: int = -1) -> Tensor:
                 f"{logits.shape} (probabilities) nor {expected} (class indices)"
             )
         target = as_tensor(_one_hot(target, classes, axis), device=logits.device)
-    return apply(ops.cross_entropy, logits, target, op="cross_entropy", axis=axis, need_probs=target.requires_grad)
+    return apply(ops.cross_entropy, logits, target, op="cross_entropy", axis=axis,
+                 need_probs=target.requires_grad, one_hot=one_hot)
 
 
 def _one_hot(indices: Tensor, classes: int, axis: int):
