@@ -248,7 +248,8 @@ def sigmoid(be, a):
     def backward(g):
         if fused is not None:
             return (fused(g, out),)
-        return (g * out * (1.0 - out),)
+        g_out = g * out
+        return (g_out - g_out * out,)  # g * out * (1 - out) without a scalar operand
 
     return out, backward
 
@@ -274,7 +275,7 @@ def tanh(be, a):
     def backward(g):
         if fused is not None:
             return (fused(g, out),)
-        return (g * (1.0 - out * out),)
+        return (g - g * out * out,)  # g * (1 - out**2), without a scalar operand (slow in NumPy)
 
     return out, backward
 
