@@ -80,10 +80,15 @@ class enable_grad(_GradMode):
     _enabled = True
 
 
-# Operations whose backward hands on the incoming gradient itself or a view of
-# it. A leaf's first gradient from one of them is copied, so that no two .grad
-# arrays (or a .grad and a user's array) share memory.
-_ALIASING_OPS = frozenset({"+", "-", "reshape", "transpose", "flatten", "sum", "mean"})
+# Built-in operations whose backward returns new arrays. The first gradient a leaf
+# gets from any other operation -- "+" hands on the incoming gradient itself,
+# "reshape" or "sum" a view of it, and a user's operation may do either -- is
+# copied, so that no two .grad arrays (or a .grad and a user's array) share memory.
+_FRESH_OPS = frozenset({
+    "*", "/", "**", "@", "neg", "relu", "leaky_relu", "exp", "log", "sigmoid", "softplus", "tanh",
+    "gelu", "abs", "sqrt", "clip", "max", "softmax", "log_softmax", "getitem", "take", "to", "astype",
+    "cross_entropy",
+})
 
 _RELEASED = (
     "backward through a graph whose saved arrays were already freed (by an earlier "
@@ -117,6 +122,7 @@ def _store(tensor, grad, fresh: bool) -> None:
     if type(grad) is not backend.array_type:  # a NumPy scalar from a 0-d result
         grad = backend.xp.asarray(grad)
     tensor._grad = grad
+    tensor._read_zeros = False
 
 
 def run_backward(root, grad, retain_graph: bool = False) -> None:
@@ -146,7 +152,7 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
         if node._retain:
             retained.append((node, grad))
         done.append(node)
-        aliasing = node._op in _ALIASING_OPS
+        fresh_op = node._op in _FRESH_OPS
         guard = node._backend.guard
         if guard is None:
             parent_grads = backward(grad)
@@ -156,7 +162,7 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
         for parent, pgrad in zip(node._prev, parent_grads):
             if pgrad is None or not parent.requires_grad:
                 continue
-            fresh = not aliasing
+            fresh = fresh_op
             shape = parent._data.shape
             if pgrad.shape != shape:
                 pgrad = _unbroadcast(parent._backend.xp, pgrad, shape)
@@ -187,6 +193,7 @@ def zero_graph_grads(root) -> None:
     while stack:
         node = stack.pop()
         node._grad = None
+        node._read_zeros = False
         for parent in node._prev:
             if parent not in seen:
                 seen.add(parent)

@@ -85,7 +85,7 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3) -> bool:
         for index in _indices(x.shape):
             step = backend.zeros(data.shape, data.dtype)
             step[index + (Ellipsis,)] = eps
-            with no_grad():
+            with no_grad(), backend.context():
                 args = list(wide)
                 args[i] = Tensor(data + step, device=backend)
                 plus = scalar(fn(*args)).item()

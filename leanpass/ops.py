@@ -61,13 +61,17 @@ def div(be, a, b):
 
 
 def pow(be, a, b):
+    """``a ** b``; as in PyTorch, the gradient is 0 (not nan) for ``b == 0`` (base)
+    and for ``a == 0, b >= 0`` (exponent)."""
     xp = be.xp
     with be.quiet():
         out = a**b
 
     def backward(g):
         with be.quiet():
-            return g * b * a ** (b - 1.0), g * out * xp.log(a)
+            ga = xp.where(b == 0, 0.0, g * b * a ** (b - 1.0))
+            gb = xp.where((a == 0) & (b >= 0), 0.0, g * out * xp.log(a))
+        return ga, gb
 
     return out, backward
 
@@ -175,11 +179,17 @@ def pow_scalar(be, a, p):
 
 
 def rpow_scalar(be, a, s):
-    """``s ** a`` for a Python number ``s``."""
-    out = s**a
-    log_s = math.log(s) if s > 0 else math.nan
+    """``s ** a`` for a Python number ``s``; for ``s == 0`` the gradient is 0 where
+    ``a >= 0`` (PyTorch's convention)."""
+    xp = be.xp
+    with be.quiet():
+        out = s**a
+    log_s = math.log(s) if s > 0 else (-math.inf if s == 0 else math.nan)
 
     def backward(g):
+        if s == 0:
+            with be.quiet():
+                return (xp.where(a >= 0, 0.0, g * out * log_s),)
         return (g * out * log_s,)
 
     return out, backward
@@ -324,7 +334,9 @@ def clip(be, a, low, high):
     def backward(g):
         return (g * xp.astype(inside, g.dtype),)
 
-    return xp.clip(a, low, high), backward
+    # maximum, then minimum: the same on every device, also for low > high (all high, as PyTorch)
+    out = a if low is None else xp.maximum(a, low)
+    return (out if high is None else xp.minimum(out, high)), backward
 
 
 # ---- reductions --------------------------------------------------------------------

@@ -66,7 +66,7 @@ class Optimizer:
         for group in self.param_groups:
             for p in group["params"]:
                 grad = p._grad  # None: no gradient since zero_grad (PyTorch skips these too)
-                if grad is None:
+                if grad is None or getattr(p, "_read_zeros", False):  # zeros made by reading .grad
                     continue
                 key = id(p)
                 state = self.state.setdefault(key, {})
@@ -101,40 +101,51 @@ class Optimizer:
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Restore options and state; arrays move to each parameter's device and dtype.
-        Everything is checked before anything changes."""
+        Everything is checked (shapes, option values) before anything changes."""
+        name = f"{type(self).__name__}.load_state_dict"
         try:
-            groups, state = state_dict["param_groups"], state_dict["state"]
+            groups, state = list(state_dict["param_groups"]), dict(state_dict["state"])
+            sizes = [len(g["params"]) for g in groups]
         except (KeyError, TypeError):
+            raise ValueError(f"{name}: expected a dict with 'state' and 'param_groups' (a list of groups)") from None
+        if sizes != [len(g["params"]) for g in self.param_groups]:
             raise ValueError(
-                f"{type(self).__name__}.load_state_dict: expected a dict with 'state' and 'param_groups'"
-            ) from None
-        params = list(self._params())
-        sizes = [len(g["params"]) for g in self.param_groups]
-        if [len(g["params"]) for g in groups] != sizes:
-            raise ValueError(
-                f"{type(self).__name__}.load_state_dict: the state has groups of sizes "
-                f"{[len(g['params']) for g in groups]}, this optimizer {sizes}"
+                f"{name}: the state has groups of sizes {sizes}, this optimizer "
+                f"{[len(g['params']) for g in self.param_groups]}"
             )
+        merged = []
+        for group, saved in zip(self.param_groups, groups):
+            options = {k: (tuple(v) if isinstance(v, list) else v) for k, v in saved.items() if k != "params"}
+            candidate = {**group, **options}
+            try:
+                self._check(candidate)
+            except (TypeError, ValueError, KeyError) as exc:
+                raise ValueError(f"{name}: invalid options {options}: {exc}") from None
+            merged.append(candidate)
+        params = list(self._params())
         restored = {}
         for key, entries in state.items():
-            i = int(key)
-            if not 0 <= i < len(params):
-                raise ValueError(f"{type(self).__name__}.load_state_dict: state for parameter {i} of {len(params)}")
+            try:
+                i = int(key)
+            except (TypeError, ValueError):
+                raise ValueError(f"{name}: state keys are parameter numbers, got {key!r}") from None
+            if not 0 <= i < len(params) or not isinstance(entries, dict):
+                raise ValueError(f"{name}: bad state entry for parameter {key!r} (of {len(params)})")
             p = params[i]
             entry = {}
-            for name, value in entries.items():
+            for field, value in entries.items():
                 if hasattr(value, "shape") and hasattr(value, "dtype"):
                     if tuple(value.shape) != p.shape:
                         raise ValueError(
-                            f"{type(self).__name__}.load_state_dict: {name!r} of parameter {i} has shape "
-                            f"{tuple(value.shape)}, the parameter {p.shape}"
+                            f"{name}: {field!r} of parameter {i} has shape {tuple(value.shape)}, "
+                            f"the parameter {p.shape}"
                         )
                     value = as_tensor(value, device=p.device, dtype=dtype_name(p.dtype)).data
                     value = get_backend(p.device).copy(value)
-                entry[name] = value
+                entry[field] = value
             restored[id(p)] = entry
-        for group, saved in zip(self.param_groups, groups):
-            group.update({k: (tuple(v) if isinstance(v, list) else v) for k, v in saved.items() if k != "params"})
+        for group, candidate in zip(self.param_groups, merged):
+            group.update(candidate)
         self.state = restored
         self._devices = {key: p.device for p in params if (key := id(p)) in restored}
 
@@ -189,6 +200,8 @@ class Adam(Optimizer):
 
     def _check(self, group):
         super()._check(group)
+        if not isinstance(group["betas"], tuple) or len(group["betas"]) != 2:
+            raise ValueError(f"{type(self).__name__}: betas must be a pair, got {group['betas']!r}")
         b1, b2 = group["betas"]
         if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
             raise ValueError(f"{type(self).__name__}: betas must be in [0, 1), got {group['betas']}")

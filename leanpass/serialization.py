@@ -71,6 +71,7 @@ def save(obj, path) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **{_META: blob}, **arrays)
+        os.chmod(tmp, _mode_for(path))  # mkstemp makes 0600; keep what a plain write would give
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
@@ -137,8 +138,21 @@ def load(path, device=None):
             return value
         raise ValueError(f"load: {path!r} has an unknown entry kind {kind!r}")
 
-    return decode(meta["tree"])
+    try:
+        return decode(meta.get("tree"))
+    except (TypeError, AttributeError) as exc:
+        raise ValueError(f"load: {path!r} has a malformed description ({type(exc).__name__}: {exc})") from None
 
 
 class _NotLeanPass(Exception):
     pass
+
+
+def _mode_for(path: str) -> int:
+    """The replaced file's permissions, or those the umask gives a new file."""
+    try:
+        return os.stat(path).st_mode & 0o777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask

@@ -40,7 +40,7 @@ class Tensor:
     """
 
     __slots__ = ("_data", "_grad", "_backend", "_prev", "_backward", "_op", "_retain", "_seq",
-                 "requires_grad", "name", "__weakref__")
+                 "_read_zeros", "requires_grad", "name", "__weakref__")
 
     # NumPy and CuPy arrays on the left of an operator defer to the Tensor.
     __array_ufunc__ = None
@@ -59,7 +59,9 @@ class Tensor:
     def data(self, value):
         if isinstance(value, Tensor):
             value = value._data
-        backend = backend_of_array(value) or get_backend("cpu")
+        backend = backend_of_array(value)
+        if backend is None:  # a NumPy array: this tensor's device if it holds NumPy arrays, else cpu
+            backend = self._backend if type(value) is self._backend.array_type else get_backend("cpu")
         if type(value) is not backend.array_type or dtype_name(value.dtype) not in FLOAT_DTYPES:
             raise TypeError(
                 f"Tensor.data must be a float32 or float64 array, got {type(value).__name__}"
@@ -79,10 +81,12 @@ class Tensor:
         g = self._grad
         if g is None and self.requires_grad and (self._retain or not self._prev):
             g = self._grad = self._backend.zeros(self._data.shape, self._data.dtype)
+            self._read_zeros = True  # no gradient arrived yet: optimizers skip this tensor
         return g
 
     @grad.setter
     def grad(self, value):
+        self._read_zeros = False
         if value is not None:
             value = Tensor(value, device=self.device, dtype=self.dtype)._data
             if value.shape != self._data.shape:
@@ -348,7 +352,8 @@ class Tensor:
         return _apply1(ops.transpose, "transpose", self, axes)
 
     def __getitem__(self, index) -> Tensor:
-        return _getitem(self, index)
+        with self._backend.context():  # index arrays are built and checked on this device
+            return _getitem(self, index)
 
 
 def as_tensor(data, *, device=None, dtype=None) -> Tensor:
@@ -381,7 +386,8 @@ def _init(self, data, requires_grad, name, device, dtype, copy):
             name_ = dtype_name(array.dtype)
             dtype = name_ if name_ in FLOAT_DTYPES else get_default_dtype()
         if dtype_name(array.dtype) != dtype:
-            array = src.xp.astype(array, src.dtype(dtype))
+            with src.context():
+                array = src.xp.astype(array, src.dtype(dtype))
         array = transfer(array, src, backend)
     if type(array) is not backend.array_type:
         array = backend.xp.asarray(array)
@@ -587,21 +593,31 @@ def _axis(axis, ndim, op):
         axis = operator.index(axis)
     except TypeError:
         raise TypeError(f"{op}: axis must be an integer, got {type(axis).__name__}") from None
-    if not -max(ndim, 1) <= axis < max(ndim, 1):
+    if not -ndim <= axis < ndim:
         raise IndexError(f"{op}: axis {axis} is out of range for a tensor of {ndim} dimensions")
-    return axis % max(ndim, 1)
+    return axis % ndim
 
 
 def _axes(axis, ndim, op):
-    """Normalise ``axis`` (None, an int or a tuple of ints) to a tuple of non-negative axes."""
+    """Normalise ``axis`` (None, an int or a tuple of ints) to a tuple of non-negative axes.
+    A 0-d tensor takes axis 0 or -1 too, reducing nothing (as in PyTorch)."""
     if axis is None:
         return tuple(range(ndim))
-    if isinstance(axis, (tuple, list)):
-        axes = tuple(_axis(a, ndim, op) for a in axis)
-        if len(set(axes)) != len(axes):
-            raise ValueError(f"{op}: repeated axis in {tuple(axis)}")
-        return axes
-    return (_axis(axis, ndim, op),)
+    many = isinstance(axis, (tuple, list))
+    axes = tuple(axis) if many else (axis,)
+    if ndim == 0:
+        for a in axes:
+            try:
+                ok = operator.index(a) in (0, -1)
+            except TypeError:
+                raise TypeError(f"{op}: axis must be an integer, got {type(a).__name__}") from None
+            if not ok:
+                raise IndexError(f"{op}: axis {a} is out of range for a tensor of 0 dimensions")
+        return ()
+    axes = tuple(_axis(a, ndim, op) for a in axes)
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"{op}: repeated axis in {tuple(axis)}")
+    return axes
 
 
 def _bound(value, op):

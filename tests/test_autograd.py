@@ -296,3 +296,21 @@ def test_manual_seed_reproducible_on_every_backend(device):
     leanpass.manual_seed(7)
     b = get_backend("cpu").init_uniform((3,), -1.0, 1.0, "float64")
     np.testing.assert_array_equal(a, b)
+
+
+def test_a_custom_operation_that_passes_its_gradient_on_shares_no_grad(device):
+    from leanpass.tensor import apply
+
+    def scaled_add(be, a, b, alpha):
+        def backward(g):
+            return g, g * alpha  # the incoming gradient itself, as "+" does
+
+        return a + alpha * b, backward
+
+    x = Tensor([1.0, 2.0], requires_grad=True, device=device)
+    y = Tensor([3.0, 4.0], requires_grad=True, device=device)
+    c = Tensor([1.0, 1.0], requires_grad=True, device=device)
+    (apply(scaled_add, x, c, alpha=0.5) + apply(scaled_add, y, c, alpha=0.5)).sum().backward()
+    assert x.grad is not y.grad
+    x.grad[0] = 7.0  # writeable, and y's gradient does not change
+    assert host(y.grad, device).tolist() == [1.0, 1.0]

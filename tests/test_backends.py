@@ -265,11 +265,11 @@ def test_operations_backward_and_updates_run_inside_the_device_guard():
         x = Tensor(np.ones((4, 3)), device="guarded")
         before = guard.entered
         loss = nn.cross_entropy_loss((model(x) * 2.0).tanh(), [0, 1, 1, 0])
-        forward = guard.entered - before  # @, +, *, tanh, cross_entropy
+        forward = guard.entered - before  # @, +, *, tanh, the one-hot targets, cross_entropy
         loss.backward()
-        backward = guard.entered - before - forward
+        backward = guard.entered - before - forward  # cross_entropy, tanh, *, +, @
         opt.step()
-        assert forward == 5 and backward == 5 and guard.entered - before == 12  # + 2 parameter updates
+        assert forward == 6 and backward == 5 and guard.entered - before == 13  # + 2 parameter updates
         assert guard.depth == 0
     finally:
         backends._TYPES.pop("guarded")
@@ -294,3 +294,24 @@ def test_register_backend_adds_a_device_type():
         backends._LIBRARIES.pop("toy_arrays")
         for key in [k for k in backends._INSTANCES if k.startswith("toy")]:
             del backends._INSTANCES[key]
+
+
+def test_a_library_belongs_to_one_device_type():
+    class MyNumpy(_ListBackend):
+        device_type = "mine"
+        library = "numpy"
+
+    with pytest.raises(ValueError, match="already belong"):
+        register_backend("mine", MyNumpy)
+    assert "mine" not in backends._TYPES
+    assert Tensor(np.ones(2)).device == "cpu"
+
+
+def test_reregistering_drops_cached_backends_of_any_spelling():
+    old = get_backend(" strict:1")
+    entry = backends._TYPES["strict"]
+    register_backend("strict", entry.loader, library="array_api_strict")
+    try:
+        assert get_backend(" strict:1") is not old
+    finally:
+        backends._TYPES["strict"] = entry

@@ -242,3 +242,35 @@ def test_no_host_round_trip_in_a_step():
         opt.step()
     assert backend.host_transfers == before
     assert math.isfinite(model.parameters()[0].numpy().sum())
+
+
+def test_reading_grad_does_not_make_an_unused_parameter_move(device):
+    """As in PyTorch, a parameter that got no gradient is skipped, even after .grad was read."""
+    used = Tensor([1.0], requires_grad=True, device=device)
+    unused = Tensor([1.0, 2.0], requires_grad=True, device=device)
+    opt = optim.AdamW([used, unused], lr=0.01, weight_decay=1.0)
+    (used * 2.0).sum().backward()
+    assert get_backend(device).to_host(unused.grad).tolist() == [0.0, 0.0]  # reading makes zeros
+    opt.step()
+    assert unused.numpy().tolist() == [1.0, 2.0]
+    assert used.numpy().tolist() != [1.0]
+    (unused * 3.0).sum().backward()  # once a gradient arrives, it moves
+    opt.step()
+    assert unused.numpy().tolist() != [1.0, 2.0]
+
+
+def test_load_state_dict_validates_options_and_entries():
+    w = Tensor([1.0, 2.0], requires_grad=True)
+    opt = optim.Adam([w], lr=0.1)
+    good = opt.state_dict()
+    for bad in (
+        {"state": {}, "param_groups": [dict(good["param_groups"][0], betas=[0.9])]},
+        {"state": {}, "param_groups": [dict(good["param_groups"][0], lr=-1.0)]},
+        {"state": {"x": {}}, "param_groups": good["param_groups"]},
+        {"state": {0: [1, 2]}, "param_groups": good["param_groups"]},
+        {"state": {5: {}}, "param_groups": good["param_groups"]},
+        {"state": {}, "param_groups": 3},
+    ):
+        with pytest.raises(ValueError, match="load_state_dict"):
+            opt.load_state_dict(bad)
+        assert opt.param_groups[0]["lr"] == 0.1 and opt.param_groups[0]["betas"] == (0.9, 0.999)

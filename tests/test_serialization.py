@@ -133,3 +133,25 @@ def test_a_zip_that_is_not_npz(tmp_path):
         z.writestr("__leanpass__.npy", b"garbage")
     with pytest.raises(ValueError, match="not a readable"):
         leanpass.load(path)
+
+
+def test_saved_file_gets_normal_permissions(tmp_path):
+    import os
+    import stat
+
+    path = tmp_path / "m.npz"
+    leanpass.save({"w": np.ones(2)}, path)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
+    os.chmod(path, 0o640)
+    leanpass.save({"w": np.zeros(2)}, path)  # replacing keeps the file's mode
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+
+
+def test_malformed_description_is_a_value_error(tmp_path):
+    path = tmp_path / "bad.npz"
+    meta = b'{"format": "leanpass", "version": 1, "tree": {"dict": 5}}'
+    np.savez(path, __leanpass__=np.frombuffer(meta, dtype=np.uint8))
+    with pytest.raises(ValueError, match="malformed"):
+        leanpass.load(path)

@@ -93,11 +93,22 @@ def register_backend(
         loader = backend
     else:
         raise TypeError("register_backend: backend must be a Backend subclass or a function returning one")
+    owner = _LIBRARIES.get(library) if library else None
+    if owner is not None and owner != device_type:
+        raise ValueError(
+            f"register_backend: arrays of {library!r} already belong to the device type {owner!r}; "
+            "give the new backend a library of its own (library=...)"
+        )
     _TYPES[device_type] = _Entry(device_type, loader, library, always_index)
     if library:
         _LIBRARIES[library] = device_type
-    for key in [k for k in _INSTANCES if k.split(":")[0] == device_type]:
+    stale = [k for k, b in _INSTANCES.items() if b.device_type == device_type or _type_of(k) == device_type]
+    for key in stale:
         del _INSTANCES[key]
+
+
+def _type_of(device: str) -> str:
+    return device.strip().partition(":")[0]
 
 
 register_backend("cpu", _lazy(".numpy_backend", "NumpyBackend"), library="numpy")

@@ -10,6 +10,8 @@ speak NumPy directly.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 FLOAT_DTYPES = ("float32", "float64")
@@ -162,6 +164,14 @@ class Backend:
     def ones(self, shape, dtype):
         return self.xp.ones(shape, dtype=dtype, device=self.xp_device)
 
+    def arange(self, n, dtype):
+        return self.xp.arange(n, dtype=dtype, device=self.xp_device)
+
+    def context(self):
+        """``with backend.context():`` runs array code on this device: the guard where
+        one is needed, else nothing."""
+        return self.guard if self.guard is not None else _NO_GUARD
+
     @property
     def xp_device(self):
         """The library's own device object (for ``xp.zeros(..., device=...)``)."""
@@ -216,6 +226,9 @@ class Backend:
     def quiet(self):
         """A context in which floating-point warnings (log(0), sqrt(-1)) are silent."""
         return np.errstate(all="ignore")
+
+
+_NO_GUARD = contextlib.nullcontext()
 
 
 def canonical_name(type_: str, index: int, always_index: bool) -> str:

@@ -116,6 +116,19 @@ class CupyBackend(Backend):
         with self._cuda_device:
             return array.copy()
 
+    # array_api_compat drops device= for CuPy: allocate inside the device's context
+    def zeros(self, shape, dtype):
+        with self._cuda_device:
+            return cupy.zeros(shape, dtype=dtype)
+
+    def ones(self, shape, dtype):
+        with self._cuda_device:
+            return cupy.ones(shape, dtype=dtype)
+
+    def arange(self, n, dtype):
+        with self._cuda_device:
+            return cupy.arange(n, dtype=dtype)
+
     def index_add(self, buf, index, values, axis=0):
         with self._cuda_device:
             cupyx.scatter_add(buf, (slice(None),) * axis + (index,), values)

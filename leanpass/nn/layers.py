@@ -177,8 +177,9 @@ class Dropout(Module):
             return x
         keep = 1.0 - self.p
         backend = get_backend(x.device)
-        mask = backend.bernoulli(x.shape, keep, x.dtype)
-        return x * as_tensor(mask * (1.0 / keep), device=x.device)
+        with backend.context():
+            mask = backend.bernoulli(x.shape, keep, x.dtype) * (1.0 / keep)
+        return x * as_tensor(mask, device=x.device)
 
     def extra_repr(self):
         return f"p={self.p}"

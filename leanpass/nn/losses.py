@@ -75,12 +75,16 @@ def cross_entropy_loss(logits: Tensor, target, axis: int = -1) -> Tensor:
 def _one_hot(indices: Tensor, classes: int, axis: int):
     """One-hot rows (as an array) of integer class ``indices``, the class axis at ``axis``."""
     backend = get_backend(indices.device)
+    with backend.context():
+        return _one_hot_here(backend, indices.data, classes, axis)
+
+
+def _one_hot_here(backend, data, classes, axis):
     xp = backend.xp
-    data = indices.data
-    labels = xp.arange(classes, dtype=data.dtype, device=backend.xp_device)
     shape = [1] * (data.ndim + 1)
     shape[axis] = classes
-    onehot = xp.astype(xp.expand_dims(data, axis=axis) == xp.reshape(labels, tuple(shape)), data.dtype)
+    labels = xp.reshape(backend.arange(classes, data.dtype), tuple(shape))
+    onehot = xp.astype(xp.expand_dims(data, axis=axis) == labels, data.dtype)
     if backend.syncs_cheaply:  # every valid index matches exactly one class
         if float(xp.sum(onehot)) != math.prod(data.shape):
             raise ValueError(
