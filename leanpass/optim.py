@@ -44,7 +44,7 @@ class Optimizer:
             self._check(group)
             self.param_groups.append(group)
         self.state: dict[int, dict] = {}  # keyed by id(parameter)
-        self._devices: dict[int, str] = {}  # where each parameter's state lives
+        self._devices: dict = {}  # id(parameter) -> the backend its state lives on
 
     def _check(self, group: dict) -> None:
         if group["lr"] < 0:
@@ -70,13 +70,12 @@ class Optimizer:
                     continue
                 key = id(p)
                 state = self.state.setdefault(key, {})
-                device = p.device
-                if self._devices.get(key) != device:  # new, or the model moved (model.to)
+                backend = p._backend
+                if self._devices.get(key) is not backend:  # new, or the model moved (model.to)
                     for name, value in state.items():
                         if hasattr(value, "shape"):
-                            state[name] = as_tensor(value, device=device).data
-                    self._devices[key] = device
-                backend = get_backend(device)
+                            state[name] = as_tensor(value, device=backend.device).data
+                    self._devices[key] = backend
                 if backend.guard is None:
                     self._update(backend, p.data, grad, state, group)
                 else:
@@ -147,7 +146,7 @@ class Optimizer:
         for group, candidate in zip(self.param_groups, merged):
             group.update(candidate)
         self.state = restored
-        self._devices = {key: p.device for p in params if (key := id(p)) in restored}
+        self._devices = {key: p._backend for p in params if (key := id(p)) in restored}
 
 
 class SGD(Optimizer):

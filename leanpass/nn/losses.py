@@ -84,15 +84,18 @@ def _one_hot_here(backend, data, classes, axis):
     shape = [1] * (data.ndim + 1)
     shape[axis] = classes
     labels = xp.reshape(backend.arange(classes, data.dtype), tuple(shape))
-    onehot = xp.astype(xp.expand_dims(data, axis=axis) == labels, data.dtype)
+    column = list(data.shape)
+    column.insert(axis, 1)
+    match = xp.reshape(data, tuple(column)) == labels
     if backend.syncs_cheaply:  # every valid index matches exactly one class
-        if float(xp.sum(onehot)) != math.prod(data.shape):
+        if int(xp.count_nonzero(match)) != math.prod(data.shape):
             raise ValueError(
                 f"cross_entropy_loss: class indices must be whole numbers in [0, {classes}), "
                 f"got values from {float(xp.min(data))} to {float(xp.max(data))}"
             )
-        return onehot
+        return xp.astype(match, data.dtype)
     # no check without a sync: a row that matches no class divides 0 by 0 and poisons the loss
+    onehot = xp.astype(match, data.dtype)
     return onehot / xp.sum(onehot, axis=axis, keepdims=True)
 
 
