@@ -265,7 +265,7 @@ def main(argv=None):
                 rows.append([dtype, n] + [f"{r[k]['ms']:.3f} ({r[k]['ms'] / base:.2f}x)" for k in names]
                             + [" / ".join(f"{r[k]['faults']:.0f}" for k in names)])
         print("## W1: one MLP training step (784-256-128-10, batch 128, cross-entropy, SGD), ms per step")
-        print(table(["dtype", "threads", *[f"{k} ms (ratio)" for k in names], "minor faults/step"], rows), "\n")
+        print(table(["dtype", "threads", *[f"{k} ms (ratio)" for k in names], "minor faults/step"], rows), end="\n\n")
 
     if "W2" in args.only:
         results["W2"] = {}
@@ -276,21 +276,21 @@ def main(argv=None):
             rows.append([n] + [f"{v:.2f} ({v / first:.2f}x)" for v in r.values()])
         print(f"## W2: chain of {CHAIN} element-wise ops on {ELEMENTS} float64 elements, forward + backward, "
               "µs per op")
-        print(table(["threads", *[f"{k} µs (ratio)" for k in results["W2"][args.threads[0]]]], rows), "\n")
+        print(table(["threads", *[f"{k} µs (ratio)" for k in results["W2"][args.threads[0]]]], rows), end="\n\n")
 
     if "W3" in args.only:
         r = results["W3"] = w3(args.rounds)
         print("## W3: backward through a 100,000-operation chain")
         print(table(["forward s", "backward s", "backward / forward", "peak MiB (fwd + bwd)"],
                     [[f"{r['forward_s']:.3f}", f"{r['backward_s']:.3f}", f"{r['ratio']:.2f}x",
-                      f"{r['peak_bytes'] / 2**20:.1f}"]]), "\n")
+                      f"{r['peak_bytes'] / 2**20:.1f}"]]), end="\n\n")
 
     if "W4" in args.only:
         r = results["W4"] = w4(args.rounds)
         rows = [[dtype, f"{v['by hand'] / 2**20:.2f}", f"{v['leanpass'] / 2**20:.2f}",
                  f"{v['leanpass'] / v['by hand']:.2f}x"] for dtype, v in r.items()]
         print("## W4: peak memory of one W1 step (tracemalloc)")
-        print(table(["dtype", "by hand MiB", "leanpass MiB", "ratio"], rows), "\n")
+        print(table(["dtype", "by hand MiB", "leanpass MiB", "ratio"], rows), end="\n\n")
 
     if args.json:
         with open(args.json, "w") as f:
