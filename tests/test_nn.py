@@ -282,3 +282,27 @@ def test_losses_keep_float32(device):
 def test_module_repr():
     text = repr(nn.MLP([2, 3, 1]))
     assert "Linear(in_features=2, out_features=3, bias=True)" in text and "ReLU()" in text
+
+
+def test_code_written_for_leanpass_0_1_runs_unchanged():
+    """The NumPy-only 0.1.x style: weight (in, out), parameters() a list, plain updates
+    of .data, Dropout(p)(x, training=...), losses imported from leanpass.nn."""
+    from leanpass.nn import MLP, Dropout, Linear, binary_cross_entropy_loss, cross_entropy_loss, mse_loss
+
+    assert Linear(3, 5).weight.shape == (3, 5)
+    model = MLP([2, 16, 1])
+    params = model.parameters()
+    assert isinstance(params, list) and len(params) == 4
+    x = Tensor(np.array([[0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]]))
+    y = Tensor(np.array([[0.0], [1.0], [1.0], [0.0]]))
+    drop = Dropout(0.1)
+    first = None
+    for _ in range(200):
+        loss = mse_loss(model(drop(x, training=False)), y)
+        loss.backward()
+        for p in params:
+            p.data -= 0.1 * p.grad
+        loss.zero_grad_all()
+        first = loss.item() if first is None else first
+    assert loss.item() < first
+    assert callable(cross_entropy_loss) and callable(binary_cross_entropy_loss)
