@@ -27,6 +27,7 @@ from .backends import (
 
 __all__ = ["Tensor", "as_tensor", "apply"]
 
+
 class Tensor:
     """An n-dimensional array that records the operations made on it.
 
@@ -86,7 +87,6 @@ class Tensor:
 
     @grad.setter
     def grad(self, value):
-        self._read_zeros = False
         if value is not None:
             value = Tensor(value, device=self.device, dtype=self.dtype)._data
             if value.shape != self._data.shape:
@@ -95,6 +95,7 @@ class Tensor:
                     f"tensor's shape {self._data.shape}"
                 )
         self._grad = value
+        self._read_zeros = False
 
     @property
     def shape(self) -> tuple:
@@ -165,7 +166,9 @@ class Tensor:
     def to(self, device=None, dtype=None) -> Tensor:
         """This tensor on another device and/or dtype (itself if nothing changes).
         Differentiable: the gradient flows back to the original device and dtype."""
-        if isinstance(device, str) and device in FLOAT_DTYPES and dtype is None:
+        if dtype is None and device is not None and (
+            device in FLOAT_DTYPES if isinstance(device, str) else not hasattr(device, "device_type")
+        ):  # t.to("float32"), t.to(np.float32): a dtype given in the device's place
             device, dtype = None, device
         out = self
         if dtype is not None:
