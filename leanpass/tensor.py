@@ -168,7 +168,7 @@ class Tensor:
         Differentiable: the gradient flows back to the original device and dtype."""
         if dtype is None and device is not None and (
             device in FLOAT_DTYPES if isinstance(device, str) else not hasattr(device, "device_type")
-        ):  # t.to("float32"), t.to(np.float32): a dtype given in the device's place
+        ):  # t.to("float32"), or a dtype object: a dtype given in the device's place
             device, dtype = None, device
         out = self
         if dtype is not None:

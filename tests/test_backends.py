@@ -9,6 +9,7 @@ import sys
 import array_api_strict as xs
 import numpy as np
 import pytest
+from helpers import registered  # noqa: E402  (tests/ is on sys.path)
 
 import leanpass
 from leanpass import Tensor, backends, nn, optim
@@ -257,8 +258,7 @@ class _GuardedBackend(_ListBackend):
 
 
 def test_operations_backward_and_updates_run_inside_the_device_guard():
-    register_backend("guarded", _GuardedBackend, library="guarded_arrays")
-    try:
+    with registered("guarded", _GuardedBackend, "guarded_arrays"):
         guard = get_backend("guarded").guard
         model = nn.Linear(3, 2, device="guarded")
         opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -271,16 +271,10 @@ def test_operations_backward_and_updates_run_inside_the_device_guard():
         opt.step()
         assert forward == 6 and backward == 5 and guard.entered - before == 13  # + 2 parameter updates
         assert guard.depth == 0
-    finally:
-        backends._TYPES.pop("guarded")
-        backends._LIBRARIES.pop("guarded_arrays")
-        for key in [k for k in backends._INSTANCES if k.startswith("guarded")]:
-            del backends._INSTANCES[key]
 
 
 def test_register_backend_adds_a_device_type():
-    register_backend("toy", _ListBackend, library="toy_arrays")
-    try:
+    with registered("toy", _ListBackend, "toy_arrays"):
         t = Tensor([1.0, 2.0], requires_grad=True, device="toy")
         assert t.device == "toy" and "toy" in available_devices()
         (t * t).sum().backward()
@@ -289,11 +283,6 @@ def test_register_backend_adds_a_device_type():
             get_backend("toy2")
         with pytest.raises(TypeError):
             register_backend("bad", 42)
-    finally:
-        backends._TYPES.pop("toy")
-        backends._LIBRARIES.pop("toy_arrays")
-        for key in [k for k in backends._INSTANCES if k.startswith("toy")]:
-            del backends._INSTANCES[key]
 
 
 def test_a_library_belongs_to_one_device_type():

@@ -17,6 +17,7 @@ except RuntimeError as exc:
     pytest.skip(f"needs a CUDA GPU: {exc}", allow_module_level=True)
 
 import cupy  # noqa: E402  (present when the cuda backend loaded)
+from helpers import OPTIMIZERS  # noqa: E402  (tests/ is on sys.path)
 
 
 @pytest.fixture
@@ -46,15 +47,6 @@ def test_fused_activation_gradients_match_generic(activation, dtype, request):
     fused = grad()
     request.getfixturevalue("generic")
     np.testing.assert_allclose(fused, grad(), rtol=1e-6 if dtype == "float32" else 1e-14)
-
-
-OPTIMIZERS = {
-    "sgd": lambda p: optim.SGD(p, lr=0.1, weight_decay=0.01),
-    "momentum": lambda p: optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=0.01),
-    "nesterov": lambda p: optim.SGD(p, lr=0.05, momentum=0.8, nesterov=True),
-    "adam": lambda p: optim.Adam(p, lr=0.01, weight_decay=0.1),
-    "adamw": lambda p: optim.AdamW(p, lr=0.01, weight_decay=0.1),
-}
 
 
 def _train(make, dtype, steps=20):

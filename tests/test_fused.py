@@ -12,10 +12,11 @@ from __future__ import annotations
 import array_api_strict as xs
 import numpy as np
 import pytest
+from helpers import OPTIMIZERS, registered  # (tests/ is on sys.path)
 
 import leanpass
-from leanpass import Tensor, backends, nn, optim
-from leanpass.backends import Backend, get_backend, register_backend
+from leanpass import Tensor, nn
+from leanpass.backends import Backend, get_backend
 
 CALLS: dict[str, int] = {}
 
@@ -88,21 +89,8 @@ class FusedStrict(Backend):
 
 @pytest.fixture(scope="module", autouse=True)
 def fused_device():
-    register_backend("fused", FusedStrict, library="fused_test_arrays")
-    yield
-    backends._TYPES.pop("fused")
-    backends._LIBRARIES.pop("fused_test_arrays")
-    for key in [k for k in backends._INSTANCES if k.startswith("fused")]:
-        del backends._INSTANCES[key]
-
-
-OPTIMIZERS = {
-    "sgd": lambda p: optim.SGD(p, lr=0.1, weight_decay=0.01),
-    "momentum": lambda p: optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=0.01),
-    "nesterov": lambda p: optim.SGD(p, lr=0.05, momentum=0.8, nesterov=True),
-    "adam": lambda p: optim.Adam(p, lr=0.01, weight_decay=0.1),
-    "adamw": lambda p: optim.AdamW(p, lr=0.01, weight_decay=0.1),
-}
+    with registered("fused", FusedStrict, "fused_test_arrays"):
+        yield
 
 
 def train(device, activation, make, steps=5):
