@@ -85,7 +85,7 @@ class enable_grad(_GradMode):
 # "reshape" or "sum" a view of it, and a user's operation may do either -- is
 # copied, so that no two .grad arrays (or a .grad and a user's array) share memory.
 _FRESH_OPS = frozenset({
-    "*", "/", "**", "@", "neg", "relu", "leaky_relu", "exp", "log", "sigmoid", "softplus", "tanh",
+    "*", "/", "**", "@", "linear", "neg", "relu", "leaky_relu", "exp", "log", "sigmoid", "softplus", "tanh",
     "gelu", "abs", "sqrt", "clip", "max", "softmax", "log_softmax", "getitem", "take", "to", "astype",
     "cross_entropy",
 })

@@ -105,6 +105,30 @@ def matmul(be, a, b, need_a=True, need_b=True):
     return out, backward
 
 
+def linear(be, x, w, b=None, need_x=True, need_w=True, need_b=True):
+    """``x @ w + b`` in one node (a layer's forward): ``x`` of shape ``(..., in)``,
+    ``w`` of ``(in, out)``, ``b`` of ``(out,)`` or absent. The bias is added in
+    place to the fresh product, and the gradients of ``w`` and ``b`` sum over all
+    leading axes of ``x`` in one product and one sum."""
+    xp = be.xp
+    out = x @ w
+    if b is not None:
+        if b.dtype == out.dtype:
+            out += b
+        else:
+            out = out + b
+
+    def backward(g):
+        gx = g @ w.T if need_x else None
+        rows = g if g.ndim == 2 else xp.reshape(g, (-1, g.shape[-1]))
+        gw = (x if x.ndim == 2 else xp.reshape(x, (-1, x.shape[-1]))).T @ rows if need_w else None
+        if b is None:
+            return gx, gw
+        return gx, gw, (xp.sum(rows, axis=0) if need_b else None)
+
+    return out, backward
+
+
 # ---- binary: tensor (op) Python number -----------------------------------------
 
 

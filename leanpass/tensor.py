@@ -443,14 +443,22 @@ def apply(fn, *inputs: Tensor, op: str | None = None, **params) -> Tensor:
     input`` (arrays, or None); see :mod:`leanpass.ops` for examples. The result is
     linked into the graph under the name ``op`` (default: ``fn.__name__``).
     """
-    if not inputs or not all(isinstance(t, Tensor) for t in inputs):
-        raise TypeError("apply: the inputs must be Tensors")
-    backend = inputs[0]._backend
-    for t in inputs[1:]:
-        if t._backend is not backend:
+    if not inputs:
+        raise TypeError("apply: give at least one input Tensor")
+    backend = None
+    arrays = []
+    requires_grad = False
+    for t in inputs:  # one plain loop: this runs for every layer of every step
+        if not isinstance(t, Tensor):
+            raise TypeError(f"apply: the inputs must be Tensors, got {type(t).__name__}")
+        if backend is None:
+            backend = t._backend
+        elif t._backend is not backend:
             raise ValueError(_device_message(op or fn.__name__, inputs[0], t))
-    out, backward = _run(fn, backend, *[t._data for t in inputs], **params)
-    return _make(out, backend, op or fn.__name__, inputs, backward, any(t.requires_grad for t in inputs))
+        arrays.append(t._data)
+        requires_grad = requires_grad or t.requires_grad
+    out, backward = _run(fn, backend, *arrays, **params)
+    return _make(out, backend, op or fn.__name__, inputs, backward, requires_grad)
 
 
 def _run(fn, backend, *args, **params):

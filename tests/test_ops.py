@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import leanpass
-from leanpass import Tensor, gradcheck
+from leanpass import Tensor, gradcheck, ops
 from leanpass.backends import get_backend
 
 RNG = np.random.default_rng(1234)
@@ -44,6 +44,20 @@ BINARY = {
     "matmul_vec_vec": (lambda a, b: a @ b, (rand(4), rand(4))),
     "matmul_method": (lambda a, b: a.matmul(b), (rand(3, 4), rand(4, 2))),
 }
+
+
+@pytest.mark.parametrize("x_shape", [(5, 3), (2, 4, 3), (3,)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_node_gradcheck(device, x_shape, bias):
+    from leanpass.tensor import apply
+
+    x, w, b = leaf(device, rand(*x_shape)), leaf(device, rand(3, 2)), leaf(device, rand(2))
+    inputs = (x, w, b) if bias else (x, w)
+    out = apply(ops.linear, *inputs)
+    assert out._op == "linear"
+    expected = x.numpy() @ w.numpy() + (b.numpy() if bias else 0.0)
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-12)
+    assert gradcheck(lambda *t: apply(ops.linear, *t), inputs)
 
 SCALAR = {
     "add_scalar": (lambda a: a + 1.5, lambda x: x + 1.5),

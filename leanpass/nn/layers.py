@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 
+from .. import ops
 from ..backends import get_backend, get_default_dtype
-from ..tensor import Tensor, as_tensor
+from ..tensor import Tensor, apply, as_tensor
 from .module import Module
 
 __all__ = [
@@ -41,8 +42,11 @@ class Linear(Module):
                 f"Linear({self.in_features}, {self.out_features}): input of shape {x.shape} does not end "
                 f"in {self.in_features} features"
             )
-        y = x @ self.weight
-        return y if self.bias is None else y + self.bias
+        w, b = self.weight, self.bias  # one graph node for x @ w + b
+        if b is None:
+            return apply(ops.linear, x, w, op="linear", need_x=x.requires_grad, need_w=w.requires_grad)
+        return apply(ops.linear, x, w, b, op="linear",
+                     need_x=x.requires_grad, need_w=w.requires_grad, need_b=b.requires_grad)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
