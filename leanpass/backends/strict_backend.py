@@ -7,7 +7,13 @@ LeanPass's operations use the standard alone. Its simulated devices
 
 from __future__ import annotations
 
-import array_api_strict
+try:
+    import array_api_strict
+except ImportError as exc:  # pragma: no cover - depends on the machine
+    raise RuntimeError(
+        f"array_api_strict is not installed (import failed: {exc}); install it with "
+        "pip install array-api-strict (it comes with pip install \"leanpass[test]\")"
+    ) from None
 import numpy as np
 
 from ._base import Backend
