@@ -152,7 +152,6 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
         if node._retain:
             retained.append((node, grad))
         done.append(node)
-        fresh_op = node._op in _FRESH_OPS
         guard = node._backend.guard
         if guard is None:
             parent_grads = backward(grad)
@@ -162,11 +161,12 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
         for parent, pgrad in zip(node._prev, parent_grads):
             if pgrad is None or not parent.requires_grad:
                 continue
-            fresh = fresh_op
             shape = parent._data.shape
             if pgrad.shape != shape:
                 pgrad = _unbroadcast(parent._backend.xp, pgrad, shape)
                 fresh = True
+            else:
+                fresh = None  # decided below, for leaves only
             if parent._prev:
                 old = grads.get(parent)
                 if old is None:
@@ -176,7 +176,10 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
                     grads[parent] = old + pgrad
             else:
                 old = leaves.get(parent)
-                leaves[parent] = (pgrad, fresh) if old is None else (old[0] + pgrad, True)
+                if old is None:
+                    leaves[parent] = (pgrad, fresh or node._op in _FRESH_OPS)
+                else:
+                    leaves[parent] = (old[0] + pgrad, True)
     for node, g in retained:
         _store(node, g, fresh=False)
     for leaf, (g, fresh) in leaves.items():
