@@ -26,7 +26,21 @@ def make_problem(sizes, batch, seed=0):
     return x, labels, weights
 
 
-class LeanPassStep:
+class _FrameworkStep:
+    """A step of a framework with autodiff: model, loss, optimizer set up by a subclass."""
+
+    def __call__(self):
+        self.optimizer.zero_grad()
+        loss = self._loss(self.model(self.x), self.labels)
+        loss.backward()
+        self.optimizer.step()
+        return loss
+
+    def loss_value(self, loss) -> float:
+        return loss.item()
+
+
+class LeanPassStep(_FrameworkStep):
     name = "leanpass"
 
     def __init__(self, sizes, batch, device="cpu", dtype="float32", lr=0.01, seed=0):
@@ -45,16 +59,6 @@ class LeanPassStep:
         self.x = leanpass.Tensor(x, device=device, dtype=dtype)
         self.labels = leanpass.Tensor(labels, device=device, dtype=dtype)
         self._loss = nn.cross_entropy_loss
-
-    def __call__(self):
-        self.optimizer.zero_grad()
-        loss = self._loss(self.model(self.x), self.labels)
-        loss.backward()
-        self.optimizer.step()
-        return loss
-
-    def loss_value(self, loss) -> float:
-        return loss.item()
 
     def sync(self):
         self.backend.synchronize()
@@ -115,7 +119,7 @@ class HandStep:
         return float(loss)
 
 
-class TorchStep:
+class TorchStep(_FrameworkStep):
     name = "pytorch"
 
     def __init__(self, sizes, batch, device="cpu", dtype="float32", lr=0.01, seed=0):
@@ -138,16 +142,7 @@ class TorchStep:
         self.x = torch.tensor(x, dtype=tdtype, device=device)
         self.labels = torch.tensor(labels, device=device)
         self.cuda = device.startswith("cuda")
-
-    def __call__(self):
-        self.optimizer.zero_grad()
-        loss = self.torch.nn.functional.cross_entropy(self.model(self.x), self.labels)
-        loss.backward()
-        self.optimizer.step()
-        return loss
-
-    def loss_value(self, loss) -> float:
-        return loss.item()
+        self._loss = torch.nn.functional.cross_entropy
 
     def sync(self):
         if self.cuda:
