@@ -52,7 +52,6 @@ class _Entry:
     library: str | None  # top-level module name of the library's array type
     always_index: bool
     cls: type | None = None
-    error: str | None = None  # why the library could not be loaded
 
 
 _TYPES: dict[str, _Entry] = {}
@@ -145,12 +144,8 @@ def _load(entry: _Entry) -> type:
     if entry.cls is None:
         try:
             entry.cls = entry.loader()
-        except RuntimeError as exc:
-            entry.error = str(exc)
-            raise
         except ImportError as exc:
-            entry.error = f"its library could not be imported ({exc})"
-            raise RuntimeError(entry.error) from None
+            raise RuntimeError(f"its library could not be imported ({exc})") from None
     return entry.cls
 
 
