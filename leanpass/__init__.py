@@ -1,11 +1,20 @@
-"""LeanPass: a small, fast, readable automatic differentiation library.
+"""LeanPass: a small, fast, readable automatic differentiation library, and an array
+API namespace whose arrays are differentiable Tensors.
 
 ``Tensor`` holds an array of any array-API library (NumPy on ``cpu``, CuPy on
 ``cuda``, ``array_api_strict`` on ``strict``) and records the operations made on
-it; ``backward()`` computes gradients.
+it; ``backward()`` computes gradients. ``leanpass`` itself is a namespace of the
+Python array API standard (2024.12): ``lp.exp``, ``lp.concat``, ``lp.float32``...
+so code written against ``array_namespace(x)`` runs on Tensors and differentiates.
 """
 
+import math as _math
+
 from . import backends, nn, optim
+from ._dtypes import DTYPES as _DTYPES
+from ._namespace import *  # noqa: F401,F403 - the array API functions
+from ._namespace import __all__ as _namespace_all
+from ._namespace import __array_namespace_info__
 from .autograd import enable_grad, is_grad_enabled, no_grad
 from .backends import (
     available_devices,
@@ -19,7 +28,30 @@ from .gradcheck import GradcheckError, gradcheck
 from .serialization import load, save
 from .tensor import Tensor, as_tensor
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
+__array_api_version__ = "2024.12"
+
+# The data types of the standard.
+bool = _DTYPES["bool"]  # noqa: A001
+int8 = _DTYPES["int8"]
+int16 = _DTYPES["int16"]
+int32 = _DTYPES["int32"]
+int64 = _DTYPES["int64"]
+uint8 = _DTYPES["uint8"]
+uint16 = _DTYPES["uint16"]
+uint32 = _DTYPES["uint32"]
+uint64 = _DTYPES["uint64"]
+float32 = _DTYPES["float32"]
+float64 = _DTYPES["float64"]
+complex64 = _DTYPES["complex64"]
+complex128 = _DTYPES["complex128"]
+
+# The constants of the standard.
+e = _math.e
+inf = _math.inf
+nan = _math.nan
+pi = _math.pi
+newaxis = None
 
 __all__ = [
     "Tensor",
@@ -41,4 +73,9 @@ __all__ = [
     "get_default_dtype",
     "manual_seed",
     "__version__",
+    "__array_api_version__",
+    "__array_namespace_info__",
+    *_DTYPES,
+    "e", "inf", "nan", "pi", "newaxis",
+    *_namespace_all,
 ]

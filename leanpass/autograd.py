@@ -6,7 +6,17 @@ as soon as it has been passed on, and drops each node's backward function (and
 so the arrays it saved) once it has run, unless ``retain_graph=True``.
 
 It knows tensors only by their attributes: ``_data``, ``_grad``, ``_backend``,
-``_prev``, ``_backward``, ``_op``, ``_retain``, ``_seq`` and ``requires_grad``.
+``_prev``, ``_backward``, ``_op``, ``_retain``, ``_seq``, ``_vc`` and ``_rg``
+(requires grad).
+
+Versions: a tensor whose array is changed in place gets a :class:`Version` (shared
+with the tensors that view the same memory) holding how many changes it has had
+and when (on the same clock as the nodes' creation numbers). A node whose
+backward reads an input's array -- or its own output's -- that was changed after
+the node was made raises ``RuntimeError`` instead of computing a wrong gradient.
+A node whose input was changed in place *by a recorded operation* and does not
+read it sends that input's gradient to the value it saw (the input's state
+before the change).
 """
 
 from __future__ import annotations
@@ -16,7 +26,10 @@ import heapq
 import itertools
 import threading
 
-__all__ = ["no_grad", "enable_grad", "is_grad_enabled", "run_backward", "zero_graph_grads"]
+__all__ = [
+    "no_grad", "enable_grad", "is_grad_enabled", "run_backward", "zero_graph_grads",
+    "Version", "increment_version",
+]
 
 
 # Creation order of graph nodes: a node's inputs always have smaller numbers.
@@ -80,15 +93,78 @@ class enable_grad(_GradMode):
     _enabled = True
 
 
-# Built-in operations whose backward returns new arrays. The first gradient a leaf
-# gets from any other operation -- "+" hands on the incoming gradient itself,
-# "reshape" or "sum" a view of it, and a user's operation may do either -- is
-# copied, so that no two .grad arrays (or a .grad and a user's array) share memory.
-_FRESH_OPS = frozenset({
-    "*", "/", "**", "@", "linear", "neg", "relu", "leaky_relu", "exp", "log", "sigmoid", "softplus", "tanh",
-    "gelu", "abs", "sqrt", "clip", "max", "softmax", "log_softmax", "getitem", "take", "to", "astype",
-    "cross_entropy",
-})
+class Version:
+    """The version counter of an array: ``count`` in-place changes so far, the last
+    at ``last`` on the creation clock (``-1``: never), and the recent change times."""
+
+    __slots__ = ("count", "last", "times")
+
+    def __init__(self):
+        self.count = 0
+        self.last = -1
+        self.times = []
+
+    def bump(self) -> None:
+        self.count += 1
+        self.last = next(sequence)
+        times = self.times
+        times.append(self.last)
+        if len(times) > 64:  # enough to name the version a node saw; the rest is history
+            del times[:32]
+
+    def at(self, seq: int) -> str:
+        """The version the array had when the node numbered ``seq`` was made."""
+        later = sum(1 for t in self.times if t > seq)
+        if later == len(self.times) and len(self.times) >= 32:
+            return f"at most {self.count - later}"
+        return str(self.count - later)
+
+
+def version_of(tensor) -> Version:
+    """The tensor's version counter, made on first need."""
+    vc = tensor._vc
+    if vc is None:
+        vc = tensor._vc = Version()
+    return vc
+
+
+def increment_version(tensor) -> None:
+    """Record that ``tensor``'s array was changed in place (as
+    ``torch.autograd.graph.increment_version``): a backward that needs the old
+    values then raises instead of computing a wrong gradient. In-place operators,
+    ``t[i] = v``, optimizer steps and ``load_state_dict`` call it; code that writes
+    into ``tensor.data`` itself can too."""
+    version_of(tensor).bump()
+
+
+def _stale(node, parent, seq):
+    """``parent`` (an input of ``node``) changed in place after ``node`` was made:
+    raise if ``node``'s backward reads its array, else return the state of
+    ``parent`` that ``node`` saw (a recorded in-place change keeps it as
+    ``_prev[0]`` of the changed tensor)."""
+    op = node._op
+    for position, p in enumerate(node._prev):
+        if p is parent and op.saved(position):
+            raise RuntimeError(
+                f"backward through {op!r}: its input {position} (shape {tuple(parent._data.shape)}) was "
+                f"changed in place after {op!r} saved it: it is at version {parent._vc.count}, {op!r} needs "
+                f"version {parent._vc.at(seq)}. Compute the graph again after the change, or change a copy "
+                "instead (x = x + ... instead of x += ...)"
+            )
+    state = parent
+    while getattr(state, "_seq", -1) > seq:
+        state = state._prev[0]
+    return state
+
+
+def _check_output(node, seq):
+    if node._op.saves_out:
+        raise RuntimeError(
+            f"backward through {node._op!r}: its output (shape {tuple(node._data.shape)}) was changed in "
+            f"place after {node._op!r} saved it: it is at version {node._vc.count}, {node._op!r} needs "
+            f"version {node._vc.at(seq)}. Change a copy instead (y = y + ... instead of y += ...)"
+        )
+
 
 _RELEASED = (
     "backward through a graph whose saved arrays were already freed (by an earlier "
@@ -152,6 +228,10 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
         if node._retain:
             retained.append((node, grad))
         done.append(node)
+        seq = node._seq
+        vc = node._vc
+        if vc is not None and vc.last > seq:
+            _check_output(node, seq)
         guard = node._backend.guard
         if guard is None:
             parent_grads = backward(grad)
@@ -159,7 +239,10 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
             with guard:
                 parent_grads = backward(grad)
         for parent, pgrad in zip(node._prev, parent_grads):
-            if pgrad is None or not parent.requires_grad:
+            vc = parent._vc
+            if vc is not None and vc.last > seq:
+                parent = _stale(node, parent, seq)
+            if pgrad is None or not parent._rg:
                 continue
             shape = parent._data.shape
             if pgrad.shape != shape:
@@ -177,7 +260,7 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
             else:
                 old = leaves.get(parent)
                 if old is None:
-                    leaves[parent] = (pgrad, fresh or node._op in _FRESH_OPS)
+                    leaves[parent] = (pgrad, fresh or node._op.fresh)
                 else:
                     leaves[parent] = (old[0] + pgrad, True)
     for node, g in retained:

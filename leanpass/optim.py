@@ -167,15 +167,15 @@ class SGD(Optimizer):
     def _update(self, backend, data, grad, state, group):
         wd, momentum = group["weight_decay"], group["momentum"]
         fused = backend.fused
-        if momentum and "sgd_momentum" in fused:
+        if momentum and fused.sgd_momentum is not None:
             first = "momentum_buffer" not in state
             if first:
                 state["momentum_buffer"] = backend.xp.zeros_like(data)
-            fused["sgd_momentum"](grad, group["lr"], momentum, wd, group["nesterov"], first,
-                                  data, state["momentum_buffer"])
+            fused.sgd_momentum(grad, group["lr"], momentum, wd, group["nesterov"], first,
+                               data, state["momentum_buffer"])
             return
-        if not momentum and "sgd" in fused:
-            fused["sgd"](grad, group["lr"], wd, data)
+        if not momentum and fused.sgd is not None:
+            fused.sgd(grad, group["lr"], wd, data)
             return
         if wd:
             grad = grad + wd * data
@@ -220,7 +220,7 @@ class Adam(Optimizer):
         m, v = state["exp_avg"], state["exp_avg_sq"]
         step_size, bc2_sqrt = lr / (1.0 - b1**t), math.sqrt(1.0 - b2**t)
         l2, decay = (0.0, 1.0 - lr * wd) if self._decoupled else (wd, 1.0)
-        fused = backend.fused.get("adam")
+        fused = backend.fused.adam
         if fused is not None:  # one kernel for the whole update
             fused(grad, step_size, 1.0 - b1, b2, 1.0 - b2, eps, bc2_sqrt, l2, decay, data, m, v)
             return

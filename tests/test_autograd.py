@@ -256,7 +256,7 @@ def test_detach_cuts_the_graph(device):
 
 def test_gradcheck_names_input_index_and_values(device):
     from leanpass import ops
-    from leanpass.tensor import _apply1
+    from leanpass.tensor import apply
 
     def wrong_square(be, a):
         def backward(g):
@@ -266,7 +266,7 @@ def test_gradcheck_names_input_index_and_values(device):
 
     x = Tensor([1.0, 2.0], requires_grad=True, name="x", device=device)
     with pytest.raises(GradcheckError) as info:
-        gradcheck(lambda t: _apply1(wrong_square, "square", t), (x,))
+        gradcheck(lambda t: apply(wrong_square, t, op="square"), (x,))
     err = info.value
     assert err.input == 0 and err.index == (0,)
     # the output is reduced with fixed weights w, so analytic = 3 w0 and numeric = 2 w0
@@ -274,7 +274,7 @@ def test_gradcheck_names_input_index_and_values(device):
     message = str(err)
     assert "input 0 (x)" in message and "(0,)" in message
     assert repr(err.analytic) in message and repr(err.numeric) in message
-    assert gradcheck(lambda t: _apply1(ops.pow_scalar, "**", t, 2), (x,))
+    assert gradcheck(lambda t: apply(ops.pow_scalar, t, p=2), (x,))
 
 
 def test_gradcheck_needs_an_input_that_requires_grad():

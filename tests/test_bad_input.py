@@ -299,9 +299,6 @@ NON_NUMERIC = {
     "dict": {1: 2.0},
     "object": object(),
     "list_with_None": [1.0, None],
-    "complex": 1 + 2j,
-    "complex_list": [1.0, 2j],
-    "complex_ndarray": np.array([1 + 1j, 2.0]),
     "str_ndarray": np.array(["a", "b"]),
     "nested_str": [[1.0, 2.0], ["x", 4.0]],
 }
@@ -312,6 +309,20 @@ def test_non_numeric_data_is_a_type_error(device, data):
     world = make_world(device)
     raises_unchanged(TypeError, lambda: Tensor(data, device=device), world)
     raises_unchanged(TypeError, lambda: Tensor(data, requires_grad=True, device=device), world)
+
+
+COMPLEX = {
+    "complex": 1 + 2j,
+    "complex_list": [1.0, 2j],
+    "complex_ndarray": np.array([1 + 1j, 2.0]),
+}
+
+
+@pytest.mark.parametrize("data", list(COMPLEX.values()), ids=list(COMPLEX))
+def test_complex_data_makes_complex_tensors_that_cannot_require_grad(device, data):
+    assert Tensor(data, device=device).dtype == "complex128"
+    world = make_world(device)
+    raises_unchanged(ValueError, lambda: Tensor(data, requires_grad=True, device=device), world, "complex")
 
 
 RAGGED = {
@@ -466,7 +477,7 @@ def test_reshape_incompatible(device, shape):
 
 def test_transpose_axes_not_a_permutation(device):
     world = make_world(device)
-    raises_unchanged(ValueError, lambda: world[0].transpose(0, 0), world, "(2, 3)")
+    raises_unchanged(ValueError, lambda: world[0].transpose(0, 0, 1), world, "(2, 3)")
     raises_unchanged((IndexError, ValueError), lambda: world[0].transpose(0, 2), world)
 
 

@@ -10,6 +10,7 @@ import pytest
 import leanpass
 from leanpass import Tensor, nn, optim
 from leanpass.backends import get_backend
+from leanpass.backends._base import NO_FUSED
 
 try:
     CUDA = get_backend("cuda")
@@ -24,13 +25,15 @@ from helpers import OPTIMIZERS  # noqa: E402  (tests/ is on sys.path)
 def generic():
     """The CUDA backend with its fused kernels switched off, restored afterwards."""
     fused = CUDA.fused
-    CUDA.fused = {}
+    CUDA.fused = NO_FUSED
     yield CUDA
     CUDA.fused = fused
 
 
 def test_fused_kernels_exist():
-    assert {"relu_backward", "sigmoid_backward", "tanh_backward", "sgd", "sgd_momentum", "adam"} <= set(CUDA.fused)
+    assert {"relu_backward", "sigmoid_backward", "tanh_backward", "sgd", "sgd_momentum", "adam"} <= set(
+        CUDA.fused.names()
+    )
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -46,7 +49,10 @@ def test_fused_activation_gradients_match_generic(activation, dtype, request):
 
     fused = grad()
     request.getfixturevalue("generic")
-    np.testing.assert_allclose(fused, grad(), rtol=1e-6 if dtype == "float32" else 1e-14)
+    # The kernels compute the generic path's operations in its order; the compiler may
+    # still contract a multiply-add, so allow a few units in the last place of |g| = 1.5.
+    eps = np.finfo(dtype).eps
+    np.testing.assert_allclose(fused, grad(), rtol=1e-6 if dtype == "float32" else 1e-14, atol=4 * eps * 1.5)
 
 
 def _train(make, dtype, steps=20):

@@ -17,6 +17,7 @@ from helpers import OPTIMIZERS, registered  # (tests/ is on sys.path)
 import leanpass
 from leanpass import Tensor, nn
 from leanpass.backends import Backend, get_backend
+from leanpass.backends._base import FusedKernels
 
 CALLS: dict[str, int] = {}
 
@@ -39,12 +40,12 @@ def relu_backward(g, y):
 
 @counted("sigmoid_backward")
 def sigmoid_backward(g, y):
-    return g * y * (1.0 - y)
+    return g * y - g * y * y
 
 
 @counted("tanh_backward")
 def tanh_backward(g, y):
-    return g * (1.0 - y * y)
+    return g - g * y * y
 
 
 @counted("sgd")
@@ -74,8 +75,8 @@ class FusedStrict(Backend):
     library = "array_api_strict"
     xp = xs
     array_type = type(xs.asarray(0.0))
-    fused = {"relu_backward": relu_backward, "sigmoid_backward": sigmoid_backward,
-             "tanh_backward": tanh_backward, "sgd": sgd, "sgd_momentum": sgd_momentum, "adam": adam}
+    fused = FusedKernels(relu_backward=relu_backward, sigmoid_backward=sigmoid_backward,
+                         tanh_backward=tanh_backward, sgd=sgd, sgd_momentum=sgd_momentum, adam=adam)
 
     def _from_numpy(self, host):
         return xs.asarray(host, copy=True)
@@ -120,4 +121,11 @@ def test_fused_path_matches_the_generic_path(activation, name):
 
 
 def test_generic_backends_offer_no_fused_kernels():
-    assert get_backend("cpu").fused == {} and get_backend("strict").fused == {}
+    assert get_backend("cpu").fused.names() == [] and get_backend("strict").fused.names() == []
+
+
+def test_fused_kernels_are_a_typed_record():
+    assert FusedStrict.fused.names() == ["relu_backward", "sigmoid_backward", "tanh_backward", "sgd",
+                                         "sgd_momentum", "adam"]
+    with pytest.raises(TypeError):
+        FusedKernels(adam_typo=adam)

@@ -11,8 +11,11 @@ speak NumPy directly.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass, fields
 
 import numpy as np
+
+from .._dtypes import dtype_name
 
 FLOAT_DTYPES = ("float32", "float64")
 
@@ -28,31 +31,6 @@ def host_rng() -> np.random.Generator:
 def reseed_host(seed: int) -> None:
     global _host_rng
     _host_rng = np.random.default_rng(seed)
-
-
-_DTYPE_NAMES: dict = {}  # library dtype -> plain name (NumPy's dtype.name is slow)
-
-
-def dtype_name(dtype) -> str:
-    """The plain name (``"float32"``) of a dtype given as a string or a library dtype."""
-    if isinstance(dtype, str):
-        return dtype
-    key = (type(dtype), dtype)  # the type first: strict and NumPy dtypes must not meet in ==
-    try:
-        return _DTYPE_NAMES[key]
-    except (KeyError, TypeError):
-        pass
-    name = getattr(dtype, "__name__", None)  # numpy scalar types: np.float32
-    if name is None:
-        name = getattr(dtype, "name", None)  # numpy dtype objects
-    if not isinstance(name, str):
-        name = str(dtype)  # array_api_strict: "array_api_strict.float32"
-    name = name.rsplit(".", 1)[-1]
-    try:
-        _DTYPE_NAMES[key] = name
-    except TypeError:  # unhashable
-        pass
-    return name
 
 
 def float_dtype_name(dtype, op: str = "Tensor") -> str:
@@ -81,13 +59,43 @@ def host_array(data, op: str = "Tensor") -> np.ndarray:
         raise ValueError(
             f"{op}: cannot make an array from {type(data).__name__} data: {exc}"
         ) from None
-    if arr.dtype.kind not in "biuf":
+    if arr.dtype.kind not in "biufc":
         raise TypeError(
             f"{op}: data of type {type(data).__name__} with dtype {arr.dtype} is not "
-            "numeric (real numbers only); expected a number, a (nested) list of "
-            "numbers or an array"
+            "numeric; expected a number, a (nested) list of numbers or an array"
         )
     return arr
+
+
+@dataclass(frozen=True)
+class FusedKernels:
+    """Kernels a backend may offer in place of several generic launches. Each field is
+    a callable or ``None`` (then operations and optimizers run their generic ``xp``
+    code). Every kernel computes exactly what the generic path computes.
+
+    - ``relu_backward(g, a) -> g * (a > 0)``
+    - ``sigmoid_backward(g, y) -> g * y * (1 - y)`` (``y`` the sigmoid's output)
+    - ``tanh_backward(g, y) -> g * (1 - y * y)`` (``y`` the tanh's output)
+    - ``sgd(grad, lr, wd, param)``: ``param -= lr * (grad + wd * param)``, in place
+    - ``sgd_momentum(grad, lr, momentum, wd, nesterov, first, param, buf)``: PyTorch's
+      SGD with momentum (dampening 0), ``param`` and ``buf`` in place
+    - ``adam(grad, step_size, one_minus_b1, b2, one_minus_b2, eps, bc2_sqrt, wd, decay,
+      param, m, v)``: one Adam/AdamW step, ``param``, ``m`` and ``v`` in place
+    """
+
+    relu_backward: object = None
+    sigmoid_backward: object = None
+    tanh_backward: object = None
+    sgd: object = None
+    sgd_momentum: object = None
+    adam: object = None
+
+    def names(self) -> list[str]:
+        """The kernels offered (not ``None``)."""
+        return [f.name for f in fields(self) if getattr(self, f.name) is not None]
+
+
+NO_FUSED = FusedKernels()
 
 
 class Backend:
@@ -102,9 +110,9 @@ class Backend:
     always_index = False  # canonical device strings always carry ":N" (cuda)
     syncs_cheaply = True  # reading a value to the host costs little (no queue to drain)
     guard = None  # a context manager that makes this device current, where work needs that
-    # Optional fused kernels by name ("relu_backward", "adam", ...): operations and
-    # optimizers use one when it is here and their generic xp code when it is not.
-    fused: dict = {}
+    # Optional fused kernels: operations and optimizers use one when it is offered
+    # and their generic xp code when it is not.
+    fused: FusedKernels = NO_FUSED
     xp = None  # the array namespace (array-API compatible)
     array_type: type = object  # the library's array class
 
@@ -167,6 +175,16 @@ class Backend:
     def arange(self, n, dtype):
         return self.xp.arange(n, dtype=dtype, device=self.xp_device)
 
+    def create(self, name: str, *args, **kwargs):
+        """``xp.<name>(*args, **kwargs)`` (a creation function) making its array on this device."""
+        with self.context():
+            return getattr(self.xp, name)(*args, device=self.xp_device, **kwargs)
+
+    def from_dlpack(self, x, copy=None):
+        """An array of this device from an object with ``__dlpack__`` (zero-copy where possible)."""
+        kwargs = {} if copy is None else {"copy": copy}
+        return self.xp.from_dlpack(x, **kwargs)
+
     def context(self):
         """``with backend.context():`` runs array code on this device: the guard where
         one is needed, else nothing."""
@@ -196,6 +214,20 @@ class Backend:
         moved = xp.moveaxis(values, axis, -1)  # (..., m)
         added = xp.matmul(moved, onehot)  # (..., n)
         return buf + xp.moveaxis(added, -1, axis)
+
+    def index_set(self, buf, kind: str, key, values) -> None:
+        """``buf[key] = values`` in place; ``kind`` says what ``key`` is: ``"basic"``
+        (integers, slices, ``...``), ``"mask"`` (a boolean array) or ``"integer"``
+        (a tuple of in-range integer arrays, integers and slices)."""
+        buf[key] = values
+
+    def index_get(self, array, kind: str, key):
+        """``array[key]`` for a key as :meth:`index_set` takes it."""
+        return array[key]
+
+    def dlpack(self, array, **kwargs):
+        """``array.__dlpack__(**kwargs)``: the data as a DLPack capsule."""
+        return array.__dlpack__(**kwargs)
 
     # Parameter initialisation: always drawn on the host and moved, so that one
     # seed gives the same initial weights on every device.

@@ -14,27 +14,27 @@ except ImportError as exc:  # pragma: no cover - depends on the machine
     ) from None
 
 import array_api_compat.cupy as xp_cupy
-import cupyx
 
-from ._base import Backend, dtype_name
+from ._base import Backend, FusedKernels, dtype_name
 
 
-def _kernels() -> dict:
+def _kernels() -> FusedKernels:
     """Fused element-wise kernels: each replaces several generic kernel launches (and
     their temporaries) with one. Each computes what the generic path computes."""
     grad_kernel = lambda name, expr: cupy.ElementwiseKernel(  # noqa: E731
         "T g, U y", "T r", f"r = {expr}", f"leanpass_{name}"
     )
-    return {
+    return FusedKernels(
         # gradient of relu at a (y = a), of sigmoid and tanh from their outputs (y = out)
-        "relu_backward": grad_kernel("relu_backward", "y > (U)0 ? g : (T)0"),
-        "sigmoid_backward": grad_kernel("sigmoid_backward", "g * (T)y * ((T)1 - (T)y)"),
-        "tanh_backward": grad_kernel("tanh_backward", "g * ((T)1 - (T)y * (T)y)"),
+        relu_backward=grad_kernel("relu_backward", "y > (U)0 ? g : (T)0"),
+        # the same operations, in the same order, as the generic path in leanpass/ops/nn.py
+        sigmoid_backward=grad_kernel("sigmoid_backward", "g * (T)y - g * (T)y * (T)y"),
+        tanh_backward=grad_kernel("tanh_backward", "g - g * (T)y * (T)y"),
         # optimizer updates, in place on param (and state), PyTorch's rules
-        "sgd": cupy.ElementwiseKernel(
+        sgd=cupy.ElementwiseKernel(
             "T grad, T lr, T wd", "T param", "param -= lr * (grad + wd * param)", "leanpass_sgd"
         ),
-        "sgd_momentum": cupy.ElementwiseKernel(
+        sgd_momentum=cupy.ElementwiseKernel(
             "T grad, T lr, T momentum, T wd, bool nesterov, bool first",
             "T param, T buf",
             """
@@ -45,7 +45,7 @@ def _kernels() -> dict:
             """,
             "leanpass_sgd_momentum",
         ),
-        "adam": cupy.ElementwiseKernel(
+        adam=cupy.ElementwiseKernel(
             "T grad, T step_size, T one_minus_b1, T b2, T one_minus_b2, T eps, T bc2_sqrt, T wd, T decay",
             "T param, T m, T v",
             """
@@ -57,7 +57,7 @@ def _kernels() -> dict:
             """,
             "leanpass_adam",
         ),
-    }
+    )
 
 
 class CupyBackend(Backend):
@@ -129,9 +129,18 @@ class CupyBackend(Backend):
         with self._cuda_device:
             return cupy.arange(n, dtype=dtype)
 
+    def create(self, name, *args, **kwargs):
+        with self._cuda_device:
+            return getattr(cupy, name)(*args, **kwargs)
+
+    def from_dlpack(self, x, copy=None):
+        with self._cuda_device:
+            array = cupy.from_dlpack(x)
+            return array.copy() if copy else array
+
     def index_add(self, buf, index, values, axis=0):
         with self._cuda_device:
-            cupyx.scatter_add(buf, (slice(None),) * axis + (index,), values)
+            cupy.add.at(buf, (slice(None),) * axis + (index,), values)
         return buf
 
     # Random numbers are drawn on the GPU from CuPy's generator, seeded by

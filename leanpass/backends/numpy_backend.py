@@ -30,6 +30,9 @@ class NumpyBackend(Backend):
     def copy(self, array):
         return np.array(array, copy=True)
 
+    def from_dlpack(self, x, copy=None):
+        return np.from_dlpack(x, copy=copy)
+
     def index_add(self, buf, index, values, axis=0):
         np.add.at(buf, (slice(None),) * axis + (index,), values)
         return buf

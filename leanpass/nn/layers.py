@@ -42,11 +42,9 @@ class Linear(Module):
                 f"Linear({self.in_features}, {self.out_features}): input of shape {x.shape} does not end "
                 f"in {self.in_features} features"
             )
-        w, b = self.weight, self.bias  # one graph node for x @ w + b
-        if b is None:
-            return apply(ops.linear, x, w, op="linear", need_x=x.requires_grad, need_w=w.requires_grad)
-        return apply(ops.linear, x, w, b, op="linear",
-                     need_x=x.requires_grad, need_w=w.requires_grad, need_b=b.requires_grad)
+        if self.bias is None:  # one graph node for x @ w + b
+            return apply(ops.linear, x, self.weight)
+        return apply(ops.linear, x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"

@@ -68,8 +68,7 @@ def cross_entropy_loss(logits: Tensor, target, axis: int = -1) -> Tensor:
                 f"{logits.shape} (probabilities) nor {expected} (class indices)"
             )
         target = as_tensor(_one_hot(target, classes, axis), device=logits.device)
-    return apply(ops.cross_entropy, logits, target, op="cross_entropy", axis=axis,
-                 need_probs=target.requires_grad, one_hot=one_hot)
+    return apply(ops.cross_entropy, logits, target, axis=axis, one_hot=one_hot)
 
 
 def _one_hot(indices: Tensor, classes: int, axis: int):

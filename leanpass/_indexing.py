@@ -1,0 +1,292 @@
+"""Indexing: ``t[index]`` and ``t[index] = value``, as the array API standard (and
+NumPy, where they agree) define them.
+
+An index is parsed once (:func:`parse`) into one of three forms:
+
+- basic: integers, slices, ``None`` and ``...`` -- a view of the data;
+- a boolean mask over the leading axes;
+- integer arrays (with integers and slices around them, on adjacent axes).
+
+Reads are operations of :mod:`leanpass.ops.indexing` (a scatter-add on backward);
+writes change the tensor in place through :func:`leanpass._node.inplace`, recorded
+in the graph when it needs to be.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+
+from . import ops
+from ._checks import broadcast_shapes, device_message
+from ._dtypes import dtype_name
+from ._node import as_tensor, inplace, run1
+from .backends import backend_of_array, host_array
+from .tensor import Tensor
+
+__all__ = ["getitem", "setitem", "parse"]
+
+
+class Parsed:
+    """A parsed index: ``kind`` is ``"basic"``, ``"mask"`` or ``"integer"``."""
+
+    __slots__ = ("kind", "items", "mask")
+
+    def __init__(self, kind, items, mask=None):
+        self.kind, self.items, self.mask = kind, items, mask
+
+
+def _index_array(t, item, op):
+    """An index array (integer or boolean) on ``t``'s device, from a Tensor, array or list."""
+    backend = t._backend
+    xp = backend.xp
+    if isinstance(item, Tensor):
+        if item._backend is not backend:
+            raise ValueError(device_message(op, t, item))
+        array = item._data
+    else:
+        src = backend_of_array(item)
+        if src is None:
+            host = host_array(item, op)
+            array = backend.from_host(host, "int64" if host.size == 0 else None)
+        elif src is not backend:
+            raise ValueError(
+                f"{op}: the index array is on {src.device} but the tensor of shape {t.shape} is on {t.device}"
+            )
+        else:
+            array = item
+    kind = dtype_name(array.dtype)
+    if kind == "bool" or kind == "int64":
+        return array
+    if kind.startswith(("int", "uint")):
+        return xp.astype(array, xp.int64)
+    if kind.startswith("float") and isinstance(item, Tensor):
+        if bool(xp.any(xp.floor(array) != array)):
+            raise IndexError(f"{op}: a float tensor used as an index must hold whole numbers")
+        return xp.astype(array, xp.int64)
+    raise IndexError(f"{op}: index arrays must hold integers or booleans, got dtype {kind}")
+
+
+def _out_of_range(op, index, axis, size, shape):
+    return IndexError(f"{op}: index {index} is out of range for axis {axis} with size {size} (tensor shape {shape})")
+
+
+def parse(t, index, op="getitem") -> Parsed:
+    items = index if isinstance(index, tuple) else (index,)
+    parsed = []
+    for item in items:
+        if item is None or item is Ellipsis or isinstance(item, slice):
+            parsed.append(item)
+        elif isinstance(item, bool):
+            raise IndexError(f"{op}: a bool is not an index; use a boolean array as a mask")
+        elif isinstance(item, numbers.Integral):
+            parsed.append(operator.index(item))
+        elif isinstance(item, Tensor) and item.ndim == 0 and dtype_name(item._data.dtype) != "bool":
+            if item._backend is not t._backend:
+                raise ValueError(device_message(op, t, item))
+            value = item.item()
+            if value != int(value):
+                raise IndexError(f"{op}: a float tensor used as an index must hold whole numbers, got {value}")
+            parsed.append(int(value))
+        else:
+            parsed.append(_index_array(t, item, op))
+    arrays = [p for p in parsed if not (p is None or p is Ellipsis or isinstance(p, (int, slice)))]
+    ndim = t._data.ndim
+    if sum(1 for p in parsed if p is Ellipsis) > 1:
+        raise IndexError(f"{op}: an index can only have a single ellipsis ('...')")
+    used = sum(1 if isinstance(p, (int, slice)) else 0 if p is None or p is Ellipsis else
+               (p.ndim if dtype_name(p.dtype) == "bool" else 1) for p in parsed)
+    if used > ndim:
+        raise IndexError(f"{op}: too many indices for a tensor of shape {t.shape}: {used} axes indexed")
+    if not arrays:
+        return Parsed("basic", _basic_key(t, parsed, op))
+    if any(dtype_name(a.dtype) == "bool" for a in arrays):
+        return Parsed("mask", parsed, _mask(t, parsed, arrays, op))
+    return Parsed("integer", parsed)
+
+
+def _expand(parsed, ndim):
+    """The index with its ellipsis replaced by full slices (and missing trailing axes added)."""
+    if any(p is Ellipsis for p in parsed):
+        at = next(i for i, p in enumerate(parsed) if p is Ellipsis)
+        rest = sum(1 for p in parsed if p is not None and p is not Ellipsis)
+        return parsed[:at] + [slice(None)] * (ndim - rest) + parsed[at + 1:]
+    rest = sum(1 for p in parsed if p is not None)
+    return parsed + [slice(None)] * (ndim - rest)
+
+
+def _in_bounds(s: slice, n: int) -> slice:
+    """``s`` with its start and stop clamped into the axis, as NumPy does implicitly
+    (the array API leaves out-of-bounds slices unspecified)."""
+    start, stop, step = s.indices(n)
+    if step > 0:
+        return slice(start, max(stop, start), step)
+    if start < 0:  # an empty reversed slice
+        return slice(0, 0, 1)
+    return slice(start, None if stop < 0 else stop, step)
+
+
+def _basic_key(t, parsed, op):
+    key = []
+    axis = 0
+    for p in _expand(parsed, t._data.ndim):
+        if p is not None:
+            n = t.shape[axis]
+            if isinstance(p, int) and not -n <= p < n:
+                raise _out_of_range(op, p, axis, n, t.shape)
+            if isinstance(p, slice) and p != slice(None):
+                if p.step == 0:
+                    raise ValueError(f"{op}: slice step cannot be zero")
+                p = _in_bounds(p, n)
+            axis += 1
+        key.append(p)
+    return tuple(key)
+
+
+def _mask(t, parsed, arrays, op):
+    rest = [p for p in parsed if not (p is Ellipsis or (isinstance(p, slice) and p == slice(None)))]
+    mask = arrays[0]
+    if len(rest) != 1 or rest[0] is not mask or parsed[0] is not mask:
+        raise IndexError(f"{op}: a boolean mask must be the only index (optionally followed by '...')")
+    if tuple(mask.shape) != t.shape[: mask.ndim]:
+        raise IndexError(f"{op}: boolean mask of shape {tuple(mask.shape)} does not match tensor shape {t.shape}")
+    return mask
+
+
+# ---- reading -------------------------------------------------------------------------------
+
+
+def getitem(t, index):
+    p = parse(t, index)
+    if p.kind == "basic":
+        key = p.items
+        set_key = tuple(k for k in key if k is not None)
+        set_shape = t._data[set_key].shape if len(set_key) != len(key) else None
+        return run1(ops.index_basic, t, key, set_key, set_shape)
+    if p.kind == "mask":
+        return run1(ops.index_mask, t, p.mask)
+    return _index_integer(t, p.items)
+
+
+def _checked_positions(t, array, axis, op):
+    """``array`` of indices into ``axis`` of ``t``, range-checked, negatives wrapped."""
+    xp = t._backend.xp
+    n = t.shape[axis]
+    if math.prod(array.shape):
+        low, high = int(xp.min(array)), int(xp.max(array))
+        if low < -n or high >= n:
+            raise _out_of_range(op, high if high >= n else low, axis, n, t.shape)
+    return xp.where(array < 0, array + n, array)
+
+
+def _integer_block(t, parsed, op):
+    """The axes the integer arrays index (adjacent), and their broadcast shape."""
+    if any(p is None for p in parsed):
+        raise IndexError(f"{op}: None (newaxis) cannot be combined with index arrays; reshape first")
+    full = _expand(parsed, t._data.ndim)
+    block = [i for i, p in enumerate(full) if not isinstance(p, slice)]
+    first, last = block[0], block[-1]
+    if last - first + 1 != len(block):
+        raise IndexError(
+            f"{op}: index arrays (and integers among them) must stand on adjacent axes, as in "
+            "t[idx], t[:, idx], t[rows, cols] or t[1:, idx]; NumPy would move their axes to the front here"
+        )
+    shapes = [() if isinstance(full[i], int) else tuple(full[i].shape) for i in block]
+    try:
+        index_shape = broadcast_shapes(op, *shapes)
+    except ValueError:
+        raise IndexError(f"{op}: index arrays of shapes {' and '.join(map(str, shapes))} do not broadcast") from None
+    return full, block, index_shape
+
+
+def _index_integer(t, parsed):
+    """Integer-array indexing, as NumPy's whenever the arrays (and integers among
+    them) stand on adjacent axes: ``t[idx]``, ``t[:, idx]``, ``t[rows, cols]``,
+    ``t[1:, idx]``. Slices apply first; the arrays' axes then merge into one and
+    a single ``take`` picks the linear positions (a scatter-add on backward)."""
+    full, block, index_shape = _integer_block(t, parsed, "getitem")
+    first, last = block[0], block[-1]
+    xp = t._backend.xp
+    device = t._backend.xp_device
+    linear = None
+    for axis in block:
+        p = full[axis]
+        if isinstance(p, int):
+            p = xp.asarray(p, dtype=xp.int64, device=device)
+        p = _checked_positions(t, p, axis, "getitem")
+        linear = p if linear is None else linear * t.shape[axis] + p
+    linear = xp.reshape(xp.broadcast_to(linear, index_shape), (-1,))
+    if any(isinstance(p, slice) and p != slice(None) for p in full):
+        t = run1(ops.index_basic, t, *_basic_args(t, [slice(None) if i in block else p for i, p in enumerate(full)]))
+    shape = t.shape
+    if len(block) > 1:
+        t = run1(ops.reshape, t, shape[:first] + (-1,) + shape[last + 1:])
+    out_shape = shape[:first] + index_shape + shape[last + 1:]
+    if len(index_shape) == 1:
+        return run1(ops.getitem_take, t, linear, first)
+    taken = run1(ops.take, t, linear, first)
+    return run1(ops.getitem_reshape, taken, out_shape)
+
+
+def _basic_args(t, items):
+    key = _basic_key(t, items, "getitem")
+    set_key = tuple(k for k in key if k is not None)
+    return key, set_key, None if len(set_key) == len(key) else t._data[set_key].shape
+
+
+# ---- writing -------------------------------------------------------------------------------
+
+
+def setitem(t, index, value):
+    """``t[index] = value``: ``value`` (a number, a Tensor or array data, broadcast to
+    the indexed shape, cast to ``t``'s dtype) is written into ``t`` itself."""
+    p = parse(t, index, "setitem")
+    if p.kind == "basic":
+        key = tuple(k for k in p.items if k is not None)
+        region = tuple(t._data[key].shape)
+    elif p.kind == "mask":
+        key = p.mask
+        region = None  # data-dependent: counted only when a non-scalar value must be checked
+    else:
+        full, block, index_shape = _integer_block(t, p.items, "setitem")
+        positions = []
+        for axis, item in enumerate(full):
+            if axis in block:
+                item = item if isinstance(item, int) else _checked_positions(t, item, axis, "setitem")
+            positions.append(item)
+        key = tuple(positions)
+        first = block[0]
+        kept = [len(range(*s.indices(t.shape[i]))) for i, s in enumerate(full) if isinstance(s, slice)]
+        before = sum(1 for i in range(first) if isinstance(full[i], slice))
+        region = tuple(kept[:before]) + index_shape + tuple(kept[before:])
+    value = _value(t, value, region, key if p.kind == "mask" else None)
+    inplace(t, ops.setitem, [value], p.kind, key, name="setitem",
+            write=lambda data, v: t._backend.index_set(data, p.kind, key, v))
+
+
+def _value(t, value, region, mask=None):
+    """``value`` as a Tensor (or Python number) of ``t``'s dtype and device that
+    broadcasts to the indexed ``region``."""
+    if isinstance(value, (bool, int, float, complex)) and not isinstance(value, Tensor):
+        return value
+    if region is None:  # a boolean mask: as many rows as it selects
+        xp = t._backend.xp
+        region = (int(xp.sum(xp.astype(mask, xp.int64))),) + t.shape[mask.ndim:]
+    if not isinstance(value, Tensor):
+        value = as_tensor(value, device=t._backend, dtype=dtype_name(t._data.dtype))
+    elif value._backend is not t._backend:
+        raise ValueError(device_message("setitem", t, value))
+    if value._data.dtype != t._data.dtype:
+        value = value.astype(t.dtype)
+    try:
+        shape = broadcast_shapes("setitem", value.shape, region)
+    except ValueError:
+        shape = None
+    if shape != tuple(region):
+        raise ValueError(
+            f"setitem: a value of shape {value.shape} does not broadcast to the indexed shape {tuple(region)} "
+            f"of the tensor of shape {t.shape}"
+        )
+    return value
+

@@ -1,0 +1,63 @@
+"""What every namespace function needs: its arguments as Tensors on one device."""
+
+from __future__ import annotations
+
+import numbers
+
+from .._checks import device_message
+from .._node import as_tensor, init_tensor
+from ..backends import backend_of_array
+from ..tensor import Tensor
+
+SCALARS = (bool, int, float, complex)
+
+_new = object.__new__
+
+
+def asarray_like(x, op):
+    """``x`` as a Tensor: a Tensor as it is, an array of any library through
+    ``asarray`` (its dtype kept); anything else is a ``TypeError`` naming ``op``."""
+    if isinstance(x, Tensor):
+        return x
+    if backend_of_array(x) is not None or type(x).__module__.partition(".")[0] == "numpy" and hasattr(x, "shape"):
+        t = _new(Tensor)
+        init_tensor(t, x, False, None, None, None, copy=None, infer="standard")
+        return t
+    raise TypeError(
+        f"{op}: expected a Tensor, got {type(x).__name__}; make one with leanpass.asarray(...)"
+    )
+
+
+def tensors(op, *xs):
+    """``xs`` as Tensors, all on one device (``ValueError`` naming both otherwise)."""
+    out = [asarray_like(x, op) for x in xs]
+    first = out[0] if out else None
+    for t in out[1:]:
+        if t._backend is not first._backend:
+            raise ValueError(device_message(op, first, t))
+    return out
+
+
+def operand(like: Tensor, other):
+    """The other operand of a binary operator or function: a Tensor, a Python number,
+    or NotImplemented. Host data (lists, NumPy arrays) goes to ``like``'s device in
+    ``like``'s dtype; arrays of other libraries keep their device (and so may mismatch)."""
+    if isinstance(other, Tensor):
+        return other
+    kind = type(other)
+    if kind is int or kind is float or kind is bool or kind is complex:
+        return other
+    if isinstance(other, numbers.Number):  # NumPy scalars: as Python numbers, which do not promote
+        if isinstance(other, numbers.Integral):
+            return int(other)
+        if isinstance(other, numbers.Real):
+            return float(other)
+        return complex(other)
+    if isinstance(other, (str, bytes)) or other is None:
+        return NotImplemented
+    try:
+        if backend_of_array(other) is None:
+            return as_tensor(other, device=like._backend, dtype=like.dtype)
+        return as_tensor(other)
+    except TypeError:
+        return NotImplemented

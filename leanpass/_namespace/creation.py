@@ -1,0 +1,242 @@
+"""Creation functions: new tensors on a device, in a dtype.
+
+Every function takes ``device=`` (default: :func:`leanpass.get_default_device`, or
+the input's device for ``*_like``) and ``dtype=`` (default: the standard's, with
+:func:`leanpass.get_default_dtype` as the default float).
+"""
+
+from __future__ import annotations
+
+import operator
+
+from .. import ops
+from .._dtypes import as_dtype
+from .._node import init_tensor, leaf, run1
+from ..backends import backend_of_array, get_backend, get_default_dtype
+from ..tensor import Tensor
+from ._util import asarray_like
+
+__all__ = [
+    "asarray", "arange", "empty", "empty_like", "eye", "from_dlpack", "full", "full_like", "linspace",
+    "ones", "ones_like", "zeros", "zeros_like", "tril", "triu",
+]
+
+_new = object.__new__
+
+
+def _shape(shape, op):
+    if isinstance(shape, bool):
+        raise TypeError(f"{op}: shape must be an integer or a tuple of integers, got bool")
+    try:
+        shape = (operator.index(shape),)
+    except TypeError:
+        try:
+            shape = tuple(operator.index(n) for n in shape)
+        except TypeError:
+            raise TypeError(f"{op}: shape must be an integer or a tuple of integers, got {shape!r}") from None
+    if any(n < 0 for n in shape):
+        raise ValueError(f"{op}: negative dimensions are not allowed, got shape {shape}")
+    return shape
+
+
+def _default(kind: str) -> str:
+    """The default dtype of a kind: "real floating", "complex floating", "integral"."""
+    if kind == "integral":
+        return "int64"
+    if kind == "complex floating":
+        return "complex64" if get_default_dtype() == "float32" else "complex128"
+    return get_default_dtype()
+
+
+def _dtype(backend, dtype, default_kind, op):
+    name = as_dtype(dtype, op).name if dtype is not None else _default(default_kind)
+    return backend.dtype(name)
+
+
+def _made(backend, array):
+    return leaf(array, backend)
+
+
+def asarray(obj, /, *, dtype=None, device=None, copy=None):
+    """A Tensor from ``obj`` (a Tensor, an array of any library, a Python number or a
+    nested sequence), with the standard's dtype rules: ``bool`` stays bool, Python
+    ints become int64, floats the default float. A Tensor given as it is (same
+    device and dtype, ``copy`` not True) is returned itself; conversions of a Tensor
+    are differentiable."""
+    if isinstance(obj, Tensor):
+        out = obj
+        if dtype is not None and as_dtype(dtype, "asarray") != obj.dtype:
+            if copy is False:
+                raise ValueError(f"asarray: copy=False, but converting {obj.dtype} to {dtype} needs a copy")
+            out = out.astype(dtype)
+            copy = False
+        if device is not None and get_backend(device) is not out._backend:
+            if copy is False:
+                raise ValueError(f"asarray: copy=False, but moving {out.device} to {device} needs a copy")
+            out = out.to(device)
+            copy = False
+        if copy:
+            out = run1(ops.copy, out)
+        return out
+    if isinstance(obj, (list, tuple)) and any(isinstance(x, Tensor) for x in _flat(obj)):
+        from .manipulation import stack
+
+        items = [asarray(x, dtype=dtype, device=device) for x in obj]
+        return stack(items) if items else asarray([], dtype=dtype, device=device)
+    t = _new(Tensor)
+    init_tensor(t, obj, False, None, device, dtype, copy=copy, infer="standard")
+    return t
+
+
+def _flat(seq, depth=0):
+    for x in seq:
+        if isinstance(x, (list, tuple)) and depth < 32:
+            yield from _flat(x, depth + 1)
+        else:
+            yield x
+
+
+def zeros(shape, *, dtype=None, device=None):
+    backend = get_backend(device)
+    return _made(backend, backend.create("zeros", _shape(shape, "zeros"), dtype=_dtype(backend, dtype, "", "zeros")))
+
+
+def ones(shape, *, dtype=None, device=None):
+    backend = get_backend(device)
+    return _made(backend, backend.create("ones", _shape(shape, "ones"), dtype=_dtype(backend, dtype, "", "ones")))
+
+
+def empty(shape, *, dtype=None, device=None):
+    """A new tensor (its values are zeros: LeanPass never hands out uninitialised memory)."""
+    backend = get_backend(device)
+    return _made(backend, backend.create("zeros", _shape(shape, "empty"), dtype=_dtype(backend, dtype, "", "empty")))
+
+
+def _fill_kind(fill_value, op):
+    if isinstance(fill_value, bool):
+        return "bool"
+    if isinstance(fill_value, int):
+        return "integral"
+    if isinstance(fill_value, float):
+        return "real floating"
+    if isinstance(fill_value, complex):
+        return "complex floating"
+    raise TypeError(f"{op}: fill_value must be a Python bool, int, float or complex, got {type(fill_value).__name__}")
+
+
+def full(shape, fill_value, *, dtype=None, device=None):
+    backend = get_backend(device)
+    if isinstance(fill_value, Tensor):
+        fill_value = fill_value.item()
+    kind = _fill_kind(fill_value, "full")
+    if dtype is None:
+        name = "bool" if kind == "bool" else _default(kind)
+    else:
+        name = as_dtype(dtype, "full").name
+    array = backend.create("full", _shape(shape, "full"), fill_value, dtype=backend.dtype(name))
+    return _made(backend, array)
+
+
+def _like(x, dtype, device, op):
+    x = asarray_like(x, op)
+    backend = x._backend if device is None else get_backend(device)
+    dt = backend.dtype(as_dtype(dtype, op).name if dtype is not None else x.dtype.name)
+    return x, backend, dt
+
+
+def zeros_like(x, /, *, dtype=None, device=None):
+    x, backend, dt = _like(x, dtype, device, "zeros_like")
+    return _made(backend, backend.create("zeros", x.shape, dtype=dt))
+
+
+def ones_like(x, /, *, dtype=None, device=None):
+    x, backend, dt = _like(x, dtype, device, "ones_like")
+    return _made(backend, backend.create("ones", x.shape, dtype=dt))
+
+
+def empty_like(x, /, *, dtype=None, device=None):
+    x, backend, dt = _like(x, dtype, device, "empty_like")
+    return _made(backend, backend.create("zeros", x.shape, dtype=dt))
+
+
+def full_like(x, /, fill_value, *, dtype=None, device=None):
+    x, backend, dt = _like(x, dtype, device, "full_like")
+    _fill_kind(fill_value, "full_like")
+    return _made(backend, backend.create("full", x.shape, fill_value, dtype=dt))
+
+
+def arange(start, /, stop=None, step=1, *, dtype=None, device=None):
+    """Evenly spaced values in ``[start, stop)``; integers give int64, any float the default float."""
+    backend = get_backend(device)
+    if stop is None:
+        start, stop = 0, start
+    for value in (start, stop, step):
+        if isinstance(value, (bool, complex)) or not isinstance(value, (int, float)):
+            raise TypeError(f"arange: start, stop and step must be real numbers, got {type(value).__name__}")
+    if step == 0:
+        raise ValueError("arange: step must not be zero")
+    if dtype is None:
+        kind = "integral" if all(isinstance(v, int) for v in (start, stop, step)) else "real floating"
+        dtype = _default(kind)
+    dt = backend.dtype(as_dtype(dtype, "arange").name)
+    return _made(backend, backend.create("arange", start, stop, step, dtype=dt))
+
+
+def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True):
+    """``num`` evenly spaced values from ``start`` to ``stop`` (included unless ``endpoint=False``)."""
+    backend = get_backend(device)
+    if isinstance(num, bool) or operator.index(num) < 0:
+        raise ValueError(f"linspace: num must be a non-negative integer, got {num!r}")
+    kind = "complex floating" if isinstance(start, complex) or isinstance(stop, complex) else "real floating"
+    name = as_dtype(dtype, "linspace").name if dtype is not None else _default(kind)
+    return _made(backend, backend.create("linspace", start, stop, operator.index(num), dtype=backend.dtype(name),
+                                         endpoint=endpoint))
+
+
+def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None):
+    """A 2-D tensor with ones on the ``k``-th diagonal."""
+    backend = get_backend(device)
+    for value in (n_rows, n_cols if n_cols is not None else 0, k):
+        operator.index(value)
+    return _made(backend, backend.create("eye", n_rows, n_cols, k=k, dtype=_dtype(backend, dtype, "", "eye")))
+
+
+def from_dlpack(x, /, *, device=None, copy=None):
+    """A Tensor sharing the memory of ``x`` (an object with ``__dlpack__``: a NumPy,
+    CuPy or PyTorch array, or a Tensor), zero-copy where the libraries allow it."""
+    if isinstance(x, Tensor):
+        return asarray(x, device=device, copy=copy)
+    if not hasattr(x, "__dlpack__"):
+        raise TypeError(f"from_dlpack: {type(x).__name__} does not support DLPack (no __dlpack__)")
+    if device is None:
+        kind, index = x.__dlpack_device__()
+        source = backend_of_array(x)
+        if source is not None:
+            backend = source
+        elif int(kind) == 1:  # kDLCPU
+            backend = get_backend("cpu")
+        elif int(kind) in (2, 3, 13):  # CUDA, CUDA host, CUDA managed
+            backend = get_backend(f"cuda:{index}")
+        else:
+            raise BufferError(f"from_dlpack: DLPack device type {kind} has no LeanPass device")
+    else:
+        backend = get_backend(device)
+    with backend.context():
+        array = backend.from_dlpack(x, copy=copy)
+    return _made(backend, array)
+
+
+def _triangle(name, op):
+    def function(x, /, *, k=0):
+        x = asarray_like(x, name)
+        if x.ndim < 2:
+            raise ValueError(f"{name}: x must have at least 2 dimensions, got shape {x.shape}")
+        return run1(op, x, operator.index(k))
+
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = f"The {'lower' if name == 'tril' else 'upper'} triangle of the last two axes, from diagonal k."
+    return function
+
+
+tril = _triangle("tril", ops.tril)
+triu = _triangle("triu", ops.triu)

@@ -1,0 +1,201 @@
+"""Tensor methods named after namespace functions, where PyTorch or NumPy users look
+for them: ``t.sin()``, ``t.sum(axis)``, ``t.argmax()``, ``t.transpose(0, 1)``...
+
+Each is the namespace function itself (``t.sin()`` is ``leanpass.sin(t)``), or a
+thin wrapper where the method's signature is the familiar one (positional axes).
+"""
+
+from __future__ import annotations
+
+from .. import ops
+from .._checks import check_reshape, normalize_axis
+from .._node import run1
+from ..ops import elementwise as table
+from ..tensor import Tensor
+from . import elementwise, manipulation, statistical
+
+for _entry in (*table.UNARY.values(), *table.BINARY.values()):
+    for _method in _entry.method:
+        setattr(Tensor, _method, getattr(elementwise, _entry.name))
+del _entry, _method
+
+
+# ---- reductions: axis may be given positionally --------------------------------------------
+
+
+def _reduction(function):
+    def method(self, axis=None, keepdims=False):
+        return function(self, axis=axis, keepdims=keepdims)
+
+    method.__name__ = method.__qualname__ = function.__name__
+    method.__doc__ = function.__doc__
+    return method
+
+
+def _sum(self, axis=None, keepdims=False, *, dtype=None):
+    return statistical.sum(self, axis=axis, keepdims=keepdims, dtype=dtype)
+
+
+Tensor.sum = _sum
+Tensor.mean = _reduction(statistical.mean)
+Tensor.max = _reduction(statistical.max)
+Tensor.min = _reduction(statistical.min)
+
+
+# ---- activations and friends (not in the standard) --------------------------------------------
+
+
+def relu(self):
+    """max(x, 0)."""
+    return run1(ops.relu, self)
+
+
+def leaky_relu(self, negative_slope: float = 0.01):
+    """x where x > 0, else ``negative_slope * x``."""
+    return run1(ops.leaky_relu, self, float(negative_slope))
+
+
+def gelu(self):
+    """GELU, tanh approximation (the array API has no erf)."""
+    return run1(ops.gelu, self)
+
+
+def sigmoid(self):
+    """1 / (1 + exp(-x)), without overflow for any input."""
+    return run1(ops.sigmoid, self)
+
+
+def softplus(self):
+    """``log(1 + exp(x))``, computed without overflow."""
+    return run1(ops.softplus, self)
+
+
+def softmax(self, axis: int = -1):
+    """exp(x) / sum(exp(x)) along ``axis``, shifted by the max (no overflow)."""
+    return run1(ops.softmax, self, normalize_axis(axis, self.ndim, "softmax"))
+
+
+def log_softmax(self, axis: int = -1):
+    """log(softmax(x)) along ``axis``, computed as ``z - log(sum(exp(z)))``, ``z = x - max(x)``."""
+    return run1(ops.log_softmax, self, normalize_axis(axis, self.ndim, "log_softmax"))
+
+
+def clip(self, a_min=None, a_max=None):
+    """Limit values to ``[a_min, a_max]`` (numbers or tensors; either may be None, not both)."""
+    if a_min is None and a_max is None:
+        raise ValueError("clip: give a_min, a_max or both")
+    for bound in (a_min, a_max):
+        if bound is not None and not isinstance(bound, Tensor) and (
+            isinstance(bound, (bool, str)) or not isinstance(bound, (int, float))
+        ):
+            raise TypeError(f"clip: bounds must be real numbers or tensors, got {type(bound).__name__}")
+    return elementwise.clip(self, min=a_min, max=a_max)
+
+
+def clamp(self, min=None, max=None):  # noqa: A002
+    """PyTorch's name for :meth:`clip`."""
+    return clip(self, min, max)
+
+
+for _f in (relu, leaky_relu, gelu, sigmoid, softplus, softmax, log_softmax, clip, clamp):
+    setattr(Tensor, _f.__name__, _f)
+del _f
+
+
+# ---- shape ------------------------------------------------------------------------------------
+
+
+def reshape(self, *shape):
+    """A tensor of the same data in another shape (one entry may be -1):
+    ``t.reshape(2, 3)`` or ``t.reshape((2, 3))``."""
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    return manipulation.reshape(self, shape)
+
+
+def flatten(self, start_dim: int = 0, end_dim: int = -1):
+    """Merge axes ``start_dim..end_dim`` (all, by default) into one."""
+    ndim = self.ndim
+    if ndim == 0:
+        return run1(ops.reshape, self, (1,))
+    start = normalize_axis(start_dim, ndim, "flatten")
+    end = normalize_axis(end_dim, ndim, "flatten")
+    shape = self.shape
+    new = shape[:start] + (-1,) + shape[end + 1:] if start <= end else shape
+    check_reshape(shape, new, "flatten")
+    return run1(ops.reshape, self, new)
+
+
+def transpose(self, *axes):
+    """``t.transpose()`` reverses the axes (NumPy); ``t.transpose(a, b)`` swaps two axes
+    on any rank (PyTorch); ``t.transpose(axes)`` with a full permutation permutes."""
+    ndim = self.ndim
+    if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+        axes = tuple(axes[0])
+    if not axes:
+        axes = tuple(range(ndim))[::-1]
+    elif len(axes) == 2:
+        i, j = (normalize_axis(a, ndim, "transpose") for a in axes)
+        perm = list(range(ndim))
+        perm[i], perm[j] = perm[j], perm[i]
+        axes = tuple(perm)
+    return manipulation.permute_dims(self, axes)
+
+
+def permute(self, *dims):
+    """PyTorch's name for :func:`leanpass.permute_dims`: ``t.permute(2, 0, 1)``."""
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+        dims = tuple(dims[0])
+    return manipulation.permute_dims(self, dims)
+
+
+def _T(self):
+    return manipulation.permute_dims(self, tuple(range(self.ndim))[::-1])
+
+
+def _mT(self):
+    if self.ndim < 2:
+        raise ValueError(f"mT: a tensor of shape {self.shape} has fewer than 2 axes")
+    perm = list(range(self.ndim))
+    perm[-1], perm[-2] = perm[-2], perm[-1]
+    return manipulation.permute_dims(self, tuple(perm))
+
+
+def matmul(self, other):
+    """Matrix product, as the ``@`` operator (1-D and batched N-D operands)."""
+    return self @ other
+
+
+for _f in (reshape, flatten, transpose, permute, matmul):
+    setattr(Tensor, _f.__name__, _f)
+del _f
+Tensor.T = property(_T, doc="The tensor with its axes reversed.")
+Tensor.mT = property(_mT, doc="The tensor with its last two axes swapped (a stack of matrices transposed).")
+
+
+# ---- dtype shortcuts (PyTorch) ---------------------------------------------------------------
+
+
+def _cast(name):
+    def method(self):
+        return self.astype(name)
+
+    method.__name__ = method.__qualname__ = {"float32": "float", "float64": "double", "int64": "long",
+                                              "int32": "int", "bool": "bool"}[name]
+    method.__doc__ = f"This tensor as {name} (PyTorch's ``t.{method.__name__}()``)."
+    return method
+
+
+for _name in ("float32", "float64", "int64", "int32", "bool"):
+    _m = _cast(_name)
+    setattr(Tensor, _m.__name__, _m)
+del _name, _m
+
+
+def copy(self):
+    """A copy with its own memory; differentiable (PyTorch's ``clone``)."""
+    return run1(ops.copy, self)
+
+
+Tensor.copy = copy
+Tensor.clone = copy

@@ -1,0 +1,448 @@
+"""Making tensors: from user data (the constructor's rules), and as graph nodes from
+operations (:func:`make`, the ``run*`` helpers, :func:`apply` for custom ops),
+including in-place changes recorded in the graph (:func:`inplace`).
+
+This is the layer between the Tensor class and :mod:`leanpass.ops`: it unwraps
+Tensors to arrays, checks devices, calls an op's forward on the right device and
+links the result into the graph.
+"""
+
+from __future__ import annotations
+
+from ._checks import broadcast_shapes, device_message
+from ._dtypes import DTYPES, as_dtype, dtype_name
+from .autograd import _state as _grad_state
+from .autograd import sequence as _sequence
+from .autograd import version_of
+from .backends import backend_of_array, get_backend, get_default_dtype, host_array, transfer
+from .ops import Op
+from .tensor import Tensor
+
+__all__ = ["make", "leaf", "as_tensor", "apply", "run1", "run2", "run", "inplace", "init_tensor"]
+
+_new = object.__new__
+
+
+# ---- graph nodes ----------------------------------------------------------------------------
+
+
+def make(data, backend, op, prev, backward, requires_grad):
+    """Wrap an operation's output array as a Tensor linked into the graph."""
+    t = _new(Tensor)
+    if type(data) is not backend.array_type:  # NumPy returns scalars for 0-d results
+        data = backend.xp.asarray(data)
+    t._data = data
+    t._backend = backend
+    t._grad = None
+    t._op = op
+    t._retain = False
+    t._vc = None
+    t.name = None
+    if requires_grad and _grad_state.enabled:
+        t._rg = True
+        t._prev = prev
+        t._backward = backward
+        t._seq = next(_sequence)
+    else:
+        t._rg = False
+        t._prev = ()
+        t._backward = None
+    return t
+
+
+def leaf(data, backend, op="leaf"):
+    """A tensor outside any graph (a result that never carries gradients)."""
+    return make(data, backend, op, (), None, False)
+
+
+def share_version(out, source):
+    """``out`` views ``source``'s memory: they count in-place changes together."""
+    out._vc = version_of(source)
+    return out
+
+
+def _guarded(fn, backend, *args, **params):
+    """``fn(backend, *args)`` with the backend's device made current where it needs
+    that (``cuda:N`` on a machine of several GPUs); a plain call everywhere else."""
+    guard = backend.guard
+    if guard is None:
+        return fn(backend, *args, **params)
+    with guard:
+        return fn(backend, *args, **params)
+
+
+def run1(op: Op, a: Tensor, *params):
+    """A unary operation on ``a``."""
+    backend = a._backend
+    if backend.guard is None:
+        out, backward = op.fn(backend, a._data, *params)
+    else:
+        out, backward = _guarded(op.fn, backend, a._data, *params)
+    t = make(out, backend, op, (a,), backward, a._rg and op.differentiable)
+    if op.view:
+        share_version(t, a)
+    return t
+
+
+def _cast_back(backward, xp, dtypes):
+    """Gradients returned in the dtype of each input (mixed-dtype operands)."""
+
+    def cast(g):
+        return tuple(
+            None if grad is None or grad.dtype == dtype else xp.astype(grad, dtype)
+            for grad, dtype in zip(backward(g), dtypes)
+        )
+
+    return cast
+
+
+def run2(op: Op, a: Tensor, b: Tensor, *params):
+    """A binary operation on two tensors (broadcasting; dtypes promoted by the library)."""
+    backend = a._backend
+    if b._backend is not backend:
+        raise ValueError(device_message(op, a, b))
+    ra, rb = a._rg, b._rg
+    try:
+        if op.needs:
+            out, backward = _guarded(op.fn, backend, a._data, b._data, *params, needs=(ra, rb))
+        elif backend.guard is None:
+            out, backward = op.fn(backend, a._data, b._data, *params)
+        else:
+            out, backward = _guarded(op.fn, backend, a._data, b._data, *params)
+    except (ValueError, TypeError) as exc:
+        broadcast_shapes(op, a.shape, b.shape)
+        raise type(exc)(
+            f"{op}: not defined for tensors of dtypes {a.dtype} and {b.dtype} (shapes {a.shape} and "
+            f"{b.shape}): {exc}"
+        ) from None
+    requires_grad = (ra or rb) and op.differentiable
+    if requires_grad and a._data.dtype != b._data.dtype:
+        backward = _cast_back(backward, backend.xp, (a._data.dtype, b._data.dtype))
+    return make(out, backend, op, (a, b), backward, requires_grad)
+
+
+def run(op: Op, args, *params, **kw):
+    """An operation on any mix of tensors and plain values in ``args`` (plain values
+    are passed through; only the tensors become graph inputs). All tensors must be
+    on one device."""
+    backend = None
+    arrays = []
+    tensors = []
+    positions = []
+    first = None
+    for i, x in enumerate(args):
+        if isinstance(x, Tensor):
+            if backend is None:
+                backend, first = x._backend, x
+            elif x._backend is not backend:
+                raise ValueError(device_message(op, first, x))
+            arrays.append(x._data)
+            tensors.append(x)
+            positions.append(i)
+        else:
+            arrays.append(x)
+    if backend is None:
+        raise TypeError(f"{op}: at least one argument must be a Tensor")
+    requires_grad = op.differentiable and any(t._rg for t in tensors)
+    if op.needs:
+        kw["needs"] = tuple(isinstance(x, Tensor) and x._rg for x in args)
+    out, backward = _guarded(op.fn, backend, *arrays, *params, **kw)
+    if requires_grad:
+        dtypes = [t._data.dtype for t in tensors]
+        if len(tensors) != len(args):  # keep the gradients of the tensors only
+            inner = backward
+
+            def backward(g):
+                grads = inner(g)
+                return tuple(grads[i] for i in positions)
+
+        if any(d != out.dtype for d in dtypes) and isinstance(out, backend.array_type):
+            backward = _cast_back(backward, backend.xp, dtypes)
+    t = make(out, backend, op, tuple(tensors), backward, requires_grad)
+    if op.view and tensors:
+        share_version(t, tensors[0])
+    return t
+
+
+# ---- custom operations --------------------------------------------------------------------
+
+_CUSTOM: dict = {}  # (fn, name) -> Op
+
+
+def apply(fn, *inputs: Tensor, op: str | None = None, **params) -> Tensor:
+    """Apply an operation to Tensors on one device.
+
+    ``fn`` is an :class:`leanpass.ops.Op`, or a function ``fn(backend, *arrays,
+    **params)`` that computes the output array with ``backend.xp`` and returns it
+    with ``backward(grad_out) -> one gradient per input`` (arrays, or None); see
+    :mod:`leanpass.ops` for examples. The result is linked into the graph under
+    the name ``op`` (default: the op's or function's name). A plain function is
+    treated conservatively: its backward may read every input and the output, and
+    may return the incoming gradient itself (the engine then copies it).
+    """
+    if not inputs:
+        raise TypeError("apply: give at least one input Tensor")
+    if isinstance(fn, Op) and op is None:
+        operation = fn
+    else:
+        key = (fn, op)
+        operation = _CUSTOM.get(key)
+        if operation is None:
+            if isinstance(fn, Op):
+                operation = fn.renamed(op)
+            else:
+                if not callable(fn):
+                    raise TypeError(f"apply: fn must be an Op or a function, got {type(fn).__name__}")
+                operation = Op(op or fn.__name__, fn, fresh=False)
+            _CUSTOM[key] = operation
+    backend = None
+    arrays = []
+    requires_grad = False
+    for t in inputs:  # one plain loop: this runs for every layer of every step
+        if not isinstance(t, Tensor):
+            raise TypeError(f"apply: the inputs must be Tensors, got {type(t).__name__}")
+        if backend is None:
+            backend = t._backend
+        elif t._backend is not backend:
+            raise ValueError(device_message(operation, inputs[0], t))
+        arrays.append(t._data)
+        requires_grad = requires_grad or t._rg
+    if operation.needs:
+        params["needs"] = tuple(t._rg for t in inputs)
+    out, backward = _guarded(operation.fn, backend, *arrays, **params)
+    return make(out, backend, operation, inputs, backward, requires_grad and operation.differentiable)
+
+
+# ---- in-place changes ----------------------------------------------------------------------
+
+
+def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=None):
+    """Change ``t`` itself to ``op(t, *others, *params)``.
+
+    Without a graph to record (grad mode off, or nothing requires grad) the new
+    values are written into ``t``'s array by ``write(array, *other_arrays, *params)``
+    (the library's own in-place operator). Otherwise the change is recorded: ``t``
+    keeps its identity but becomes the output of ``op``, whose input is ``t``'s
+    state before the change. A leaf that requires grad cannot be changed in
+    place while grad mode is on (PyTorch's rule). Either way ``t``'s version
+    counter is bumped, so backward through a graph that saved the old values raises.
+    """
+    label = name or op
+    backend = t._backend
+    arrays = []
+    for o in others:
+        if isinstance(o, Tensor):
+            if o._backend is not backend:
+                raise ValueError(device_message(label, t, o))
+            arrays.append(o._data)
+        else:
+            arrays.append(o)
+    recording = _grad_state.enabled and (t._rg or any(isinstance(o, Tensor) and o._rg for o in others))
+    if not recording:
+        if write is None:
+            out, _ = _guarded(op.fn, backend, t._data, *arrays, *params, **_needs(op, t, others))
+            _check_same(label, t, out)
+            _write(t, out)
+        else:
+            try:
+                with backend.context():
+                    write(t._data, *arrays, *params)
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(
+                    f"{label}: cannot change the tensor of shape {t.shape} and dtype {t.dtype} in place: {exc}"
+                ) from None
+        version_of(t).bump()
+        return t
+    if t._rg and not t._prev:
+        raise RuntimeError(
+            f"{label}: a leaf tensor that requires grad ({t!r}) cannot be changed in place while grad "
+            "mode is on; wrap the change in `with leanpass.no_grad():` (as for an optimizer step), or "
+            "change a copy (t = t + ...)"
+        )
+    current = t._data
+    source = backend.copy(current) if op.saved(0) else current
+    out, backward = _guarded(op.fn, backend, source, *arrays, *params, **_needs(op, t, others))
+    _check_same(label, t, out)
+    if not op.differentiable:
+        raise TypeError(f"{label}: the result of {op!r} carries no gradient and cannot be written into a tensor "
+                        "that requires grad")
+    old = _new(Tensor)
+    old._data = current
+    old._backend = backend
+    old._grad = None
+    old._op = t._op
+    old._retain = False
+    old.name = t.name
+    old._rg = t._rg
+    old._prev = t._prev
+    old._backward = t._backward
+    if t._prev:
+        old._seq = t._seq
+    vc = version_of(t)
+    old._vc = vc
+    if out is not current:
+        _write(t, out)
+    vc.bump()
+    tensors = tuple(o for o in others if isinstance(o, Tensor))
+    if len(tensors) != len(others):
+        inner = backward
+        keep = (0, *(i + 1 for i, o in enumerate(others) if isinstance(o, Tensor)))
+
+        def backward(g):
+            grads = inner(g)
+            return tuple(grads[i] for i in keep)
+
+    t._prev = (old, *tensors)
+    t._backward = backward
+    t._op = op
+    t._rg = True
+    t._seq = next(_sequence)
+    return t
+
+
+def _needs(op, t, others):
+    if not op.needs:
+        return {}
+    return {"needs": (t._rg, *(isinstance(o, Tensor) and o._rg for o in others))}
+
+
+def _check_same(label, t, out):
+    if tuple(out.shape) != tuple(t._data.shape):
+        raise ValueError(
+            f"{label}: the result has shape {tuple(out.shape)}, but an in-place operation cannot change the "
+            f"shape of the tensor ({t.shape})"
+        )
+    if out.dtype != t._data.dtype:
+        raise TypeError(
+            f"{label}: the result has dtype {dtype_name(out.dtype)}, but an in-place operation cannot change "
+            f"the dtype of the tensor ({t.dtype}); use an out-of-place operation"
+        )
+
+
+def _write(t, out):
+    backend = t._backend
+    with backend.context():
+        t._data[...] = out
+
+
+# ---- tensors from user data ----------------------------------------------------------------
+
+_FLOATING = ("float32", "float64")
+
+
+def _default_complex():
+    return "complex64" if get_default_dtype() == "float32" else "complex128"
+
+
+def _check_grad_dtype(name, requires_grad, op="Tensor"):
+    if requires_grad and name not in _FLOATING:
+        raise ValueError(
+            f"{op}: only floating-point tensors can require gradients, got dtype {name}"
+            + ("; complex gradients are not supported" if name.startswith("complex") else "")
+        )
+
+
+def init_tensor(self, data, requires_grad, name, device, dtype, copy, infer="float"):
+    """Fill a new Tensor from ``data``.
+
+    ``infer="float"`` (the constructor): integers and booleans become the default
+    float dtype, float arrays keep theirs. ``infer="standard"`` (``asarray``): the
+    standard's rules (bool -> bool, int -> int64, float -> the default float).
+    ``copy``: True always copies, False never (``ValueError`` if it must), None
+    copies only when a conversion needs it.
+    """
+    if dtype is not None:
+        dtype = as_dtype(dtype, "Tensor" if infer == "float" else "asarray").name
+    if isinstance(data, Tensor):
+        src, array = data._backend, data._data
+    else:
+        src, array = backend_of_array(data), data
+    given = array
+    if src is None:  # host data
+        backend = get_backend(device)
+        if copy is False and not hasattr(data, "dtype"):
+            raise ValueError("asarray: copy=False, but Python data must be copied to make an array")
+        host = host_array(data, "Tensor" if infer == "float" else "asarray")
+        if dtype is None:
+            dtype = _infer(data, host, infer)
+        converted = dtype_name(host.dtype) != dtype
+        if copy is False and converted:
+            raise ValueError(f"asarray: copy=False, but converting {dtype_name(host.dtype)} to {dtype} needs a copy")
+        array = backend.from_host(host, dtype)
+        if copy and (array is data or _shares(array, data)):  # a NumPy array taken as it was
+            array = backend.copy(array)
+    else:
+        backend = src if device is None else get_backend(device)
+        name_ = dtype_name(array.dtype)
+        if dtype is None:
+            if name_ not in DTYPES:
+                raise TypeError(f"Tensor: arrays of dtype {name_} are not supported")
+            dtype = name_ if (infer != "float" or name_ in _FLOATING or name_.startswith("complex")) \
+                else get_default_dtype()
+        if name_ != dtype:
+            if copy is False:
+                raise ValueError(f"asarray: copy=False, but converting {name_} to {dtype} needs a copy")
+            with src.context():
+                array = src.xp.astype(array, src.dtype(dtype))
+        if backend is not src:
+            if copy is False:
+                raise ValueError(f"asarray: copy=False, but moving {src.device} to {backend.device} needs a copy")
+            array = transfer(array, src, backend)
+        if type(array) is not backend.array_type:
+            array = backend.xp.asarray(array)
+        elif copy and array is given:  # nothing converted it: take a copy the tensor owns
+            array = backend.copy(array)
+    _check_grad_dtype(dtype_name(array.dtype), requires_grad)
+    self._data = array
+    self._backend = backend
+    self._grad = None
+    self._prev = ()
+    self._backward = None
+    self._op = "leaf"
+    self._retain = False
+    self._vc = None
+    self._rg = bool(requires_grad)
+    self.name = name
+
+
+def _shares(array, data):
+    try:
+        return array.base is not None and (array.base is data or array.base is getattr(data, "base", None))
+    except AttributeError:
+        return False
+
+
+def _infer(data, host, infer):
+    """The dtype of host data when none is given."""
+    kind = host.dtype.kind
+    name = dtype_name(host.dtype)
+    from_array = hasattr(data, "dtype")  # NumPy arrays and scalars keep their own dtype
+    if infer == "float":
+        if kind == "f" and from_array and name in _FLOATING:
+            return name
+        if kind == "c":
+            return name if from_array and name in DTYPES else _default_complex()
+        return get_default_dtype()
+    if from_array:
+        if name not in DTYPES:
+            raise TypeError(f"asarray: arrays of dtype {name} are not in the array API standard")
+        return name
+    if kind == "b":
+        return "bool"
+    if kind in "iu":
+        if name != "int64":  # a Python int beyond int64
+            raise OverflowError(f"asarray: a Python integer does not fit in int64 (dtype would be {name})")
+        return "int64"
+    if kind == "f":
+        return get_default_dtype()
+    return _default_complex()
+
+
+def as_tensor(data, *, device=None, dtype=None) -> Tensor:
+    """A Tensor sharing ``data``'s memory where it can (same library, device and
+    dtype), as ``torch.as_tensor``; ``Tensor(data)`` always copies."""
+    if isinstance(data, Tensor) and device is None and dtype is None:
+        return data
+    t = _new(Tensor)
+    init_tensor(t, data, False, None, device, dtype, copy=None)
+    return t

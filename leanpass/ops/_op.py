@@ -1,0 +1,71 @@
+"""``Op``: an operation and what the engine needs to know about it, in one object.
+
+An operation is a forward function ``fn(be, *arrays, **params) -> (out, backward)``:
+it computes with the backend's namespace ``be.xp`` on raw arrays and returns the
+output array and ``backward(grad_out) -> one gradient per array input`` (an array of
+the output's broadcast shape, or ``None`` for an input that needs none; the engine
+sums a broadcast gradient back to the input's shape). ``backward`` captures the
+arrays it needs, never a Tensor, so a graph has no reference cycles.
+
+The ``Op`` wrapping it *is* its name (a ``str``: ``t._op == "+"``) and carries:
+
+- ``saves``: the positions of the inputs whose arrays ``backward`` reads (``None``:
+  all of them), and ``saves_out``: whether it reads the output. An in-place change
+  of a saved array after the forward makes backward raise, naming the operation.
+- ``fresh``: ``backward`` returns new arrays, never an incoming gradient or a view
+  of one, so the engine may keep them as a leaf's ``.grad`` without a copy.
+- ``needs``: the forward takes ``needs=``, a tuple saying which inputs require a
+  gradient, so it can skip work (and saving) for the others.
+- ``view``: the output may share memory with the first input (reshape, slicing):
+  they then share one version counter, as an in-place change of one changes both.
+- ``differentiable``: ``False`` for operations whose outputs never carry gradients
+  (comparisons, integer results).
+"""
+
+from __future__ import annotations
+
+__all__ = ["Op", "op", "ALL"]
+
+ALL = None  # ``saves=ALL``: backward may read every input
+
+
+class Op(str):
+    """An operation: its name (the string itself), its forward function and metadata."""
+
+    def __new__(cls, name: str, fn, *, saves=ALL, saves_out: bool = True, fresh: bool = True,
+                needs: bool = False, view: bool = False, differentiable: bool = True, doc: str | None = None):
+        self = super().__new__(cls, name)
+        self.fn = fn
+        self.saves = saves if saves is ALL else tuple(saves)
+        self.saves_out = saves_out
+        self.fresh = fresh
+        self.needs = needs
+        self.view = view
+        self.differentiable = differentiable
+        self.__doc__ = doc or fn.__doc__
+        return self
+
+    def __call__(self, be, *args, **params):
+        """Run the forward: ``(out, backward)``."""
+        return self.fn(be, *args, **params)
+
+    def saved(self, position: int) -> bool:
+        """Whether backward reads the array of input ``position``."""
+        return self.saves is ALL or position in self.saves
+
+    def renamed(self, name: str) -> Op:
+        """The same operation under another name (``"getitem"`` for a ``take``)."""
+        return Op(name, self.fn, saves=self.saves, saves_out=self.saves_out, fresh=self.fresh,
+                  needs=self.needs, view=self.view, differentiable=self.differentiable, doc=self.__doc__)
+
+    def __reduce__(self):
+        return (str, (str(self),))
+
+
+def op(name: str, **meta):
+    """Decorator: ``@op("exp", saves=(), saves_out=True)`` makes ``fn`` an :class:`Op`."""
+
+    def wrap(fn) -> Op:
+        return Op(name, fn, **meta)
+
+    return wrap

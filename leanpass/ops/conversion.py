@@ -1,0 +1,43 @@
+"""Moving between devices and data types."""
+
+from __future__ import annotations
+
+from ..backends import transfer
+from ._op import op
+
+
+@op("to", saves=(), saves_out=False)
+def to(be, a, dst):
+    """Move to backend ``dst``; the gradient moves back."""
+
+    def backward(g):
+        return (transfer(g, dst, be),)
+
+    return transfer(a, be, dst), backward
+
+
+@op("astype", saves=(), saves_out=False)
+def astype(be, a, dtype):
+    xp = be.xp
+    src = a.dtype
+
+    def backward(g):
+        return (xp.astype(g, src),)
+
+    return xp.astype(a, dtype), backward
+
+
+@op("astype", saves=(), saves_out=False, differentiable=False)
+def astype_nograd(be, a, dtype):
+    """A cast to a dtype that carries no gradient (integers, bool, complex)."""
+    return be.xp.astype(a, dtype), None
+
+
+@op("copy", saves=(), saves_out=False, fresh=False)
+def copy(be, a):
+    """A copy of ``a`` (its own memory); the gradient passes through."""
+    return be.copy(a), _pass
+
+
+def _pass(g):
+    return (g,)

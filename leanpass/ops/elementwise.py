@@ -1,0 +1,499 @@
+"""Element-wise operations: forward with ``xp``, backward rule beside it.
+
+Each entry of the standard's element-wise section is one :class:`Op` here. Most are
+made by :func:`unary` and :func:`binary` from a forward and a gradient rule
+(``rule(xp, x, out, g)``, ``rule(xp, a, b, out, g)``); the arithmetic used on every
+training step is written out by hand, with a variant for a Python-number operand.
+Adding an element-wise function is one line here plus its row in the tests; the
+namespace function and the Tensor method are made from this table.
+
+Gradients follow PyTorch: step-like functions (``floor``, ``ceil``, ``round``,
+``trunc``, ``sign``, ``floor_divide``, ``nextafter``) pass zero, ``abs`` has gradient
+0 at 0, ``maximum``/``minimum`` split a tie equally, ``pow`` gives 0 (not nan) for
+an exponent 0 and for a base 0 with exponent >= 0. Constants stay Python floats, so
+float32 stays float32.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ._op import Op, op
+
+# ---- the tables the namespace layer reads -----------------------------------------
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One element-wise function: its ``op``, its arity, and where it appears."""
+
+    name: str  # the namespace name (``lp.sin``)
+    op: Op
+    arity: int
+    method: tuple = ()  # Tensor method names (``t.sin()``)
+    scalar_op: Op | None = None  # a faster op for ``tensor (op) python number``
+    rscalar_op: Op | None = None  # ... and for ``python number (op) tensor``
+
+
+UNARY: dict[str, Entry] = {}
+BINARY: dict[str, Entry] = {}
+
+ZERO = "zero"  # a rule: the gradient is zero (step-like functions)
+
+
+def _register(table, name, operation, arity, method, scalar_op=None, rscalar_op=None):
+    table[name] = Entry(name, operation, arity, tuple(method), scalar_op, rscalar_op)
+    return operation
+
+
+def unary(name, forward, rule=None, *, uses=("x",), quiet=False, method=(), symbol=None, fresh=True):
+    """Register the unary function ``name``: ``forward(xp, x) -> out`` and
+    ``rule(xp, x, out, g) -> gradient`` (``ZERO`` for a step, ``None`` when the
+    result never carries gradients: bool or integer outputs)."""
+    if rule is None:
+
+        def fn(be, a):
+            return forward(be.xp, a), None
+
+        operation = Op(symbol or name, fn, saves=(), saves_out=False, differentiable=False)
+    elif rule is ZERO:
+
+        def fn(be, a):
+            xp = be.xp
+            return forward(xp, a), lambda g: (xp.zeros_like(g),)
+
+        operation = Op(symbol or name, fn, saves=(), saves_out=False)
+    else:
+
+        def fn(be, a):
+            xp = be.xp
+            if quiet:
+                with be.quiet():
+                    out = forward(xp, a)
+            else:
+                out = forward(xp, a)
+
+            def backward(g):
+                if quiet:
+                    with be.quiet():
+                        return (rule(xp, a, out, g),)
+                return (rule(xp, a, out, g),)
+
+            return out, backward
+
+        operation = Op(symbol or name, fn, saves=(0,) if "x" in uses else (), saves_out="out" in uses, fresh=fresh)
+    operation.__doc__ = f"Element-wise {name}."
+    return _register(UNARY, name, operation, 1, method)
+
+
+def binary(name, forward, rule_a=None, rule_b=None, *, uses=("a", "b"), quiet=False, method=(), symbol=None,
+           scalar_op=None, rscalar_op=None):
+    """Register the binary function ``name``: ``forward(xp, a, b) -> out`` and one
+    rule per operand, ``rule(xp, a, b, out, g)`` (``ZERO``, or ``None`` for results
+    that never carry gradients). Either operand may be a Python number."""
+    if rule_a is None and rule_b is None:
+
+        def fn(be, a, b, needs=None):
+            return forward(be.xp, a, b), None
+
+        operation = Op(symbol or name, fn, saves=(), saves_out=False, differentiable=False)
+    else:
+
+        def fn(be, a, b, needs=(True, True)):
+            xp = be.xp
+            if quiet:
+                with be.quiet():
+                    out = forward(xp, a, b)
+            else:
+                out = forward(xp, a, b)
+            need_a, need_b = needs
+
+            def backward(g):
+                with be.quiet():
+                    ga = _apply_rule(rule_a, xp, a, b, out, g) if need_a else None
+                    gb = _apply_rule(rule_b, xp, a, b, out, g) if need_b else None
+                return ga, gb
+
+            return out, backward
+
+        saves = tuple(i for i, k in enumerate("ab") if k in uses)
+        operation = Op(symbol or name, fn, saves=saves, saves_out="out" in uses, needs=True)
+    operation.__doc__ = f"Element-wise {name}."
+    return _register(BINARY, name, operation, 2, method, scalar_op, rscalar_op)
+
+
+def _apply_rule(rule, xp, a, b, out, g):
+    if rule is None:
+        return None
+    if rule is ZERO:
+        return xp.zeros_like(g)
+    return rule(xp, a, b, out, g)
+
+
+# ---- arithmetic, written out (the hot path) ------------------------------------------
+
+
+def _pass_both(g):
+    return g, g
+
+
+def _pass(g):
+    return (g,)
+
+
+def _neg_backward(g):
+    return (-g,)
+
+
+def _sub_backward(g):
+    return g, -g
+
+
+@op("+", saves=(), saves_out=False, fresh=False)
+def add(be, a, b):
+    return a + b, _pass_both
+
+
+@op("-", saves=(), saves_out=False, fresh=False)
+def sub(be, a, b):
+    return a - b, _sub_backward
+
+
+@op("*", saves=(0, 1), saves_out=False)
+def mul(be, a, b):
+    def backward(g):
+        return g * b, g * a
+
+    return a * b, backward
+
+
+@op("/", saves=(0, 1), saves_out=False)
+def div(be, a, b):
+    def backward(g):
+        return g / b, -(g * a) / (b * b)
+
+    return a / b, backward
+
+
+@op("**", saves=(0, 1), saves_out=True)
+def pow(be, a, b):
+    """``a ** b``; as in PyTorch, the gradient is 0 (not nan) for ``b == 0`` (base)
+    and for ``a == 0, b >= 0`` (exponent)."""
+    xp = be.xp
+    with be.quiet():
+        out = a**b
+
+    def backward(g):
+        with be.quiet():
+            ga = xp.where(b == 0, xp.zeros_like(g), g * b * a ** (b - 1))
+            gb = xp.where((a == 0) & (b >= 0), xp.zeros_like(g), g * out * xp.log(a))
+        return ga, gb
+
+    return out, backward
+
+
+@op("+", saves=(), saves_out=False, fresh=False)
+def add_scalar(be, a, s):
+    return a + s, _pass
+
+
+@op("-", saves=(), saves_out=False, fresh=False)
+def sub_scalar(be, a, s):
+    return a - s, _pass
+
+
+@op("-", saves=(), saves_out=False)
+def rsub_scalar(be, a, s):
+    """``s - a``."""
+    return s - a, _neg_backward
+
+
+@op("*", saves=(), saves_out=False)
+def mul_scalar(be, a, s):
+    def backward(g):
+        return (g * s,)
+
+    return a * s, backward
+
+
+@op("/", saves=(), saves_out=False)
+def div_scalar(be, a, s):
+    def backward(g):
+        return (g / s,)
+
+    return a / s, backward
+
+
+@op("/", saves=(0,), saves_out=True)
+def rdiv_scalar(be, a, s):
+    """``s / a``."""
+    with be.quiet():
+        out = s / a
+
+    def backward(g):
+        with be.quiet():
+            return (-(g * out) / a,)
+
+    return out, backward
+
+
+@op("**", saves=(0,), saves_out=False)
+def pow_scalar(be, a, p):
+    """``a ** p`` for a Python number ``p``; ``** 2`` gives exactly ``2 * a``."""
+    if p == 2:
+
+        def backward(g):
+            return (g * (2.0 * a),)
+
+        return a * a, backward
+    xp = be.xp
+    if p == 0:
+
+        def backward(g):
+            return (xp.zeros_like(g),)
+
+        return xp.ones_like(a), backward
+    with be.quiet():
+        out = a**p
+
+    def backward(g):
+        with be.quiet():
+            return (g * (p * a ** (p - 1)),)
+
+    return out, backward
+
+
+@op("**", saves=(0,), saves_out=True)
+def rpow_scalar(be, a, s):
+    """``s ** a`` for a Python number ``s``; for ``s == 0`` the gradient is 0 where
+    ``a >= 0`` (PyTorch's convention)."""
+    xp = be.xp
+    with be.quiet():
+        out = s**a
+    log_s = math.log(s) if s > 0 else (-math.inf if s == 0 else math.nan)
+
+    def backward(g):
+        if s == 0:
+            with be.quiet():
+                return (xp.where(a >= 0, xp.zeros_like(g), g * out * log_s),)
+        return (g * out * log_s,)
+
+    return out, backward
+
+
+@op("neg", saves=(), saves_out=False)
+def neg(be, a):
+    return -a, _neg_backward
+
+
+@op("exp", saves=(), saves_out=True)
+def exp(be, a):
+    out = be.xp.exp(a)
+
+    def backward(g):
+        return (g * out,)
+
+    return out, backward
+
+
+@op("log", saves=(0,), saves_out=False)
+def log(be, a):
+    """Natural log; log(0) is -inf and log(x < 0) is nan, without warnings."""
+    with be.quiet():
+        out = be.xp.log(a)
+
+    def backward(g):
+        with be.quiet():
+            return (g / a,)
+
+    return out, backward
+
+
+@op("tanh", saves=(), saves_out=True)
+def tanh(be, a):
+    out = be.xp.tanh(a)
+    fused = be.fused.tanh_backward
+
+    def backward(g):
+        if fused is not None:
+            return (fused(g, out),)
+        return (g - g * out * out,)  # g * (1 - out**2), without a scalar operand (slow in NumPy)
+
+    return out, backward
+
+
+@op("sqrt", saves=(), saves_out=True)
+def sqrt(be, a):
+    with be.quiet():
+        out = be.xp.sqrt(a)
+
+    def backward(g):
+        with be.quiet():
+            return (g / (2.0 * out),)
+
+    return out, backward
+
+
+@op("abs", saves=(0,), saves_out=False)
+def abs(be, a):
+    xp = be.xp
+
+    def backward(g):
+        return (g * xp.sign(a),)
+
+    return xp.abs(a), backward
+
+
+# Hand-written ops join the table under their namespace names.
+_register(BINARY, "add", add, 2, (), add_scalar, add_scalar)
+_register(BINARY, "subtract", sub, 2, (), sub_scalar, rsub_scalar)
+_register(BINARY, "multiply", mul, 2, (), mul_scalar, mul_scalar)
+_register(BINARY, "divide", div, 2, (), div_scalar, rdiv_scalar)
+_register(BINARY, "pow", pow, 2, (), pow_scalar, rpow_scalar)
+_register(UNARY, "negative", neg, 1, ())
+_register(UNARY, "exp", exp, 1, ("exp",))
+_register(UNARY, "log", log, 1, ("log",))
+_register(UNARY, "tanh", tanh, 1, ("tanh",))
+_register(UNARY, "sqrt", sqrt, 1, ("sqrt",))
+_register(UNARY, "abs", abs, 1, ("abs",))
+
+
+# ---- the rest of the standard, from rules ---------------------------------------------
+
+_LN2 = math.log(2.0)
+_LN10 = math.log(10.0)
+
+positive = unary("positive", lambda xp, x: xp.positive(x), lambda xp, x, out, g: g, uses=(), fresh=False)
+acos = unary("acos", lambda xp, x: xp.acos(x), lambda xp, x, out, g: -g / xp.sqrt(1 - x * x),
+             quiet=True, method=("acos", "arccos"))
+acosh = unary("acosh", lambda xp, x: xp.acosh(x), lambda xp, x, out, g: g / xp.sqrt(x * x - 1),
+              quiet=True, method=("acosh", "arccosh"))
+asin = unary("asin", lambda xp, x: xp.asin(x), lambda xp, x, out, g: g / xp.sqrt(1 - x * x),
+             quiet=True, method=("asin", "arcsin"))
+asinh = unary("asinh", lambda xp, x: xp.asinh(x), lambda xp, x, out, g: g / xp.sqrt(x * x + 1),
+              method=("asinh", "arcsinh"))
+atan = unary("atan", lambda xp, x: xp.atan(x), lambda xp, x, out, g: g / (x * x + 1), method=("atan", "arctan"))
+atanh = unary("atanh", lambda xp, x: xp.atanh(x), lambda xp, x, out, g: g / (1 - x * x),
+              quiet=True, method=("atanh", "arctanh"))
+cos = unary("cos", lambda xp, x: xp.cos(x), lambda xp, x, out, g: -g * xp.sin(x), method=("cos",))
+cosh = unary("cosh", lambda xp, x: xp.cosh(x), lambda xp, x, out, g: g * xp.sinh(x), quiet=True, method=("cosh",))
+sin = unary("sin", lambda xp, x: xp.sin(x), lambda xp, x, out, g: g * xp.cos(x), method=("sin",))
+sinh = unary("sinh", lambda xp, x: xp.sinh(x), lambda xp, x, out, g: g * xp.cosh(x), quiet=True, method=("sinh",))
+tan = unary("tan", lambda xp, x: xp.tan(x), lambda xp, x, out, g: g + g * out * out, uses=("out",),
+            method=("tan",))
+expm1 = unary("expm1", lambda xp, x: xp.expm1(x), lambda xp, x, out, g: g + g * out, uses=("out",), quiet=True,
+              method=("expm1",))
+log1p = unary("log1p", lambda xp, x: xp.log1p(x), lambda xp, x, out, g: g / (x + 1), quiet=True,
+              method=("log1p",))
+log2 = unary("log2", lambda xp, x: xp.log2(x), lambda xp, x, out, g: g / (x * _LN2), quiet=True, method=("log2",))
+log10 = unary("log10", lambda xp, x: xp.log10(x), lambda xp, x, out, g: g / (x * _LN10), quiet=True,
+              method=("log10",))
+reciprocal = unary("reciprocal", lambda xp, x: xp.reciprocal(x), lambda xp, x, out, g: -(g * out * out),
+                   uses=("out",), quiet=True, method=("reciprocal",))
+square = unary("square", lambda xp, x: xp.square(x), lambda xp, x, out, g: g * (2 * x), method=("square",))
+conj = unary("conj", lambda xp, x: xp.conj(x), lambda xp, x, out, g: g, uses=(), fresh=False, method=("conj",))
+real = unary("real", lambda xp, x: xp.real(x), lambda xp, x, out, g: g, uses=(), fresh=False)
+imag = unary("imag", lambda xp, x: xp.imag(x), ZERO)
+ceil = unary("ceil", lambda xp, x: xp.ceil(x), ZERO, method=("ceil",))
+floor = unary("floor", lambda xp, x: xp.floor(x), ZERO, method=("floor",))
+trunc = unary("trunc", lambda xp, x: xp.trunc(x), ZERO, method=("trunc",))
+round = unary("round", lambda xp, x: xp.round(x), ZERO, method=("round",))
+sign = unary("sign", lambda xp, x: xp.sign(x), ZERO, method=("sign",))
+signbit = unary("signbit", lambda xp, x: xp.signbit(x), method=("signbit",))
+isfinite = unary("isfinite", lambda xp, x: xp.isfinite(x), method=("isfinite",))
+isinf = unary("isinf", lambda xp, x: xp.isinf(x), method=("isinf",))
+isnan = unary("isnan", lambda xp, x: xp.isnan(x), method=("isnan",))
+logical_not = unary("logical_not", lambda xp, x: xp.logical_not(x), method=("logical_not",))
+bitwise_invert = unary("bitwise_invert", lambda xp, x: xp.bitwise_invert(x), symbol="~")
+
+
+def _max_share(xp, a, b, out, g):  # maximum/minimum: a tie splits the gradient equally
+    win = xp.astype(a == out, g.dtype)
+    lose = xp.astype(b == out, g.dtype)
+    return g * (win / (win + lose))
+
+
+def _max_share_b(xp, a, b, out, g):
+    return _max_share(xp, b, a, out, g)
+
+
+def _copysign_a(xp, a, b, out, g):
+    return xp.where(a == 0, xp.zeros_like(g), g * (out / xp.where(a == 0, xp.ones_like(a), a)))
+
+
+atan2 = binary("atan2", lambda xp, a, b: xp.atan2(a, b),
+               lambda xp, a, b, out, g: g * b / (a * a + b * b),
+               lambda xp, a, b, out, g: -g * a / (a * a + b * b), method=("atan2",))
+copysign = binary("copysign", lambda xp, a, b: xp.copysign(a, b), _copysign_a, ZERO, uses=("a", "out"))
+hypot = binary("hypot", lambda xp, a, b: xp.hypot(a, b),
+               lambda xp, a, b, out, g: g * a / out, lambda xp, a, b, out, g: g * b / out,
+               uses=("a", "b", "out"), method=("hypot",))
+logaddexp = binary("logaddexp", lambda xp, a, b: xp.logaddexp(a, b),
+                   lambda xp, a, b, out, g: g * xp.exp(a - out), lambda xp, a, b, out, g: g * xp.exp(b - out),
+                   uses=("a", "b", "out"), method=("logaddexp",))
+maximum = binary("maximum", lambda xp, a, b: xp.maximum(a, b), _max_share, _max_share_b,
+                 uses=("a", "b", "out"), method=("maximum",))
+minimum = binary("minimum", lambda xp, a, b: xp.minimum(a, b), _max_share, _max_share_b,
+                 uses=("a", "b", "out"), method=("minimum",))
+remainder = binary("remainder", lambda xp, a, b: xp.remainder(a, b),
+                   lambda xp, a, b, out, g: g, lambda xp, a, b, out, g: -g * xp.floor_divide(a, b),
+                   quiet=True, symbol="%")
+floor_divide = binary("floor_divide", lambda xp, a, b: xp.floor_divide(a, b), ZERO, ZERO, uses=(), quiet=True,
+                      symbol="//")
+nextafter = binary("nextafter", lambda xp, a, b: xp.nextafter(a, b), ZERO, ZERO, uses=())
+
+equal = binary("equal", lambda xp, a, b: a == b, symbol="==")
+not_equal = binary("not_equal", lambda xp, a, b: a != b, symbol="!=")
+less = binary("less", lambda xp, a, b: a < b, symbol="<")
+less_equal = binary("less_equal", lambda xp, a, b: a <= b, symbol="<=")
+greater = binary("greater", lambda xp, a, b: a > b, symbol=">")
+greater_equal = binary("greater_equal", lambda xp, a, b: a >= b, symbol=">=")
+logical_and = binary("logical_and", lambda xp, a, b: xp.logical_and(a, b))
+logical_or = binary("logical_or", lambda xp, a, b: xp.logical_or(a, b))
+logical_xor = binary("logical_xor", lambda xp, a, b: xp.logical_xor(a, b))
+bitwise_and = binary("bitwise_and", lambda xp, a, b: xp.bitwise_and(a, b), symbol="&")
+bitwise_or = binary("bitwise_or", lambda xp, a, b: xp.bitwise_or(a, b), symbol="|")
+bitwise_xor = binary("bitwise_xor", lambda xp, a, b: xp.bitwise_xor(a, b), symbol="^")
+bitwise_left_shift = binary("bitwise_left_shift", lambda xp, a, b: xp.bitwise_left_shift(a, b), symbol="<<")
+bitwise_right_shift = binary("bitwise_right_shift", lambda xp, a, b: xp.bitwise_right_shift(a, b), symbol=">>")
+
+
+# ---- clip: a bound may be a number, a tensor or absent ------------------------------------
+
+
+@op("clip", saves=(0, 1, 2), saves_out=False, needs=True)
+def clip(be, a, low, high, needs=(True, False, False)):
+    """Clamp ``a`` to ``[low, high]`` (either may be ``None``, a number or an array);
+    ``maximum`` first, then ``minimum``, so ``low > high`` gives ``high`` everywhere
+    (PyTorch). The gradient goes to ``a`` inside the range and to the bound that
+    was taken outside it."""
+    xp = be.xp
+    out = a if low is None else xp.maximum(a, low)
+    if high is not None:
+        out = xp.minimum(out, high)
+    if out is a:
+        out = xp.asarray(a, copy=True)
+
+    def backward(g):
+        zero = xp.zeros_like(g)
+        inside = None
+        if low is not None:
+            inside = a >= low
+        if high is not None:
+            inside = (a <= high) if inside is None else inside & (a <= high)
+        ga = xp.where(inside, g, zero) if inside is not None else g
+        gl = gh = None
+        if needs[1]:
+            took_low = a < low
+            if high is not None:
+                took_low = took_low & (low <= high)
+            gl = xp.where(took_low, g, zero)
+        if needs[2]:
+            took_high = a > high
+            if low is not None:
+                took_high = took_high | (high < low)
+            gh = xp.where(took_high, g, zero)
+        return ga, gl, gh
+
+    return out, backward
