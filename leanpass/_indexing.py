@@ -262,7 +262,7 @@ def setitem(t, index, value):
         region = tuple(kept[:before]) + index_shape + tuple(kept[before:])
     value = _value(t, value, region, key if p.kind == "mask" else None)
     inplace(t, ops.setitem, [value], p.kind, key, name="setitem",
-            write=lambda data, v: t._backend.index_set(data, p.kind, key, v))
+            write=lambda data, v, *_: t._backend.index_set(data, p.kind, key, v))
 
 
 def _value(t, value, region, mask=None):

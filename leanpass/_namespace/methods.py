@@ -12,12 +12,21 @@ from .._checks import check_reshape, normalize_axis
 from .._node import run1
 from ..ops import elementwise as table
 from ..tensor import Tensor
-from . import elementwise, manipulation, statistical
+from . import elementwise, indexing, linalg, manipulation, searching, sets, sorting, statistical, utility
 
 for _entry in (*table.UNARY.values(), *table.BINARY.values()):
     for _method in _entry.method:
         setattr(Tensor, _method, getattr(elementwise, _entry.name))
 del _entry, _method
+
+# A module of the namespace lists its own methods in METHODS: {name: function of the tensor first}.
+def _attach(modules):
+    for module in modules:
+        for name, function in getattr(module, "METHODS", {}).items():
+            setattr(Tensor, name, function)
+
+
+_attach((indexing, linalg, manipulation, searching, sets, sorting, statistical, utility))
 
 
 # ---- reductions: axis may be given positionally --------------------------------------------

@@ -7,10 +7,24 @@ See :mod:`leanpass.ops._op` for what an operation is. Every :class:`Op` of the
 modules is also reachable here by its Python name: ``ops.exp``, ``ops.linear``.
 """
 
-from . import conversion, creation, elementwise, indexing, linalg, manipulation, nn, statistical
+from . import (
+    conversion,
+    creation,
+    elementwise,
+    fft,
+    indexing,
+    linalg,
+    manipulation,
+    nn,
+    searching,
+    sets,
+    sorting,
+    statistical,
+)
 from ._op import ALL, Op, op
 
-MODULES = (conversion, creation, elementwise, indexing, linalg, manipulation, nn, statistical)
+MODULES = (conversion, creation, elementwise, fft, indexing, linalg, manipulation, nn, searching, sets, sorting,
+           statistical)
 
 __all__ = ["Op", "op", "ALL", "MODULES", *(m.__name__.rsplit(".", 1)[1] for m in MODULES)]
 for _module in MODULES:

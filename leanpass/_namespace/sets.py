@@ -1,0 +1,8 @@
+"""The standard's sets functions."""
+
+from __future__ import annotations
+
+__all__: list[str] = []
+
+# Tensor methods for these functions: {method name: function}.
+METHODS: dict = {}
