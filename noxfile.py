@@ -4,13 +4,16 @@
     nox -s tests                                # every backend on every Python found
     nox -s "tests-3.13(backend='strict')"       # one cell
     nox -s gpu                                  # the CUDA tests (skips itself without a GPU)
+    AAT_SUITE=~/array-api-tests nox -s conformance   # the array API conformance suite
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
+import tempfile
 
 import nox
 
@@ -94,3 +97,38 @@ def lint(session: nox.Session) -> None:
     """ruff over the package, tests, scripts and examples."""
     session.install("ruff>=0.6")
     session.run("ruff", "check", ".")
+
+
+@nox.session(python=False)
+def conformance(session: nox.Session) -> None:
+    """The official array API conformance suite (data-apis/array-api-tests) against
+    leanpass on cpu and on strict, and against array_api_strict for reference.
+
+    The suite is third-party code kept outside this repository: set AAT_SUITE to a
+    copy of it (see ../shared/array-api-tests/README.md for the layout). The runner
+    is ../shared/array-api-tests/run.sh (AAT_RUNNER overrides). Positional
+    arguments: the hypothesis examples per test (default 20), then pytest args.
+    Known failures are listed, with a reason each, in conformance/xfails.txt.
+    """
+    suite = os.environ.get("AAT_SUITE")
+    if not suite:
+        session.skip("AAT_SUITE is not set: it must point at a copy of data-apis/array-api-tests "
+                     "(see ../shared/array-api-tests/README.md)")
+    runner = os.environ.get("AAT_RUNNER", os.path.join("..", "shared", "array-api-tests", "run.sh"))
+    if not os.path.isfile(runner):
+        session.skip(f"the suite's runner {runner} is missing (set AAT_RUNNER)")
+    args = list(session.posargs) or ["20"]
+    xfails = tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False)
+    with open("conformance/xfails.txt") as listed, xfails:
+        for line in listed:  # the suite wants bare ids: drop the reasons
+            entry = re.split(r"\s+#", line, maxsplit=1)[0].strip()
+            if entry and not entry.startswith("#"):
+                xfails.write(entry + "\n")
+    for label, module, env in (
+        ("array_api_strict (reference)", "array_api_strict", {}),
+        ("leanpass on cpu", "leanpass", {"LEANPASS_DEVICE": "cpu"}),
+        ("leanpass on strict", "leanpass", {"LEANPASS_DEVICE": "strict"}),
+    ):
+        session.log(f"== {label}")
+        extra = {"AAT_XFAILS": xfails.name} if module == "leanpass" and os.environ.get("AAT_USE_XFAILS") else {}
+        session.run("bash", runner, module, *args, env={**env, **extra}, external=True, success_codes=[0, 1])

@@ -24,6 +24,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from steps import HandStep, LeanPassStep, TorchStep, available_contestants  # noqa: E402
 
+from leanpass.backends import get_backend  # noqa: E402
+
 NAMES = {"leanpass": LeanPassStep, "hand": HandStep, "torch": TorchStep}
 
 
@@ -60,6 +62,10 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--only", nargs="*", choices=list(NAMES), help="contestants (default: all available)")
     args = p.parse_args(argv)
+    try:  # a device that cannot be used is a one-line error (exit status 2), not a traceback
+        get_backend(args.device)
+    except (ValueError, RuntimeError) as exc:
+        p.exit(2, f"{p.prog}: error: {exc}\n")
 
     sizes = [args.features] + [args.width] * args.depth + [args.classes]
     classes = [NAMES[n] for n in args.only] if args.only else available_contestants(args.device)

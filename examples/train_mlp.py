@@ -6,6 +6,9 @@
     python examples/train_mlp.py --checkpoint run.npz             # save every epoch
     python examples/train_mlp.py --checkpoint run.npz --resume    # ... and continue from it
 
+A device that cannot be used here (``--device cuda`` without CuPy or a GPU) ends
+the script at once with a one-line reason and exit status 2, as a bad argument does.
+
 Data: scikit-learn's 8x8 digits by default (shipped inside scikit-learn, no
 download), or MNIST from files you downloaded (--data: a folder with the four
 IDX files, gzipped or not, or an mnist.npz). The same --seed gives the same
@@ -51,6 +54,10 @@ def parse_args(argv=None):
         p.error(f"--hidden takes sizes like 256,128, got {args.hidden!r}")
     if args.resume and not args.checkpoint:
         p.error("--resume needs --checkpoint PATH")
+    try:  # before loading any data: a device that cannot be used is a one-line error, not a traceback
+        get_backend(args.device)
+    except (ValueError, RuntimeError) as exc:
+        p.exit(2, f"{p.prog}: error: {exc}\n")
     return args
 
 

@@ -5,7 +5,9 @@ An index is parsed once (:func:`parse`) into one of three forms:
 
 - basic: integers, slices, ``None`` and ``...`` -- a view of the data;
 - a boolean mask over the leading axes;
-- integer arrays (with integers and slices around them, on adjacent axes).
+- integer arrays, with integers, slices, ``None`` and ``...`` around them, placed
+  as NumPy places them (the result's axes where the arrays stand when they stand
+  side by side, else first).
 
 Reads are operations of :mod:`leanpass.ops.indexing` (a scatter-add on backward);
 writes change the tensor in place through :func:`leanpass._node.inplace`, recorded
@@ -49,7 +51,7 @@ def _index_array(t, item, op):
         src = backend_of_array(item)
         if src is None:
             host = host_array(item, op)
-            array = backend.from_host(host, "int64" if host.size == 0 else None)
+            array = backend.from_host(host, "int64" if host.size == 0 and host.dtype.kind != "b" else None)
         elif src is not backend:
             raise ValueError(
                 f"{op}: the index array is on {src.device} but the tensor of shape {t.shape} is on {t.device}"
@@ -149,8 +151,11 @@ def _mask(t, parsed, arrays, op):
     mask = arrays[0]
     if len(rest) != 1 or rest[0] is not mask or parsed[0] is not mask:
         raise IndexError(f"{op}: a boolean mask must be the only index (optionally followed by '...')")
-    if tuple(mask.shape) != t.shape[: mask.ndim]:
-        raise IndexError(f"{op}: boolean mask of shape {tuple(mask.shape)} does not match tensor shape {t.shape}")
+    shape = t.shape[: mask.ndim]
+    if tuple(mask.shape) != shape:
+        if any(k not in (n, 0) for k, n in zip(mask.shape, shape)):
+            raise IndexError(f"{op}: boolean mask of shape {tuple(mask.shape)} does not match tensor shape {t.shape}")
+        mask = t._backend.zeros(shape, t._backend.xp.bool)  # a size-0 mask axis selects nothing (the standard)
     return mask
 
 
@@ -181,49 +186,71 @@ def _checked_positions(t, array, axis, op):
 
 
 def _integer_block(t, parsed, op):
-    """The axes the integer arrays index (adjacent), and their broadcast shape."""
-    if any(p is None for p in parsed):
-        raise IndexError(f"{op}: None (newaxis) cannot be combined with index arrays; reshape first")
+    """Where the integer arrays (and the integers among them) stand, and their
+    broadcast shape. Returns ``full`` (the index with its ellipsis expanded, ``None``
+    entries kept), ``entries`` (one per axis of ``t``: ``full`` without ``None``),
+    ``block`` (the axes of ``t`` they index), ``at`` (the position in ``full`` of
+    the first of them when they stand side by side: NumPy keeps the result's axes
+    there; ``None`` otherwise: they come first) and ``index_shape``."""
     full = _expand(parsed, t._data.ndim)
-    block = [i for i, p in enumerate(full) if not isinstance(p, slice)]
-    first, last = block[0], block[-1]
-    if last - first + 1 != len(block):
-        raise IndexError(
-            f"{op}: index arrays (and integers among them) must stand on adjacent axes, as in "
-            "t[idx], t[:, idx], t[rows, cols] or t[1:, idx]; NumPy would move their axes to the front here"
-        )
-    shapes = [() if isinstance(full[i], int) else tuple(full[i].shape) for i in block]
+    entries = [p for p in full if p is not None]
+    block = [i for i, p in enumerate(entries) if not isinstance(p, slice)]
+    spots = [i for i, p in enumerate(parsed) if not (p is None or p is Ellipsis or isinstance(p, slice))]
+    together = spots[-1] - spots[0] + 1 == len(spots)  # an ellipsis between them separates them (NumPy)
+    at = next(i for i, p in enumerate(full) if not (p is None or isinstance(p, slice))) if together else None
+    shapes = [() if isinstance(entries[i], int) else tuple(entries[i].shape) for i in block]
     try:
         index_shape = broadcast_shapes(op, *shapes)
     except ValueError:
         raise IndexError(f"{op}: index arrays of shapes {' and '.join(map(str, shapes))} do not broadcast") from None
-    return full, block, index_shape
+    return full, entries, block, at, index_shape
+
+
+def _result_shape(full, at, index_shape, sizes):
+    """NumPy's shape of an integer-array index (see :func:`_integer_block`);
+    ``sizes`` are the lengths of the axes the slices keep, in order."""
+    sizes = iter(sizes)
+    out = list(index_shape) if at is None else []
+    for i, p in enumerate(full):
+        if p is None:
+            out.append(1)
+        elif isinstance(p, slice):
+            out.append(next(sizes))
+        elif i == at:
+            out.extend(index_shape)
+    return tuple(out)
 
 
 def _index_integer(t, parsed):
-    """Integer-array indexing, as NumPy's whenever the arrays (and integers among
-    them) stand on adjacent axes: ``t[idx]``, ``t[:, idx]``, ``t[rows, cols]``,
-    ``t[1:, idx]``. Slices apply first; the arrays' axes then merge into one and
-    a single ``take`` picks the linear positions (a scatter-add on backward)."""
-    full, block, index_shape = _integer_block(t, parsed, "getitem")
-    first, last = block[0], block[-1]
+    """Integer-array indexing, as NumPy's: integer arrays and integers broadcast
+    together and pick elements; slices apply first; ``None`` adds axes. The
+    arrays' axes are moved side by side (to the front when they do not stand
+    together, as NumPy puts the result's axes there), merged into one, and a
+    single ``take`` picks the linear positions (a scatter-add on backward)."""
+    full, entries, block, at, index_shape = _integer_block(t, parsed, "getitem")
     xp = t._backend.xp
     device = t._backend.xp_device
     linear = None
     for axis in block:
-        p = full[axis]
+        p = entries[axis]
         if isinstance(p, int):
             p = xp.asarray(p, dtype=xp.int64, device=device)
         p = _checked_positions(t, p, axis, "getitem")
         linear = p if linear is None else linear * t.shape[axis] + p
     linear = xp.reshape(xp.broadcast_to(linear, index_shape), (-1,))
-    if any(isinstance(p, slice) and p != slice(None) for p in full):
-        t = run1(ops.index_basic, t, *_basic_args(t, [slice(None) if i in block else p for i, p in enumerate(full)]))
+    if any(isinstance(p, slice) and p != slice(None) for p in entries):
+        t = run1(ops.index_basic, t, *_basic_args(t, [slice(None) if i in block else p for i, p in enumerate(entries)]))
+    sizes = [n for i, n in enumerate(t.shape) if i not in block]
+    if at is None and block != list(range(len(block))):
+        order = block + [i for i in range(t.ndim) if i not in block]
+        t = run1(ops.getitem_permute, t, tuple(order))
+        block = list(range(len(block)))
+    first, last = block[0], block[-1]
     shape = t.shape
     if len(block) > 1:
-        t = run1(ops.reshape, t, shape[:first] + (-1,) + shape[last + 1:])
-    out_shape = shape[:first] + index_shape + shape[last + 1:]
-    if len(index_shape) == 1:
+        t = run1(ops.getitem_reshape, t, shape[:first] + (-1,) + shape[last + 1:])
+    out_shape = _result_shape(full, at, index_shape, sizes)
+    if len(index_shape) == 1 and out_shape == shape[:first] + index_shape + shape[last + 1:]:
         return run1(ops.getitem_take, t, linear, first)
     taken = run1(ops.take, t, linear, first)
     return run1(ops.getitem_reshape, taken, out_shape)
@@ -242,25 +269,33 @@ def setitem(t, index, value):
     """``t[index] = value``: ``value`` (a number, a Tensor or array data, broadcast to
     the indexed shape, cast to ``t``'s dtype) is written into ``t`` itself."""
     p = parse(t, index, "setitem")
+    perm = None
     if p.kind == "basic":
         key = tuple(k for k in p.items if k is not None)
-        region = tuple(t._data[key].shape)
+        region = tuple(t._data[p.items].shape)
+        stored = tuple(t._data[key].shape)
     elif p.kind == "mask":
         key = p.mask
-        region = None  # data-dependent: counted only when a non-scalar value must be checked
+        region = stored = None  # data-dependent: counted only when a non-scalar value must be checked
     else:
-        full, block, index_shape = _integer_block(t, p.items, "setitem")
-        positions = []
-        for axis, item in enumerate(full):
-            if axis in block:
-                item = item if isinstance(item, int) else _checked_positions(t, item, axis, "setitem")
-            positions.append(item)
-        key = tuple(positions)
-        first = block[0]
-        kept = [len(range(*s.indices(t.shape[i]))) for i, s in enumerate(full) if isinstance(s, slice)]
-        before = sum(1 for i in range(first) if isinstance(full[i], slice))
-        region = tuple(kept[:before]) + index_shape + tuple(kept[before:])
+        full, entries, block, at, index_shape = _integer_block(t, p.items, "setitem")
+        key = tuple(_checked_positions(t, item, axis, "setitem") if axis in block and not isinstance(item, int)
+                    else item for axis, item in enumerate(entries))
+        sizes = [len(range(*s.indices(t.shape[i]))) for i, s in enumerate(entries) if isinstance(s, slice)]
+        region = _result_shape(full, at, index_shape, sizes)
+        # The key written has no None or ellipsis: its arrays may stand together where
+        # the user's did not; then the value's index axes move from the front to them.
+        at_stored = _integer_block(t, entries, "setitem")[3]
+        stored = _result_shape(entries, at_stored, index_shape, sizes)
+        if at is None and at_stored is not None:
+            n, before = len(index_shape), sum(1 for i in range(block[0]) if isinstance(entries[i], slice))
+            perm = (*range(n, n + before), *range(n), *range(n + before, n + len(sizes)))
     value = _value(t, value, region, key if p.kind == "mask" else None)
+    if isinstance(value, Tensor) and (stored != region or perm):
+        value = run1(ops.broadcast_to, value, region)
+        if perm:
+            value = run1(ops.permute_dims, run1(ops.reshape, value, index_shape + tuple(sizes)), perm)
+        value = run1(ops.reshape, value, stored)
     inplace(t, ops.setitem, [value], p.kind, key, name="setitem",
             write=lambda data, v, *_: t._backend.index_set(data, p.kind, key, v))
 

@@ -89,7 +89,7 @@ def _cast_back(backward, xp, dtypes):
 
     def cast(g):
         return tuple(
-            None if grad is None or grad.dtype == dtype else xp.astype(grad, dtype)
+            grad if grad is None or grad.dtype == dtype else xp.astype(grad, dtype)
             for grad, dtype in zip(backward(g), dtypes)
         )
 
@@ -111,7 +111,7 @@ def run2(op: Op, a: Tensor, b: Tensor, *params):
             out, backward = _guarded(op.fn, backend, a._data, b._data, *params)
     except (ValueError, TypeError) as exc:
         broadcast_shapes(op, a.shape, b.shape)
-        raise type(exc)(
+        raise (TypeError if isinstance(exc, TypeError) else ValueError)(
             f"{op}: not defined for tensors of dtypes {a.dtype} and {b.dtype} (shapes {a.shape} and "
             f"{b.shape}): {exc}"
         ) from None
@@ -221,34 +221,39 @@ def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=N
 
     Without a graph to record (grad mode off, or nothing requires grad) the new
     values are written into ``t``'s array by ``write(array, *other_arrays, *params)``
-    (the library's own in-place operator). Otherwise the change is recorded: ``t``
-    keeps its identity but becomes the output of ``op``, whose input is ``t``'s
-    state before the change. A leaf that requires grad cannot be changed in
-    place while grad mode is on (PyTorch's rule). Either way ``t``'s version
-    counter is bumped, so backward through a graph that saved the old values raises.
+    (the library's own in-place operator) or, when ``write`` is None or the operands'
+    dtypes differ, computed by ``op`` and copied in. Otherwise the change is
+    recorded: ``t`` keeps its identity but becomes the output of ``op``, whose input
+    is ``t``'s state before the change. A leaf that requires grad cannot be changed
+    in place while grad mode is on (PyTorch's rule). A result of another shape, or
+    of another kind of dtype (``int_t += 1.5``), raises before anything changes;
+    one of the same kind is cast to ``t``'s dtype (``float32 += float64``, as NumPy
+    and PyTorch). Either way ``t``'s version counter is bumped, so backward through
+    a graph that saved the old values raises.
     """
     label = name or op
     backend = t._backend
     arrays = []
+    mixed = False
     for o in others:
         if isinstance(o, Tensor):
             if o._backend is not backend:
                 raise ValueError(device_message(label, t, o))
             arrays.append(o._data)
+            mixed = mixed or o._data.dtype != t._data.dtype
         else:
             arrays.append(o)
     recording = _grad_state.enabled and (t._rg or any(isinstance(o, Tensor) and o._rg for o in others))
     if not recording:
-        if write is None:
-            out, _ = _guarded(op.fn, backend, t._data, *arrays, *params, **_needs(op, t, others))
-            _check_same(label, t, out)
+        if write is None or mixed:
+            out = _inplace_forward(label, t, op, t._data, arrays, params, others)[0]
             _write(t, out)
         else:
             try:
                 with backend.context():
                     write(t._data, *arrays, *params)
             except (TypeError, ValueError) as exc:
-                raise type(exc)(
+                raise (TypeError if isinstance(exc, TypeError) else ValueError)(
                     f"{label}: cannot change the tensor of shape {t.shape} and dtype {t.dtype} in place: {exc}"
                 ) from None
         version_of(t).bump()
@@ -259,13 +264,18 @@ def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=N
             "mode is on; wrap the change in `with leanpass.no_grad():` (as for an optimizer step), or "
             "change a copy (t = t + ...)"
         )
-    current = t._data
-    source = backend.copy(current) if op.saved(0) else current
-    out, backward = _guarded(op.fn, backend, source, *arrays, *params, **_needs(op, t, others))
-    _check_same(label, t, out)
     if not op.differentiable:
         raise TypeError(f"{label}: the result of {op!r} carries no gradient and cannot be written into a tensor "
                         "that requires grad")
+    current = t._data
+    source = backend.copy(current) if op.saved(0) else current
+    vc = version_of(t)
+    # An operand that is t, or a view of it, would change under the op's saved array.
+    aliases = [isinstance(o, Tensor) and (o is t or o._vc is vc) for o in others]
+    if any(aliases):
+        arrays = [backend.copy(a) if alias and op.saved(i + 1) else a
+                  for i, (a, alias) in enumerate(zip(arrays, aliases))]
+    out, backward = _inplace_forward(label, t, op, source, arrays, params, others)
     old = _new(Tensor)
     old._data = current
     old._backend = backend
@@ -278,12 +288,11 @@ def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=N
     old._backward = t._backward
     if t._prev:
         old._seq = t._seq
-    vc = version_of(t)
     old._vc = vc
     if out is not current:
         _write(t, out)
     vc.bump()
-    tensors = tuple(o for o in others if isinstance(o, Tensor))
+    tensors = tuple((old if o is t else o) for o in others if isinstance(o, Tensor))
     if len(tensors) != len(others):
         inner = backward
         keep = (0, *(i + 1 for i, o in enumerate(others) if isinstance(o, Tensor)))
@@ -292,6 +301,8 @@ def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=N
             grads = inner(g)
             return tuple(grads[i] for i in keep)
 
+    if mixed:  # each input's gradient in its own dtype
+        backward = _cast_back(backward, backend.xp, (current.dtype, *(o._data.dtype for o in tensors)))
     t._prev = (old, *tensors)
     t._backward = backward
     t._op = op
@@ -300,23 +311,35 @@ def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=N
     return t
 
 
-def _needs(op, t, others):
-    if not op.needs:
-        return {}
-    return {"needs": (t._rg, *(isinstance(o, Tensor) and o._rg for o in others))}
-
-
-def _check_same(label, t, out):
+def _inplace_forward(label, t, op, source, arrays, params, others):
+    """``op``'s forward for an in-place change of ``t``: ``(out, backward)``, ``out``
+    of ``t``'s shape and dtype (cast within its kind), or the error, with nothing changed."""
+    try:
+        out, backward = _guarded(op.fn, t._backend, source, *arrays, *params, **_needs(op, t, others))
+    except (TypeError, ValueError) as exc:
+        raise (TypeError if isinstance(exc, TypeError) else ValueError)(
+            f"{label}: cannot change the tensor of shape {t.shape} and dtype {t.dtype} in place: {exc}"
+        ) from None
     if tuple(out.shape) != tuple(t._data.shape):
         raise ValueError(
             f"{label}: the result has shape {tuple(out.shape)}, but an in-place operation cannot change the "
             f"shape of the tensor ({t.shape})"
         )
     if out.dtype != t._data.dtype:
-        raise TypeError(
-            f"{label}: the result has dtype {dtype_name(out.dtype)}, but an in-place operation cannot change "
-            f"the dtype of the tensor ({t.dtype}); use an out-of-place operation"
-        )
+        have, want = DTYPES[dtype_name(out.dtype)].kind, DTYPES[dtype_name(t._data.dtype)].kind
+        if have != want and {have, want} != {"i", "u"}:
+            raise TypeError(
+                f"{label}: the result has dtype {dtype_name(out.dtype)}, but an in-place operation cannot change "
+                f"the dtype of the tensor ({t.dtype}) to another kind; use an out-of-place operation"
+            )
+        out = t._backend.xp.astype(out, t._data.dtype)
+    return out, backward
+
+
+def _needs(op, t, others):
+    if not op.needs:
+        return {}
+    return {"needs": (t._rg, *(isinstance(o, Tensor) and o._rg for o in others))}
 
 
 def _write(t, out):

@@ -1,5 +1,180 @@
-"""``leanpass.fft``: the array API standard's fast Fourier transform extension."""
+"""``leanpass.fft``: the array API standard's fast Fourier transform extension (2024.12),
+on every device (NumPy's ``fft`` on ``cpu``, CuPy's on ``cuda``,
+``array_api_strict.fft`` on ``strict``).
+
+Gradients: complex tensors carry none in LeanPass, and every transform has a complex
+input or a complex output, so the transforms (``fft``, ``ifft``, ``fftn``, ``ifftn``,
+``rfft``, ``irfft``, ``rfftn``, ``irfftn``, ``hfft``, ``ihfft``) are not
+differentiable: their results never require grad, and calling one on a tensor that
+requires grad while grad mode is on raises ``TypeError`` instead of silently dropping
+the gradient (use ``x.detach()`` or ``leanpass.no_grad()`` for the values alone).
+``fftshift`` and ``ifftshift`` are differentiable (rolls of real or complex data);
+``fftfreq`` and ``rfftfreq`` make new tensors.
+
+Input dtypes: the complex-input transforms (``fft``, ``ifft``, ``fftn``, ``ifftn``,
+``irfft``, ``irfftn``, ``hfft``) take real tensors too, converted to the complex dtype
+of their precision; the real-input ones (``rfft``, ``rfftn``, ``ihfft``) reject complex
+tensors. Integer tensors are converted to the default floating dtype first.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import operator
+
+from . import ops, tensor  # tensor before the graph layer (_node), which imports it
+from ._checks import normalize_axes, normalize_axis
+from ._dtypes import as_dtype
+from ._namespace._util import tensors
+from ._node import leaf, run
+from .autograd import is_grad_enabled
+from .backends import get_backend, get_default_dtype
+
+__all__ = [
+    "fft", "ifft", "fftn", "ifftn", "rfft", "irfft", "rfftn", "irfftn", "hfft", "ihfft",
+    "fftfreq", "rfftfreq", "fftshift", "ifftshift",
+]
+
+_NORMS = ("backward", "ortho", "forward")
+_COMPLEX = {"float32": "complex64", "float64": "complex128"}
+
+
+def _input(x, name, real):
+    """``x`` as a Tensor fit for transform ``name`` and the dtype to convert it to (or None)."""
+    (x,) = tensors(name, x)
+    if is_grad_enabled() and x._rg:
+        raise TypeError(
+            f"{name}: fft gradients are not supported (complex gradients are not supported), and x "
+            f"(shape {x.shape}) requires grad; call it on x.detach() or under leanpass.no_grad()"
+        )
+    if x.ndim == 0:
+        raise ValueError(f"{name}: x must have at least one dimension, got a 0-d tensor")
+    kind = x.dtype.kind
+    if kind == "c":
+        if real:
+            raise TypeError(f"{name}: expected a real floating-point tensor, got dtype {x.dtype}; use fft for "
+                            "complex input")
+        return x, None
+    base = x.dtype.name if kind == "f" else get_default_dtype()
+    target = base if real else _COMPLEX[base]
+    return x, (None if target == x.dtype.name else x._backend.dtype(target))
+
+
+def _norm(norm, name):
+    if norm not in _NORMS:
+        raise ValueError(f"{name}: norm must be 'backward', 'ortho' or 'forward', got {norm!r}")
+    return norm
+
+
+def _size(n, name, what="n"):
+    if isinstance(n, bool):
+        raise TypeError(f"{name}: {what} must be a positive integer, got bool")
+    try:
+        n = operator.index(n)
+    except TypeError:
+        raise TypeError(f"{name}: {what} must be a positive integer, got {type(n).__name__}") from None
+    if n < 1:
+        raise ValueError(f"{name}: {what} must be a positive integer, got {n}")
+    return n
+
+
+def _apply(name, x, dtype, **kw):
+    try:
+        return run(ops.fft.TRANSFORMS[name], [x], dtype, **kw)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc} (shape {x.shape}, {kw})") from None
+
+
+def _one_axis(name, real=False):
+    def transform(x, /, *, n=None, axis=-1, norm="backward"):
+        x, dtype = _input(x, name, real)
+        size = None if n is None else _size(n, name)
+        return _apply(name, x, dtype, n=size, axis=normalize_axis(axis, x.ndim, name), norm=_norm(norm, name))
+
+    transform.__name__ = transform.__qualname__ = name
+    return transform
+
+
+def _many_axes(name, real=False, inverse_real=False):
+    def transform(x, /, *, s=None, axes=None, norm="backward"):
+        x, dtype = _input(x, name, real)
+        if axes is not None:
+            axes = [normalize_axis(a, x.ndim, name) for a in ([axes] if isinstance(axes, int) else axes)]
+        if s is not None:
+            if axes is None:
+                raise ValueError(f"{name}: s needs axes (the axes its sizes are for)")
+            given = list(s)
+            if len(given) != len(axes):
+                raise ValueError(f"{name}: s {tuple(given)} and axes {tuple(axes)} have different lengths")
+            # -1: every input element along that axis
+            s = [_size(n, name, "s") if n != -1 else x.shape[a] for n, a in zip(given, axes)]
+            if inverse_real and given and given[-1] == -1:  # irfftn's last axis: 2 * (M - 1) outputs
+                s[-1] = 2 * (x.shape[axes[-1]] - 1)
+        return _apply(name, x, dtype, s=s, axes=axes, norm=_norm(norm, name))
+
+    transform.__name__ = transform.__qualname__ = name
+    return transform
+
+
+fft = _one_axis("fft")
+ifft = _one_axis("ifft")
+fftn = _many_axes("fftn")
+ifftn = _many_axes("ifftn")
+rfft = _one_axis("rfft", real=True)
+irfft = _one_axis("irfft")
+rfftn = _many_axes("rfftn", real=True)
+irfftn = _many_axes("irfftn", inverse_real=True)
+hfft = _one_axis("hfft")
+ihfft = _one_axis("ihfft", real=True)
+
+fft.__doc__ = "The one-dimensional discrete Fourier transform along ``axis`` (``n``: pad or trim to ``n`` points)."
+ifft.__doc__ = "The one-dimensional inverse discrete Fourier transform along ``axis``."
+fftn.__doc__ = "The n-dimensional discrete Fourier transform over ``axes`` (all by default; ``s``: their sizes)."
+ifftn.__doc__ = "The n-dimensional inverse discrete Fourier transform over ``axes``."
+rfft.__doc__ = "The discrete Fourier transform of real input along ``axis`` (the ``n // 2 + 1`` frequencies >= 0)."
+irfft.__doc__ = "The inverse of ``rfft``: ``n`` real values (default ``2 * (m - 1)``) along ``axis``."
+rfftn.__doc__ = "The n-dimensional discrete Fourier transform of real input (the last axis halved, as ``rfft``)."
+irfftn.__doc__ = "The inverse of ``rfftn``: real output of sizes ``s`` over ``axes``."
+hfft.__doc__ = "The discrete Fourier transform of a Hermitian-symmetric signal given by its first half: real output."
+ihfft.__doc__ = "The inverse of ``hfft``: the first half (``n // 2 + 1`` values) of a Hermitian signal from real input."
+
+
+def _frequencies(name, n, d, dtype, device):
+    backend = get_backend(device)
+    n = _size(n, name)
+    dtype = as_dtype(dtype, name).name if dtype is not None else get_default_dtype()
+    if dtype not in _COMPLEX:
+        raise ValueError(f"{name}: dtype must be a real floating-point dtype, got {dtype}")
+    with backend.context():
+        out = getattr(backend.fft, name)(n, d=float(d), dtype=backend.dtype(dtype), device=backend.xp_device)
+    return leaf(out, backend, name)
+
+
+def fftfreq(n, /, *, d=1.0, dtype=None, device=None):
+    """The sample frequencies of a transform of length ``n`` and sample spacing ``d``:
+    ``[0, 1, ..., -2, -1] / (d * n)`` (default dtype: the default floating dtype)."""
+    return _frequencies("fftfreq", n, d, dtype, device)
+
+
+def rfftfreq(n, /, *, d=1.0, dtype=None, device=None):
+    """The non-negative sample frequencies (for ``rfft``): ``[0, 1, ..., n // 2] / (d * n)``."""
+    return _frequencies("rfftfreq", n, d, dtype, device)
+
+
+def _shift(name, op):
+    def shift(x, /, *, axes=None):
+        (x,) = tensors(name, x)
+        if not x.dtype.is_floating:
+            raise TypeError(f"{name}: expected a floating-point tensor, got dtype {x.dtype}")
+        axes = tuple(range(x.ndim)) if axes is None else normalize_axes(
+            tuple(axes) if not isinstance(axes, int) else axes, x.ndim, name)
+        return run(op, [x], axes)
+
+    shift.__name__ = shift.__qualname__ = name
+    shift.__doc__ = op.__doc__
+    return shift
+
+
+fftshift = _shift("fftshift", ops.fftshift)
+ifftshift = _shift("ifftshift", ops.ifftshift)
+
+del tensor

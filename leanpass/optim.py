@@ -1,7 +1,8 @@
 """Optimizers: SGD (momentum, Nesterov, weight decay), Adam and AdamW.
 
 The update rules are PyTorch's, step for step. Updates run in place on each
-parameter's own array, on its own device, in its own dtype (hyper-parameters
+parameter's own array (bumping its version counter, so a graph that saved the old
+values raises instead of backpropagating a wrong gradient), on its own device, in its own dtype (hyper-parameters
 stay Python floats, so float32 stays float32); no value goes to the host.
 State (momentum buffers, moments) is created lazily, on the parameter's device
 at the first step, so ``Adam(model.parameters())`` then ``model.to("cuda")``
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+from .autograd import increment_version
 from .backends import dtype_name, get_backend
 from .tensor import Tensor, as_tensor
 
@@ -65,22 +67,20 @@ class Optimizer:
         """One update of every parameter that has a gradient."""
         for group in self.param_groups:
             for p in group["params"]:
-                grad = p._grad  # None: no gradient since zero_grad (PyTorch skips these too)
-                if grad is None or getattr(p, "_read_zeros", False):  # zeros made by reading .grad
+                if not p.has_grad:  # no gradient since zero_grad (PyTorch skips these too)
                     continue
+                grad = p.grad
                 key = id(p)
                 state = self.state.setdefault(key, {})
-                backend = p._backend
+                backend = get_backend(p.device)
                 if self._devices.get(key) is not backend:  # new, or the model moved (model.to)
                     for name, value in state.items():
                         if hasattr(value, "shape"):
                             state[name] = as_tensor(value, device=backend.device).data
                     self._devices[key] = backend
-                if backend.guard is None:
+                with backend.context():
                     self._update(backend, p.data, grad, state, group)
-                else:
-                    with backend.guard:
-                        self._update(backend, p.data, grad, state, group)
+                increment_version(p)  # a graph that saved the old values can no longer backpropagate
 
     def _update(self, backend, data, grad, state: dict, group: dict) -> None:
         """Update one parameter's array ``data`` in place, on ``backend``'s device."""
@@ -146,7 +146,7 @@ class Optimizer:
         for group, candidate in zip(self.param_groups, merged):
             group.update(candidate)
         self.state = restored
-        self._devices = {key: p._backend for p in params if (key := id(p)) in restored}
+        self._devices = {key: get_backend(p.device) for p in params if (key := id(p)) in restored}
 
 
 class SGD(Optimizer):

@@ -95,6 +95,14 @@ class Tensor:
         self._read_zeros = False
 
     @property
+    def has_grad(self) -> bool:
+        """Whether a gradient has arrived (from a backward pass, or assigned to
+        ``.grad``) since the gradient was last reset. Reading ``.grad`` before that
+        gives zeros and does not count: optimizers skip such tensors, as PyTorch's
+        skip parameters whose ``.grad`` is ``None``."""
+        return self._grad is not None and not getattr(self, "_read_zeros", False)
+
+    @property
     def requires_grad(self) -> bool:
         """Whether gradients flow into this tensor. Only floating-point leaves can be
         set to require grad; a tensor made by an operation requires grad when one of

@@ -1,31 +1,39 @@
 """The user documentation in docs/: every page's code runs and prints what it says.
 
-Conventions for the ```python blocks of docs/*.md, which these tests keep:
+Conventions for the ```python blocks of docs/**/*.md, which these tests keep:
 
 - All blocks of a page run in order, in ONE namespace per page, so a later block
-  may use names an earlier one defined. Each page runs in a fresh temporary
-  working directory (so examples may write files such as "model.npz"), on the
-  default device "cpu" with the default dtype "float64"; the defaults, the grad
-  mode, the random seed and the backend registry are restored afterwards.
+  may use names an earlier one defined. Each page runs on the default device
+  "cpu" with the default dtype "float64"; the defaults, the grad mode, the random
+  seed and the backend registry are restored afterwards.
+- Examples leave no files behind: one that writes a file writes it into a
+  `tempfile.TemporaryDirectory()`, visibly. Each page runs in an empty temporary
+  working directory, with `tempfile` making its directories in another one; both
+  must be empty afterwards, and the repository must have no new files.
 - A comment that starts with `# ->` after a one-line `print(...)` is the exact
   text that print writes: `print(t.shape)  # -> (3,)`. Each time the line runs it
   must print exactly that, and it must run at least once. `# ->` anywhere else is
   an error. Every other comment is prose and is not checked.
-- The two seed pages (tensor-basics.md, operations.md) keep the original
-  documents' own comment style, `print(t.data)       # [1. 2. 3.]`. There, a
-  `print(...)` line with a plain comment must print the comment's leading text:
-  the whole comment, or its start up to a space (`# True (a requires grad)`), or
-  that text in double quotes (`# "+"`); a `print(...)` line followed by a
-  comment-only line prints that comment. (tests/test_seeds.py checks the seed
-  documents themselves, value by value.) New prints there use `# ->`.
+- docs/seeds/ keeps the original 0.1 pages (Tensor Basics, Operations) verbatim,
+  with Markdown formatting added (test_seed_copies_are_verbatim checks this where
+  the originals are at hand), in their own comment style,
+  `print(t.data)       # [1. 2. 3.]`: a `print(...)` line with a plain comment
+  must print the comment's leading text: the whole comment, or its start up to a
+  space (`# True (a requires grad)`), or that text in double quotes (`# "+"`); a
+  `print(...)` line followed by a comment-only line prints that comment. What
+  their examples assume but do not define (imports, `x`, `w`, `b`, an optimizer)
+  is set up by SEED_SETUP below, not added to the pages. (tests/test_seeds.py
+  checks the original documents themselves, value by value.)
 - A block that needs a CUDA GPU starts with the comment `# needs a CUDA GPU`
   (a block containing `device="cuda` or `.cuda(` counts as one too). Such a block
   must be self-contained: it runs in its own namespace, in a separate test that
   is skipped, with the reason, when `get_backend("cuda")` raises RuntimeError.
 - A page whose code imports sklearn is skipped when scikit-learn is not installed;
   one that uses the `strict` devices, when array_api_strict is not.
-- Every page is linked from docs/index.md and from README.md's "## Documentation"
-  section.
+- Every page is linked from docs/index.md, and every page outside docs/seeds/
+  from README.md's "## Documentation" section. Links between pages must reach a
+  page and, with an #anchor, one of its headings; a page of PLANNED_PAGES may be
+  linked before it exists.
 """
 
 from __future__ import annotations
@@ -33,8 +41,10 @@ from __future__ import annotations
 import builtins
 import contextlib
 import io
+import os
 import re
 import sys
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -45,8 +55,28 @@ from leanpass.backends import _base
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-PAGES = sorted(p.name for p in DOCS.glob("*.md"))
-SEED_PAGES = {"tensor-basics.md", "operations.md"}
+PAGES = sorted(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md"))
+SEED_PAGES = {"seeds/tensor-basics.md", "seeds/operations.md"}
+# Pages that other pages may link before they are written.
+PLANNED_PAGES = {"array-api.md"}
+
+# What the verbatim seed pages assume but do not define, run before the block whose
+# first line is the key (in the page's namespace; its prints are not checked).
+SEED_SETUP = {
+    "seeds/tensor-basics.md": {
+        "y = (x * w).sum() + b": (
+            "x = Tensor([1.0, 2.0, 3.0], requires_grad=True)\n"
+            "w = Tensor([0.5, -1.0, 2.0], requires_grad=True)\n"
+            "b = Tensor(0.25, requires_grad=True)\n"
+        ),
+        "optimizer.zero_grad()": "from leanpass.optim import SGD\noptimizer = SGD([x, w, b], lr=0.1)\n",
+    },
+    "seeds/operations.md": {
+        "a = Tensor([1.0, 2.0, 3.0], requires_grad=True)": "import numpy as np\nfrom leanpass import Tensor\n",
+    },
+}
+# The original documents, where this checkout sits beside them (../shared/seeds).
+ORIGINALS = ROOT.parent / "shared" / "seeds"
 
 BLOCK = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", flags=re.S | re.M)
 PRINT_EXPECT = re.compile(r"^\s*print\(.*\)\s+# -> (.*)$")
@@ -123,6 +153,9 @@ def run_blocks(page: str, selected: list[tuple[int, str]], namespace: dict) -> s
     with contextlib.redirect_stdout(out):
         for start, code in selected:
             expected.update(expected_prints(page, start, code))
+            setup = SEED_SETUP.get(page, {}).get(code.split("\n", 1)[0])
+            if setup:
+                exec(compile(setup, f"<setup for docs/{page}:{start}>", "exec"), namespace)
             # Padding keeps line numbers those of the page, in tracebacks and for the recorder.
             exec(compile("\n" * (start - 1) + code, filename, "exec"), namespace)
     for number, want in expected.items():
@@ -133,9 +166,23 @@ def run_blocks(page: str, selected: list[tuple[int, str]], namespace: dict) -> s
     return out.getvalue()
 
 
+IGNORED = {".git", ".venv", ".nox", ".hypothesis", ".ruff_cache", ".pytest_cache", "__pycache__"}
+
+
+def repository_files() -> set[str]:
+    """Every file of the checkout, outside version control's and tools' folders."""
+    found = set()
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in IGNORED and not d.endswith(".egg-info")]
+        found.update(os.path.relpath(os.path.join(folder, f), ROOT) for f in files)
+    return found
+
+
 @pytest.fixture
 def clean_state(tmp_path, monkeypatch):
-    """A fresh working directory; defaults and registry as a new session has them, restored after."""
+    """An empty working directory and an empty directory for `tempfile`; defaults and
+    registry as a new session has them. Yields a function that asserts nothing was
+    left behind: not in those directories, not in the repository."""
     saved = (
         backends.get_default_device(),
         backends.get_default_dtype(),
@@ -146,12 +193,25 @@ def clean_state(tmp_path, monkeypatch):
         dict(backends._LIBRARIES),
         dict(backends._INSTANCES),
     )
-    monkeypatch.chdir(tmp_path)
+    work, temp = tmp_path / "cwd", tmp_path / "tmp"
+    work.mkdir()
+    temp.mkdir()
+    before = repository_files()
+    monkeypatch.chdir(work)
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     backends.set_default_device("cpu")
     backends.set_default_dtype("float64")
     autograd._state.enabled = True
+
+    def assert_nothing_left(page: str) -> None:
+        for where, folder in (("the working directory", work), ("the temporary directory", temp)):
+            left = sorted(str(path.relative_to(folder)) for path in folder.rglob("*"))
+            assert not left, f"docs/{page} left {left} in {where}; write files into a tempfile.TemporaryDirectory()"
+        new = sorted(repository_files() - before)
+        assert not new, f"docs/{page} left {new} in the repository"
+
     try:
-        yield
+        yield assert_nothing_left
     finally:
         device, dtype, enabled, seed, rng, types, libraries, instances = saved
         for registry, old in ((backends._TYPES, types), (backends._LIBRARIES, libraries),
@@ -176,6 +236,10 @@ def skip_without_requirements(page: str) -> None:
 def test_there_are_docs():
     assert "index.md" in PAGES and SEED_PAGES <= set(PAGES)
     assert all(blocks(page) for page in PAGES if page != "index.md")
+    assert not PLANNED_PAGES & SEED_PAGES
+    for page, setups in SEED_SETUP.items():
+        firsts = {code.split("\n", 1)[0] for _, code in blocks(page)}
+        assert set(setups) <= firsts, f"SEED_SETUP names blocks that docs/{page} does not have"
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -183,6 +247,7 @@ def test_page_examples_run_and_print_what_they_say(page, clean_state):
     skip_without_requirements(page)
     selected = [(start, code) for start, code in blocks(page) if not needs_cuda(code)]
     run_blocks(page, selected, {})
+    clean_state(page)
 
 
 CUDA_PAGES = [page for page in PAGES if any(needs_cuda(code) for _, code in blocks(page))]
@@ -197,6 +262,39 @@ def test_page_cuda_examples(page, clean_state):
     for start, code in blocks(page):
         if needs_cuda(code):
             run_blocks(page, [(start, code)], {})
+    clean_state(page)
+
+
+def unmarked(text: str) -> list[str]:
+    """The non-blank lines of a seed copy without its header and Markdown formatting:
+    no fences, headings without their #, pipe-table rows as tab-separated cells."""
+    lines, code = [], False
+    for line in text.split("\n")[1:]:  # the first line is the header
+        if line.startswith("```"):
+            code = not code
+        elif not line.strip() or re.fullmatch(r"\|(-+\|)+", line):
+            continue
+        elif code:
+            lines.append(line)
+        elif line.startswith("#"):
+            lines.append(line.lstrip("#").strip())
+        elif line.startswith("| "):
+            lines.append("\t".join(cell.strip() for cell in line.strip("|").split(" | ")))
+        else:
+            lines.append(line)
+    return lines
+
+
+@pytest.mark.parametrize("page", sorted(SEED_PAGES))
+def test_seed_copies_are_verbatim(page):
+    if not ORIGINALS.is_dir():
+        pytest.skip(f"the original documents are not beside this checkout ({ORIGINALS})")
+    originals = {path.read_text().split("\n", 1)[0]: path.read_text() for path in ORIGINALS.glob("*.txt")}
+    text = (DOCS / page).read_text()
+    assert text.startswith("> The original LeanPass 0.1 documentation, kept verbatim")
+    title = re.search(r"^# (.*)$", text, flags=re.M).group(1)
+    original = [line for line in originals[title].split("\n") if line.strip()]
+    assert unmarked(text) == original
 
 
 def without_code(text: str) -> str:
@@ -207,6 +305,15 @@ def without_code(text: str) -> str:
 def links(text: str) -> set[str]:
     """The targets of the Markdown links in ``text`` (outside code), without their #anchors."""
     return set(re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", without_code(text)))
+
+
+def resolve(page: str, target: str) -> str:
+    """A link's target as a page name (relative to docs/), from the page that links it."""
+    return os.path.normpath(os.path.join(os.path.dirname(page), target)).replace(os.sep, "/")
+
+
+def exists(page: str) -> bool:
+    return (DOCS / page).is_file() or page in PLANNED_PAGES
 
 
 def anchors(page: str) -> set[str]:
@@ -225,10 +332,14 @@ def test_every_page_is_linked_from_the_index_and_the_readme():
     for page in PAGES:
         if page != "index.md":
             assert page in index, f"docs/index.md does not link {page}"
-        assert f"docs/{page}" in readme_links, f"README.md's Documentation section does not link docs/{page}"
+        if page not in SEED_PAGES:
+            assert f"docs/{page}" in readme_links, f"README.md's Documentation section does not link docs/{page}"
     for target in index:
         if not target.startswith(("http:", "https:")):
-            assert (DOCS / target).is_file(), f"docs/index.md links {target}, which does not exist"
+            assert exists(target), f"docs/index.md links {target}, which does not exist"
+    for target in readme_links:
+        if target.startswith("docs/"):
+            assert exists(target[len("docs/"):]), f"README.md links {target}, which does not exist"
 
 
 def test_links_between_pages_point_to_pages_and_headings():
@@ -237,7 +348,7 @@ def test_links_between_pages_point_to_pages_and_headings():
         for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", text):
             if target.startswith(("http:", "https:")):
                 continue
-            target = target or page
-            assert (DOCS / target).is_file(), f"docs/{page} links {target}, which does not exist"
-            if anchor:
+            target = resolve(page, target) if target else page
+            assert exists(target), f"docs/{page} links {target}, which does not exist"
+            if anchor and (DOCS / target).is_file():
                 assert anchor in anchors(target), f"docs/{page} links {target}#{anchor}: no such heading"

@@ -430,3 +430,85 @@ def test_string_index(device):
     t = Tensor(X, device=device)
     with pytest.raises((IndexError, TypeError)):
         t["a"]
+
+
+# ---- NumPy's placement rules for integer arrays among slices, None and ... --------------------------
+
+# Integer arrays that do not stand side by side (a slice, None or ... between them) put
+# the result's axes first; side by side, where they stand. None adds an axis anywhere.
+NUMPY_FORMS = {
+    "arrays_apart": ([0, 2], slice(None), [1, 4]),
+    "int_and_array_apart": (1, slice(None), [0, 4, 4]),
+    "arrays_apart_2d": (np.array([[0], [2]]), slice(1, 3), np.array([1, 4])),
+    "array_then_newaxis": ([0, 1], None),
+    "newaxis_then_array": (None, [0, 1]),
+    "newaxis_between_arrays": ([0, 2], None, [1, 3]),
+    "newaxis_int_slice_array": (None, 0, slice(None), [0, 3]),
+    "slice_newaxis_array": (slice(None), None, [0, 3, 3]),
+    "ellipsis_between_arrays": ([2, 1], ..., [0, 4]),
+    "empty_ellipsis_between": (slice(None), 0, ..., [0, 2]),
+    "array_newaxis_slice_int": ([0, 1], None, slice(1, None), 0),
+    "reversed_slice_between": ([0, 2], slice(None, None, -1), [[1], [4]]),
+}
+
+
+@pytest.mark.parametrize("index", list(NUMPY_FORMS.values()), ids=list(NUMPY_FORMS))
+def test_integer_arrays_are_placed_as_numpy_places_them(device, index):
+    check_forward_and_grad(device, index, as_numpy(index))
+    gradcheck_index(device, index)
+
+
+@pytest.mark.parametrize("index", list(NUMPY_FORMS.values()), ids=list(NUMPY_FORMS))
+def test_setitem_with_integer_arrays_writes_where_numpy_writes(device, index):
+    region = X[as_numpy(index)].shape
+    value = np.arange(1.0, 1.0 + np.prod(region)).reshape(region)
+    want = X.copy()
+    want[as_numpy(index)] = value
+    h = Tensor(X, device=device) * 1.0
+    h[index] = Tensor(value, device=device)
+    np.testing.assert_array_equal(h.numpy(), want)
+
+    # the written values' gradient comes back in the value's own shape
+    v = Tensor(value, requires_grad=True, device=device)
+    x = Tensor(X, requires_grad=True, device=device)
+    y = x * 1.0
+    y[index] = v * 2.0
+    w = weights(SHAPE)
+    (y * Tensor(w, device=device)).sum().backward()
+    np.testing.assert_allclose(host(device, v.grad), 2.0 * w[as_numpy(index)], rtol=1e-12)
+    kept = np.ones(SHAPE)
+    kept[as_numpy(index)] = 0.0
+    np.testing.assert_allclose(host(device, x.grad), w * kept, rtol=1e-12)
+
+
+def test_setitem_value_may_carry_the_new_axes_of_none(device):
+    t = Tensor(X, device=device)
+    t[None, 0] = Tensor(np.ones((1, 4, 5)), device=device)
+    t[1, None, :, [0, 2]] = Tensor(np.full((2, 1, 4), 2.0), device=device)
+    want = X.copy()
+    want[0] = 1.0
+    want[1, :, [0, 2]] = 2.0
+    np.testing.assert_array_equal(t.numpy(), want)
+    with pytest.raises(ValueError, match="setitem"):
+        t[None, 0] = Tensor(np.ones((2, 4, 5)), device=device)
+    np.testing.assert_array_equal(t.numpy(), want)
+
+
+def test_zero_sized_mask_axes_select_nothing(device):
+    """The standard: each mask axis equals the tensor's or is 0 (a 0 selects nothing)."""
+    t = Tensor(X, requires_grad=True, device=device)
+    for shape, out_shape in (((0,), (0, 4, 5)), ((3, 0), (0, 5)), ((0, 4, 5), (0,))):
+        out = t[get_backend(device).from_host(np.zeros(shape, dtype=bool))]
+        assert out.shape == out_shape
+        out.sum().backward()
+    np.testing.assert_array_equal(host(device, t.grad), np.zeros(SHAPE))
+    with pytest.raises(IndexError, match="getitem"):
+        t[get_backend(device).from_host(np.zeros((2,), dtype=bool))]
+    out = t[np.zeros((3, 0), dtype=bool)]  # a host mask
+    assert out.shape == (0, 5)
+
+
+def test_zero_d_masks_add_an_axis(device):
+    t = Tensor(X, requires_grad=True, device=device)
+    assert t[device_mask(device, np.asarray(True))].shape == (1,) + SHAPE
+    assert t[device_mask(device, np.asarray(False))].shape == (0,) + SHAPE

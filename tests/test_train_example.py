@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import runpy
+import subprocess
 import sys
 from pathlib import Path
 
@@ -125,3 +126,24 @@ def test_bad_arguments():
         run("--hidden", "abc")
     with pytest.raises(SystemExit):
         run("--resume")
+
+
+@pytest.mark.parametrize("script", ["examples/train_mlp.py", "benchmarks/throughput.py"])
+def test_unusable_device_is_a_one_line_error(script):
+    """`--device cuda` where CUDA cannot be used: LeanPass's reason on one line of
+    stderr and exit status 2 (a bad argument), no traceback, nothing trained."""
+    from leanpass.backends import get_backend
+
+    try:
+        get_backend("cuda")
+    except RuntimeError as exc:
+        reason = str(exc)
+    else:
+        pytest.skip("CUDA can be used here: the script would run")
+    root = EXAMPLES.parent
+    done = subprocess.run([sys.executable, str(root / script), "--device", "cuda"], cwd=root,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr == f"{Path(script).name}: error: {reason}\n"
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    assert "device 'cuda:0' cannot be used" in reason and "\n" not in reason

@@ -6,10 +6,11 @@ import numbers
 
 from .._checks import device_message
 from .._node import as_tensor, init_tensor
-from ..backends import backend_of_array
+from ..backends import backend_of_array, host_array
 from ..tensor import Tensor
 
 SCALARS = (bool, int, float, complex)
+_RANK = {"b": 0, "i": 1, "u": 1, "f": 2, "c": 3}  # kinds of dtypes, lowest first
 
 _new = object.__new__
 
@@ -41,7 +42,9 @@ def tensors(op, *xs):
 def operand(like: Tensor, other):
     """The other operand of a binary operator or function: a Tensor, a Python number,
     or NotImplemented. Host data (lists, NumPy arrays) goes to ``like``'s device in
-    ``like``'s dtype; arrays of other libraries keep their device (and so may mismatch)."""
+    ``like``'s dtype, unless it is of a higher kind (floats with an integer tensor:
+    they keep their own dtype rather than being truncated); arrays of other
+    libraries keep their device (and so may mismatch)."""
     if isinstance(other, Tensor):
         return other
     kind = type(other)
@@ -57,7 +60,10 @@ def operand(like: Tensor, other):
         return NotImplemented
     try:
         if backend_of_array(other) is None:
-            return as_tensor(other, device=like._backend, dtype=like.dtype)
+            host = host_array(other, "operand")
+            if _RANK[host.dtype.kind] > _RANK[like.dtype.kind]:
+                return as_tensor(host, device=like._backend)
+            return as_tensor(host, device=like._backend, dtype=like.dtype)
         return as_tensor(other)
     except TypeError:
         return NotImplemented

@@ -18,7 +18,7 @@ from ._util import asarray_like
 
 __all__ = [
     "asarray", "arange", "empty", "empty_like", "eye", "from_dlpack", "full", "full_like", "linspace",
-    "ones", "ones_like", "zeros", "zeros_like", "tril", "triu",
+    "ones", "ones_like", "zeros", "zeros_like", "tril", "triu", "meshgrid",
 ]
 
 _new = object.__new__
@@ -240,3 +240,24 @@ def _triangle(name, op):
 
 tril = _triangle("tril", ops.tril)
 triu = _triangle("triu", ops.triu)
+
+
+def meshgrid(*arrays, indexing="xy"):
+    """Coordinate grids from 1-D coordinate tensors, as a list of tensors of the
+    grid's shape: ``(len(a0), len(a1), ...)`` for ``indexing="ij"``, the first two
+    lengths swapped for the default ``"xy"`` (Cartesian). Each grid is an array of
+    its own; its gradient flows back to its coordinate tensor (summed over the grid)."""
+    from ._util import tensors
+
+    if indexing not in ("xy", "ij"):
+        raise ValueError(f"meshgrid: indexing must be 'xy' or 'ij', got {indexing!r}")
+    ts = tensors("meshgrid", *arrays)
+    for t in ts:
+        if t.ndim != 1:
+            raise ValueError(f"meshgrid: the coordinate tensors must be 1-D, got shapes {[a.shape for a in ts]}")
+    shape = [t.shape[0] for t in ts]
+    axes = list(range(len(ts)))
+    if indexing == "xy" and len(ts) > 1:
+        shape[0], shape[1] = shape[1], shape[0]
+        axes[0], axes[1] = 1, 0
+    return [run1(ops.meshgrid_part, t, axis, tuple(shape)) for t, axis in zip(ts, axes)]

@@ -2,14 +2,19 @@
 :mod:`leanpass.ops.elementwise`: one function per entry, plus ``clip``.
 
 A binary function takes Tensors, or a Tensor and a Python number on either side.
+Functions the standard defines for floating-point input convert integer and bool
+tensors to the default float dtype first (as PyTorch; NumPy would make float16 of
+small integers); numeric functions refuse bool tensors. Tensors that require grad
+are floating point already and skip these checks.
 """
 
 from __future__ import annotations
 
 from .. import ops
-from .._checks import device_message
-from .._dtypes import dtype_name
+from .._checks import broadcast_shapes, device_message
+from .._dtypes import DTYPES, dtype_name
 from .._node import _guarded, leaf, make, run, run1, run2
+from ..backends import get_default_dtype
 from ..ops import elementwise as table
 from ..tensor import Tensor
 from ._util import SCALARS, asarray_like, operand
@@ -17,16 +22,52 @@ from ._util import SCALARS, asarray_like, operand
 __all__ = ["clip"]
 
 
+def kind_of(x: Tensor) -> str:
+    """The kind of ``x``'s dtype: ``"b"``, ``"i"``, ``"u"``, ``"f"`` or ``"c"``."""
+    return DTYPES[dtype_name(x._data.dtype)].kind
+
+
+def as_floating(x):
+    """An integer or bool tensor in the default float dtype; anything else as it is."""
+    if isinstance(x, Tensor) and not x._rg and kind_of(x) in "biu":
+        return x.astype(get_default_dtype())
+    return x
+
+
+def _admit(entry, x):
+    """``x`` (a tensor that does not require grad) as ``entry`` takes it, and the
+    complex forward to use instead of the op's, if any."""
+    kind = kind_of(x)
+    if kind == "c":
+        return x, entry.complex
+    if entry.accepts == "floating" and kind in "biu":
+        return x.astype(get_default_dtype()), None
+    if entry.accepts == "numeric" and kind == "b":
+        raise TypeError(f"{entry.name}: not defined for a tensor of dtype bool (the standard defines it for numbers)")
+    return x, None
+
+
+def _complex(entry, fn, x):
+    backend = x._backend
+    with backend.context(), backend.quiet():
+        return leaf(fn(backend.xp, x._data), backend, entry.op)
+
+
 def _unary_function(entry):
     op = entry.op
     forward = op.fn
     name = entry.name
+    checks = entry.accepts != "any" or entry.complex is not None
 
     if op.differentiable:
 
         def function(x, /):
             if type(x) is not Tensor:
                 x = asarray_like(x, name)
+            if checks and not x._rg:
+                x, special = _admit(entry, x)
+                if special is not None:
+                    return _complex(entry, special, x)
             backend = x._backend
             try:
                 if backend.guard is None:
@@ -42,6 +83,10 @@ def _unary_function(entry):
         def function(x, /):
             if type(x) is not Tensor:
                 x = asarray_like(x, name)
+            if checks:
+                x, special = _admit(entry, x)
+                if special is not None:
+                    return _complex(entry, special, x)
             try:
                 out = _guarded(forward, x._backend, x._data)[0]
             except TypeError as exc:
@@ -71,29 +116,40 @@ def with_scalar(entry, t: Tensor, s, reflected: bool):
         try:
             out = _guarded(op.fn, backend, *((s, t._data) if reflected else (t._data, s)))[0]
         except (TypeError, ValueError) as exc:
-            raise type(exc)(f"{entry.name}: not defined for a tensor of dtype {t.dtype} and a "
-                            f"{type(s).__name__}: {exc}") from None
+            raise (TypeError if isinstance(exc, TypeError) else ValueError)(
+                f"{entry.name}: not defined for a tensor of dtype {t.dtype} and a {type(s).__name__}: {exc}"
+            ) from None
         return leaf(out, backend, op)
     return run(op, [s, t] if reflected else [t, s])
 
 
 def binary(entry, a, b):
     """``entry``'s function of two operands (Tensors or a Tensor and a number)."""
-    if isinstance(a, Tensor):
-        if isinstance(b, Tensor):
-            return run2(entry.op, a, b)
+    name = entry.name
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        if isinstance(a, SCALARS) and isinstance(b, SCALARS):
+            raise TypeError(f"{name}: at least one argument must be a Tensor, got two Python numbers")
+        if not isinstance(a, SCALARS):
+            a = asarray_like(a, name)
+        else:
+            b = asarray_like(b, name)
+    if not isinstance(b, Tensor):
         b2 = operand(a, b)
         if b2 is NotImplemented:
-            raise TypeError(f"{entry.name}: cannot combine a Tensor with {type(b).__name__}")
-        return with_scalar(entry, a, b2, False) if not isinstance(b2, Tensor) else run2(entry.op, a, b2)
-    if isinstance(b, Tensor):
+            raise TypeError(f"{name}: cannot combine a Tensor with {type(b).__name__}")
+        b = b2
+    elif not isinstance(a, Tensor):
         a2 = operand(b, a)
         if a2 is NotImplemented:
-            raise TypeError(f"{entry.name}: cannot combine {type(a).__name__} with a Tensor")
-        return with_scalar(entry, b, a2, True) if not isinstance(a2, Tensor) else run2(entry.op, a2, b)
-    if isinstance(a, SCALARS) and isinstance(b, SCALARS):
-        raise TypeError(f"{entry.name}: at least one argument must be a Tensor, got two Python numbers")
-    return binary(entry, asarray_like(a, entry.name), b)
+            raise TypeError(f"{name}: cannot combine {type(a).__name__} with a Tensor")
+        a = a2
+    if entry.accepts == "floating":
+        a, b = as_floating(a), as_floating(b)
+    if not isinstance(b, Tensor):
+        return with_scalar(entry, a, b, False)
+    if not isinstance(a, Tensor):
+        return with_scalar(entry, b, a, True)
+    return run2(entry.op, a, b)
 
 
 def _binary_function(entry):
@@ -116,21 +172,22 @@ del _entry
 
 def clip(x, /, min=None, max=None):  # noqa: A002 - the standard's names
     """Clamp ``x`` to ``[min, max]``; either bound may be ``None``, a number or a
-    Tensor (broadcast against ``x``). Gradients: to ``x`` inside the range, to the
-    bound that was taken outside it (PyTorch's ``clamp``)."""
+    Tensor (the three broadcast together). Gradients: to ``x`` inside the range, to
+    the bound that was taken outside it (PyTorch's ``clamp``); where ``min > max``
+    the result is ``max``."""
     x = asarray_like(x, "clip")
     bounds = []
+    shapes = [x.shape]
     for bound in (min, max):
         if isinstance(bound, Tensor):
             if bound._backend is not x._backend:
                 raise ValueError(device_message("clip", x, bound))
         elif bound is not None and not isinstance(bound, SCALARS):
             bound = asarray_like(bound, "clip")
+        if isinstance(bound, Tensor):
+            shapes.append(bound.shape)
         bounds.append(bound)
     if all(b is None for b in bounds):
         return run1(ops.copy, x)
-    out = run(table.clip, [x, *bounds])
-    if out.shape != x.shape:
-        raise ValueError(f"clip: bounds of shapes {[getattr(b, 'shape', ()) for b in bounds]} would change the "
-                         f"shape {x.shape} of x")
-    return out
+    broadcast_shapes("clip", *shapes)
+    return run(table.clip, [x, *bounds])

@@ -16,7 +16,7 @@ from ..ops import elementwise as table
 from ..tensor import Tensor
 from . import elementwise
 from ._util import SCALARS, operand
-from .elementwise import with_scalar
+from .elementwise import as_floating, with_scalar
 
 __all__ = ["matmul"]
 
@@ -79,6 +79,16 @@ def _in_place(entry, write):
     return method
 
 
+def _floating_operands(method):
+    """``method`` with integer and bool Tensor operands converted to the default
+    float dtype first (``/``: true division, as :func:`leanpass.divide`)."""
+
+    def wrapped(self, other):
+        return method(as_floating(self), as_floating(other))
+
+    return wrapped
+
+
 _ARITHMETIC = {
     "add": ("__add__", "__radd__", "__iadd__", operator.iadd),
     "subtract": ("__sub__", "__rsub__", "__isub__", operator.isub),
@@ -95,14 +105,18 @@ _ARITHMETIC = {
 }
 for _name, (_forward, _reflected, _inplace, _write) in _ARITHMETIC.items():
     _entry = table.BINARY[_name]
-    setattr(Tensor, _forward, _operator(_entry))
-    setattr(Tensor, _reflected, _operator(_entry, reflected=True))
-    setattr(Tensor, _inplace, _in_place(_entry, _write))
+    _forward_method, _reflected_method = _operator(_entry), _operator(_entry, reflected=True)
+    if _entry.accepts == "floating":
+        _forward_method, _reflected_method = _floating_operands(_forward_method), _floating_operands(_reflected_method)
+    setattr(Tensor, _forward, _forward_method)
+    setattr(Tensor, _reflected, _reflected_method)
+    # //= computes through the op, whose forward has the standard's special cases
+    setattr(Tensor, _inplace, _in_place(_entry, None if _name == "floor_divide" else _write))
 
 for _name, _dunder in (("equal", "__eq__"), ("not_equal", "__ne__"), ("less", "__lt__"),
                        ("less_equal", "__le__"), ("greater", "__gt__"), ("greater_equal", "__ge__")):
     setattr(Tensor, _dunder, _comparison(table.BINARY[_name]))
-del _name, _dunder, _forward, _reflected, _inplace, _write, _entry
+del _name, _dunder, _forward, _reflected, _inplace, _write, _entry, _forward_method, _reflected_method
 
 
 def _neg(self):
@@ -112,7 +126,7 @@ def _neg(self):
 
 
 Tensor.__neg__ = _neg
-Tensor.__pos__ = lambda self: self
+Tensor.__pos__ = elementwise.positive
 Tensor.__abs__ = elementwise.abs
 Tensor.__invert__ = elementwise.bitwise_invert
 

@@ -1,8 +1,158 @@
-"""The standard's searching functions."""
+"""The standard's searching functions: ``argmax``, ``argmin``, ``count_nonzero``,
+``nonzero``, ``searchsorted`` (int64 results that never require grad) and ``where``
+(differentiable in ``x1`` and ``x2``)."""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import math
+
+from .. import ops
+from .._checks import broadcast_shapes, normalize_axes, normalize_axis
+from .._dtypes import promote
+from .._node import _guarded, leaf, run, run1
+from ..tensor import Tensor
+from ._util import SCALARS, asarray_like, tensors
+
+__all__ = ["argmax", "argmin", "count_nonzero", "nonzero", "searchsorted", "where"]
+
+
+def _arg(name, op, word):
+    def function(x, /, *, axis=None, keepdims=False):
+        x = asarray_like(x, name)
+        if x.dtype.kind == "c":
+            raise TypeError(f"{name}: complex numbers have no order (dtype {x.dtype})")
+        if axis is not None:
+            if x.ndim == 0:  # a 0-d tensor takes axis 0 or -1, as in PyTorch
+                normalize_axes(axis, 0, name)
+                axis = None
+            else:
+                axis = normalize_axis(axis, x.ndim, name)
+        if (x.shape[axis] if axis is not None else math.prod(x.shape)) == 0:
+            raise ValueError(f"{name}: the tensor of shape {x.shape} is empty along the searched axis")
+        try:
+            return run1(op, x, axis, bool(keepdims))
+        except TypeError as exc:
+            raise TypeError(f"{name}: not defined for a tensor of dtype {x.dtype}: {exc}") from None
+
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = (
+        f"The index of the {word} value along ``axis`` (``None``: of the flattened tensor, a 0-d result); "
+        "ties give the first index. int64, never requires grad."
+    )
+    return function
+
+
+argmax = _arg("argmax", ops.argmax, "largest")
+argmin = _arg("argmin", ops.argmin, "smallest")
+
+
+def count_nonzero(x, /, *, axis=None, keepdims=False):
+    """How many elements over ``axis`` (an int, a tuple, or ``None`` for all axes) are
+    non-zero (``True`` for booleans; either part for complex numbers). int64, never
+    requires grad."""
+    x = asarray_like(x, "count_nonzero")
+    return run1(ops.count_nonzero, x, normalize_axes(axis, x.ndim, "count_nonzero"), bool(keepdims))
+
+
+def nonzero(x, /):
+    """The indices of the non-zero elements (``True`` for booleans): a tuple of 1-D int64
+    tensors, one per axis, in row-major order. ``x`` must have at least one axis.
+    The results never require grad."""
+    x = asarray_like(x, "nonzero")
+    if x.ndim == 0:
+        raise ValueError("nonzero: x must have at least one axis, got a 0-d tensor")
+    backend = x._backend
+    arrays = _guarded(ops.nonzero.fn, backend, x._data)[0]
+    return tuple(leaf(a, backend, ops.nonzero) for a in arrays)
+
+
+def searchsorted(x1, x2, /, *, side="left", sorter=None):
+    """Indices where the elements of ``x2`` would be inserted into the 1-D ``x1`` to keep
+    it sorted: ``side="left"`` gives the first such place, ``"right"`` the last.
+
+    ``x1`` must be sorted in ascending order, unless ``sorter`` (integer indices that
+    sort it, as :func:`argsort` gives) is given. ``x2`` is a tensor or a Python
+    number (then the result is 0-d). The two are compared in their promoted dtype.
+    int64 of ``x2``'s shape; never requires grad."""
+    name = "searchsorted"
+    x1 = asarray_like(x1, name)
+    if x1.ndim != 1:
+        raise ValueError(f"{name}: x1 must be 1-D, got shape {x1.shape}")
+    if side not in ("left", "right"):
+        raise ValueError(f"{name}: side must be 'left' or 'right', got {side!r}")
+    if isinstance(x2, SCALARS):
+        x2 = scalar_like(x2, x1, name)
+    x1, x2 = tensors(name, x1, x2)
+    if sorter is not None:
+        _, sorter = tensors(name, x1, sorter)
+        if sorter.dtype.kind not in "iu" or sorter.shape != x1.shape:
+            raise ValueError(
+                f"{name}: sorter must be integer indices of x1's shape {x1.shape}, got dtype {sorter.dtype} "
+                f"and shape {sorter.shape}"
+            )
+    for t in (x1, x2):
+        if t.dtype.kind == "c":
+            raise TypeError(f"{name}: complex numbers have no order (dtype {t.dtype})")
+    common = promote(x1.dtype, x2.dtype, op=name)
+    x1, x2 = (t if t.dtype == common else t.astype(common) for t in (x1, x2))
+    return run(ops.searchsorted, [x1, x2], side, None if sorter is None else sorter._data)
+
+
+def scalar_like(value, like, name):
+    """A Python number as a 0-d tensor on ``like``'s device, in ``like``'s dtype where the
+    standard lets the number mix with it (an int with a float tensor, ...)."""
+    kind = like.dtype.kind
+    python = next(t for t in (bool, int, float, complex) if isinstance(value, t))
+    if kind not in {bool: "b", int: "iuf", float: "fc", complex: "fc"}[python]:
+        raise TypeError(f"{name}: a Python {python.__name__} does not mix with a tensor of dtype {like.dtype}")
+    dtype = promote(like.dtype, "complex64") if python is complex else like.dtype
+    return Tensor(python(value), device=like.device, dtype=dtype)
+
+
+def where(condition, x1, x2, /):
+    """Elements of ``x1`` where ``condition`` (a bool tensor) is ``True``, of ``x2`` elsewhere.
+
+    The three broadcast together; ``x1`` or ``x2`` (not both) may be a Python number,
+    which takes the other's dtype as in the standard's mixing rules; two tensors
+    promote. Gradient: ``g`` goes to ``x1`` where the condition holds and to ``x2``
+    elsewhere (summed back over broadcast axes); the condition gets none."""
+    name = "where"
+    condition = asarray_like(condition, name)
+    if condition.dtype != "bool":
+        raise TypeError(f"{name}: condition must be a bool tensor, got dtype {condition.dtype}")
+    s1, s2 = isinstance(x1, SCALARS), isinstance(x2, SCALARS)
+    if s1 and s2:
+        raise TypeError(f"{name}: x1 and x2 cannot both be Python numbers; make one a tensor")
+    if s1:
+        x2 = asarray_like(x2, name)
+        x1 = scalar_like(x1, x2, name)
+    elif s2:
+        x1 = asarray_like(x1, name)
+        x2 = scalar_like(x2, x1, name)
+    condition, x1, x2 = tensors(name, condition, x1, x2)
+    broadcast_shapes(name, condition.shape, x1.shape, x2.shape)
+    dtype = promote(x1.dtype, x2.dtype, op=name)
+    if dtype.kind == "c" and (x1._rg or x2._rg):
+        raise TypeError(f"{name}: the result would be {dtype}, and complex gradients are not supported")
+    return run(ops.where, [condition, x1, x2])  # the library promotes as the standard says
+
+
+# ---- Tensor methods ----------------------------------------------------------------------------
+
+
+def _arg_method(function):
+    def method(self, axis=None, keepdims=False):
+        return function(self, axis=axis, keepdims=keepdims)
+
+    method.__name__ = method.__qualname__ = function.__name__
+    method.__doc__ = f"``{function.__name__}(t, axis=axis, keepdims=keepdims)``; ``axis`` may be given positionally."
+    return method
+
 
 # Tensor methods for these functions: {method name: function}.
-METHODS: dict = {}
+METHODS: dict = {
+    "argmax": _arg_method(argmax),
+    "argmin": _arg_method(argmin),
+    "count_nonzero": _arg_method(count_nonzero),
+    "nonzero": nonzero,
+}

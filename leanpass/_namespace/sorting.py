@@ -1,8 +1,56 @@
-"""The standard's sorting functions."""
+"""The standard's sorting functions: ``sort`` (differentiable) and ``argsort``."""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from .. import ops
+from .._checks import normalize_axis
+from .._node import run, run1
+from ._util import asarray_like
+
+__all__ = ["argsort", "sort"]
+
+
+def _check(x, axis, name):
+    x = asarray_like(x, name)
+    if x.dtype.kind == "c":
+        raise TypeError(f"{name}: complex numbers have no order (dtype {x.dtype})")
+    if x.ndim == 0:
+        raise ValueError(f"{name}: x must have at least one axis, got a 0-d tensor")
+    return x, normalize_axis(axis, x.ndim, name)
+
+
+def argsort(x, /, *, axis=-1, descending=False, stable=True):
+    """The indices that sort ``x`` along ``axis`` (the last by default), ascending unless
+    ``descending``. With ``stable`` (the default) equal values keep their relative order,
+    in either direction. int64 of ``x``'s shape; never requires grad."""
+    x, axis = _check(x, axis, "argsort")
+    return run1(ops.argsort, x, axis, bool(descending), bool(stable))
+
+
+def sort(x, /, *, axis=-1, descending=False, stable=True):
+    """A sorted copy of ``x`` along ``axis`` (the last by default), ascending unless
+    ``descending``; ``stable`` as for :func:`argsort`. NaNs go last when ascending.
+    Gradient: each element of ``x`` gets the gradient of the place it was sorted to
+    (with ties, the order ``argsort`` gives decides)."""
+    x, axis = _check(x, axis, "sort")
+    return run(ops.sort, [x], axis, bool(descending), bool(stable))
+
+
+def _argsort_method(self, axis=-1, descending=False, *, stable=True):
+    return argsort(self, axis=axis, descending=descending, stable=stable)
+
+
+def _sort_method(self, axis=-1, descending=False, *, stable=True):
+    return sort(self, axis=axis, descending=descending, stable=stable)
+
+
+_argsort_method.__name__ = _argsort_method.__qualname__ = "argsort"
+_argsort_method.__doc__ = ("``argsort(t, axis=axis, descending=descending, stable=stable)``; ``axis`` and "
+                           "``descending`` may be given positionally (PyTorch's order).")
+_sort_method.__name__ = _sort_method.__qualname__ = "sort"
+_sort_method.__doc__ = ("``sort(t, axis=axis, descending=descending, stable=stable)``: a new sorted tensor "
+                        "(the values only; unlike NumPy's ``ndarray.sort`` nothing is sorted in place, and "
+                        "unlike PyTorch no indices are returned: use ``t.argsort()``).")
 
 # Tensor methods for these functions: {method name: function}.
-METHODS: dict = {}
+METHODS: dict = {"argsort": _argsort_method, "sort": _sort_method}

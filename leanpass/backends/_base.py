@@ -195,6 +195,17 @@ class Backend:
         """The library's own device object (for ``xp.zeros(..., device=...)``)."""
         return None
 
+    # ---- the standard's extensions --------------------------------------------
+    @property
+    def linalg(self):
+        """The device's ``linalg`` extension namespace (``inv``, ``eigh``, ``svd``...)."""
+        return self.xp.linalg
+
+    @property
+    def fft(self):
+        """The device's ``fft`` extension namespace (``fft``, ``rfft``, ``fftshift``...)."""
+        return self.xp.fft
+
     # ---- what the standard lacks ---------------------------------------------
     def index_add(self, buf, index, values, axis: int = 0):
         """``buf[..., index[j], ...] += values[..., j, ...]`` along ``axis``, with

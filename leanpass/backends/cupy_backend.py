@@ -66,6 +66,8 @@ class CupyBackend(Backend):
     always_index = True
     syncs_cheaply = False  # a host read waits for the GPU's queue: checks that need one are skipped
     xp = xp_cupy
+    linalg = xp_cupy.linalg
+    fft = xp_cupy.fft
     array_type = cupy.ndarray
 
     def __init__(self, index=0):

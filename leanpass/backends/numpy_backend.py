@@ -12,6 +12,8 @@ class NumpyBackend(Backend):
     device_type = "cpu"
     library = "numpy"
     xp = xp_numpy
+    linalg = xp_numpy.linalg
+    fft = xp_numpy.fft
     array_type = np.ndarray
 
     @classmethod

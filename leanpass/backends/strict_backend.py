@@ -26,6 +26,8 @@ class StrictBackend(Backend):
     device_type = "strict"
     library = "array_api_strict"
     xp = array_api_strict
+    linalg = array_api_strict.linalg
+    fft = array_api_strict.fft
     array_type = _ARRAY
 
     def __init__(self, index=0):

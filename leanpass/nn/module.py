@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..autograd import increment_version
 from ..backends import dtype_name, get_backend
 from ..tensor import Tensor, as_tensor
 
@@ -98,10 +99,10 @@ class Module:
         target = get_backend(device)
         for p in self.parameters():
             if p.device != target.device:
-                grad = p._grad
+                grad = p.grad if p.has_grad else None
                 moved = p.to(target.device).detach()
                 p.data = moved.data
-                p._grad = None if grad is None else Tensor(grad, device=target.device).data
+                p.grad = None if grad is None else Tensor(grad, device=target.device).data
         return self
 
     # ---- state -------------------------------------------------------------------
@@ -139,6 +140,7 @@ class Module:
             updates.append((p, as_tensor(value, device=p.device).data))
         for p, array in updates:  # copies: training must not write into the state's arrays
             p.data = get_backend(p.device).copy(array)
+            increment_version(p)
 
     def __repr__(self) -> str:
         lines = [f"{type(self).__name__}("]

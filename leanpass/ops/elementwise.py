@@ -12,12 +12,18 @@ Gradients follow PyTorch: step-like functions (``floor``, ``ceil``, ``round``,
 0 at 0, ``maximum``/``minimum`` split a tie equally, ``pow`` gives 0 (not nan) for
 an exponent 0 and for a base 0 with exponent >= 0. Constants stay Python floats, so
 float32 stays float32.
+
+Values follow the standard's special cases on every device, also where the
+library misses some: ``floor_divide`` with an infinite operand, and (through an
+entry's ``complex`` forward) ``expm1``, ``tanh`` and ``sign`` of complex numbers.
+An entry's ``accepts`` says which dtypes the standard defines it for; the
+namespace layer converts or refuses the others.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ._op import Op, op
 
@@ -34,6 +40,11 @@ class Entry:
     method: tuple = ()  # Tensor method names (``t.sin()``)
     scalar_op: Op | None = None  # a faster op for ``tensor (op) python number``
     rscalar_op: Op | None = None  # ... and for ``python number (op) tensor``
+    # The input the standard defines it for: "floating" (integer and bool tensors are
+    # converted to the default float dtype first, as PyTorch does: NumPy would give
+    # float16 for small integers), "numeric" (bool refused) or "any".
+    accepts: str = "any"
+    complex: object = None  # ``fn(xp, z)``: the forward for complex input, where the library's misses cases
 
 
 UNARY: dict[str, Entry] = {}
@@ -42,15 +53,18 @@ BINARY: dict[str, Entry] = {}
 ZERO = "zero"  # a rule: the gradient is zero (step-like functions)
 
 
-def _register(table, name, operation, arity, method, scalar_op=None, rscalar_op=None):
-    table[name] = Entry(name, operation, arity, tuple(method), scalar_op, rscalar_op)
+def _register(table, name, operation, arity, method, scalar_op=None, rscalar_op=None, accepts="any",
+              complex=None):
+    table[name] = Entry(name, operation, arity, tuple(method), scalar_op, rscalar_op, accepts, complex)
     return operation
 
 
-def unary(name, forward, rule=None, *, uses=("x",), quiet=False, method=(), symbol=None, fresh=True):
+def unary(name, forward, rule=None, *, uses=("x",), quiet=False, method=(), symbol=None, fresh=True,
+          accepts="any", complex=None):
     """Register the unary function ``name``: ``forward(xp, x) -> out`` and
     ``rule(xp, x, out, g) -> gradient`` (``ZERO`` for a step, ``None`` when the
-    result never carries gradients: bool or integer outputs)."""
+    result never carries gradients: bool or integer outputs); ``accepts`` and
+    ``complex``: see :class:`Entry`."""
     if rule is None:
 
         def fn(be, a):
@@ -84,11 +98,11 @@ def unary(name, forward, rule=None, *, uses=("x",), quiet=False, method=(), symb
 
         operation = Op(symbol or name, fn, saves=(0,) if "x" in uses else (), saves_out="out" in uses, fresh=fresh)
     operation.__doc__ = f"Element-wise {name}."
-    return _register(UNARY, name, operation, 1, method)
+    return _register(UNARY, name, operation, 1, method, accepts=accepts, complex=complex)
 
 
 def binary(name, forward, rule_a=None, rule_b=None, *, uses=("a", "b"), quiet=False, method=(), symbol=None,
-           scalar_op=None, rscalar_op=None):
+           scalar_op=None, rscalar_op=None, accepts="any"):
     """Register the binary function ``name``: ``forward(xp, a, b) -> out`` and one
     rule per operand, ``rule(xp, a, b, out, g)`` (``ZERO``, or ``None`` for results
     that never carry gradients). Either operand may be a Python number."""
@@ -120,7 +134,7 @@ def binary(name, forward, rule_a=None, rule_b=None, *, uses=("a", "b"), quiet=Fa
         saves = tuple(i for i, k in enumerate("ab") if k in uses)
         operation = Op(symbol or name, fn, saves=saves, saves_out="out" in uses, needs=True)
     operation.__doc__ = f"Element-wise {name}."
-    return _register(BINARY, name, operation, 2, method, scalar_op, rscalar_op)
+    return _register(BINARY, name, operation, 2, method, scalar_op, rscalar_op, accepts)
 
 
 def _apply_rule(rule, xp, a, b, out, g):
@@ -345,18 +359,57 @@ def abs(be, a):
     return xp.abs(a), backward
 
 
+# ---- complex input: forwards with the standard's special cases -----------------------------
+
+def _make_complex(xp, re, im, dtype):
+    """``re + im j`` exactly, also where ``im`` is infinite or nan (multiplying it by
+    ``1j`` would give ``inf * 0``, nan, in the real part): adding is exact part by part."""
+    out = xp.astype(re, dtype) + xp.astype(xp.where(xp.isfinite(im), im, 0.0), dtype) * 1j
+    for hit, value in ((xp.isnan(im), math.nan), (im == math.inf, math.inf), (im == -math.inf, -math.inf)):
+        out = xp.where(hit, out + complex(0.0, value), out)
+    return out
+
+
+def _complex_sign(xp, x):
+    """``x / |x|``, and 0 for 0 (some libraries give nan there)."""
+    magnitude = xp.abs(x)
+    zero = magnitude == 0
+    return xp.where(zero, xp.zeros_like(x), x / xp.astype(xp.where(zero, 1.0, magnitude), x.dtype))
+
+
+def _complex_expm1(xp, z):
+    """``exp(z) - 1`` without cancellation near 0 (``expm1(x) cos(y) - 2 sin(y/2)**2``
+    for the real part), with the standard's special cases for infinite and nan parts."""
+    x, y = xp.real(z), xp.imag(z)
+    s = xp.sin(y / 2)
+    re = xp.expm1(x) * xp.cos(y) - 2 * s * s + 0.0  # + 0.0: expm1(-0 + 0j) is +0
+    im = xp.exp(x) * xp.sin(y)
+    endless = ~xp.isfinite(y)
+    re = xp.where((x == math.inf) & endless, math.inf, xp.where(x == -math.inf, -1.0, re))
+    im = xp.where(y == 0, y, xp.where((x == -math.inf) & endless, 0.0, im))
+    return _make_complex(xp, re, im, z.dtype)
+
+
+def _complex_tanh(xp, z):
+    """``tanh``, with the standard's ``±1 + 0j`` where the real part is infinite and
+    the imaginary part finite (NumPy gives nan there)."""
+    x = xp.real(z)
+    fix = xp.isinf(x) & xp.isfinite(xp.imag(z))
+    return xp.where(fix, xp.astype(xp.sign(x), z.dtype), xp.tanh(z))
+
+
 # Hand-written ops join the table under their namespace names.
 _register(BINARY, "add", add, 2, (), add_scalar, add_scalar)
 _register(BINARY, "subtract", sub, 2, (), sub_scalar, rsub_scalar)
 _register(BINARY, "multiply", mul, 2, (), mul_scalar, mul_scalar)
-_register(BINARY, "divide", div, 2, (), div_scalar, rdiv_scalar)
+_register(BINARY, "divide", div, 2, (), div_scalar, rdiv_scalar, accepts="floating")
 _register(BINARY, "pow", pow, 2, (), pow_scalar, rpow_scalar)
-_register(UNARY, "negative", neg, 1, ())
-_register(UNARY, "exp", exp, 1, ("exp",))
-_register(UNARY, "log", log, 1, ("log",))
-_register(UNARY, "tanh", tanh, 1, ("tanh",))
-_register(UNARY, "sqrt", sqrt, 1, ("sqrt",))
-_register(UNARY, "abs", abs, 1, ("abs",))
+_register(UNARY, "negative", neg, 1, (), accepts="numeric")
+_register(UNARY, "exp", exp, 1, ("exp",), accepts="floating")
+_register(UNARY, "log", log, 1, ("log",), accepts="floating")
+_register(UNARY, "tanh", tanh, 1, ("tanh",), accepts="floating", complex=_complex_tanh)
+_register(UNARY, "sqrt", sqrt, 1, ("sqrt",), accepts="floating")
+_register(UNARY, "abs", abs, 1, ("abs",), accepts="numeric")
 
 
 # ---- the rest of the standard, from rules ---------------------------------------------
@@ -383,7 +436,7 @@ sinh = unary("sinh", lambda xp, x: xp.sinh(x), lambda xp, x, out, g: g * xp.cosh
 tan = unary("tan", lambda xp, x: xp.tan(x), lambda xp, x, out, g: g + g * out * out, uses=("out",),
             method=("tan",))
 expm1 = unary("expm1", lambda xp, x: xp.expm1(x), lambda xp, x, out, g: g + g * out, uses=("out",), quiet=True,
-              method=("expm1",))
+              method=("expm1",), complex=_complex_expm1)
 log1p = unary("log1p", lambda xp, x: xp.log1p(x), lambda xp, x, out, g: g / (x + 1), quiet=True,
               method=("log1p",))
 log2 = unary("log2", lambda xp, x: xp.log2(x), lambda xp, x, out, g: g / (x * _LN2), quiet=True, method=("log2",))
@@ -399,7 +452,7 @@ ceil = unary("ceil", lambda xp, x: xp.ceil(x), ZERO, method=("ceil",))
 floor = unary("floor", lambda xp, x: xp.floor(x), ZERO, method=("floor",))
 trunc = unary("trunc", lambda xp, x: xp.trunc(x), ZERO, method=("trunc",))
 round = unary("round", lambda xp, x: xp.round(x), ZERO, method=("round",))
-sign = unary("sign", lambda xp, x: xp.sign(x), ZERO, method=("sign",))
+sign = unary("sign", lambda xp, x: xp.sign(x), ZERO, method=("sign",), accepts="numeric", complex=_complex_sign)
 signbit = unary("signbit", lambda xp, x: xp.signbit(x), method=("signbit",))
 isfinite = unary("isfinite", lambda xp, x: xp.isfinite(x), method=("isfinite",))
 isinf = unary("isinf", lambda xp, x: xp.isinf(x), method=("isinf",))
@@ -439,9 +492,25 @@ minimum = binary("minimum", lambda xp, a, b: xp.minimum(a, b), _max_share, _max_
 remainder = binary("remainder", lambda xp, a, b: xp.remainder(a, b),
                    lambda xp, a, b, out, g: g, lambda xp, a, b, out, g: -g * xp.floor_divide(a, b),
                    quiet=True, symbol="%")
-floor_divide = binary("floor_divide", lambda xp, a, b: xp.floor_divide(a, b), ZERO, ZERO, uses=(), quiet=True,
-                      symbol="//")
+
+
+def _isinf(xp, v):
+    return xp.isinf(v) if hasattr(v, "dtype") else math.isinf(v)
+
+
+def _floor_divide(xp, a, b):
+    """``a // b``. For floats with an infinite operand the standard wants
+    ``floor(a / b)`` (``inf // 2`` is inf, ``-1 // inf`` is -0), where NumPy follows
+    Python (nan, -1): those elements are computed that way."""
+    out = xp.floor_divide(a, b)
+    if not xp.isdtype(out.dtype, "real floating"):
+        return out
+    return xp.where(_isinf(xp, a) | _isinf(xp, b), xp.floor(a / b), out)
+
+
+floor_divide = binary("floor_divide", _floor_divide, ZERO, ZERO, uses=(), quiet=True, symbol="//")
 nextafter = binary("nextafter", lambda xp, a, b: xp.nextafter(a, b), ZERO, ZERO, uses=())
+
 
 equal = binary("equal", lambda xp, a, b: a == b, symbol="==")
 not_equal = binary("not_equal", lambda xp, a, b: a != b, symbol="!=")
@@ -457,6 +526,18 @@ bitwise_or = binary("bitwise_or", lambda xp, a, b: xp.bitwise_or(a, b), symbol="
 bitwise_xor = binary("bitwise_xor", lambda xp, a, b: xp.bitwise_xor(a, b), symbol="^")
 bitwise_left_shift = binary("bitwise_left_shift", lambda xp, a, b: xp.bitwise_left_shift(a, b), symbol="<<")
 bitwise_right_shift = binary("bitwise_right_shift", lambda xp, a, b: xp.bitwise_right_shift(a, b), symbol=">>")
+
+# The functions the standard defines for floating-point input only (integer and bool
+# tensors are converted first), and those it defines for numbers only (bool refused).
+for _table, _names, _accepts in (
+    (UNARY, ("acos", "acosh", "asin", "asinh", "atan", "atanh", "cos", "cosh", "sin", "sinh", "tan", "expm1",
+             "log1p", "log2", "log10", "reciprocal", "signbit"), "floating"),
+    (BINARY, ("atan2", "copysign", "hypot", "logaddexp", "nextafter"), "floating"),
+    (UNARY, ("positive", "square", "ceil", "floor", "trunc", "round", "conj", "real", "imag"), "numeric"),
+):
+    for _name in _names:
+        _table[_name] = replace(_table[_name], accepts=_accepts)
+del _table, _names, _accepts, _name
 
 
 # ---- clip: a bound may be a number, a tensor or absent ------------------------------------

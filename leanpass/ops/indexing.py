@@ -6,8 +6,10 @@ backend's ``index_add``: the standard has none.
 
 from __future__ import annotations
 
+import math
+
 from ._op import op
-from .manipulation import reshape
+from .manipulation import permute_dims, reshape
 
 
 @op("getitem", saves=(), saves_out=False, view=True)
@@ -57,8 +59,37 @@ def take(be, a, index, axis):
     return be.xp.take(a, index, axis=axis), backward
 
 
+def flat_positions(be, shape, index, axis):
+    """The positions, in the flattened array of ``shape``, that ``index`` (non-negative,
+    in range, of ``shape`` except along ``axis``) picks along ``axis``."""
+    xp = be.xp
+    pre, n, post = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+    index = xp.reshape(index, (pre, index.shape[axis], post))
+    rows = xp.reshape(be.arange(pre, xp.int64) * (n * post), (pre, 1, 1))
+    cols = xp.reshape(be.arange(post, xp.int64), (1, 1, post))
+    return xp.reshape(rows + index * post + cols, (-1,))
+
+
+@op("take_along_axis", saves=(), saves_out=False)
+def take_along_axis(be, a, index, axis, shape, out_shape):
+    """``a`` (broadcast to ``shape``) at the integer ``index`` (non-negative, in
+    range, broadcast to ``out_shape``) along ``axis``: one ``take`` from the
+    flattened array; repeated indices accumulate their gradients (a scatter-add)."""
+    xp = be.xp
+    dtype = a.dtype
+    positions = flat_positions(be, shape, xp.broadcast_to(index, out_shape), axis)
+    flat = xp.reshape(xp.broadcast_to(a, shape), (-1,))
+
+    def backward(g):
+        buf = be.index_add(be.zeros((math.prod(shape),), dtype), positions, xp.reshape(g, (-1,)), 0)
+        return (xp.reshape(buf, shape),)
+
+    return xp.reshape(xp.take(flat, positions, axis=0), out_shape), backward
+
+
 getitem_take = take.renamed("getitem")
 getitem_reshape = reshape.renamed("getitem")
+getitem_permute = permute_dims.renamed("getitem")
 
 
 @op("setitem", saves=(), saves_out=False, needs=True, fresh=True)

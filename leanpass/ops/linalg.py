@@ -1,4 +1,18 @@
-"""Linear algebra in the main namespace: ``matmul`` and friends."""
+"""Linear algebra: ``matmul`` and the rest of the standard's main-namespace functions
+(``tensordot``, ``vecdot``) and of its ``linalg`` extension.
+
+Forwards go through the device's own linear algebra (``be.linalg``: NumPy's,
+CuPy's or ``array_api_strict``'s ``linalg`` namespace); backward rules are
+PyTorch's, written with ``xp`` and ``be.linalg`` alone. Only real floating-point
+tensors carry gradients, so the rules are the real forms (transposes, not
+conjugate transposes). Arguments arrive checked by :mod:`leanpass.linalg` and
+:mod:`leanpass._namespace.linalg` (shapes, axes normalised to non-negative ints).
+
+A decomposition with several outputs (``eigh``, ``svd``, ``qr``, ``slogdet``) is
+one forward that returns ``(outputs, backwards)``: one backward per output. Each
+backward rule is linear in its output's gradient, so the input's gradient is the
+sum of the outputs' contributions and the engine adds them like any other.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +21,21 @@ from ._op import op
 
 def _transpose(xp, m):
     return m.T if m.ndim == 2 else xp.matrix_transpose(m)
+
+
+def _none(g):
+    """The backward of an output that passes no gradient (``slogdet``'s sign, ``A ** 0``)."""
+    return (None,)
+
+
+def _eye_like(be, n, dtype):
+    return be.create("eye", n, dtype=dtype)
+
+
+def _right_solve(be, x, r):
+    """``x @ inv(r)``, as ``solve(r.T, x.T).T`` (the standard has no triangular solve)."""
+    xp = be.xp
+    return _transpose(xp, be.linalg.solve(_transpose(xp, r), _transpose(xp, x)))
 
 
 @op("@", saves=(0, 1), saves_out=False, needs=True)
@@ -34,3 +63,443 @@ def matmul(be, a, b, needs=(True, True)):
         return ga, gb
 
     return out, backward
+
+
+# ---- main namespace: contractions -------------------------------------------------------------
+
+
+@op("tensordot", saves=(0, 1), saves_out=False, needs=True)
+def tensordot(be, a, b, axes_a, axes_b, needs=(True, True)):
+    """Contract ``a``'s ``axes_a`` with ``b``'s ``axes_b`` (tuples of non-negative axes,
+    paired in order); each gradient is the output's gradient contracted with the
+    other operand over its free axes, with the axes put back in place."""
+    xp = be.xp
+    out = xp.tensordot(a, b, axes=(axes_a, axes_b))
+    free_a = [i for i in range(a.ndim) if i not in axes_a]
+    free_b = [j for j in range(b.ndim) if j not in axes_b]
+    na, nb = len(free_a), len(free_b)
+
+    def backward(g):
+        ga = gb = None
+        if needs[0]:
+            t = xp.tensordot(g, b, axes=(tuple(range(na, na + nb)), tuple(free_b)))
+            order = free_a + [axes_a[axes_b.index(j)] for j in sorted(axes_b)]  # a's axis of each axis of t
+            ga = xp.permute_dims(t, tuple(order.index(i) for i in range(a.ndim)))
+        if needs[1]:
+            t = xp.tensordot(a, g, axes=(tuple(free_a), tuple(range(na))))
+            order = [axes_b[axes_a.index(i)] for i in sorted(axes_a)] + free_b
+            gb = xp.permute_dims(t, tuple(order.index(j) for j in range(b.ndim)))
+        return ga, gb
+
+    return out, backward
+
+
+@op("vecdot", saves=(0, 1), saves_out=False, needs=True)
+def vecdot(be, a, b, axis, needs=(True, True)):
+    """``sum(conj(a) * b, axis=axis)`` (``axis`` negative, the same size in both)."""
+    xp = be.xp
+
+    def backward(g):
+        g = xp.expand_dims(g, axis=axis)
+        return (g * b if needs[0] else None), (g * a if needs[1] else None)
+
+    return xp.vecdot(a, b, axis=axis), backward
+
+
+# ---- linalg: products and parts of matrices ---------------------------------------------------
+
+
+@op("cross", saves=(0, 1), saves_out=False, needs=True)
+def cross(be, a, b, axis, needs=(True, True)):
+    """Cross products of 3-vectors along ``axis`` (negative); ``(a x b) . g = a . (b x g)``."""
+    product = be.linalg.cross
+
+    def backward(g):
+        return (product(b, g, axis=axis) if needs[0] else None), (product(g, a, axis=axis) if needs[1] else None)
+
+    return product(a, b, axis=axis), backward
+
+
+@op("outer", saves=(0, 1), saves_out=False, needs=True)
+def outer(be, a, b, needs=(True, True)):
+    """``a[:, None] * b[None, :]`` for 1-D ``a`` and ``b``."""
+
+    def backward(g):
+        return (g @ b if needs[0] else None), (g.T @ a if needs[1] else None)
+
+    return be.linalg.outer(a, b), backward
+
+
+@op("diagonal", saves=(), saves_out=False)
+def diagonal(be, a, offset):
+    """The ``offset`` diagonal of the last two axes (a copy: NumPy's is a read-only view);
+    the gradient goes back onto that diagonal."""
+    xp = be.xp
+    shape = a.shape
+    m, n = shape[-2:]
+    out = be.copy(be.linalg.diagonal(a, offset=offset))
+
+    def backward(g):
+        d = g.shape[-1]
+        if d == 0:
+            return (be.zeros(shape, g.dtype),)
+        mask = be.create("eye", m, n, k=offset, dtype=g.dtype)
+        size = m if offset >= 0 else n  # the diagonal's i-th entry is in row i (column i for offset < 0)
+        if d < size:
+            g = xp.concat([g, be.zeros(g.shape[:-1] + (size - d,), g.dtype)], axis=-1)
+        g = xp.expand_dims(g, axis=-1 if offset >= 0 else -2)
+        return (g * mask,)
+
+    return out, backward
+
+
+@op("trace", saves=(), saves_out=False)
+def trace(be, a, offset, dtype):
+    """Sums of the ``offset`` diagonal of the last two axes (``dtype``: the sum's dtype)."""
+    xp = be.xp
+    m, n = a.shape[-2:]
+
+    def backward(g):
+        mask = be.create("eye", m, n, k=offset, dtype=g.dtype)
+        return (g[..., None, None] * mask,)
+
+    return xp.asarray(be.linalg.trace(a, offset=offset, dtype=dtype)), backward
+
+
+# ---- linalg: inverses and solves -------------------------------------------------------------
+
+
+@op("inv", saves=(), saves_out=True)
+def inv(be, a):
+    """Matrix inverse ``Y``: ``gA = -Y^T g Y^T``."""
+    xp = be.xp
+    y = be.linalg.inv(a)
+
+    def backward(g):
+        yt = _transpose(xp, y)
+        return (-(yt @ g @ yt),)
+
+    return y, backward
+
+
+@op("solve", saves=(), saves_out=True, needs=True)
+def solve(be, a, b, batch, needs=(True, True)):
+    """``X`` with ``A X = B``: ``A`` of shape ``(..., M, M)``, ``B`` of shape ``(M,)`` (one
+    right-hand side for every matrix) or ``(..., M, K)``; ``batch`` is the broadcast
+    of the stack shapes. ``gB = solve(A^T, g)``, ``gA = -gB X^T``."""
+    xp = be.xp
+    dtype = xp.result_type(a, b)
+    vector = b.ndim == 1
+    if vector:
+        b = b[:, None]
+    m = a.shape[-1]
+    a = xp.broadcast_to(xp.astype(a, dtype, copy=False), batch + (m, m))
+    b = xp.broadcast_to(xp.astype(b, dtype, copy=False), batch + tuple(b.shape[-2:]))
+    x = be.linalg.solve(a, b)
+
+    def backward(g):
+        if vector:
+            g = g[..., None]
+        gb = be.linalg.solve(_transpose(xp, a), g)
+        ga = -(gb @ _transpose(xp, x)) if needs[0] else None
+        return ga, ((gb[..., 0] if vector else gb) if needs[1] else None)
+
+    return (x[..., 0] if vector else x), backward
+
+
+@op("pinv", saves=(0,), saves_out=True)
+def pinv(be, a, rtol):
+    """Moore-Penrose pseudo-inverse (``rtol``: None, a number or an array broadcast
+    against the stack); PyTorch's gradient (for matrices of constant rank)."""
+    xp = be.xp
+    p = be.linalg.pinv(a, rtol=rtol)
+    m, n = a.shape[-2:]
+
+    def backward(g):
+        t = lambda x: _transpose(xp, x)  # noqa: E731
+        pt, gt = t(p), t(g)
+        if m <= n:
+            k = gt @ p
+            kpt = k @ pt
+            ga = -t(p @ k) + kpt - (a @ p) @ kpt + (pt @ p) @ (gt - k @ a)
+        else:
+            k = p @ gt
+            ptk = pt @ k
+            ga = -t(k @ p) + (gt - a @ k) @ p @ pt + ptk - ptk @ p @ a
+        return ga, None  # nothing for rtol
+
+    return p, backward
+
+
+# ---- linalg: determinants ----------------------------------------------------------------------
+
+
+@op("det", saves=(0,), saves_out=False)
+def det(be, a):
+    """Determinant. Its gradient is the cofactor matrix, computed from an SVD
+    ``A = U S Vh`` as ``det(U) det(Vh) U diag(prod_{j != i} s_j) Vh``, which is
+    ``det(A) A^-T`` for invertible matrices and stays right for singular ones."""
+    xp = be.xp
+
+    def backward(g):
+        u, s, vh = be.linalg.svd(a)
+        sign = be.linalg.det(u) * be.linalg.det(vh)
+        before = xp.cumulative_prod(s, axis=-1, include_initial=True)[..., :-1]
+        after = xp.flip(xp.cumulative_prod(xp.flip(s, axis=-1), axis=-1, include_initial=True)[..., :-1], axis=-1)
+        cofactor = (u * (before * after)[..., None, :]) @ vh
+        return ((g * sign)[..., None, None] * cofactor,)
+
+    return xp.asarray(be.linalg.det(a)), backward
+
+
+@op("slogdet", saves=(0,), saves_out=False)
+def slogdet(be, a):
+    """``(sign, logabsdet)`` of the determinant: the sign passes no gradient, ``logabsdet``
+    passes ``g A^-T``."""
+    xp = be.xp
+    sign, logabsdet = be.linalg.slogdet(a)
+
+    def backward(g):
+        return (g[..., None, None] * _transpose(xp, be.linalg.inv(a)),)
+
+    return (xp.asarray(sign), xp.asarray(logabsdet)), (_none, backward)
+
+
+# ---- linalg: decompositions --------------------------------------------------------------------
+
+
+@op("cholesky", saves=(), saves_out=True)
+def cholesky(be, a, upper):
+    """Cholesky factor ``L`` (``U = L^T`` when ``upper``). PyTorch's rule:
+    ``gA = L^-T Phi L^-1`` with ``M = tril(L^T gL)``, ``Phi = (M + tril(M, -1)^T) / 2``."""
+    xp = be.xp
+    out = be.linalg.cholesky(a, upper=upper)
+
+    def backward(g):
+        low = _transpose(xp, out) if upper else out
+        g = _transpose(xp, g) if upper else g
+        low_t = _transpose(xp, low)
+        m = xp.tril(low_t @ g)
+        phi = 0.5 * (m + _transpose(xp, xp.tril(m, k=-1)))
+        return (_right_solve(be, be.linalg.solve(low_t, phi), low),)
+
+    return out, backward
+
+
+def _eigen_vectors_backward(be, w, v):
+    """``gA = V (skew(V^T gV) / E) V^T``, ``E_ij = w_j - w_i`` (distinct eigenvalues)."""
+    xp = be.xp
+
+    def backward(g):
+        vt = _transpose(xp, v)
+        vg = vt @ g
+        skew = 0.5 * (vg - _transpose(xp, vg))
+        gaps = w[..., None, :] - w[..., :, None] + _eye_like(be, w.shape[-1], w.dtype)  # 1 on the diagonal
+        with be.quiet():  # repeated eigenvalues: inf/nan, as PyTorch
+            return (v @ (skew / gaps) @ vt,)
+
+    return backward
+
+
+def _eigen_values_backward(be, v):
+    """``gA = V diag(gw) V^T``."""
+    xp = be.xp
+
+    def backward(g):
+        return ((v * g[..., None, :]) @ _transpose(xp, v),)
+
+    return backward
+
+
+@op("eigh", saves=(), saves_out=True)
+def eigh(be, a):
+    """``(eigenvalues, eigenvectors)`` of symmetric matrices, with PyTorch's gradients
+    (symmetric, for distinct eigenvalues)."""
+    w, v = be.linalg.eigh(a)
+    return (w, v), (_eigen_values_backward(be, v), _eigen_vectors_backward(be, w, v))
+
+
+@op("eigvalsh", saves=(), saves_out=True)
+def eigvalsh(be, a, grad):
+    """Eigenvalues of symmetric matrices (``grad``: compute the eigenvectors the
+    gradient needs)."""
+    if not grad:
+        return be.linalg.eigvalsh(a), None
+    w, v = be.linalg.eigh(a)
+    return w, _eigen_values_backward(be, v)
+
+
+def _svd_values_backward(be, u, vh):
+    """``gA = U diag(gS) Vh``."""
+
+    def backward(g):
+        return ((u * g[..., None, :]) @ vh,)
+
+    return backward
+
+
+def _svd_backwards(be, u, s, vh, m, n):
+    """PyTorch's ``svd_backward`` split into the part from ``gU`` and the part from
+    ``gVh`` (reduced ``U``, ``Vh``; distinct, non-zero singular values)."""
+    xp = be.xp
+    t = lambda x: _transpose(xp, x)  # noqa: E731
+    k = s.shape[-1]
+
+    def gaps():
+        s2 = s * s  # E_jl = s_l^2 - s_j^2, 1 on the diagonal
+        return s2[..., None, :] - s2[..., :, None] + _eye_like(be, k, s.dtype)
+
+    def backward_u(g):
+        with be.quiet():  # repeated or zero singular values: inf/nan, as PyTorch
+            return _backward_u(g)
+
+    def backward_vh(g):
+        with be.quiet():
+            return _backward_vh(g)
+
+    def _backward_u(g):
+        g = g[..., :k]  # full_matrices: the columns past k get no gradient (PyTorch)
+        utg = t(u) @ g
+        inner = (utg - t(utg)) / gaps() * s[..., None, :]
+        if m > n:
+            scaled = g / s[..., None, :]
+            return ((u @ inner + scaled - u @ (t(u) @ scaled)) @ vh,)
+        return (u @ inner @ vh,)
+
+    def _backward_vh(g):
+        g = g[..., :k, :]
+        vgt = vh @ t(g)
+        inner = s[..., :, None] * ((vgt - t(vgt)) / gaps())
+        if m < n:
+            scaled = g / s[..., :, None]
+            return (u @ (inner @ vh + scaled - (scaled @ t(vh)) @ vh),)
+        return (u @ inner @ vh,)
+
+    return backward_u, _svd_values_backward(be, u, vh), backward_vh
+
+
+@op("svd", saves=(), saves_out=True)
+def svd(be, a, full_matrices):
+    """``(U, S, Vh)`` with PyTorch's gradients (distinct singular values; with
+    ``full_matrices`` the extra singular vectors get none)."""
+    u, s, vh = be.linalg.svd(a, full_matrices=full_matrices)
+    m, n = a.shape[-2:]
+    k = s.shape[-1]
+    ur = u[..., :k] if u.shape[-1] > k else u
+    vhr = vh[..., :k, :] if vh.shape[-2] > k else vh
+    return (u, s, vh), _svd_backwards(be, ur, s, vhr, m, n)
+
+
+@op("svdvals", saves=(), saves_out=True)
+def svdvals(be, a, grad):
+    """Singular values, largest first (``grad``: compute the singular vectors the
+    gradient needs)."""
+    if not grad:
+        return be.linalg.svdvals(a), None
+    u, s, vh = be.linalg.svd(a, full_matrices=False)
+    return s, _svd_values_backward(be, u, vh)
+
+
+@op("qr", saves=(), saves_out=True)
+def qr(be, a, mode):
+    """``(Q, R)``; gradients for ``mode="reduced"`` (any shape) and for
+    ``mode="complete"`` when ``M <= N`` (the same factors), as PyTorch."""
+    xp = be.xp
+    t = lambda x: _transpose(xp, x)  # noqa: E731
+    q, r = be.linalg.qr(a, mode=mode)
+    m, n = a.shape[-2:]
+
+    def square(gq, gr, r):
+        """TensorFlow's ``_QrGradSquareAndDeepMatrices`` (M >= N); gq or gr may be None."""
+        inner = 0.0
+        total = 0.0
+        if gq is not None:
+            qgq = t(q) @ gq
+            inner = qgq - t(qgq)
+            total = _right_solve(be, gq - q @ qgq, t(r))  # x R^-T
+        if gr is not None:
+            rgr = r @ t(gr)
+            inner = inner + (rgr - t(rgr))
+        part = _right_solve(be, xp.tril(inner), t(r))
+        if gr is not None:
+            part = part + gr
+        return q @ part + total
+
+    def backward(gq, gr):
+        if mode == "complete" and m > n:
+            raise RuntimeError(
+                f"qr: the decomposition of a {m}x{n} matrix (more rows than columns) is not differentiable with "
+                "mode='complete'; use mode='reduced'"
+            )
+        if m >= n:
+            return (square(gq, gr, r),)
+        # wide: A = [X | Y], R = [U | V] with X = Q U (square), Y = Q V
+        u, v = r[..., :m], r[..., m:]
+        if gr is None:
+            return (xp.concat([square(gq, None, u), be.zeros(q.shape[:-2] + (m, n - m), q.dtype)], axis=-1),)
+        gv = gr[..., m:]
+        y = q @ v
+        gx = square(y @ t(gv), gr[..., :m], u)
+        return (xp.concat([gx, q @ gv], axis=-1),)
+
+    return (q, r), (lambda g: backward(g, None), lambda g: backward(None, g))
+
+
+# ---- linalg: norms -----------------------------------------------------------------------------
+
+
+def _kept(shape, axes):
+    return tuple(1 if i in axes else size for i, size in enumerate(shape))
+
+
+@op("vector_norm", saves=(0,), saves_out=True)
+def vector_norm(be, a, axes, keepdims, ord):  # noqa: A002 - the standard's name
+    """``ord``-norms over ``axes`` (a tuple, or None: all); PyTorch's ``norm_backward``:
+    no gradient for ord 0, the gradient shared among ties for ord +-inf, zero where the
+    norm is zero."""
+    xp = be.xp
+    axis = axes[0] if axes is not None and len(axes) == 1 else axes
+    with be.quiet():  # negative orders of zeros: 0, without a warning
+        out = xp.asarray(be.linalg.vector_norm(a, axis=axis, keepdims=keepdims, ord=ord))
+    every = tuple(range(a.ndim)) if axes is None else axes
+    kept = _kept(a.shape, every)
+
+    def backward(g):
+        if ord == 0:
+            return (None,)
+        g = xp.reshape(g, kept)
+        norm = xp.reshape(out, kept)
+        if ord == 1:
+            return (xp.sign(a) * g,)
+        with be.quiet():  # zero norms: masked below
+            return (_rule(g, norm),)
+
+    def _rule(g, norm):
+        if ord == 2:
+            return g * xp.where(norm == 0, 0.0, a / norm)
+        size = xp.abs(a)
+        if ord in (float("inf"), float("-inf")):
+            ties = xp.astype((size == norm) | xp.isnan(size), a.dtype)
+            return xp.sign(a) * ties * (g / xp.sum(ties, axis=every, keepdims=True))
+        if ord < 1:
+            scaled = xp.sign(a) * xp.where(a == 0, 0.0, size ** (ord - 1))
+            return scaled * g * norm ** (1 - ord)
+        scaled = xp.sign(a) * size ** (ord - 1) if ord < 2 else a * size ** (ord - 2)
+        return scaled * xp.where(norm == 0, 0.0, g / norm ** (ord - 1))
+
+    return out, backward
+
+
+@op("matrix_power", saves=(), saves_out=False)
+def identity_power(be, a):
+    """``A ** 0``: identity matrices of ``a``'s shape, with zero gradient (PyTorch)."""
+    xp = be.xp
+    eye = _eye_like(be, a.shape[-1], a.dtype)
+    return be.copy(xp.broadcast_to(eye, a.shape)), _none
+
+
+@op("matrix_rank", differentiable=False)
+def matrix_rank(be, a, rtol):
+    """The number of singular values above ``rtol`` times the largest (int64)."""
+    xp = be.xp
+    return xp.astype(xp.asarray(be.linalg.matrix_rank(a, rtol=rtol)), xp.int64, copy=False), None

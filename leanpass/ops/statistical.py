@@ -1,6 +1,9 @@
-"""Reductions and other statistics along axes.
+"""Reductions, statistics and running totals along axes; ``diff``, their inverse.
 
-``axes`` is always a tuple of non-negative axes, normalised by the caller.
+``axes`` is always a tuple of non-negative axes and ``axis`` a non-negative int,
+normalised by the caller. ``dtype`` (where taken) is the library's dtype of the
+result, or ``None`` to keep the input's: the input is cast to it first, as the
+standard says, and the gradient is cast back to the input's dtype.
 """
 
 from __future__ import annotations
@@ -15,17 +18,44 @@ def kept_shape(shape, axes):
     return tuple(1 if i in axes else n for i, n in enumerate(shape))
 
 
+def reduced_shape(shape, axes):
+    """``shape`` without the reduced ``axes`` (the ``keepdims=False`` shape)."""
+    return tuple(n for i, n in enumerate(shape) if i not in axes)
+
+
+def along(axis, index):
+    """The key that applies ``index`` (a slice) along ``axis`` only."""
+    return (slice(None),) * axis + (index, ...)
+
+
+def _cast(xp, a, dtype):
+    return a if dtype is None or a.dtype == dtype else xp.astype(a, dtype)
+
+
+def _as(xp, grad, dtype):
+    """``grad`` in the input's ``dtype`` (a ``dtype=`` argument may have changed it)."""
+    return grad if grad.dtype == dtype else xp.astype(grad, dtype)
+
+
+def _reverse_cumsum(xp, g, axis):
+    """``out[i] = sum(g[i:])`` along ``axis``: the adjoint of a running sum."""
+    return xp.flip(xp.cumulative_sum(xp.flip(g, axis=axis), axis=axis), axis=axis)
+
+
+# ---- reductions ---------------------------------------------------------------------------
+
+
 @op("sum", saves=(), saves_out=False, fresh=False)
 def sum(be, a, axes, keepdims, dtype=None):
     xp = be.xp
-    shape = a.shape
+    shape, in_dtype = a.shape, a.dtype
 
     def backward(g):
         if not keepdims:
             g = xp.reshape(g, kept_shape(shape, axes))
-        return (xp.broadcast_to(g, shape),)
+        return (xp.broadcast_to(_as(xp, g, in_dtype), shape),)
 
-    return xp.sum(a, axis=axes, keepdims=keepdims, dtype=dtype), backward
+    return xp.sum(_cast(xp, a, dtype), axis=axes, keepdims=keepdims, dtype=dtype), backward
 
 
 @op("mean", saves=(), saves_out=False, fresh=False)
@@ -39,8 +69,49 @@ def mean(be, a, axes, keepdims):
             g = xp.reshape(g, kept_shape(shape, axes))
         return (xp.broadcast_to(g / count, shape),)
 
-    with be.quiet():  # the mean of nothing is nan, without a warning
-        return xp.mean(a, axis=axes, keepdims=keepdims), backward
+    if count == 0:  # the mean of nothing is nan (0 / 0), without a warning
+        with be.quiet():
+            return xp.sum(a, axis=axes, keepdims=keepdims) / 0.0, backward
+    return xp.mean(a, axis=axes, keepdims=keepdims), backward
+
+
+def _others_product(xp, a, axes):
+    """For each element, the product of the *other* elements of its reduced group,
+    from exclusive running products from both sides: exact with zeros, no division."""
+    nd = a.ndim
+    keep = [i for i in range(nd) if i not in axes]
+    perm = (*keep, *axes)
+    moved = xp.permute_dims(a, perm)
+    lead = moved.shape[:len(keep)]
+    flat = xp.reshape(moved, (*lead, math.prod(a.shape[i] for i in axes)))
+    last = len(lead)
+    left = xp.cumulative_prod(flat, axis=last, include_initial=True)[..., :-1]
+    right = xp.flip(
+        xp.cumulative_prod(xp.flip(flat, axis=last), axis=last, include_initial=True)[..., :-1], axis=last
+    )
+    others = xp.reshape(left * right, moved.shape)
+    return xp.permute_dims(others, tuple(sorted(range(nd), key=perm.__getitem__)))
+
+
+@op("prod", saves=(0,), saves_out=False)
+def prod(be, a, axes, keepdims, dtype=None):
+    """Product over ``axes``. Gradient: ``g`` times the product of the other elements
+    of the group (exclusive running products from both sides), so it is exact where
+    some elements are zero (PyTorch's rule); nothing is divided by ``x``."""
+    xp = be.xp
+    shape, in_dtype = a.shape, a.dtype
+    a = _cast(xp, a, dtype)
+
+    def backward(g):
+        if not keepdims:
+            g = xp.reshape(g, kept_shape(shape, axes))
+        if math.prod(shape) == 0:
+            return (be.zeros(shape, in_dtype),)
+        with be.quiet():
+            return (_as(xp, g * _others_product(xp, a, axes), in_dtype),)
+
+    with be.quiet():  # overflow gives inf, as multiply would
+        return xp.prod(a, axis=axes, keepdims=keepdims, dtype=dtype), backward
 
 
 def _extremum(name, reduce):
@@ -49,7 +120,7 @@ def _extremum(name, reduce):
         """The largest (smallest) value; the gradient is shared equally between ties (``torch.amax``)."""
         xp = be.xp
         kept = getattr(xp, reduce)(a, axis=axes, keepdims=True)
-        out = kept if keepdims else xp.reshape(kept, tuple(n for i, n in enumerate(a.shape) if i not in axes))
+        out = kept if keepdims else xp.reshape(kept, reduced_shape(a.shape, axes))
 
         def backward(g):
             if not keepdims:
@@ -64,3 +135,145 @@ def _extremum(name, reduce):
 
 max = _extremum("max", "max")
 min = _extremum("min", "min")
+
+
+def _moments(be, a, axes, correction):
+    """``(variance with keepdims, deviations from the mean, divisor N - correction)``;
+    the divisor is nan where ``N - correction <= 0`` (the variance is then nan)."""
+    xp = be.xp
+    count = math.prod(a.shape[i] for i in axes)
+    divisor = count - correction
+    if divisor <= 0:
+        divisor = math.nan
+    with be.quiet():  # the mean of nothing is nan (0 / 0), without a warning
+        d = a - xp.sum(a, axis=axes, keepdims=True) / float(count)
+        return xp.sum(d * d, axis=axes, keepdims=True) / divisor, d, divisor
+
+
+@op("var", saves=(), saves_out=False)
+def var(be, a, axes, correction, keepdims):
+    """Variance ``sum((x - mean)**2) / (N - correction)``; gradient ``2 (x - mean) / (N - correction)``."""
+    xp = be.xp
+    kept, d, divisor = _moments(be, a, axes, correction)
+    out = kept if keepdims else xp.reshape(kept, reduced_shape(a.shape, axes))
+
+    def backward(g):
+        if not keepdims:
+            g = xp.reshape(g, kept.shape)
+        return ((g * (2.0 / divisor)) * d,)
+
+    return out, backward
+
+
+@op("std", saves=(), saves_out=True)
+def std(be, a, axes, correction, keepdims):
+    """Standard deviation ``sqrt(var)``; gradient ``(x - mean) / ((N - correction) std)``,
+    and 0 where the standard deviation is 0 (PyTorch's rule)."""
+    xp = be.xp
+    kept, d, divisor = _moments(be, a, axes, correction)
+    kept = xp.sqrt(kept)
+    out = kept if keepdims else xp.reshape(kept, reduced_shape(a.shape, axes))
+
+    def backward(g):
+        if not keepdims:
+            g = xp.reshape(g, kept.shape)
+        zero = kept == 0
+        scale = xp.where(zero, 0.0, g / xp.where(zero, 1.0, kept)) / divisor
+        return (scale * d,)
+
+    return out, backward
+
+
+# ---- running totals and differences --------------------------------------------------------
+
+
+@op("cumulative_sum", saves=(), saves_out=False)
+def cumulative_sum(be, a, axis, dtype, include_initial):
+    """Running sum along ``axis``; gradient: the reverse running sum of ``g``."""
+    xp = be.xp
+    in_dtype = a.dtype
+
+    def backward(g):
+        if include_initial:
+            g = g[along(axis, slice(1, None))]
+        return (_as(xp, _reverse_cumsum(xp, g, axis), in_dtype),)
+
+    out = xp.cumulative_sum(_cast(xp, a, dtype), axis=axis, dtype=dtype, include_initial=include_initial)
+    return out, backward
+
+
+@op("cumulative_prod", saves=(0,), saves_out=True)
+def cumulative_prod(be, a, axis, dtype, include_initial):
+    """Running product along ``axis``. Gradient as ``torch.cumprod``'s, exact with zeros:
+    before the first zero of a line, ``revcumsum(g * out) / x``; at the first zero, the
+    sum of ``g * out`` over the rest of the line with that zero taken as 1; after it, 0."""
+    xp = be.xp
+    in_dtype = a.dtype
+    a = _cast(xp, a, dtype)
+    out = xp.cumulative_prod(a, axis=axis, dtype=dtype, include_initial=include_initial)
+
+    def backward(g):
+        y = out
+        if include_initial:
+            rest = along(axis, slice(1, None))
+            g, y = g[rest], y[rest]
+        zero = a == 0
+        zeros_so_far = xp.cumulative_sum(xp.astype(zero, xp.int64), axis=axis)
+        before = zeros_so_far == 0  # before the line's first zero
+        first = zero & (zeros_so_far == 1)  # the first zero itself
+        with be.quiet():
+            grad = _reverse_cumsum(xp, g * y, axis) / xp.where(before, a, 1.0)
+            skipped = xp.cumulative_prod(xp.where(first, 1.0, a), axis=axis)
+            at_zero = xp.sum(xp.where(before, 0.0, g * skipped), axis=axis, keepdims=True)
+        grad = xp.where(before, grad, xp.where(first, at_zero, 0.0))
+        return (_as(xp, grad, in_dtype),)
+
+    return out, backward
+
+
+@op("diff", saves=(), saves_out=False, fresh=False)
+def diff(be, a, prepend, append, axis, n):
+    """The ``n``-th forward difference along ``axis`` of ``concat([prepend, a, append])``
+    (``prepend``/``append`` may be ``None``). Gradient: the adjoint of one difference,
+    ``h[j] = g[j-1] - g[j]``, applied ``n`` times, then split between the three inputs."""
+    xp = be.xp
+    parts = [p for p in (prepend, a, append) if p is not None]
+    full = xp.concat(parts, axis=axis) if len(parts) > 1 else a
+    sizes = [0 if p is None else p.shape[axis] for p in (prepend, a, append)]
+    length = full.shape[axis]
+    if n == 0:
+        out = be.copy(full) if full is a else full
+    elif n >= length:  # nothing left (NumPy and PyTorch give an empty result)
+        out = be.zeros(tuple(0 if i == axis else s for i, s in enumerate(full.shape)), full.dtype)
+    else:
+        out = xp.diff(full, axis=axis, n=n)
+
+    def backward(g):
+        if n >= length:
+            h = be.zeros(full.shape, g.dtype)
+        else:
+            h = g
+            edge = be.zeros(tuple(1 if i == axis else s for i, s in enumerate(g.shape)), g.dtype)
+            for _ in range(n):
+                h = xp.concat([edge, h], axis=axis) - xp.concat([h, edge], axis=axis)
+        before, middle = sizes[0], sizes[0] + sizes[1]
+        return (
+            h[along(axis, slice(before, middle))],
+            None if prepend is None else h[along(axis, slice(0, before))],
+            None if append is None else h[along(axis, slice(middle, None))],
+        )
+
+    return out, backward
+
+
+# ---- logical reductions (utility section) ---------------------------------------------------
+
+
+@op("all", differentiable=False)
+def all(be, a, axes, keepdims):
+    return be.xp.all(a, axis=axes, keepdims=keepdims), None
+
+
+@op("any", differentiable=False)
+def any(be, a, axes, keepdims):
+    return be.xp.any(a, axis=axes, keepdims=keepdims), None

@@ -1,0 +1,147 @@
+"""``leanpass.fft``: forward values against ``numpy.fft`` on every device, dtypes,
+the no-gradient rule of the transforms, differentiable shifts, and bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import leanpass as lp
+from leanpass import Tensor, gradcheck
+from leanpass.backends import get_backend
+
+RNG = np.random.default_rng(7)
+
+
+def rand(*shape):
+    return RNG.uniform(-1.0, 1.0, size=shape)
+
+
+def crand(*shape):
+    return rand(*shape) + 1j * rand(*shape)
+
+
+def arr(device, array):
+    return lp.asarray(np.asarray(array), device=device)
+
+
+# name -> (keyword arguments, input); compared with numpy.fft.<name>(input, **kwargs)
+CASES = {
+    "fft": [({}, crand(4, 6)), ({"n": 8, "axis": 0, "norm": "ortho"}, crand(4, 6)),
+            ({"n": 3, "norm": "forward"}, crand(5))],
+    "ifft": [({}, crand(4, 6)), ({"n": 7, "axis": -2, "norm": "forward"}, crand(4, 6))],
+    "fftn": [({}, crand(3, 4, 5)), ({"s": (2, 6), "axes": (0, 2), "norm": "ortho"}, crand(3, 4, 5))],
+    "ifftn": [({}, crand(3, 4)), ({"axes": (1,)}, crand(3, 4)), ({"s": (5,), "axes": (-1,)}, crand(3, 4))],
+    "rfft": [({}, rand(4, 6)), ({"n": 5, "axis": 0, "norm": "ortho"}, rand(4, 6))],
+    "irfft": [({}, crand(4, 6)), ({"n": 9, "axis": 0, "norm": "forward"}, crand(4, 6))],
+    "rfftn": [({}, rand(3, 4, 6)), ({"s": (4, 5), "axes": (0, 1)}, rand(3, 4, 6))],
+    "irfftn": [({}, crand(3, 4)), ({"s": (3, 7), "axes": (0, 1), "norm": "ortho"}, crand(3, 4))],
+    "hfft": [({}, crand(5)), ({"n": 6, "axis": 0}, crand(4, 3))],
+    "ihfft": [({}, rand(6)), ({"n": 5, "axis": 0, "norm": "ortho"}, rand(4, 3))],
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_forward_against_numpy(device, name):
+    for kwargs, x in CASES[name]:
+        out = getattr(lp.fft, name)(arr(device, x), **kwargs)
+        expected = getattr(np.fft, name)(x, **kwargs)
+        assert out.shape == expected.shape, (name, kwargs)
+        assert out.device == device and not out.requires_grad
+        np.testing.assert_allclose(out.numpy(), expected, rtol=1e-10, atol=1e-12, err_msg=f"{name} {kwargs}")
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_single_precision_stays_single(device, name):
+    real_in = name in ("rfft", "rfftn", "ihfft")
+    x = rand(4, 6).astype(np.float32) if real_in else crand(4, 6).astype(np.complex64)
+    out = getattr(lp.fft, name)(arr(device, x))
+    complex_out = name in ("fft", "ifft", "fftn", "ifftn", "rfft", "rfftn", "ihfft")
+    assert out.dtype == (lp.complex64 if complex_out else lp.float32)
+
+
+def test_round_trips(device):
+    x = rand(4, 6)
+    t = arr(device, x)
+    np.testing.assert_allclose(lp.fft.ifft(lp.fft.fft(t)).numpy(), x, atol=1e-12)
+    np.testing.assert_allclose(lp.fft.irfft(lp.fft.rfft(t), n=6).numpy(), x, atol=1e-12)
+    np.testing.assert_allclose(lp.fft.irfftn(lp.fft.rfftn(t), s=(4, 6), axes=(0, 1)).numpy(), x, atol=1e-12)
+    np.testing.assert_allclose(lp.fft.hfft(lp.fft.ihfft(t), n=6).numpy(), x, atol=1e-12)
+    # -1 in s: every input element along that axis
+    c = arr(device, crand(3, 4))
+    np.testing.assert_allclose(lp.fft.fftn(c, s=(-1, 4), axes=(0, 1)).numpy(), np.fft.fftn(c.numpy()))
+    np.testing.assert_allclose(lp.fft.irfftn(c, s=(3, -1), axes=(0, 1)).numpy(), np.fft.irfftn(c.numpy()))
+
+
+def test_real_and_integer_inputs_are_converted(device):
+    x = rand(8)
+    out = lp.fft.fft(arr(device, x))
+    assert out.dtype == lp.complex128
+    np.testing.assert_allclose(out.numpy(), np.fft.fft(x))
+    out = lp.fft.rfft(arr(device, np.arange(6)))
+    assert out.dtype == lp.complex128
+    np.testing.assert_allclose(out.numpy(), np.fft.rfft(np.arange(6.0)))
+    assert lp.fft.fft(arr(device, x.astype(np.float32))).dtype == lp.complex64
+
+
+def test_transforms_refuse_tensors_that_require_grad(device):
+    x = Tensor(rand(8), requires_grad=True, device=device)
+    for name in CASES:
+        with pytest.raises(TypeError, match="fft gradients are not supported"):
+            getattr(lp.fft, name)(x)
+    with lp.no_grad():
+        out = lp.fft.rfft(x)
+    assert not out.requires_grad
+    np.testing.assert_allclose(out.numpy(), np.fft.rfft(x.numpy()))
+    out = lp.fft.fft(x.detach())
+    assert not out.requires_grad
+
+
+@pytest.mark.parametrize("name", ["fftshift", "ifftshift"])
+@pytest.mark.parametrize("axes", [None, 0, -1, (0, 2), [1]])
+def test_shifts(device, name, axes):
+    x = rand(3, 4, 5)
+    out = getattr(lp.fft, name)(arr(device, x), axes=axes)
+    np.testing.assert_array_equal(out.numpy(), getattr(np.fft, name)(x, axes=axes))
+    t = Tensor(x, requires_grad=True, device=device)
+    assert gradcheck(lambda a: getattr(lp.fft, name)(a, axes=axes), [t])
+    back = lp.fft.ifftshift(lp.fft.fftshift(t, axes=axes), axes=axes)
+    np.testing.assert_array_equal(back.numpy(), x)
+    c = getattr(lp.fft, name)(arr(device, crand(3, 5)))
+    assert c.dtype == lp.complex128
+
+
+def test_frequencies(device):
+    for n, d in ((5, 0.5), (8, 1.0), (1, 2.0)):
+        out = lp.fft.fftfreq(n, d=d, device=device)
+        assert out.device == device and out.dtype == lp.get_default_dtype() and not out.requires_grad
+        np.testing.assert_allclose(out.numpy(), np.fft.fftfreq(n, d=d))
+        out = lp.fft.rfftfreq(n, d=d, device=device, dtype=lp.float32)
+        assert out.dtype == lp.float32
+        np.testing.assert_allclose(out.numpy(), np.fft.rfftfreq(n, d=d), rtol=1e-6)
+
+
+BAD = {
+    "norm": (ValueError, "fft: norm", lambda x: lp.fft.fft(x, norm="sideways")),
+    "n_zero": (ValueError, "fft: n must be a positive", lambda x: lp.fft.fft(x, n=0)),
+    "n_float": (TypeError, "fft: n", lambda x: lp.fft.fft(x, n=2.5)),
+    "axis": (IndexError, "ifft", lambda x: lp.fft.ifft(x, axis=3)),
+    "s_without_axes": (ValueError, "fftn: s needs axes", lambda x: lp.fft.fftn(x, s=(2, 2))),
+    "s_length": (ValueError, "fftn: s", lambda x: lp.fft.fftn(x, s=(2,), axes=(0, 1))),
+    "complex_rfft": (TypeError, "rfft: expected a real", lambda x: lp.fft.rfft(x)),
+    "0d": (ValueError, "fft: .*0-d", lambda x: lp.fft.fft(x[0, 0])),
+    "freq_n": (ValueError, "fftfreq: n", lambda x: lp.fft.fftfreq(0, device=x.device)),
+    "freq_dtype": (ValueError, "rfftfreq: dtype", lambda x: lp.fft.rfftfreq(4, dtype=lp.int32, device=x.device)),
+    "shift_int": (TypeError, "fftshift", lambda x: lp.fft.fftshift(lp.asarray([1, 2], device=x.device))),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD))
+def test_bad_input(device, name):
+    kind, message, call = BAD[name]
+    data = crand(3, 4)
+    x = arr(device, data)
+    with pytest.raises(kind, match=message):
+        call(x)
+    np.testing.assert_array_equal(x.numpy(), data)
+    assert get_backend(device).device == x.device

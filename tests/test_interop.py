@@ -1,0 +1,289 @@
+"""Interop (SPEC.md, "Interop" and the array object): NumPy's view of a Tensor,
+DLPack with NumPy and PyTorch, the array API namespace, dtype comparisons,
+hashing, formatting, Python scalars and the standard's attributes."""
+
+from __future__ import annotations
+
+import math
+
+import array_api_compat
+import numpy as np
+import pytest
+
+import leanpass as lp
+from leanpass import Tensor
+from leanpass.backends import get_backend
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed (pip install torch)")
+
+
+def host(array, device):
+    return get_backend(device).to_host(array)
+
+
+# ---- NumPy's view of a Tensor ---------------------------------------------------------------------
+
+
+def test_numpy_asarray_gives_the_numbers(device):
+    t = lp.asarray([[1.0, 2.0], [3.0, 4.0]], device=device)
+    if device != "cpu":
+        with pytest.raises(TypeError, match=r"\.numpy\(\).*\.cpu\(\)"):
+            np.asarray(t)
+        return
+    a = np.asarray(t)
+    assert type(a) is np.ndarray and a.dtype == np.float64 and a.shape == (2, 2)
+    assert np.shares_memory(a, t.data)  # no copy
+    np.testing.assert_array_equal(a, [[1.0, 2.0], [3.0, 4.0]])
+    assert np.asarray(t, dtype=np.float32).dtype == np.float32
+    c = np.array(t)  # np.array copies
+    assert not np.shares_memory(c, t.data)
+    assert np.asarray(lp.asarray(3, device=device)).dtype == np.int64
+    assert np.asarray(Tensor([1.0], requires_grad=True)).dtype == np.float64
+
+
+def test_numpy_functions_never_build_object_arrays(device):
+    a = lp.asarray([1.0, 2.0], device=device)
+    b = lp.asarray([3.0], device=device)
+    calls = {
+        "concatenate": lambda: np.concatenate([a, b]),
+        "stack": lambda: np.stack([a, a]),
+        "array of tensors": lambda: np.array([a, a]),
+        "array of 0-d tensors": lambda: np.array([lp.asarray(1.0, device=device), lp.asarray(2.0, device=device)]),
+    }
+    for what, call in calls.items():
+        if device != "cpu":
+            with pytest.raises(TypeError, match=r"\.numpy\(\)"):
+                call()
+            continue
+        out = call()
+        assert out.dtype == np.float64, f"{what} gave dtype {out.dtype}"
+    if device == "cpu":
+        np.testing.assert_array_equal(np.concatenate([a, b]), [1.0, 2.0, 3.0])
+        np.testing.assert_array_equal(np.stack([a, a]), [[1.0, 2.0], [1.0, 2.0]])
+    with pytest.raises(TypeError):  # ufuncs defer to the Tensor, they do not loop over objects
+        np.add(a, 1.0)
+
+
+def test_numpy_array_on_the_left_gives_a_tensor(device):
+    t = lp.asarray([1.0, 2.0], device=device)
+    for out in (np.ones(2) * t, np.ones(2) + t, np.ones(2) - t, np.ones(2) / t, np.ones(2) == t):
+        assert isinstance(out, Tensor) and out.device == t.device
+
+
+def test_host_data_takes_the_tensor_dtype_but_is_never_truncated(device):
+    f32 = lp.asarray([1.0, 2.0], dtype=lp.float32, device=device)
+    assert (f32 * np.array([2.0, 2.0])).dtype == lp.float32  # float64 host data: float32 stays float32
+    assert (np.ones(2) + f32).dtype == lp.float32 and (f32 + [1, 2]).dtype == lp.float32
+    ints = lp.asarray([1, 2], device=device)
+    assert (ints + [3, 4]).dtype == lp.int64
+    if device == "cpu":
+        out = ints + np.array([0.5, 0.5])
+        assert out.dtype == lp.float64 and out.numpy().tolist() == [1.5, 2.5]
+    else:  # the standard does not mix integer and float arrays: an error, not a truncation
+        with pytest.raises(TypeError, match="int64 and float64"):
+            ints + np.array([0.5, 0.5])
+    assert ints.numpy().tolist() == [1, 2]
+
+
+# ---- DLPack ------------------------------------------------------------------------------------------
+
+
+def test_dlpack_device(device):
+    t = lp.asarray([1.0, 2.0], device=device)
+    kind, index = t.__dlpack_device__()
+    assert int(kind) == 1 and index == 0  # kDLCPU: cpu and strict both live in host memory
+
+
+def test_from_dlpack_numpy_is_zero_copy(device):
+    source = np.arange(4.0)
+    t = lp.from_dlpack(source, device=device)
+    assert t.device == device and t.dtype == lp.float64
+    np.testing.assert_array_equal(t.numpy(), source)
+    if device == "cpu":
+        source[0] = 100.0
+        assert t.numpy()[0] == 100.0  # the tensor sees the change: no copy
+    t2 = lp.from_dlpack(np.arange(3, dtype=np.int32))
+    assert t2.dtype == lp.int32 and t2.device == "cpu"
+
+
+def test_numpy_from_tensor_dlpack_is_zero_copy(device):
+    t = lp.asarray([1.0, 2.0, 3.0], device=device)
+    view = np.from_dlpack(t)
+    np.testing.assert_array_equal(view, [1.0, 2.0, 3.0])
+    t += 1.0  # in place: the consumer's view sees it
+    np.testing.assert_array_equal(view, [2.0, 3.0, 4.0])
+    capsule = t.__dlpack__()
+    assert type(capsule).__name__ == "PyCapsule"
+
+
+@needs_torch
+def test_dlpack_with_pytorch(device):
+    source = torch.arange(4, dtype=torch.float64)
+    t = lp.from_dlpack(source, device=device)
+    assert t.dtype == lp.float64 and t.device == device
+    np.testing.assert_array_equal(t.numpy(), [0.0, 1.0, 2.0, 3.0])
+    if device == "cpu":
+        source[1] = 50.0
+        assert t.numpy()[1] == 50.0  # zero-copy
+    assert lp.from_dlpack(torch.ones(2, dtype=torch.float32)).dtype == lp.float32
+    t = lp.asarray([1.0, 2.0, 3.0], dtype=lp.float32, device=device)
+    theirs = torch.from_dlpack(t)
+    assert theirs.dtype == torch.float32 and theirs.tolist() == [1.0, 2.0, 3.0]
+    t *= 2.0
+    assert theirs.tolist() == [2.0, 4.0, 6.0]  # zero-copy the other way
+    w = Tensor([1.0, 2.0], requires_grad=True, device=device)
+    assert torch.from_dlpack(w.detach()).tolist() == [1.0, 2.0]
+
+
+def test_from_dlpack_of_a_tensor_and_of_nonsense(device):
+    t = lp.asarray([1.0, 2.0], device=device)
+    same = lp.from_dlpack(t)
+    assert same.device == device and same.numpy().tolist() == [1.0, 2.0]
+    with pytest.raises(TypeError, match="DLPack"):
+        lp.from_dlpack([1.0, 2.0])
+
+
+# ---- the array API namespace ----------------------------------------------------------------------------
+
+
+def test_array_namespace_is_leanpass(device):
+    t = lp.asarray([1.0], device=device)
+    assert array_api_compat.array_namespace(t) is lp
+    assert t.__array_namespace__() is lp and t.__array_namespace__(api_version="2024.12") is lp
+    assert array_api_compat.array_namespace(t, lp.asarray([2.0], device=device)) is lp
+    with pytest.raises(ValueError, match="2024.12"):
+        t.__array_namespace__(api_version="1999.01")
+
+
+def _generic_loss(x):
+    """Array-API-generic code, as written for NumPy or CuPy."""
+    xp = array_api_compat.array_namespace(x)
+    return xp.sum(xp.exp(x) * x) + xp.sum(xp.sin(x) ** 2) / xp.asarray(2.0, device=x.device)
+
+
+def test_generic_array_api_code_records_a_graph_and_differentiates(device):
+    values = np.array([0.5, -1.0, 1.5])
+    x = Tensor(values, requires_grad=True, device=device)
+    loss = _generic_loss(x)
+    assert isinstance(loss, Tensor) and loss.requires_grad and loss.shape == ()
+    loss.backward()
+    expected = np.exp(values) * (1 + values) + np.sin(values) * np.cos(values)
+    np.testing.assert_allclose(host(x.grad, device), expected, rtol=1e-12)
+    np.testing.assert_allclose(loss.item(), float(np.sum(np.exp(values) * values) + np.sum(np.sin(values) ** 2) / 2))
+    assert lp.gradcheck(_generic_loss, [x])
+    reference = _generic_loss(np.asarray(values))  # the same code on NumPy
+    np.testing.assert_allclose(loss.item(), float(reference))
+
+
+def test_array_api_version():
+    assert lp.__array_api_version__ == "2024.12"
+
+
+# ---- dtypes, hashing, formatting ---------------------------------------------------------------------------
+
+
+def test_dtype_compares_with_leanpass_numpy_and_names(device):
+    t = lp.asarray([1.0], dtype=lp.float32, device=device)
+    assert t.dtype == lp.float32
+    assert t.dtype == np.float32 and t.dtype == np.dtype("float32")
+    assert t.dtype == "float32"
+    assert lp.float32 == np.float32 and np.dtype("float32") == t.dtype
+    assert t.dtype != lp.float64 and t.dtype != np.float64 and t.dtype != "float64"
+    assert {lp.float32: 1}[t.dtype] == 1
+    for name in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                 "float32", "float64", "complex64", "complex128"):
+        u = lp.zeros((1,), dtype=getattr(lp, name), device=device)
+        assert u.dtype == getattr(lp, name) == name == np.dtype(name)
+
+
+def test_tensors_hash_by_identity_while_eq_is_elementwise(device):
+    a = lp.asarray([1.0, 2.0], device=device)
+    b = lp.asarray([1.0, 2.0], device=device)
+    assert len({a, b}) == 2 and a in {a} and b not in {a}
+    d = {a: "a", b: "b"}
+    assert d[a] == "a" and d[b] == "b"
+    eq = a == b
+    assert isinstance(eq, Tensor) and eq.dtype == lp.bool and eq.numpy().tolist() == [True, True]
+    assert hash(a) == hash(a) and hash(a) != hash(b)
+    with pytest.raises(ValueError, match="ambiguous"):
+        bool(a == b)
+
+
+def test_format_of_a_scalar_tensor(device):
+    loss = lp.asarray(0.123456, device=device)
+    assert f"{loss:.3f}" == "0.123"
+    assert f"{loss}" == format(0.123456)
+    assert f"{lp.asarray([2.5], device=device):.1f}" == "2.5"
+    assert f"{lp.asarray(7, device=device):03d}" == "007"
+    w = Tensor([1.0, 2.0], device=device)
+    assert f"{w}" == repr(w)
+    with pytest.raises(TypeError, match="spec"):
+        f"{w:.2f}"
+
+
+# ---- Python scalars from 0-d tensors ---------------------------------------------------------------------------
+
+
+def test_python_scalars(device):
+    f = lp.asarray(2.75, device=device)
+    i = lp.asarray(3, device=device)
+    b = lp.asarray(True, device=device)
+    z = lp.asarray(1 + 2j, device=device)
+    assert float(f) == 2.75 and int(f) == 2 and bool(f) is True and complex(f) == 2.75 + 0j
+    assert int(i) == 3 and float(i) == 3.0 and i.__index__() == 3
+    assert [10, 20, 30, 40][i] == 40 and list(range(i)) == [0, 1, 2]
+    assert bool(b) is True and bool(lp.asarray(0.0, device=device)) is False and int(b) == 1
+    assert complex(z) == 1 + 2j
+    assert type(float(f)) is float and type(int(i)) is int and type(complex(z)) is complex
+    with pytest.raises(TypeError):
+        f.__index__()  # a float is not an index
+    with pytest.raises(TypeError):
+        float(z)
+    with pytest.raises(ValueError, match="ambiguous"):
+        bool(lp.asarray([1.0, 2.0], device=device))
+    with pytest.raises(TypeError):
+        float(lp.asarray([1.0, 2.0], device=device))
+    with pytest.raises(OverflowError):
+        int(lp.asarray(math.inf, device=device))
+    with pytest.raises(ValueError):
+        int(lp.asarray(math.nan, device=device))
+    assert math.isnan(float(lp.asarray(math.nan, device=device)))
+    assert bool(lp.asarray(math.nan, device=device)) is True
+    assert float(Tensor(2.0, requires_grad=True, device=device)) == 2.0
+
+
+# ---- the standard's attributes ---------------------------------------------------------------------------------
+
+
+def test_attributes(device):
+    t = lp.asarray(np.arange(24.0).reshape(2, 3, 4), device=device)
+    assert t.shape == (2, 3, 4) and t.ndim == 3 and t.size == 24 and t.device == device
+    assert lp.asarray(1.0, device=device).size == 1 and lp.zeros((0, 3), device=device).size == 0
+    mt = t.mT
+    assert mt.shape == (2, 4, 3)
+    np.testing.assert_array_equal(mt.numpy(), np.swapaxes(np.arange(24.0).reshape(2, 3, 4), -1, -2))
+    m = lp.asarray(np.arange(6.0).reshape(2, 3), device=device)
+    np.testing.assert_array_equal(m.T.numpy(), np.arange(6.0).reshape(2, 3).T)
+    np.testing.assert_array_equal(m.mT.numpy(), np.arange(6.0).reshape(2, 3).T)
+
+
+def test_mT_differentiates(device):
+    x = Tensor(np.arange(6.0).reshape(1, 2, 3), requires_grad=True, device=device)
+    assert lp.gradcheck(lambda a: a.mT * lp.asarray(np.arange(6.0).reshape(1, 3, 2), device=device), [x])
+
+
+def test_to_device(device):
+    t = Tensor([1.0, 2.0], requires_grad=True, device=device)
+    for target in ("cpu", "strict", "strict:1"):
+        moved = t.to_device(target)
+        assert moved.device == target and moved.numpy().tolist() == [1.0, 2.0]
+        (moved * 2.0).sum().backward()
+    assert host(t.grad, device).tolist() == [6.0, 6.0]  # the gradient came back, three times
+    assert t.to_device(device) is t
+    with pytest.raises(ValueError, match="nowhere"):
+        t.to_device("nowhere")
