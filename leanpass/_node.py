@@ -9,6 +9,7 @@ links the result into the graph.
 
 from __future__ import annotations
 
+from . import ops
 from ._checks import broadcast_shapes, device_message
 from ._dtypes import DTYPES, as_dtype, dtype_name
 from .autograd import _state as _grad_state
@@ -56,8 +57,21 @@ def leaf(data, backend, op="leaf"):
 
 
 def share_version(out, source):
-    """``out`` views ``source``'s memory: they count in-place changes together."""
+    """``out`` and ``source`` count in-place changes together (they share memory,
+    or come from one node)."""
     out._vc = version_of(source)
+    return out
+
+
+def mark_view(out, base, key=None, remake=None):
+    """``out`` is a view of ``base``'s memory, made by ``run1(op, base, *params)``
+    (``remake = (op, params)``); ``key`` is the basic index that made it, if one did.
+    A recorded in-place change of the view is then also recorded on the base (as
+    ``base[key] = view``), and one of the memory makes its live views anew from
+    their changed base, so that every graph describes the values it sees."""
+    vc = out._vc = version_of(base)
+    out._base = (base, key, remake)
+    vc.add_view(out)
     return out
 
 
@@ -80,7 +94,7 @@ def run1(op: Op, a: Tensor, *params):
         out, backward = _guarded(op.fn, backend, a._data, *params)
     t = make(out, backend, op, (a,), backward, a._rg and op.differentiable)
     if op.view:
-        share_version(t, a)
+        mark_view(t, a, None, (op, params))
     return t
 
 
@@ -160,7 +174,7 @@ def run(op: Op, args, *params, **kw):
             backward = _cast_back(backward, backend.xp, dtypes)
     t = make(out, backend, op, tuple(tensors), backward, requires_grad)
     if op.view and tensors:
-        share_version(t, tensors[0])
+        mark_view(t, tensors[0])  # no remake: a recorded change of its memory raises (_view_bases)
     return t
 
 
@@ -216,7 +230,7 @@ def apply(fn, *inputs: Tensor, op: str | None = None, **params) -> Tensor:
 # ---- in-place changes ----------------------------------------------------------------------
 
 
-def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=None):
+def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=None, _outer=True):
     """Change ``t`` itself to ``op(t, *others, *params)``.
 
     Without a graph to record (grad mode off, or nothing requires grad) the new
@@ -267,6 +281,7 @@ def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=N
     if not op.differentiable:
         raise TypeError(f"{label}: the result of {op!r} carries no gradient and cannot be written into a tensor "
                         "that requires grad")
+    bases = _view_bases(t, label)
     current = t._data
     source = backend.copy(current) if op.saved(0) else current
     vc = version_of(t)
@@ -276,19 +291,10 @@ def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=N
         arrays = [backend.copy(a) if alias and op.saved(i + 1) else a
                   for i, (a, alias) in enumerate(zip(arrays, aliases))]
     out, backward = _inplace_forward(label, t, op, source, arrays, params, others)
-    old = _new(Tensor)
-    old._data = current
-    old._backend = backend
-    old._grad = None
-    old._op = t._op
-    old._retain = False
-    old.name = t.name
-    old._rg = t._rg
-    old._prev = t._prev
-    old._backward = t._backward
-    if t._prev:
-        old._seq = t._seq
-    old._vc = vc
+    old = _snapshot(t)
+    # The old state keeps the shared counter only where its backward reads its output
+    # (then that backward must raise); otherwise it is just the value t had.
+    old._vc = vc if getattr(old._op, "saves_out", False) else None
     if out is not current:
         _write(t, out)
     vc.bump()
@@ -308,7 +314,78 @@ def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=N
     t._op = op
     t._rg = True
     t._seq = next(_sequence)
+    t._older = old
+    view = t
+    for base, _key, remake in bases:  # t is a slice of other tensors: they changed too
+        set_key, set_shape = remake[1][1], remake[1][2]
+        value = view if set_shape is None else run1(ops.reshape, view, tuple(set_shape))
+        inplace(base, ops.setitem, [value], "basic", set_key, name=label, _outer=False)
+        view = base
+    if _outer:
+        _remake_views(vc, (t, *(b for b, _, _ in bases)))
     return t
+
+
+def _snapshot(t):
+    """A new tensor holding ``t``'s current node (its value and how it was made)."""
+    old = _new(Tensor)
+    old._data = t._data
+    old._backend = t._backend
+    old._grad = None
+    old._op = t._op
+    old._retain = False
+    old.name = t.name
+    old._rg = t._rg
+    old._prev = t._prev
+    old._backward = t._backward
+    old._vc = None
+    if t._prev:
+        old._seq = t._seq
+    older = getattr(t, "_older", None)
+    if older is not None:
+        old._older = older
+    return old
+
+
+def _remake_views(vc, changed):
+    """After a recorded in-place change of the memory of ``vc``: each live view of it
+    (but those in ``changed``) becomes anew the view of its changed base, as PyTorch
+    does; nodes made before the change still see the view's earlier state."""
+    remade = False
+    for view in vc.live_views():
+        if any(view is c for c in changed):
+            continue
+        base, _key, remake = view._base
+        fresh = run1(remake[0], base, *remake[1])
+        view._older = _snapshot(view)
+        view._prev, view._backward, view._op, view._rg = fresh._prev, fresh._backward, fresh._op, fresh._rg
+        if fresh._prev:
+            view._seq = fresh._seq
+        remade = True
+    if remade:  # nodes made before now that use a view reach its earlier state
+        vc.remade()
+
+
+def _view_bases(t, label):
+    """The chain of tensors ``t`` is a basic-index view of, checked before a recorded
+    in-place change of ``t``: each must be recordable too."""
+    chain = []
+    view = t
+    while getattr(view, "_base", None) is not None:
+        base, key, remake = view._base
+        if key is None:
+            raise RuntimeError(
+                f"{label}: {t!r} is a view (made by {view._op}) of another tensor; changing it in place while "
+                "a graph is recorded is not supported. Change a copy (t = t.copy()), or the original tensor"
+            )
+        if base._rg and not base._prev:
+            raise RuntimeError(
+                f"{label}: {t!r} is a view of a leaf tensor that requires grad ({base!r}), which cannot be "
+                "changed in place while grad mode is on; wrap the change in `with leanpass.no_grad():`"
+            )
+        chain.append((base, key, remake))
+        view = base
+    return chain
 
 
 def _inplace_forward(label, t, op, source, arrays, params, others):
@@ -385,7 +462,7 @@ def init_tensor(self, data, requires_grad, name, device, dtype, copy, infer="flo
         backend = get_backend(device)
         if copy is False and not hasattr(data, "dtype"):
             raise ValueError("asarray: copy=False, but Python data must be copied to make an array")
-        host = host_array(data, "Tensor" if infer == "float" else "asarray")
+        host = host_array(data, "Tensor" if infer == "float" else "asarray", dtype)
         if dtype is None:
             dtype = _infer(data, host, infer)
         converted = dtype_name(host.dtype) != dtype

@@ -25,6 +25,7 @@ import functools
 import heapq
 import itertools
 import threading
+import weakref
 
 __all__ = [
     "no_grad", "enable_grad", "is_grad_enabled", "run_backward", "zero_graph_grads",
@@ -97,16 +98,31 @@ class Version:
     """The version counter of an array: ``count`` in-place changes so far, the last
     at ``last`` on the creation clock (``-1``: never), and the recent change times."""
 
-    __slots__ = ("count", "last", "times")
+    __slots__ = ("count", "changed", "last", "times", "views")
 
     def __init__(self):
         self.count = 0
-        self.last = -1
+        self.changed = -1  # when the array last changed in place
+        self.last = -1  # when anything last happened: a change, or views made anew after one
         self.times = []
+        self.views = []  # weak references to the tensors that view this memory
+
+    def remade(self) -> None:
+        """The views of this memory were made anew (see ``leanpass._node``)."""
+        self.last = next(sequence)
+
+    def add_view(self, tensor) -> None:
+        views = self.views
+        views.append(weakref.ref(tensor))
+        if len(views) > 32 and len(views) & (len(views) - 1) == 0:  # now and then: drop the dead
+            views[:] = [r for r in views if r() is not None]
+
+    def live_views(self) -> list:
+        return [v for v in (r() for r in self.views) if v is not None]
 
     def bump(self) -> None:
         self.count += 1
-        self.last = next(sequence)
+        self.changed = self.last = next(sequence)
         times = self.times
         times.append(self.last)
         if len(times) > 64:  # enough to name the version a node saw; the rest is history
@@ -141,11 +157,12 @@ def _stale(node, parent, seq):
     """``parent`` (an input of ``node``) changed in place after ``node`` was made:
     raise if ``node``'s backward reads its array, else return the state of
     ``parent`` that ``node`` saw (a recorded in-place change keeps it as
-    ``_prev[0]`` of the changed tensor). A node that is itself a recorded in-place
+    ``_older`` of the changed tensor). A node that is itself a recorded in-place
     change of ``parent`` (its input 0, sharing its version counter) read a copy of it."""
     op = node._op
+    changed = parent._vc.changed > seq
     for position, p in enumerate(node._prev):
-        if p is parent and op.saved(position):
+        if changed and p is parent and op.saved(position):
             if position == 0 and node._vc is parent._vc:
                 continue
             raise RuntimeError(
@@ -155,13 +172,13 @@ def _stale(node, parent, seq):
                 "instead (x = x + ... instead of x += ...)"
             )
     state = parent
-    while getattr(state, "_seq", -1) > seq:
-        state = state._prev[0]
+    while getattr(state, "_seq", -1) > seq:  # changed (or made anew) after node: its earlier state
+        state = state._older
     return state
 
 
 def _check_output(node, seq):
-    if node._op.saves_out:
+    if node._op.saves_out and node._vc.changed > seq:
         raise RuntimeError(
             f"backward through {node._op!r}: its output (shape {tuple(node._data.shape)}) was changed in "
             f"place after {node._op!r} saved it: it is at version {node._vc.count}, {node._op!r} needs "

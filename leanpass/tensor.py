@@ -33,7 +33,7 @@ class Tensor:
     """
 
     __slots__ = ("_data", "_grad", "_backend", "_prev", "_backward", "_op", "_retain", "_seq",
-                 "_read_zeros", "_rg", "_vc", "name", "__weakref__")
+                 "_read_zeros", "_rg", "_vc", "_base", "_older", "name", "__weakref__")
 
     # NumPy and CuPy arrays on the left of an operator defer to the Tensor.
     __array_ufunc__ = None

@@ -419,3 +419,78 @@ def test_in_place_with_another_device_raises(device):
     with pytest.raises(ValueError, match="strict:1"):
         a += lp.asarray([1.0, 2.0], device="strict:1")
     assert values(a) == [1.0, 2.0] and a._version == 0
+
+
+# ---- in-place changes through views (basic-index slices share memory) --------------------------
+
+
+def test_changing_a_slice_in_place_changes_the_base_and_its_gradient(device):
+    a = Tensor([1.0, 2.0, 3.0], requires_grad=True, device=device)
+    h = a * 1.0
+    v = h[0:2]
+    v *= 3.0
+    np.testing.assert_allclose(h.numpy(), [3.0, 6.0, 3.0])
+    h.sum().backward()
+    np.testing.assert_allclose(host(a.grad, device), [3.0, 3.0, 1.0])  # PyTorch: [3, 3, 1]
+
+
+def test_a_view_made_before_its_base_changed_follows_the_change(device):
+    a = Tensor([1.0, 2.0, 3.0], requires_grad=True, device=device)
+    h = a * 1.0
+    v = h[0:2]
+    h *= 3.0
+    np.testing.assert_allclose(v.numpy(), [3.0, 6.0])
+    v.sum().backward()
+    np.testing.assert_allclose(host(a.grad, device), [3.0, 3.0, 0.0])  # PyTorch: [3, 3, 0]
+
+
+def test_nodes_made_before_a_change_keep_the_view_they_saw(device):
+    a = Tensor([1.0, 2.0, 3.0], requires_grad=True, device=device)
+    h = a * 1.0
+    v = h[0:2]
+    before = v.sum() * 1.0  # uses v before the change: gradient 1 per element
+    h *= 2.0
+    (before + v.sum()).backward()  # v after the change is 2 a: gradient 2
+    np.testing.assert_allclose(host(a.grad, device), [3.0, 3.0, 0.0])
+
+
+def test_slices_of_slices_and_newaxis_views(device):
+    a = Tensor([1.0, 2.0, 3.0], requires_grad=True, device=device)
+    h = a * 1.0
+    w = h[0:2][1:]
+    w *= 5.0
+    (h * 1.0).sum().backward()
+    np.testing.assert_allclose(host(a.grad, device), [1.0, 5.0, 1.0])
+    a.grad = None
+    h = a * 1.0
+    u = h[None, 1:]
+    u *= 2.0
+    h.sum().backward()
+    np.testing.assert_allclose(host(a.grad, device), [1.0, 2.0, 2.0])
+
+
+def test_augmented_assignment_to_an_element(device):
+    a = Tensor([1.0, 2.0, 3.0], requires_grad=True, device=device)
+    b = Tensor([5.0], requires_grad=True, device=device)
+    h = a * 1.0
+    h[0] += b[0]
+    (h * h).sum().backward()
+    np.testing.assert_allclose(host(a.grad, device), [12.0, 4.0, 6.0])
+    np.testing.assert_allclose(host(b.grad, device), [12.0])
+
+
+def test_views_that_cannot_follow_refuse_a_recorded_change(device):
+    a = Tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True, device=device)
+    h = a * 1.0
+    r = h.reshape(2, 2)
+    before = h.numpy()
+    with pytest.raises(RuntimeError, match="view"):
+        r += a.reshape(2, 2)
+    np.testing.assert_array_equal(h.numpy(), before)
+    leaf_view = a[0:2]
+    with pytest.raises(RuntimeError, match="leaf"):
+        leaf_view *= 2.0
+    np.testing.assert_array_equal(a.numpy(), [1.0, 2.0, 3.0, 4.0])
+    with lp.no_grad():  # outside grad mode the memory simply changes
+        leaf_view *= 2.0
+    np.testing.assert_array_equal(a.numpy(), [2.0, 4.0, 3.0, 4.0])

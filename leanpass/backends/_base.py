@@ -43,10 +43,13 @@ def float_dtype_name(dtype, op: str = "Tensor") -> str:
     return name
 
 
-def host_array(data, op: str = "Tensor") -> np.ndarray:
-    """Turn host data (numbers, nested lists, NumPy arrays) into a numeric NumPy array.
+def host_array(data, op: str = "Tensor", dtype=None) -> np.ndarray:
+    """Turn host data (numbers, nested lists, NumPy arrays) into a numeric NumPy array;
+    Python data is read straight into ``dtype`` when one is given (so integers beyond
+    float64's precision stay exact).
 
-    Raises ``TypeError`` for non-numeric data and ``ValueError`` for ragged lists.
+    Raises ``TypeError`` for non-numeric data, ``ValueError`` for ragged lists and
+    ``OverflowError`` for Python integers that fit no dtype (or not ``dtype``).
     """
     if isinstance(data, (str, bytes)) or data is None:
         raise TypeError(
@@ -59,6 +62,15 @@ def host_array(data, op: str = "Tensor") -> np.ndarray:
         raise ValueError(
             f"{op}: cannot make an array from {type(data).__name__} data: {exc}"
         ) from None
+    big = arr.dtype.kind == "O" and arr.size and all(type(x) is int for x in arr.flat)
+    if dtype is not None and not hasattr(data, "dtype") and (big or arr.dtype.kind in "iuf") and \
+            dtype_name(dtype).startswith(("int", "uint")):
+        try:  # Python integers read straight into the dtype: exact, or an OverflowError
+            arr = np.asarray(data, dtype=dtype_name(dtype))
+        except OverflowError as exc:
+            raise OverflowError(f"{op}: {exc}") from None
+    elif big:
+        raise OverflowError(f"{op}: a Python integer is too large for any integer dtype (int64, uint64)")
     if arr.dtype.kind not in "biufc":
         raise TypeError(
             f"{op}: data of type {type(data).__name__} with dtype {arr.dtype} is not "
