@@ -22,6 +22,7 @@ nox.options.reuse_existing_virtualenvs = True
 
 # pyenv keeps each interpreter in its own folder; put them all on PATH so nox
 # finds python3.10 ... python3.13 without `pyenv global` listing them.
+_PATH = os.environ.get("PATH", "")  # as it was: the conformance runner's python3 comes from here
 _pyenv_bins = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.1[0-9]*/bin")))
 os.environ["PATH"] = os.pathsep.join([*_pyenv_bins, os.environ.get("PATH", "")])
 
@@ -131,4 +132,6 @@ def conformance(session: nox.Session) -> None:
     ):
         session.log(f"== {label}")
         extra = {"AAT_XFAILS": xfails.name} if module == "leanpass" and os.environ.get("AAT_USE_XFAILS") else {}
-        session.run("bash", runner, module, *args, env={**env, **extra}, external=True, success_codes=[0, 1])
+        python = os.environ.get("AAT_PYTHON") or shutil.which("python3", path=_PATH) or "python3"
+        session.run("bash", runner, module, *args, env={**env, **extra, "AAT_PYTHON": python},
+                    external=True, success_codes=[0, 1])

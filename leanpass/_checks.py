@@ -6,7 +6,7 @@ from __future__ import annotations
 import operator
 
 __all__ = [
-    "device_message", "broadcast_shapes", "normalize_axis", "normalize_axes", "check_reshape",
+    "integer", "device_message", "broadcast_shapes", "normalize_axis", "normalize_axes", "check_reshape",
 ]
 
 
@@ -36,14 +36,23 @@ def broadcast_shapes(op, *shapes):
     return tuple(result)
 
 
+def integer(value, op, what, minimum=None, kind="an integer"):
+    """``value`` as a Python int (``TypeError`` for a bool or a non-integer, naming
+    ``op`` and ``what``; ``ValueError`` below ``minimum``)."""
+    if isinstance(value, bool):
+        raise TypeError(f"{op}: {what} must be {kind}, got bool")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{op}: {what} must be {kind}, got {type(value).__name__}") from None
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{op}: {what} must be {kind}, got {value}")
+    return value
+
+
 def normalize_axis(axis, ndim, op):
     """``axis`` as a non-negative int, or ``TypeError``/``IndexError`` naming ``op``."""
-    if isinstance(axis, bool):
-        raise TypeError(f"{op}: axis must be an integer, got bool")
-    try:
-        axis = operator.index(axis)
-    except TypeError:
-        raise TypeError(f"{op}: axis must be an integer, got {type(axis).__name__}") from None
+    axis = integer(axis, op, "axis")
     if not -ndim <= axis < ndim:
         raise IndexError(f"{op}: axis {axis} is out of range for a tensor of {ndim} dimensions")
     return axis % ndim

@@ -130,8 +130,14 @@ def run2(op: Op, a: Tensor, b: Tensor, *params):
             f"{b.shape}): {exc}"
         ) from None
     requires_grad = (ra or rb) and op.differentiable
-    if requires_grad and a._data.dtype != b._data.dtype:
-        backward = _cast_back(backward, backend.xp, (a._data.dtype, b._data.dtype))
+    da, db = a._data.dtype, b._data.dtype
+    if requires_grad and da is not db and da != db:
+        if dtype_name(out.dtype).startswith("complex"):
+            raise TypeError(
+                f"{op}: a real tensor that requires grad with a complex one would give a complex result "
+                f"(dtypes {a.dtype} and {b.dtype}), and complex gradients are not supported"
+            )
+        backward = _cast_back(backward, backend.xp, (da, db))
     return make(out, backend, op, (a, b), backward, requires_grad)
 
 

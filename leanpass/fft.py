@@ -19,10 +19,8 @@ tensors. Integer tensors are converted to the default floating dtype first.
 
 from __future__ import annotations
 
-import operator
-
 from . import ops, tensor  # tensor before the graph layer (_node), which imports it
-from ._checks import normalize_axes, normalize_axis
+from ._checks import integer, normalize_axes, normalize_axis
 from ._dtypes import as_dtype
 from ._namespace._util import tensors
 from ._node import leaf, run
@@ -66,15 +64,7 @@ def _norm(norm, name):
 
 
 def _size(n, name, what="n"):
-    if isinstance(n, bool):
-        raise TypeError(f"{name}: {what} must be a positive integer, got bool")
-    try:
-        n = operator.index(n)
-    except TypeError:
-        raise TypeError(f"{name}: {what} must be a positive integer, got {type(n).__name__}") from None
-    if n < 1:
-        raise ValueError(f"{name}: {what} must be a positive integer, got {n}")
-    return n
+    return integer(n, name, what, minimum=1, kind="a positive integer")
 
 
 def _apply(name, x, dtype, **kw):

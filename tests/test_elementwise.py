@@ -727,3 +727,13 @@ def test_complex_special_cases(device):
     np.testing.assert_allclose(out[2], np.tanh(0.3 + 0.1j), rtol=1e-14)
     out = lp.sign(lp.asarray([0j, 3 + 4j, -2j], device=device)).numpy()
     np.testing.assert_allclose(out, [0, 0.6 + 0.8j, -1j])
+
+
+def test_complex_results_from_tensors_that_require_grad_are_refused(device):
+    x = lp.Tensor([1.0, 2.0], requires_grad=True, device=device)
+    c = lp.asarray([1j, 2j], device=device)
+    with pytest.raises(TypeError, match="complex"):
+        x * c
+    with pytest.raises(TypeError, match="complex"):
+        x * 2j
+    assert (x.detach() * c).dtype == lp.complex128

@@ -3,10 +3,8 @@ grad) and ``diff`` (differentiable)."""
 
 from __future__ import annotations
 
-import operator
-
 from .. import ops
-from .._checks import normalize_axes, normalize_axis
+from .._checks import integer, normalize_axes, normalize_axis
 from .._dtypes import promote
 from .._node import run, run1
 from ._util import SCALARS, asarray_like, tensors
@@ -44,12 +42,7 @@ def diff(x, /, *, axis=-1, n=1, prepend=None, append=None):
     if x.dtype.kind == "b":
         raise TypeError(f"{name}: x must have a numeric dtype, got bool; compare neighbours with != instead")
     axis = normalize_axis(axis, x.ndim, name)
-    if isinstance(n, bool):
-        raise TypeError(f"{name}: n must be an integer, got bool")
-    try:
-        n = operator.index(n)
-    except TypeError:
-        raise TypeError(f"{name}: n must be an integer, got {type(n).__name__}") from None
+    n = integer(n, name, "n")
     if n < 0:
         raise ValueError(f"{name}: n must be non-negative, got {n}")
     edges = []
