@@ -217,7 +217,7 @@ def apply(fn, *inputs: Tensor, op: str | None = None, **params) -> Tensor:
             _CUSTOM[key] = operation
     backend = None
     arrays = []
-    requires_grad = False
+    needs = []
     for t in inputs:  # one plain loop: this runs for every layer of every step
         if not isinstance(t, Tensor):
             raise TypeError(f"apply: the inputs must be Tensors, got {type(t).__name__}")
@@ -226,11 +226,14 @@ def apply(fn, *inputs: Tensor, op: str | None = None, **params) -> Tensor:
         elif t._backend is not backend:
             raise ValueError(device_message(operation, inputs[0], t))
         arrays.append(t._data)
-        requires_grad = requires_grad or t._rg
+        needs.append(t._rg)
     if operation.needs:
-        params["needs"] = tuple(t._rg for t in inputs)
-    out, backward = _guarded(operation.fn, backend, *arrays, **params)
-    return make(out, backend, operation, inputs, backward, requires_grad and operation.differentiable)
+        params["needs"] = needs
+    if backend.guard is None:
+        out, backward = operation.fn(backend, *arrays, **params)
+    else:
+        out, backward = _guarded(operation.fn, backend, *arrays, **params)
+    return make(out, backend, operation, inputs, backward, operation.differentiable and any(needs))
 
 
 # ---- in-place changes ----------------------------------------------------------------------

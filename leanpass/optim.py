@@ -78,8 +78,11 @@ class Optimizer:
                         if hasattr(value, "shape"):
                             state[name] = as_tensor(value, device=backend.device).data
                     self._devices[key] = backend
-                with backend.context():
+                if backend.guard is None:
                     self._update(backend, p.data, grad, state, group)
+                else:  # cuda:N on a machine of several GPUs: run where the data is
+                    with backend.guard:
+                        self._update(backend, p.data, grad, state, group)
                 increment_version(p)  # a graph that saved the old values can no longer backpropagate
 
     def _update(self, backend, data, grad, state: dict, group: dict) -> None:
