@@ -166,6 +166,8 @@ def getitem(t, index):
     p = parse(t, index)
     if p.kind == "basic":
         key = p.items
+        if all(isinstance(k, int) for k in key):  # integers alone give NumPy a copy; with ... a 0-d view
+            key += (Ellipsis,)
         set_key = tuple(k for k in key if k is not None)
         set_shape = t._data[set_key].shape if len(set_key) != len(key) else None
         out = run1(ops.index_basic, t, key, set_key, set_shape)

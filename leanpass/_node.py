@@ -68,10 +68,13 @@ def mark_view(out, base, key=None, remake=None):
     (``remake = (op, params)``); ``key`` is the basic index that made it, if one did.
     A recorded in-place change of the view is then also recorded on the base (as
     ``base[key] = view``), and one of the memory makes its live views anew from
-    their changed base, so that every graph describes the values it sees."""
+    their changed base, so that every graph describes the values it sees. A view made
+    in ``no_grad`` mode is not made anew: it stays outside the graph (PyTorch refuses
+    to use one after such a change)."""
     vc = out._vc = version_of(base)
     out._base = (base, key, remake)
-    vc.add_view(out)
+    if _grad_state.enabled:
+        vc.add_view(out)
     return out
 
 
@@ -186,8 +189,6 @@ def run(op: Op, args, *params, **kw):
 
 # ---- custom operations --------------------------------------------------------------------
 
-_CUSTOM: dict = {}  # (fn, name) -> Op
-
 
 def apply(fn, *inputs: Tensor, op: str | None = None, **params) -> Tensor:
     """Apply an operation to Tensors on one device.
@@ -202,19 +203,14 @@ def apply(fn, *inputs: Tensor, op: str | None = None, **params) -> Tensor:
     """
     if not inputs:
         raise TypeError("apply: give at least one input Tensor")
-    if isinstance(fn, Op) and op is None:
-        operation = fn
+    # No cache of the Ops made here: it would keep every function ever given alive (a
+    # closure made anew at each call, and what it captured), growing without bound.
+    if isinstance(fn, Op):
+        operation = fn if op is None else fn.renamed(op)
+    elif callable(fn):
+        operation = Op(op or fn.__name__, fn, fresh=False)
     else:
-        key = (fn, op)
-        operation = _CUSTOM.get(key)
-        if operation is None:
-            if isinstance(fn, Op):
-                operation = fn.renamed(op)
-            else:
-                if not callable(fn):
-                    raise TypeError(f"apply: fn must be an Op or a function, got {type(fn).__name__}")
-                operation = Op(op or fn.__name__, fn, fresh=False)
-            _CUSTOM[key] = operation
+        raise TypeError(f"apply: fn must be an Op or a function, got {type(fn).__name__}")
     backend = None
     arrays = []
     needs = []
@@ -308,9 +304,9 @@ def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=N
         _write(t, out)
     vc.bump()
     tensors = tuple((old if o is t else o) for o in others if isinstance(o, Tensor))
+    keep = (0, *(i + 1 for i, o in enumerate(others) if isinstance(o, Tensor)))  # op inputs in t._prev
     if len(tensors) != len(others):
         inner = backward
-        keep = (0, *(i + 1 for i, o in enumerate(others) if isinstance(o, Tensor)))
 
         def backward(g):
             grads = inner(g)
@@ -318,6 +314,13 @@ def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=N
 
     if mixed:  # each input's gradient in its own dtype
         backward = _cast_back(backward, backend.xp, (current.dtype, *(o._data.dtype for o in tensors)))
+    # Of t's memory, backward reads only copies (t's old values, an operand that is t or
+    # a view of it) and the output computed before it was written into t: a later
+    # change of t does not reach them, so the node saves none of these arrays.
+    saves = tuple(j for j, i in enumerate(keep) if i and op.saved(i) and not aliases[i - 1])
+    if saves != op.saves or (op.saves_out and out is not current):
+        op = Op(op, op.fn, saves=saves, saves_out=op.saves_out and out is current, fresh=op.fresh,
+                needs=op.needs, differentiable=op.differentiable, doc=op.__doc__)
     t._prev = (old, *tensors)
     t._backward = backward
     t._op = op

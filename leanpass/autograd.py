@@ -157,14 +157,12 @@ def _stale(node, parent, seq):
     """``parent`` (an input of ``node``) changed in place after ``node`` was made:
     raise if ``node``'s backward reads its array, else return the state of
     ``parent`` that ``node`` saw (a recorded in-place change keeps it as
-    ``_older`` of the changed tensor). A node that is itself a recorded in-place
-    change of ``parent`` (its input 0, sharing its version counter) read a copy of it."""
+    ``_older`` of the changed tensor). A recorded in-place change saves none of
+    the arrays it read from the changed memory: it read copies (see ``leanpass._node``)."""
     op = node._op
     changed = parent._vc.changed > seq
     for position, p in enumerate(node._prev):
         if changed and p is parent and op.saved(position):
-            if position == 0 and node._vc is parent._vc:
-                continue
             raise RuntimeError(
                 f"backward through {op!r}: its input {position} (shape {tuple(parent._data.shape)}) was "
                 f"changed in place after {op!r} saved it: it is at version {parent._vc.count}, {op!r} needs "

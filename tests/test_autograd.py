@@ -314,3 +314,24 @@ def test_a_custom_operation_that_passes_its_gradient_on_shares_no_grad(device):
     assert x.grad is not y.grad
     x.grad[0] = 7.0  # writeable, and y's gradient does not change
     assert host(y.grad, device).tolist() == [1.0, 1.0]
+
+
+def test_apply_keeps_no_custom_function_alive(device):
+    """A function made anew at each call (a closure) is freed with its result: nothing
+    caches it, so a training loop that calls ``apply`` this way does not grow."""
+    from leanpass.tensor import apply
+
+    def layer(x, scale):
+        def scaled(be, a):
+            return a * scale, lambda g: (g * scale,)
+
+        return apply(scaled, x), weakref.ref(scaled)
+
+    x = Tensor([1.0, 2.0], requires_grad=True, device=device)
+    y, probe = layer(x, 3.0)
+    y.sum().backward()
+    np.testing.assert_array_equal(host(x.grad, device), [3.0, 3.0])
+    assert y._op == "scaled"
+    del y
+    gc.collect()
+    assert probe() is None

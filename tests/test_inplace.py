@@ -494,3 +494,90 @@ def test_views_that_cannot_follow_refuse_a_recorded_change(device):
     with lp.no_grad():  # outside grad mode the memory simply changes
         leaf_view *= 2.0
     np.testing.assert_array_equal(a.numpy(), [2.0, 4.0, 3.0, 4.0])
+
+
+def test_an_element_read_with_integers_is_a_view_of_its_tensor(device):
+    """``t[0, 1]`` shares ``t``'s memory (NumPy alone would give a copy for integers
+    only): it follows a change of ``t``, with a gradient that matches its value."""
+    a = Tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True, device=device)
+    h = a * 1.0
+    v = h[0, 1]
+    h *= 3.0
+    assert v.item() == 6.0  # PyTorch: 6
+    v.backward()
+    np.testing.assert_allclose(host(a.grad, device), [[0.0, 3.0], [0.0, 0.0]])
+    t = lp.asarray([[1.0, 2.0], [3.0, 4.0]], device=device)
+    e = t[1, 0]
+    t += 1.0
+    assert e.item() == 4.0 and e._version == t._version == 1
+    with lp.no_grad():
+        e += 10.0  # changes t too
+    assert values(t) == [[2.0, 3.0], [14.0, 5.0]]
+    s = lp.asarray(5.0, device=device)
+    whole = s[()]
+    s *= 2.0
+    assert whole.item() == 10.0
+
+
+def test_a_view_made_in_no_grad_mode_stays_out_of_the_graph(device):
+    """A view made under ``no_grad`` does not join the graph when its base is later
+    changed in place with recording on (PyTorch refuses to use such a view)."""
+    x = Tensor([1.0, 2.0, 3.0], requires_grad=True, device=device)
+    h = x * 1.0
+    with lp.no_grad():
+        v = h[0:2]
+    h *= 2.0
+    assert not v.requires_grad and v.is_leaf and values(v) == [2.0, 4.0]
+    # a view made with grad mode on, of a tensor that did not require grad, joins it
+    buf = lp.zeros((3,), dtype=lp.float64, device=device)
+    b = buf[0:2]
+    buf += x * x
+    assert b.requires_grad
+    b.sum().backward()
+    np.testing.assert_allclose(host(x.grad, device), [2.0, 4.0, 0.0])
+
+
+def test_a_later_change_after_an_in_place_change_with_itself(device):
+    """``h *= h[0:1]`` and ``h **= y`` read copies of ``h`` (and their own result):
+    changing ``h`` again later is no reason to refuse the backward."""
+    x = Tensor([2.0, 3.0, 4.0], requires_grad=True, device=device)
+    y = Tensor([1.0, 2.0, 3.0], requires_grad=True, device=device)
+    h = x * 1.0
+    h *= h[0:1]  # x * x0
+    h += 1.0
+    h.sum().backward()
+    np.testing.assert_allclose(host(x.grad, device), [2.0 + 9.0, 2.0, 2.0])
+    x.grad = None
+    h = x * 1.0
+    h **= y
+    h *= 2.0
+    h.sum().backward()
+    np.testing.assert_allclose(host(x.grad, device), 2.0 * np.array([1.0, 2.0 * 3.0, 3.0 * 16.0]))
+    np.testing.assert_allclose(host(y.grad, device), 2.0 * np.array([2.0, 9.0, 64.0]) * np.log([2.0, 3.0, 4.0]))
+    h = x * 1.0
+    z = h * h  # saves h: a later change of h must still raise
+    h **= y
+    h += 1.0
+    with pytest.raises(RuntimeError, match=r"'\*'.*version"):
+        z.sum().backward()
+
+
+def test_real_and_imag_share_no_memory_that_versions_do_not_see(device):
+    """``real``/``imag`` results own their memory: NumPy would give the input itself
+    (real of a real array) or a view of a complex one, so an in-place change of one
+    would change the other unseen and a saved array would give a wrong gradient."""
+    x = Tensor([1.0, 2.0], requires_grad=True, device=device)
+    h = x * 1.0
+    z = h * h  # saves h
+    r = lp.real(h)
+    r += 1.0
+    assert values(h) == [1.0, 2.0]
+    z.sum().backward()
+    np.testing.assert_allclose(host(x.grad, device), [2.0, 4.0])
+    for part, expected in ((lp.real, [1.0, 3.0]), (lp.imag, [2.0, 4.0])):
+        x.grad = None
+        c = lp.asarray([1 + 2j, 3 + 4j], device=device)
+        y = x * part(c)  # saves part(c)
+        c *= 10.0
+        y.sum().backward()
+        np.testing.assert_allclose(host(x.grad, device), expected)

@@ -446,8 +446,11 @@ reciprocal = unary("reciprocal", lambda xp, x: xp.reciprocal(x), lambda xp, x, o
                    uses=("out",), quiet=True, method=("reciprocal",))
 square = unary("square", lambda xp, x: xp.square(x), lambda xp, x, out, g: g * (2 * x), method=("square",))
 conj = unary("conj", lambda xp, x: xp.conj(x), lambda xp, x, out, g: g, uses=(), fresh=False, method=("conj",))
-real = unary("real", lambda xp, x: xp.real(x), lambda xp, x, out, g: g, uses=(), fresh=False)
-imag = unary("imag", lambda xp, x: xp.imag(x), ZERO)
+# Copies: NumPy gives the input itself (real of a real array) or a view of a complex
+# one, which would change unseen by version counters (the standard leaves it open).
+real = unary("real", lambda xp, x: xp.asarray(xp.real(x), copy=True), lambda xp, x, out, g: g, uses=(),
+             fresh=False)
+imag = unary("imag", lambda xp, x: xp.asarray(xp.imag(x), copy=True), ZERO)
 ceil = unary("ceil", lambda xp, x: xp.ceil(x), ZERO, method=("ceil",))
 floor = unary("floor", lambda xp, x: xp.floor(x), ZERO, method=("floor",))
 trunc = unary("trunc", lambda xp, x: xp.trunc(x), ZERO, method=("trunc",))
