@@ -81,7 +81,7 @@ def dtype_name(dtype) -> str:
         return _NAMES[key]
     except (KeyError, TypeError):
         pass
-    name = getattr(dtype, "__name__", None)  # NumPy scalar types: np.float32
+    name = getattr(dtype, "__name__", None)  # NumPy scalar types, such as numpy.float32
     if not isinstance(name, str):
         name = getattr(dtype, "name", None)  # NumPy dtype objects
     if not isinstance(name, str):

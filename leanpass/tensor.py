@@ -247,7 +247,7 @@ class Tensor:
         return self.numpy().tolist()
 
     def __array__(self, dtype=None, copy=None):
-        """NumPy's view of a ``cpu`` tensor: its data (``np.asarray(t)``). Tensors on
+        """NumPy's view of a ``cpu`` tensor: its data (``numpy.asarray(t)``). Tensors on
         other devices raise ``TypeError``: copy them with ``.numpy()`` or ``.cpu()``."""
         if self._backend.library != "numpy":
             raise TypeError(

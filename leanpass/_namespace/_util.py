@@ -67,3 +67,15 @@ def operand(like: Tensor, other):
         return as_tensor(other)
     except TypeError:
         return NotImplemented
+
+
+def axis_method(function):
+    """A Tensor method for ``function(x, axis=..., keepdims=...)`` whose ``axis`` may
+    also be given positionally: ``t.max(0)``."""
+
+    def method(self, axis=None, keepdims=False):
+        return function(self, axis=axis, keepdims=keepdims)
+
+    method.__name__ = method.__qualname__ = function.__name__
+    method.__doc__ = function.__doc__
+    return method

@@ -13,6 +13,7 @@ from .._node import run1
 from ..ops import elementwise as table
 from ..tensor import Tensor
 from . import elementwise, indexing, linalg, manipulation, searching, sets, sorting, statistical, utility
+from ._util import axis_method
 
 for _entry in (*table.UNARY.values(), *table.BINARY.values()):
     for _method in _entry.method:
@@ -32,23 +33,14 @@ _attach((indexing, linalg, manipulation, searching, sets, sorting, statistical, 
 # ---- reductions: axis may be given positionally --------------------------------------------
 
 
-def _reduction(function):
-    def method(self, axis=None, keepdims=False):
-        return function(self, axis=axis, keepdims=keepdims)
-
-    method.__name__ = method.__qualname__ = function.__name__
-    method.__doc__ = function.__doc__
-    return method
-
-
 def _sum(self, axis=None, keepdims=False, *, dtype=None):
     return statistical.sum(self, axis=axis, keepdims=keepdims, dtype=dtype)
 
 
 Tensor.sum = _sum
-Tensor.mean = _reduction(statistical.mean)
-Tensor.max = _reduction(statistical.max)
-Tensor.min = _reduction(statistical.min)
+Tensor.mean = axis_method(statistical.mean)
+Tensor.max = axis_method(statistical.max)
+Tensor.min = axis_method(statistical.min)
 
 
 # ---- activations and friends (not in the standard) --------------------------------------------

@@ -11,7 +11,7 @@ from .._checks import broadcast_shapes, normalize_axes, normalize_axis
 from .._dtypes import promote
 from .._node import _guarded, leaf, run, run1
 from ..tensor import Tensor
-from ._util import SCALARS, asarray_like, tensors
+from ._util import SCALARS, asarray_like, axis_method, tensors
 
 __all__ = ["argmax", "argmin", "count_nonzero", "nonzero", "searchsorted", "where"]
 
@@ -140,19 +140,10 @@ def where(condition, x1, x2, /):
 # ---- Tensor methods ----------------------------------------------------------------------------
 
 
-def _arg_method(function):
-    def method(self, axis=None, keepdims=False):
-        return function(self, axis=axis, keepdims=keepdims)
-
-    method.__name__ = method.__qualname__ = function.__name__
-    method.__doc__ = f"``{function.__name__}(t, axis=axis, keepdims=keepdims)``; ``axis`` may be given positionally."
-    return method
-
-
 # Tensor methods for these functions: {method name: function}.
 METHODS: dict = {
-    "argmax": _arg_method(argmax),
-    "argmin": _arg_method(argmin),
-    "count_nonzero": _arg_method(count_nonzero),
+    "argmax": axis_method(argmax),
+    "argmin": axis_method(argmin),
+    "count_nonzero": axis_method(count_nonzero),
     "nonzero": nonzero,
 }

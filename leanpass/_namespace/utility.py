@@ -7,7 +7,7 @@ from .. import ops
 from .._checks import integer, normalize_axes, normalize_axis
 from .._dtypes import promote
 from .._node import run, run1
-from ._util import SCALARS, asarray_like, tensors
+from ._util import SCALARS, asarray_like, axis_method, tensors
 from .creation import full
 from .searching import scalar_like
 
@@ -62,15 +62,6 @@ def diff(x, /, *, axis=-1, n=1, prepend=None, append=None):
     return run(ops.diff, [x, *edges], axis, n)
 
 
-def _reduction_method(function):
-    def method(self, axis=None, keepdims=False):
-        return function(self, axis=axis, keepdims=keepdims)
-
-    method.__name__ = method.__qualname__ = function.__name__
-    method.__doc__ = f"``{function.__name__}(t, axis=axis, keepdims=keepdims)``; ``axis`` may be given positionally."
-    return method
-
-
 def _diff_method(self, n=1, axis=-1, prepend=None, append=None):
     return diff(self, axis=axis, n=n, prepend=prepend, append=append)
 
@@ -80,4 +71,4 @@ _diff_method.__doc__ = ("``diff(t, n=n, axis=axis, prepend=prepend, append=appen
                         "positional as in ``numpy.diff`` and ``torch.diff``.")
 
 # Tensor methods for these functions: {method name: function}.
-METHODS: dict = {"all": _reduction_method(all), "any": _reduction_method(any), "diff": _diff_method}
+METHODS: dict = {"all": axis_method(all), "any": axis_method(any), "diff": _diff_method}
