@@ -57,7 +57,7 @@ class LeanPassStep(_FrameworkStep):
         })
         self.optimizer = optim.SGD(self.model.parameters(), lr=lr)
         self.x = leanpass.Tensor(x, device=device, dtype=dtype)
-        self.labels = leanpass.Tensor(labels, device=device, dtype=dtype)
+        self.labels = leanpass.asarray(labels, device=device)  # int64 class indices, as PyTorch's
         self._loss = nn.cross_entropy_loss
 
     def sync(self):

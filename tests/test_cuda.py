@@ -117,9 +117,18 @@ def test_out_of_range_index_raises_on_cuda():
         t[[0, 6]]
 
 
-def test_invalid_class_index_poisons_the_loss_instead_of_syncing():
+def test_invalid_class_index_on_the_gpu_poisons_the_loss_instead_of_syncing():
     logits = Tensor(np.zeros((2, 3)), requires_grad=True, device="cuda")
-    assert np.isnan(nn.cross_entropy_loss(logits, [0, 3]).item())
+    for bad in ([0, 3], [0.5, 1.0]):
+        assert np.isnan(nn.cross_entropy_loss(logits, leanpass.asarray(bad, device="cuda")).item())
+    good = nn.cross_entropy_loss(logits, leanpass.asarray([0, 2], device="cuda"))
+    assert good.item() == pytest.approx(np.log(3.0))
+
+
+def test_invalid_class_index_given_as_host_data_raises_on_the_gpu_too():
+    logits = Tensor(np.zeros((2, 3)), requires_grad=True, device="cuda")
+    with pytest.raises(ValueError, match=r"\[0, 3\)"):
+        nn.cross_entropy_loss(logits, [0, 3])  # checked on the host before it moves
 
 
 def test_each_gpu_runs_its_own_work():

@@ -241,10 +241,43 @@ def test_cross_entropy_targets(device):
     # the class axis elsewhere
     t_logits = Tensor(logits_np.T.copy(), requires_grad=True, device=device)
     assert nn.cross_entropy_loss(t_logits, labels, axis=0).item() == pytest.approx(expected)
-    with pytest.raises(ValueError, match=r"\[0, 4\)"):
-        nn.cross_entropy_loss(logits, [0, 4, 1, 1, 2])
     with pytest.raises(ValueError, match=r"\(3,\)"):
         nn.cross_entropy_loss(logits, [0, 1, 2])
+
+
+@pytest.mark.parametrize("labels", [[0, 3, 1, 1, 2], [0.0, 3.0, 1.0, 1.0, 2.0]], ids=["int", "whole float"])
+def test_cross_entropy_class_indices_of_any_real_dtype(device, labels):
+    rng = np.random.default_rng(1)
+    logits_np = rng.normal(size=(5, 4))
+    logits = Tensor(logits_np, requires_grad=True, device=device)
+    log_softmax = logits_np - np.log(np.exp(logits_np).sum(axis=1, keepdims=True))
+    expected = -log_softmax[np.arange(5), [0, 3, 1, 1, 2]].mean()
+    for target in (labels, np.asarray(labels), leanpass.asarray(labels, device=device)):
+        loss = nn.cross_entropy_loss(logits, target)
+        assert loss.item() == pytest.approx(expected, rel=1e-12)
+    onehot = np.eye(4)[[0, 3, 1, 1, 2]]
+    softmax = np.exp(log_softmax)
+    logits.grad = None
+    nn.cross_entropy_loss(logits, leanpass.asarray(labels, device=device)).backward()
+    np.testing.assert_allclose(host(device, logits.grad), (softmax - onehot) / 5, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("bad", [[0, 4, 1, 1, 2], [0, -1, 1, 1, 2], [0.5, 1, 1, 1, 2], [np.nan, 1, 1, 1, 2]],
+                         ids=["too big", "negative", "not whole", "nan"])
+def test_invalid_class_indices_raise_where_a_check_is_free(device, bad):
+    """Host data (a list, a NumPy array) is checked before it moves, on every device;
+    a tensor already on a CPU device is checked there. (On a GPU a tensor's invalid
+    index makes the loss NaN instead, in tests/test_cuda.py: checking would wait.)"""
+    logits = Tensor(np.zeros((5, 4)), requires_grad=True, device=device)
+    targets = [bad, np.asarray(bad)]
+    if not device.startswith("cuda"):
+        targets.append(leanpass.asarray(bad, device=device))
+    for target in targets:
+        with pytest.raises(ValueError, match=r"cross_entropy_loss: class indices must be whole numbers in \[0, 4\)"):
+            nn.cross_entropy_loss(logits, target)
+    assert logits.grad is None or not logits.has_grad
+    with pytest.raises(TypeError, match="bool"):
+        nn.cross_entropy_loss(logits, np.ones(5, dtype=bool))
 
 
 def test_binary_cross_entropy(device):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import math
+import array_api_compat.numpy as np_xp
+import numpy as np
 
 from .. import ops
+from .._dtypes import dtype_name
 from ..backends import get_backend
 from ..tensor import Tensor, apply, as_tensor
 
@@ -43,13 +45,15 @@ def cross_entropy_loss(logits: Tensor, target, axis: int = -1) -> Tensor:
     """Cross-entropy of softmax(logits) against ``target``, averaged over the batch.
 
     ``target`` is either one-hot rows / class probabilities of the logits' shape,
-    or integer class indices of the logits' shape without the class ``axis``.
-    Computed through ``log_softmax`` in one graph node, so it is finite for any
-    finite logits and its gradient is ``(softmax - target) / batch``.
+    or class indices of the logits' shape without the class ``axis``: integers, or
+    floats holding whole numbers. Computed through ``log_softmax`` in one graph
+    node, so it is finite for any finite logits and its gradient is
+    ``(softmax - target) / batch``.
 
-    A class index outside ``[0, classes)`` raises ``ValueError`` on CPU devices; on
-    a GPU it makes the loss NaN instead, since checking would make the GPU wait
-    for the host at every step.
+    A class index outside ``[0, classes)`` raises ``ValueError`` when the target is
+    host data (a list, a NumPy array) or a tensor on a CPU device. For a target
+    already on a GPU it makes the loss NaN instead, since checking would make the
+    GPU wait for the host at every step.
     """
     ndim = logits.ndim
     if ndim == 0:
@@ -57,45 +61,72 @@ def cross_entropy_loss(logits: Tensor, target, axis: int = -1) -> Tensor:
     if not -ndim <= axis < ndim:
         raise IndexError(f"cross_entropy_loss: axis {axis} is out of range for logits of shape {logits.shape}")
     axis %= ndim
-    target = _target(logits, target, "cross_entropy_loss")
-    one_hot = target.shape != logits.shape
-    if one_hot:
-        classes = logits.shape[axis]
-        expected = logits.shape[:axis] + logits.shape[axis + 1:]
-        if target.shape != expected:
+    shape = tuple(target.shape) if hasattr(target, "shape") else np.shape(target)
+    if shape == logits.shape:  # probabilities, or one-hot rows
+        target = _target(logits, target, "cross_entropy_loss")
+        return apply(ops.cross_entropy, logits, target, axis=axis)
+    expected = logits.shape[:axis] + logits.shape[axis + 1:]
+    if shape != expected:
+        raise ValueError(
+            f"cross_entropy_loss: target of shape {shape} is neither the logits' shape "
+            f"{logits.shape} (probabilities) nor {expected} (class indices)"
+        )
+    index, bad = _class_indices(logits, target, logits.shape[axis])
+    return apply(ops.cross_entropy_index, logits, index, axis=axis, bad=bad)
+
+
+def _class_indices(logits: Tensor, target, classes: int):
+    """``target``'s class indices as an integer Tensor on the logits' device (the
+    target itself when it is one), and None once checked, or, where a check would
+    make the device wait, a 0-d bool array on the device that says whether any
+    index was invalid (invalid ones are then clipped into range)."""
+    if isinstance(target, Tensor):
+        if target.device != logits.device:
             raise ValueError(
-                f"cross_entropy_loss: target of shape {target.shape} is neither the logits' shape "
-                f"{logits.shape} (probabilities) nor {expected} (class indices)"
+                f"cross_entropy_loss: logits are on {logits.device} but the class indices are on "
+                f"{target.device}; move one with .to({logits.device!r})"
             )
-        target = as_tensor(_one_hot(target, classes, axis), device=logits.device)
-    return apply(ops.cross_entropy, logits, target, axis=axis, one_hot=one_hot)
-
-
-def _one_hot(indices: Tensor, classes: int, axis: int):
-    """One-hot rows (as an array) of integer class ``indices``, the class axis at ``axis``."""
-    backend = get_backend(indices.device)
-    with backend.context():
-        return _one_hot_here(backend, indices.data, classes, axis)
-
-
-def _one_hot_here(backend, data, classes, axis):
+        backend, data, kind = get_backend(target.device), target.data, target.dtype.kind
+    else:  # host data: checked here, for free, before it moves
+        backend, data = None, np.asarray(target)
+        kind = data.dtype.kind
+    if kind not in "iuf":
+        raise TypeError(
+            f"cross_entropy_loss: class indices must be integers or whole floats, got dtype {data.dtype}"
+        )
+    if backend is None:
+        return _index_tensor(logits, _checked(np_xp, data, kind, classes)), None
     xp = backend.xp
-    shape = [1] * (data.ndim + 1)
-    shape[axis] = classes
-    labels = xp.reshape(backend.arange(classes, data.dtype), tuple(shape))
-    column = list(data.shape)
-    column.insert(axis, 1)
-    match = xp.reshape(data, tuple(column)) == labels
-    if backend.syncs_cheaply:  # every valid index matches exactly one class
-        if int(xp.count_nonzero(match)) != math.prod(data.shape):
-            raise ValueError(
-                f"cross_entropy_loss: class indices must be whole numbers in [0, {classes}), "
-                f"got values from {float(xp.min(data))} to {float(xp.max(data))}"
-            )
-        return xp.astype(match, data.dtype)
-    # no check without a sync: a row that matches no class divides 0 by 0 and poisons the loss
-    onehot = xp.astype(match, data.dtype)
-    return onehot / xp.sum(onehot, axis=axis, keepdims=True)
+    with backend.context():
+        if backend.syncs_cheaply:
+            index = _checked(xp, data, kind, classes)
+            return (target if index is data else _index_tensor(logits, index)), None
+        # a GPU: no check (it would wait for the device), but NaN for an invalid index
+        bad = xp.any((data < 0) | (data >= classes))
+        if kind == "f":
+            index = xp.astype(data, xp.int64)
+            bad = bad | xp.any(xp.astype(index, data.dtype) != data)
+        return _index_tensor(logits, xp.clip(index if kind == "f" else data, 0, classes - 1)), bad
+
+
+def _index_tensor(logits: Tensor, index) -> Tensor:
+    return as_tensor(index, device=logits.device, dtype=dtype_name(index.dtype))
+
+
+def _checked(xp, data, kind: str, classes: int):
+    """``data`` as integer class indices (itself if it is integer), raising
+    ValueError unless every value is a whole number in ``[0, classes)``."""
+    index = data
+    valid = bool(xp.all((data >= 0) & (data < classes)))  # False for NaN
+    if valid and kind == "f":
+        index = xp.astype(data, xp.int64)
+        valid = bool(xp.all(xp.astype(index, data.dtype) == data))
+    if not valid:
+        raise ValueError(
+            f"cross_entropy_loss: class indices must be whole numbers in [0, {classes}), "
+            f"got values from {float(xp.min(data))} to {float(xp.max(data))}"
+        )
+    return index
 
 
 def binary_cross_entropy_loss(logits: Tensor, target) -> Tensor:

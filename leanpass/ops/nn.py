@@ -108,10 +108,9 @@ def log_softmax(be, a, axis):
 
 
 @op("cross_entropy", saves=(1,), saves_out=False, needs=True)
-def cross_entropy(be, logits, probs, axis, one_hot=False, needs=(True, False)):
+def cross_entropy(be, logits, probs, axis, needs=(True, False)):
     """Mean over the other axes of ``-sum(probs * log_softmax(logits), axis)``, in one
-    node: its backward is ``(softmax * sum(probs) - probs) / count`` (the sum is 1
-    for ``one_hot`` targets and is then not computed)."""
+    node: its backward is ``(softmax * sum(probs) - probs) / count``."""
     xp = be.xp
     z = logits - xp.max(logits, axis=axis, keepdims=True)
     e = xp.exp(z)
@@ -123,11 +122,48 @@ def cross_entropy(be, logits, probs, axis, one_hot=False, needs=(True, False)):
 
     def backward(g):
         scale = g / count
-        softmax = e / total
-        if not one_hot:
-            softmax = softmax * xp.sum(probs, axis=axis, keepdims=True)
+        softmax = e / total * xp.sum(probs, axis=axis, keepdims=True)
         grad_logits = (softmax - probs) * scale
         return grad_logits, (-(log_probs * scale) if need_probs else None)
+
+    return out, backward
+
+
+@op("cross_entropy", saves=(1,), saves_out=False)
+def cross_entropy_index(be, logits, index, axis, bad=None):
+    """Mean of ``-log_softmax(logits)`` at the class ``index`` along ``axis`` (an
+    integer array of the logits' shape without ``axis``), in one node. The forward
+    picks one value per row with a flat ``take``; the backward is
+    ``(softmax - one_hot) / count``, the one-hot rows made there, by comparison.
+
+    The indices must lie in ``[0, classes)``. Where checking them would make the
+    device wait, ``bad`` is a 0-d bool array that says whether any was invalid
+    (and has been clipped), and then makes the loss NaN.
+    """
+    xp = be.xp
+    classes = logits.shape[axis]
+    last = axis == logits.ndim - 1
+    z = logits - xp.max(logits, axis=axis, keepdims=True)
+    e = xp.exp(z)
+    total = xp.sum(e, axis=axis, keepdims=True)
+    count = math.prod(index.shape)
+    rows = z if last else xp.moveaxis(z, axis, -1)  # the class axis last, each row contiguous
+    flat = xp.reshape(index, (-1,)) + be.arange(count, index.dtype) * classes
+    picked = xp.take(xp.reshape(rows, (-1,)), flat)
+    out = (xp.sum(xp.log(total)) - xp.sum(picked)) / (count or math.nan)  # NaN for no rows, as PyTorch
+    if bad is not None:
+        out = xp.where(bad, xp.asarray(math.nan, dtype=out.dtype, device=be.xp_device), out)
+
+    def backward(g):
+        scale = g / (count or math.nan)
+        grad = e * (scale / total)
+        column = list(index.shape)
+        column.insert(axis, 1)
+        shape = [1] * logits.ndim
+        shape[axis] = classes
+        hot = xp.reshape(index, tuple(column)) == xp.reshape(be.arange(classes, index.dtype), tuple(shape))
+        grad -= xp.astype(hot, grad.dtype) * scale
+        return grad, None
 
     return out, backward
 
