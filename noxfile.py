@@ -3,6 +3,7 @@
     nox -s lint
     nox -s tests                                # every backend on every Python found
     nox -s "tests-3.13(backend='strict')"       # one cell
+    nox -s torch                                # tests/test_optim.py against torch.optim (CPU wheel)
     nox -s gpu                                  # the CUDA tests (skips itself without a GPU)
     AAT_SUITE=~/array-api-tests nox -s conformance   # the array API conformance suite
 """
@@ -66,6 +67,18 @@ def tests(session: nox.Session, backend: str) -> None:
         env={"LEANPASS_TEST_DEVICES": BACKENDS[backend]},
         success_codes=[0],
     )
+
+
+@nox.session(python="3.11")
+def torch(session: nox.Session) -> None:
+    """tests/test_optim.py with PyTorch installed, so the optimizers are compared with
+    torch.optim step for step (those tests skip where PyTorch is missing, as in `tests`).
+
+    PyTorch 2.13.0's CPU wheel for Python 3.11 lies on this project's machines (see `bench`)."""
+    session.install("-e", ".[test]", "torch==2.13.0")
+    session.run("python", "-c", "import torch; print('PyTorch', torch.__version__)")  # fail here, not skip
+    session.run("pytest", "-q", "tests/test_optim.py", *session.posargs,
+                env={"LEANPASS_TEST_DEVICES": "cpu,strict"})
 
 
 @nox.session(python=False)

@@ -6,18 +6,41 @@ values raises instead of backpropagating a wrong gradient), on its own device, i
 stay Python floats, so float32 stays float32); no value goes to the host.
 State (momentum buffers, moments) is created lazily, on the parameter's device
 at the first step, so ``Adam(model.parameters())`` then ``model.to("cuda")``
-then ``step()`` works.
+then ``step()`` works; it follows the parameter's device and dtype when they change.
+
+Errors at the boundary: hyper-parameters are checked by the constructor and by
+``load_state_dict`` as ``torch.optim`` checks them; ``step`` checks every parameter
+(gradient against data, writable data, state of the data's shape) before it changes
+any, so an error leaves all parameters and all state as they were.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 
 from .autograd import increment_version
-from .backends import dtype_name, get_backend
+from .backends import FLOAT_DTYPES, backend_of_array, dtype_name, get_backend
 from .tensor import Tensor, as_tensor
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW"]
+
+
+def _read_only(array) -> bool:
+    """Whether in-place writes into ``array`` fail: a NumPy array whose ``writeable``
+    flag is off (a broadcast view, a shared read-only buffer), or such an array inside
+    an ``array_api_strict`` one. CuPy arrays are always writable."""
+    flags = getattr(array, "flags", None)
+    if flags is None:
+        flags = getattr(getattr(array, "_array", None), "flags", None)
+    return flags is not None and not getattr(flags, "writeable", True)
+
+
+def _params_error(name: str, params) -> TypeError:
+    return TypeError(
+        f"{name}: params argument given to the optimizer should be an iterable of Tensors or dicts, "
+        f"but got {type(params).__name__}"
+    )
 
 
 class Optimizer:
@@ -27,32 +50,77 @@ class Optimizer:
     whose options override the defaults for that group.
     """
 
+    # Options that must be finite real numbers >= 0 (not NaN, not bool), when a group has them.
+    _non_negative: tuple = ("lr", "weight_decay")
+    # The per-parameter state: field -> int (a count >= 0) or "array" (of the parameter's shape).
+    _state_fields: dict = {}
+    _state_complete = False  # whether a non-empty state needs every field
+
     def __init__(self, params, defaults: dict):
-        params = list(params)
+        name = type(self).__name__
+        if isinstance(params, (Tensor, dict, set)):
+            raise _params_error(name, params)
+        try:
+            params = list(params)
+        except TypeError:
+            raise _params_error(name, params) from None
         if not params:
-            raise ValueError(f"{type(self).__name__}: got an empty parameter list")
+            raise ValueError(f"{name}: got an empty parameter list")
         groups = params if isinstance(params[0], dict) else [{"params": params}]
-        self.defaults = dict(defaults)
+        self.defaults = self._check(dict(defaults))
         self.param_groups: list[dict] = []
         seen: set[int] = set()
-        for group in groups:
-            group = {**self.defaults, **group, "params": list(group["params"])}
+        for k, group in enumerate(groups):
+            if not isinstance(group, dict):
+                raise TypeError(f"{name}: parameter group {k} is a {type(group).__name__}, not a dict; give "
+                                "either Tensors or dicts {'params': [...], **options}")
+            if "params" not in group:
+                raise ValueError(f"{name}: parameter group {k} has no 'params' entry (keys: {sorted(group)})")
+            members = group["params"]
+            if isinstance(members, Tensor):
+                members = [members]  # PyTorch too
+            elif isinstance(members, (dict, set)) or not hasattr(members, "__iter__"):
+                raise TypeError(f"{name}: the 'params' of parameter group {k} must be a Tensor or a list of "
+                                f"Tensors, got {type(members).__name__}")
+            group = self._check({**self.defaults, **group, "params": list(members)})
             for p in group["params"]:
+                where = f"parameter {len(seen)}"
                 if not isinstance(p, Tensor):
-                    raise TypeError(f"{type(self).__name__}: parameters must be Tensors, got {type(p).__name__}")
+                    raise TypeError(f"{name}: parameters must be Tensors, got {type(p).__name__} ({where})")
+                if not p.is_leaf:
+                    raise ValueError(f"{name}: can't optimize a non-leaf Tensor ({where}, shape {p.shape}); "
+                                     "optimize the leaves it was computed from")
                 if id(p) in seen:
-                    raise ValueError(f"{type(self).__name__}: a parameter appears in more than one place")
+                    raise ValueError(f"{name}: a parameter appears in more than one place ({where})")
                 seen.add(id(p))
-            self._check(group)
             self.param_groups.append(group)
         self.state: dict[int, dict] = {}  # keyed by id(parameter)
-        self._devices: dict = {}  # id(parameter) -> the backend its state lives on
+        # id(parameter) -> (backend, shape, dtype) its state was last made or checked for
+        self._layouts: dict = {}
 
-    def _check(self, group: dict) -> None:
-        if group["lr"] < 0:
-            raise ValueError(f"{type(self).__name__}: lr must be >= 0, got {group['lr']}")
-        if group.get("weight_decay", 0.0) < 0:
-            raise ValueError(f"{type(self).__name__}: weight_decay must be >= 0, got {group['weight_decay']}")
+    # ---- options --------------------------------------------------------------------
+    def _real(self, key: str, value, below_one: bool = False) -> float:
+        """``value`` as a float: a real number (not a bool, not a string) >= 0, and < 1
+        when ``below_one``. NaN and infinity are refused (PyTorch takes infinity, which
+        only turns the parameters into NaN)."""
+        name = type(self).__name__
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{name}: {key} must be a real number, got {value!r} ({type(value).__name__})")
+        value = float(value)
+        if below_one and not 0.0 <= value < 1.0:
+            raise ValueError(f"{name}: {key} must be in [0, 1), got {value}")
+        if not 0.0 <= value < math.inf:
+            raise ValueError(f"{name}: {key} must be >= 0 and finite, got {value}")
+        return value
+
+    def _check(self, group: dict) -> dict:
+        """A copy of ``group`` with its options checked and numbers made Python floats;
+        ``TypeError``/``ValueError`` naming the optimizer, the option and the value."""
+        group = dict(group)
+        for key in self._non_negative:
+            if key in group:
+                group[key] = self._real(key, group[key])
+        return group
 
     def _params(self):
         for group in self.param_groups:
@@ -63,27 +131,84 @@ class Optimizer:
         for p in self._params():
             p.grad = None
 
+    # ---- step -----------------------------------------------------------------------
     def step(self) -> None:
-        """One update of every parameter that has a gradient."""
+        """One update of every parameter that has a gradient.
+
+        Every parameter is checked before any changes: its gradient has the data's
+        shape, device and dtype, its data is writable and floating-point, and its state
+        has the data's shape (state moves to the data's device and dtype when they
+        changed, as after ``model.to``)."""
+        layouts = self._layouts
+        todo = []
         for group in self.param_groups:
             for p in group["params"]:
                 if not p.has_grad:  # no gradient since zero_grad (PyTorch skips these too)
                     continue
-                grad = p.grad
-                key = id(p)
-                state = self.state.setdefault(key, {})
+                data, grad = p.data, p.grad
+                if (grad.shape != data.shape or getattr(grad, "device", None) != getattr(data, "device", None)
+                        or grad.dtype != data.dtype or _read_only(data)):
+                    self._refuse(p, data, grad)
                 backend = get_backend(p.device)
-                if self._devices.get(key) is not backend:  # new, or the model moved (model.to)
-                    for name, value in state.items():
-                        if hasattr(value, "shape"):
-                            state[name] = as_tensor(value, device=backend.device).data
-                    self._devices[key] = backend
-                if backend.guard is None:
-                    self._update(backend, p.data, grad, state, group)
-                else:  # cuda:N on a machine of several GPUs: run where the data is
-                    with backend.guard:
-                        self._update(backend, p.data, grad, state, group)
-                increment_version(p)  # a graph that saved the old values can no longer backpropagate
+                layout = (backend, data.shape, data.dtype)
+                # first step, or the data changed device, dtype or shape since the last
+                moved = None if layouts.get(id(p)) == layout else self._relayout(p, data, backend)
+                todo.append((p, data, grad, group, backend, layout, moved))
+        for p, data, grad, group, backend, layout, moved in todo:
+            key = id(p)
+            state = self.state.get(key)
+            if state is None:
+                state = self.state[key] = {}
+            if moved is not None:
+                state.update(moved)
+                layouts[key] = layout
+            if backend.guard is None:
+                self._update(backend, data, grad, state, group)
+            else:  # cuda:N on a machine of several GPUs: run where the data is
+                with backend.guard:
+                    self._update(backend, data, grad, state, group)
+            increment_version(p)  # a graph that saved the old values can no longer backpropagate
+
+    def _where(self, p) -> str:
+        index = next(i for i, q in enumerate(self._params()) if q is p)
+        return f"{type(self).__name__}.step: parameter {index}"
+
+    def _refuse(self, p, data, grad) -> None:
+        """Raise the error that says what is wrong between ``p``'s data and gradient."""
+        where = self._where(p)
+        shape = tuple(data.shape)
+        if tuple(grad.shape) != shape:
+            raise ValueError(f"{where} has shape {shape}, its gradient {tuple(grad.shape)}: the data changed "
+                             "shape after the gradient was computed; set .grad again (or zero_grad())")
+        grad_device = (backend_of_array(grad) or get_backend("cpu")).device
+        if grad_device != p.device:
+            raise ValueError(f"{where} (shape {shape}) is on {p.device}, its gradient on {grad_device}; "
+                             "set .grad again (or zero_grad())")
+        if grad.dtype != data.dtype:
+            raise TypeError(f"{where} (shape {shape}) has dtype {dtype_name(data.dtype)}, its gradient "
+                            f"{dtype_name(grad.dtype)}; set .grad again (or zero_grad())")
+        if _read_only(data):
+            raise ValueError(f"{where} (shape {shape}) is read-only: its array cannot be updated in place "
+                             "(set p.data to a writable copy)")
+        raise ValueError(f"{where} (shape {shape}) is on device {getattr(data, 'device', None)!r}, its gradient "
+                         f"on {getattr(grad, 'device', None)!r}")
+
+    def _relayout(self, p, data, backend) -> dict:
+        """``p``'s state arrays on ``backend`` in the data's dtype (not stored yet), after
+        checking that the data is floating-point and the state has its shape."""
+        kind = dtype_name(data.dtype)
+        if kind not in FLOAT_DTYPES:
+            raise TypeError(f"{self._where(p)} has dtype {kind}: only floating-point parameters can be optimized")
+        moved = {}
+        for field, value in self.state.get(id(p), {}).items():
+            if hasattr(value, "shape"):
+                if tuple(value.shape) != tuple(data.shape):
+                    raise ValueError(
+                        f"{self._where(p)} has shape {tuple(data.shape)}, its state {field!r} {tuple(value.shape)}: "
+                        "the data changed shape since the last step; make a new optimizer for it"
+                    )
+                moved[field] = as_tensor(value, device=backend.device, dtype=kind).data
+        return moved
 
     def _update(self, backend, data, grad, state: dict, group: dict) -> None:
         """Update one parameter's array ``data`` in place, on ``backend``'s device."""
@@ -103,7 +228,8 @@ class Optimizer:
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Restore options and state; arrays move to each parameter's device and dtype.
-        Everything is checked (shapes, option values) before anything changes."""
+        Everything is checked (option values, state fields, their types and shapes)
+        before anything changes."""
         name = f"{type(self).__name__}.load_state_dict"
         try:
             groups, state = list(state_dict["param_groups"]), dict(state_dict["state"])
@@ -116,14 +242,11 @@ class Optimizer:
                 f"{[len(g['params']) for g in self.param_groups]}"
             )
         merged = []
-        for group, saved in zip(self.param_groups, groups):
-            options = {k: (tuple(v) if isinstance(v, list) else v) for k, v in saved.items() if k != "params"}
-            candidate = {**group, **options}
+        for k, (group, saved) in enumerate(zip(self.param_groups, groups)):
             try:
-                self._check(candidate)
-            except (TypeError, ValueError, KeyError) as exc:
-                raise ValueError(f"{name}: invalid options {options}: {exc}") from None
-            merged.append(candidate)
+                merged.append(self._check({**group, **{o: v for o, v in saved.items() if o != "params"}}))
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"{name}: invalid options for parameter group {k}: {exc}") from None
         params = list(self._params())
         restored = {}
         for key, entries in state.items():
@@ -134,38 +257,63 @@ class Optimizer:
             if not 0 <= i < len(params) or not isinstance(entries, dict):
                 raise ValueError(f"{name}: bad state entry for parameter {key!r} (of {len(params)})")
             p = params[i]
-            entry = {}
-            for field, value in entries.items():
-                if hasattr(value, "shape") and hasattr(value, "dtype"):
-                    if tuple(value.shape) != p.shape:
-                        raise ValueError(
-                            f"{name}: {field!r} of parameter {i} has shape {tuple(value.shape)}, "
-                            f"the parameter {p.shape}"
-                        )
-                    value = as_tensor(value, device=p.device, dtype=dtype_name(p.dtype)).data
-                    value = get_backend(p.device).copy(value)
-                entry[field] = value
-            restored[id(p)] = entry
+            restored[id(p)] = {field: self._load_field(name, i, p, field, value) for field, value in entries.items()}
+            missing = [f for f in self._state_fields if f not in entries]
+            if entries and missing and self._state_complete:
+                raise ValueError(f"{name}: the state of parameter {i} lacks {missing[0]!r} "
+                                 f"({type(self).__name__} keeps {', '.join(self._state_fields)}, or nothing)")
         for group, candidate in zip(self.param_groups, merged):
             group.update(candidate)
         self.state = restored
-        self._devices = {key: get_backend(p.device) for p in params if (key := id(p)) in restored}
+        self._layouts = {
+            key: (get_backend(p.device), p.data.shape, p.data.dtype) for p in params if (key := id(p)) in restored
+        }
+
+    def _load_field(self, name: str, i: int, p, field: str, value):
+        """One saved state value, checked and made the optimizer's own (arrays copied to
+        the parameter's device and dtype)."""
+        kind = self._state_fields.get(field)
+        if kind is None:
+            raise ValueError(f"{name}: unknown state {field!r} for parameter {i} "
+                             f"({type(self).__name__} keeps {', '.join(self._state_fields) or 'none'})")
+        if kind is int:
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+                raise (ValueError if isinstance(value, numbers.Integral) and not isinstance(value, bool)
+                       else TypeError)(f"{name}: {field!r} of parameter {i} must be an int >= 0, got {value!r}")
+            return int(value)
+        if not (hasattr(value, "shape") and hasattr(value, "dtype")):
+            raise TypeError(f"{name}: {field!r} of parameter {i} must be an array of shape {p.shape}, "
+                            f"got {type(value).__name__}")
+        if tuple(value.shape) != p.shape:
+            raise ValueError(
+                f"{name}: {field!r} of parameter {i} has shape {tuple(value.shape)}, the parameter {p.shape}"
+            )
+        try:
+            value = as_tensor(value, device=p.device, dtype=dtype_name(p.dtype)).data
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"{name}: {field!r} of parameter {i}: {exc}") from None
+        return get_backend(p.device).copy(value)
 
 
 class SGD(Optimizer):
     """Stochastic gradient descent with optional momentum, Nesterov momentum and
     L2 weight decay (PyTorch's ``torch.optim.SGD`` rule, dampening 0)."""
 
+    _non_negative = ("lr", "momentum", "weight_decay")
+    _state_fields = {"momentum_buffer": "array"}
+
     def __init__(self, params, lr=0.01, momentum=0.0, weight_decay=0.0, nesterov=False):
-        if nesterov and momentum <= 0:
-            raise ValueError("SGD: nesterov momentum needs momentum > 0")
-        super().__init__(params, dict(lr=float(lr), momentum=float(momentum),
-                                      weight_decay=float(weight_decay), nesterov=bool(nesterov)))
+        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov))
 
     def _check(self, group):
-        super()._check(group)
-        if group["momentum"] < 0:
-            raise ValueError(f"SGD: momentum must be >= 0, got {group['momentum']}")
+        group = super()._check(group)
+        nesterov = group["nesterov"]
+        if not isinstance(nesterov, numbers.Integral) or nesterov not in (0, 1):
+            raise TypeError(f"SGD: nesterov must be a bool, got {nesterov!r}")
+        group["nesterov"] = bool(nesterov)
+        if nesterov and group["momentum"] <= 0:
+            raise ValueError("SGD: nesterov momentum needs momentum > 0")
+        return group
 
     def _update(self, backend, data, grad, state, group):
         wd, momentum = group["weight_decay"], group["momentum"]
@@ -196,19 +344,22 @@ class SGD(Optimizer):
 class Adam(Optimizer):
     """Adam (PyTorch's ``torch.optim.Adam`` rule; ``weight_decay`` is L2, added to the gradient)."""
 
+    _non_negative = ("lr", "eps", "weight_decay")
+    _state_fields = {"step": int, "exp_avg": "array", "exp_avg_sq": "array"}
+    _state_complete = True
+
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
-        super().__init__(params, dict(lr=float(lr), betas=(float(betas[0]), float(betas[1])),
-                                      eps=float(eps), weight_decay=float(weight_decay)))
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
 
     def _check(self, group):
-        super()._check(group)
-        if not isinstance(group["betas"], tuple) or len(group["betas"]) != 2:
-            raise ValueError(f"{type(self).__name__}: betas must be a pair, got {group['betas']!r}")
-        b1, b2 = group["betas"]
-        if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
-            raise ValueError(f"{type(self).__name__}: betas must be in [0, 1), got {group['betas']}")
-        if group["eps"] < 0:
-            raise ValueError(f"{type(self).__name__}: eps must be >= 0, got {group['eps']}")
+        group = super()._check(group)
+        betas = group["betas"]
+        if not isinstance(betas, (tuple, list)):
+            raise TypeError(f"{type(self).__name__}: betas must be a pair of numbers in [0, 1), got {betas!r}")
+        if len(betas) != 2:
+            raise ValueError(f"{type(self).__name__}: betas must be a pair of numbers in [0, 1), got {betas!r}")
+        group["betas"] = tuple(self._real(f"betas[{j}]", b, below_one=True) for j, b in enumerate(betas))
+        return group
 
     _decoupled = False
 

@@ -274,3 +274,249 @@ def test_load_state_dict_validates_options_and_entries():
         with pytest.raises(ValueError, match="load_state_dict"):
             opt.load_state_dict(bad)
         assert opt.param_groups[0]["lr"] == 0.1 and opt.param_groups[0]["betas"] == (0.9, 0.999)
+
+
+# ---- regressions: bad input is refused at the boundary, nothing changed ------------------
+
+
+def test_a_bare_tensor_as_params_raises_type_error():
+    """optim.SGD(w) with w a (3, 2) tensor used to iterate its rows and train nothing."""
+    w = Tensor(np.ones((3, 2)), requires_grad=True)
+    with pytest.raises(TypeError, match="SGD: params argument given to the optimizer should be an iterable "
+                                        "of Tensors or dicts, but got Tensor"):
+        optim.SGD(w, lr=0.1)
+    for bad in ({w}, 3):
+        with pytest.raises(TypeError, match="Adam"):
+            optim.Adam(bad)
+
+
+def test_a_non_leaf_parameter_raises_value_error():
+    a = Tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(ValueError, match="can't optimize a non-leaf Tensor.*parameter 1"):
+        optim.SGD([a, a * 2.0], lr=0.1)
+
+
+def test_a_group_without_params_raises_with_a_message():
+    w = Tensor([1.0], requires_grad=True)
+    with pytest.raises(ValueError, match="SGD: parameter group 1 has no 'params'"):
+        optim.SGD([{"params": [w]}, {"lr": 0.1}], lr=0.1)
+    with pytest.raises(TypeError, match="SGD: parameter group 1 .*Tensor"):
+        optim.SGD([{"params": [w]}, Tensor([2.0], requires_grad=True)], lr=0.1)
+    opt = optim.SGD([{"params": w, "lr": 0.5}])  # a group's single Tensor is a list of one (PyTorch)
+    assert opt.param_groups[0]["params"] == [w]
+
+
+NAN = float("nan")
+BAD_OPTIONS = [
+    (optim.SGD, {"lr": NAN}, ValueError, "SGD: lr must be >= 0 and finite, got nan"),
+    (optim.SGD, {"lr": -0.1}, ValueError, "SGD: lr must be >= 0 and finite, got -0.1"),
+    (optim.SGD, {"momentum": NAN}, ValueError, "SGD: momentum must be >= 0 and finite, got nan"),
+    (optim.SGD, {"momentum": -0.5}, ValueError, "SGD: momentum must be >= 0 and finite, got -0.5"),
+    (optim.SGD, {"weight_decay": NAN}, ValueError, "SGD: weight_decay must be >= 0 and finite, got nan"),
+    (optim.SGD, {"lr": "0.1"}, TypeError, "SGD: lr must be a real number, got '0.1'"),
+    (optim.SGD, {"lr": True}, TypeError, "SGD: lr must be a real number, got True"),
+    (optim.SGD, {"momentum": None}, TypeError, "SGD: momentum must be a real number, got None"),
+    (optim.Adam, {"eps": NAN}, ValueError, "Adam: eps must be >= 0 and finite, got nan"),
+    (optim.Adam, {"eps": -1e-8}, ValueError, "Adam: eps must be >= 0 and finite"),
+    (optim.SGD, {"weight_decay": math.inf}, ValueError, "SGD: weight_decay must be >= 0 and finite, got inf"),
+    (optim.Adam, {"lr": math.inf}, ValueError, "Adam: lr must be >= 0 and finite, got inf"),
+    (optim.Adam, {"weight_decay": -1.0}, ValueError, "Adam: weight_decay must be >= 0 and finite, got -1.0"),
+    (optim.Adam, {"betas": (NAN, 0.9)}, ValueError, r"Adam: betas\[0\] must be in \[0, 1\), got nan"),
+    (optim.Adam, {"betas": (0.9, -0.1)}, ValueError, r"Adam: betas\[1\] must be in \[0, 1\), got -0.1"),
+    (optim.Adam, {"betas": ("0.9", 0.99)}, TypeError, r"Adam: betas\[0\] must be a real number"),
+    (optim.Adam, {"betas": 0.9}, TypeError, "Adam: betas must be a pair"),
+    (optim.Adam, {"lr": "0.1"}, TypeError, "Adam: lr must be a real number"),
+    (optim.AdamW, {"lr": NAN}, ValueError, "AdamW: lr must be >= 0 and finite, got nan"),
+    (optim.AdamW, {"weight_decay": NAN}, ValueError, "AdamW: weight_decay must be >= 0 and finite, got nan"),
+    (optim.AdamW, {"eps": False}, TypeError, "AdamW: eps must be a real number, got False"),
+]
+
+
+@pytest.mark.parametrize("cls, options, exc, message", BAD_OPTIONS)
+def test_nan_negative_and_non_number_hyper_parameters_are_refused(cls, options, exc, message):
+    w = Tensor([1.0], requires_grad=True)
+    with pytest.raises(exc, match=message):
+        cls([w], **options)
+    with pytest.raises(exc, match=message):  # in a parameter group too
+        cls([{"params": [w], **options}])
+    opt = cls([w])
+    good = opt.state_dict()
+    before = dict(opt.param_groups[0])
+    with pytest.raises(exc, match=f"{cls.__name__}.load_state_dict: .*{message.partition(': ')[2]}"):
+        opt.load_state_dict({"state": {}, "param_groups": [dict(good["param_groups"][0], **options)]})
+    assert opt.param_groups[0] == before
+
+
+def test_hyper_parameters_are_stored_as_python_floats():
+    w = Tensor([1.0], requires_grad=True)
+    opt = optim.Adam([w], lr=np.float32(0.5), betas=[0, 0.5], eps=1, weight_decay=np.float64(0.25))
+    group = opt.param_groups[0]
+    assert (group["lr"], group["betas"], group["eps"], group["weight_decay"]) == (0.5, (0.0, 0.5), 1.0, 0.25)
+    assert all(type(v) is float for v in (group["lr"], *group["betas"], group["eps"], group["weight_decay"]))
+    with pytest.raises(ValueError, match="SGD: nesterov momentum needs momentum > 0"):
+        optim.SGD([w], lr=0.1).load_state_dict(
+            {"state": {}, "param_groups": [{"lr": 0.1, "momentum": 0.0, "weight_decay": 0.0,
+                                             "nesterov": True, "params": [0]}]})
+
+
+def _read_only_parameter(device):
+    """A leaf whose array cannot be written: a broadcast view."""
+    w = leanpass.broadcast_to(Tensor([1.0, 2.0], device=device), (3, 2)).detach().requires_grad_()
+    if device.startswith("cuda"):
+        pytest.skip("CuPy arrays have no read-only flag")
+    return w
+
+
+@pytest.mark.parametrize("make", [lambda p: optim.SGD(p, lr=0.1, momentum=0.9), lambda p: optim.Adam(p, lr=0.1)])
+def test_step_is_all_or_nothing_when_a_parameter_is_read_only(device, make):
+    a = Tensor([1.0, 2.0], requires_grad=True, device=device)
+    b = _read_only_parameter(device)
+    opt = make([a, b])
+    a.grad, b.grad = [1.0, 1.0], np.ones((3, 2))
+    with pytest.raises(ValueError, match=rf"{type(opt).__name__}.step: parameter 1 \(shape \(3, 2\)\) is read-only"):
+        opt.step()
+    assert a.numpy().tolist() == [1.0, 2.0] and a._version == 0
+    assert opt.state_dict()["state"] == {}
+
+
+def test_step_is_all_or_nothing_with_a_read_only_numpy_array():
+    host = np.array([1.0, 2.0])
+    host.flags.writeable = False
+    a = Tensor([1.0, 2.0], requires_grad=True)
+    b = leanpass.as_tensor(host).requires_grad_()
+    opt = optim.Adam([a, b], lr=0.1)
+    a.grad, b.grad = [1.0, 1.0], [1.0, 1.0]
+    with pytest.raises(ValueError, match="Adam.step: parameter 1 .*read-only"):
+        opt.step()
+    assert a.numpy().tolist() == [1.0, 2.0]
+    assert opt.state == {}
+
+
+def test_step_is_all_or_nothing_when_a_gradient_mismatches_its_data(device):
+    """A parameter whose data changed dtype or device after its gradient was set:
+    the step refuses before touching the parameters before it."""
+    backend = get_backend(device)
+    a = Tensor([1.0, 2.0], requires_grad=True, device=device)
+    b = Tensor([3.0, 4.0], requires_grad=True, device=device)
+    opt = optim.Adam([a, b], lr=0.1)
+    a.grad, b.grad = [1.0, 1.0], [1.0, 1.0]
+    opt.step()
+    state = {k: (backend.copy(v) if hasattr(v, "shape") else v) for k, v in opt.state[id(a)].items()}
+    b.data = Tensor([3.0, 4.0], device=device, dtype="float32").data  # its gradient stays float64
+    with pytest.raises(TypeError, match=r"Adam.step: parameter 1 \(shape \(2,\)\) has dtype float32, its gradient "
+                                        "float64"):
+        opt.step()
+    if device.startswith("strict"):
+        b.data = Tensor([3.0, 4.0], device="strict:1").data  # its gradient stays on strict
+        with pytest.raises(ValueError, match=r"Adam.step: parameter 1 .* on strict:1, its gradient on strict"):
+            opt.step()
+    assert opt.state[id(a)]["step"] == 1
+    assert backend.to_host(opt.state[id(a)]["exp_avg"]).tolist() == backend.to_host(state["exp_avg"]).tolist()
+    assert a._version == 1
+    c = Tensor([1, 2], device=device, dtype="int64")  # needs no gradient, but .grad can be set
+    opt = optim.SGD([a, c], lr=0.1)
+    a.grad, c.grad = [1.0, 1.0], [1, 1]
+    values = a.numpy().tolist()
+    with pytest.raises(TypeError, match=r"SGD.step: parameter 1 has dtype int64: only floating-point"):
+        opt.step()
+    assert a.numpy().tolist() == values and a._version == 1
+
+
+def test_data_of_another_shape_raises_instead_of_broadcasting_the_gradient(device):
+    """After p.data was set to an array of another shape, SGD broadcast the old-shaped
+    gradient into it."""
+    p = Tensor(np.ones((1, 2)), requires_grad=True, device=device)
+    opt = optim.SGD([p], lr=0.1)
+    p.grad = np.ones((1, 2))
+    p.data = Tensor(np.ones((3, 2)), device=device).data
+    with pytest.raises(ValueError, match=r"SGD.step: parameter 0 has shape \(3, 2\), its gradient \(1, 2\)"):
+        opt.step()
+    np.testing.assert_array_equal(p.numpy(), np.ones((3, 2)))
+
+
+def test_data_of_another_shape_than_its_state_raises(device):
+    p = Tensor(np.ones((1, 2)), requires_grad=True, device=device)
+    opt = optim.SGD([p], lr=0.1, momentum=0.9)
+    p.grad = np.ones((1, 2))
+    opt.step()
+    p.data = Tensor(np.ones((3, 2)), device=device).data
+    p.grad = np.ones((3, 2))
+    with pytest.raises(ValueError, match=r"SGD.step: parameter 0 has shape \(3, 2\), its state 'momentum_buffer' "
+                                         r"\(1, 2\)"):
+        opt.step()
+    np.testing.assert_array_equal(p.numpy(), np.ones((3, 2)))
+
+
+def test_state_follows_the_parameters_dtype(device):
+    """A model cast to float32 after its first step keeps training in float32."""
+    w, opt = run_steps(device, CASES["adam"][0], grads=GRADS[:1])
+    w.data = Tensor(w.numpy(), device=device, dtype="float32").data
+    w.grad = GRADS[1]
+    opt.step()
+    f32 = get_backend(device).dtype("float32")
+    assert w.dtype == f32 and opt.state[id(w)]["exp_avg"].dtype == f32
+
+
+def test_gradient_set_after_zero_grad_counts(device):
+    """opt.zero_grad(); p.grad = g; opt.step() must update p (also after .grad was read)."""
+    for value in (np.array([1.0, -1.0]), [1.0, -1.0], Tensor([1.0, -1.0], device=device)):
+        for read_first in (False, True):
+            p = Tensor([1.0, 2.0], requires_grad=True, device=device)
+            opt = optim.SGD([p], lr=0.5)
+            (p * p).sum().backward()
+            opt.zero_grad()
+            if read_first:
+                assert get_backend(device).to_host(p.grad).tolist() == [0.0, 0.0]
+            p.grad = value
+            opt.step()
+            assert p.numpy().tolist() == [0.5, 2.5]
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"step": "3"}, r"'step' of parameter 0 must be an int >= 0, got '3'"),
+    ({"step": -1}, r"'step' of parameter 0 must be an int >= 0, got -1"),
+    ({"step": True}, r"'step' of parameter 0 must be an int >= 0, got True"),
+    ({"step": 2.0}, r"'step' of parameter 0 must be an int >= 0, got 2.0"),
+    ({"exp_avg": [0.0, 0.0]}, r"'exp_avg' of parameter 0 must be an array of shape \(2,\), got list"),
+    ({"exp_avg_sq": np.zeros(3)}, r"'exp_avg_sq' of parameter 0 has shape \(3,\), the parameter \(2,\)"),
+    ({"momentum_buffer": np.zeros(2)}, r"unknown state 'momentum_buffer' for parameter 0"),
+    ({"exp_avg": None}, r"'exp_avg' of parameter 0 must be an array"),
+])
+def test_load_state_dict_validates_state_types(bad, message):
+    """step='3' used to be accepted (and broke the next step); the optimizer is left unchanged."""
+    w = Tensor([1.0, 2.0], requires_grad=True)
+    opt = optim.Adam([w], lr=0.1)
+    w.grad = [1.0, 1.0]
+    opt.step()
+    good = opt.state_dict()
+    saved = {k: (v.copy() if hasattr(v, "copy") else v) for k, v in good["state"][0].items()}
+    with pytest.raises((TypeError, ValueError), match=rf"Adam.load_state_dict: {message}"):
+        opt.load_state_dict({"state": {0: {**saved, **bad}}, "param_groups": good["param_groups"]})
+    entry = opt.state[id(w)]
+    assert entry["step"] == 1 and entry["exp_avg"] is good["state"][0]["exp_avg"]
+    with pytest.raises(ValueError, match=r"Adam.load_state_dict: the state of parameter 0 lacks 'exp_avg_sq'"):
+        opt.load_state_dict({"state": {0: {"step": 1, "exp_avg": np.zeros(2)}}, "param_groups": good["param_groups"]})
+    opt.load_state_dict({"state": {0: {**saved, "step": np.int64(4)}}, "param_groups": good["param_groups"]})
+    assert type(opt.state[id(w)]["step"]) is int and opt.state[id(w)]["step"] == 4
+
+
+@pytest.mark.parametrize("name", ["sgd_momentum", "adam_wd", "adamw"])
+def test_load_state_dict_casts_state_to_the_parameters_dtype_and_device(device, name):
+    """float64 state saved on cpu, loaded into a float32 model on `device` (and on a
+    second strict device): the state takes the parameter's dtype and device at once,
+    and training goes on in float32 (a float64 buffer broke the next step on strict)."""
+    make, _ = CASES[name]
+    saved_w, saved_opt = run_steps("cpu", make, grads=GRADS[:2])
+    for where in [device] + (["strict:1"] if device == "strict" else []):
+        w = Tensor(saved_w.numpy(), requires_grad=True, device=where, dtype="float32")
+        opt = make([w])
+        opt.load_state_dict(saved_opt.state_dict())
+        backend = get_backend(where)
+        for value in opt.state_dict()["state"][0].values():
+            if hasattr(value, "shape"):
+                assert value.dtype == backend.dtype("float32") and type(value) is backend.array_type
+                assert backend.xp_device is None or value.device == backend.xp_device
+        w.grad = GRADS[2]
+        opt.step()
+        assert w.dtype == backend.dtype("float32")
+        np.testing.assert_allclose(w.numpy(), CASES[name][1](), rtol=1e-5)
