@@ -8,10 +8,16 @@ host, so a state saved on one device loads on any other.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
+import numbers
 import os
+import re
+import socket
 import tempfile
 import zipfile
+import zlib
 
 import numpy as np
 
@@ -23,129 +29,266 @@ __all__ = ["save", "load", "FORMAT", "VERSION"]
 FORMAT = "leanpass"
 VERSION = 1
 _META = "__leanpass__"
+_ARRAY_KINDS = "biufc"  # bool, integers, floats, complex: what .npy holds without pickle
+# The default cap of ``load``: above any state dict LeanPass is made for (a billion float32
+# values), below what takes a common machine's memory when a small file claims more.
+_DEFAULT_MAX_BYTES = 4 * 2**30
+_MAX_DESCRIPTION = 64 * 2**20  # the JSON description: a few KiB in practice; parsing multiplies its size
+# Temporary files are named after the host and the process writing them, so that a
+# later save can tell one left behind by a killed process from one still being written.
+_HOST = format(zlib.crc32(socket.gethostname().encode()), "08x")
+_TEMP = re.compile(r"\.leanpass-([0-9a-f]{8})-(\d{1,10})-[A-Za-z0-9_]+\.npz")
 
 
 def _is_array(value) -> bool:
-    return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, (int, float, bool))
+    return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, (int, float, bool, str))
+
+
+def _where(keys: str) -> str:
+    return keys or "the top level"
 
 
 def save(obj, path) -> None:
     """Write a state dict (a module's or an optimizer's: nested dicts and lists of
     arrays, Tensors, numbers, strings) to ``path`` as ``.npz``.
 
-    The file is written whole to a temporary file and then moved into place, so
-    an existing file is never left half-written.
+    Arrays must be bool, integer, float or complex (anything else would need
+    pickle; ``TypeError``). The file is written whole to a temporary file next to
+    the target and then moved into place, so an existing file is never left
+    half-written; a symlink is written through (the link stays, its target is
+    replaced); a read-only target raises ``PermissionError``. On any error nothing
+    is written. Temporary files left by killed saves on this host are removed by
+    the next save to the same folder.
     """
     arrays: dict[str, np.ndarray] = {}
+    open_containers: set[int] = set()  # those being encoded: one met again holds itself
 
-    def encode(value):
+    def encode(value, keys: str):
         if isinstance(value, Tensor):
             value = value.data
         if _is_array(value):
             backend = backend_of_array(value)
             host = np.asarray(value) if backend is None else backend.to_host(value)
+            if host.dtype.kind not in _ARRAY_KINDS:
+                raise TypeError(
+                    f"save: the array at {_where(keys)} has dtype {host.dtype}; LeanPass files hold bool, "
+                    "integer, float and complex arrays only (no pickle)"
+                )
             key = f"a{len(arrays)}"
             arrays[key] = host
             return {"array": key}
+        if isinstance(value, (dict, list, tuple)):
+            if id(value) in open_containers:
+                raise ValueError(f"save: the {type(value).__name__} at {_where(keys)} refers to itself")
+            open_containers.add(id(value))
+            try:
+                return encode_container(value, keys)
+            finally:
+                open_containers.discard(id(value))
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return {"value": value}
+        raise TypeError(
+            f"save: cannot store a {type(value).__name__} (at {_where(keys)}); save state dicts "
+            "(model.state_dict(), optimizer.state_dict()) made of arrays, numbers and strings"
+        )
+
+    def encode_container(value, keys: str):
         if isinstance(value, dict):
             items = []
             for k, v in value.items():
                 if not isinstance(k, (str, int)) or isinstance(k, bool):
-                    raise TypeError(f"save: dict keys must be strings or integers, got {type(k).__name__}")
-                items.append([k, encode(v)])
+                    raise TypeError(
+                        f"save: dict keys must be strings or integers, got {type(k).__name__} at {_where(keys)}"
+                    )
+                items.append([k, encode(v, f"{keys}[{k!r}]")])
             return {"dict": items}
-        if isinstance(value, (list, tuple)):
-            return {"list" if isinstance(value, list) else "tuple": [encode(v) for v in value]}
-        if value is None or isinstance(value, (bool, int, float, str)):
-            return {"value": value}
-        raise TypeError(
-            f"save: cannot store a {type(value).__name__}; save state dicts (model.state_dict(), "
-            "optimizer.state_dict()) made of arrays, numbers and strings"
-        )
+        kind = "list" if isinstance(value, list) else "tuple"
+        return {kind: [encode(v, f"{keys}[{i}]") for i, v in enumerate(value)]}
 
-    meta = {"format": FORMAT, "version": VERSION, "tree": encode(obj)}
-    blob = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".leanpass-", suffix=".npz", dir=folder)
     try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **{_META: blob}, **arrays)
-        os.chmod(tmp, _mode_for(path))  # mkstemp makes 0600; keep what a plain write would give
-        os.replace(tmp, path)
+        meta = {"format": FORMAT, "version": VERSION, "tree": encode(obj, "")}
+        blob = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    except RecursionError:
+        raise ValueError("save: the object is nested too deeply to save") from None
+    path = os.fspath(path)
+    target = os.path.realpath(path)  # through symlinks: the link stays, its target is replaced
+    if os.path.exists(target) and (not os.access(target, os.W_OK) or not os.stat(target).st_mode & 0o222):
+        link = f" (a link to {target!r})" if os.path.islink(path) else ""
+        raise PermissionError(f"save: {path!r}{link} is read-only; nothing was written")
+    folder = os.path.dirname(target)
+    _remove_stale_temporaries(folder)
+    fd, tmp = tempfile.mkstemp(prefix=f".leanpass-{_HOST}-{os.getpid()}-", suffix=".npz", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+            for name, array in [(_META, blob), *arrays.items()]:
+                with archive.open(f"{name}.npy", "w", force_zip64=True) as entry:
+                    np.lib.format.write_array(entry, array, allow_pickle=False)
+        os.chmod(tmp, _mode_for(target))  # mkstemp makes 0600; keep what a plain write would give
+        os.replace(tmp, target)
     except BaseException:
         os.unlink(tmp)
         raise
 
 
-def load(path, device=None):
+def _remove_stale_temporaries(folder: str) -> None:
+    """Remove the temporary files of saves on this host whose process is gone (killed
+    mid-save). Only POSIX can ask whether a process lives without touching it."""
+    if os.name != "posix":
+        return
+    with contextlib.suppress(OSError), os.scandir(folder) as entries:
+        for entry in entries:
+            match = _TEMP.fullmatch(entry.name)
+            if match and match[1] == _HOST and not _process_alive(int(match[2])):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):  # another user's process (PermissionError), or no valid pid: keep
+        pass
+    return True
+
+
+def load(path, device=None, *, max_bytes=_DEFAULT_MAX_BYTES):
     """Read a state dict written by :func:`save`, its arrays on ``device`` (default:
     the default device).
 
+    ``max_bytes`` (default 4 GiB; ``None``: no limit) caps the total size of the
+    arrays read (and of the description): an entry whose ``.npy`` header claims
+    more than is left is refused before anything is allocated, so a small,
+    highly compressed file cannot take all memory.
+
     Raises ``FileNotFoundError`` for a missing file and ``ValueError`` for a file
-    that is truncated, corrupt, or not a LeanPass file. Reading never changes the file.
+    that is truncated, corrupt, over ``max_bytes``, or not a LeanPass file.
+    Reading never changes the file.
     """
     path = os.fspath(path)
+    if max_bytes is not None:
+        if not isinstance(max_bytes, numbers.Integral) or isinstance(max_bytes, bool):
+            raise TypeError(f"load: max_bytes must be an integer or None, got {type(max_bytes).__name__}")
+        if max_bytes < 0:
+            raise ValueError(f"load: max_bytes must be >= 0, got {max_bytes}")
+        max_bytes = int(max_bytes)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"load: no such file: {path!r}")
     backend = get_backend(device)
+    budget = _Budget(path, max_bytes)
     try:
-        with open(path, "rb") as f:  # our own handle: np.load leaks its own on a truncated file
-            archive = np.load(f, allow_pickle=False)
-            if not isinstance(archive, np.lib.npyio.NpzFile):
-                raise _NotLeanPass("it holds a single array, not an .npz archive")
-            with archive:
-                if _META not in archive.files:
-                    raise _NotLeanPass(f"it has no {_META!r} entry")
-                raw = archive[_META]
-                if not isinstance(raw, np.ndarray):
-                    raise ValueError(f"its {_META!r} entry is not an array")
-                meta = json.loads(raw.tobytes().decode("utf-8"))
-                entries = {name: archive[name] for name in archive.files if name != _META}
-    except _NotLeanPass as exc:
-        raise ValueError(f"load: {path!r} is not a LeanPass file: {exc}") from None
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, UnicodeDecodeError) as exc:
+        with open(path, "rb") as f, zipfile.ZipFile(f) as archive:
+            if f"{_META}.npy" not in archive.namelist():
+                raise _Refused(f"{path!r} is not a LeanPass file: it has no {_META!r} entry")
+            raw = _read_entry(archive, _META, "the description", budget, _MAX_DESCRIPTION)
+            meta = json.loads(raw.tobytes().decode("utf-8"))
+            if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+                marker = meta.get("format") if isinstance(meta, dict) else None
+                raise _Refused(f"{path!r} is not a LeanPass file (format marker {marker!r})")
+            if not isinstance(meta.get("version"), int) or meta["version"] > VERSION:
+                raise _Refused(
+                    f"{path!r} has format version {meta.get('version')!r}; this LeanPass reads up to {VERSION}"
+                )
+
+            def decode(node, keys: str):
+                if not isinstance(node, dict) or len(node) != 1:
+                    raise _Refused(f"{path!r} has a malformed description ({node!r:.80})")
+                (kind, value), = node.items()
+                if kind == "array":
+                    if not isinstance(value, str):
+                        raise _Refused(f"{path!r} has a malformed array reference {value!r:.80}")
+                    host = _read_entry(archive, value, _where(keys), budget)
+                    return backend.from_host(host, host.dtype.name)
+                if kind == "dict":
+                    return {k: decode(v, f"{keys}[{k!r}]") for k, v in value}
+                if kind == "list":
+                    return [decode(v, f"{keys}[{i}]") for i, v in enumerate(value)]
+                if kind == "tuple":
+                    return tuple(decode(v, f"{keys}[{i}]") for i, v in enumerate(value))
+                if kind == "value":
+                    return value
+                raise _Refused(f"{path!r} has an unknown entry kind {kind!r}")
+
+            try:
+                return decode(meta.get("tree"), "")
+            except (TypeError, AttributeError) as exc:
+                raise _Refused(f"{path!r} has a malformed description ({type(exc).__name__}: {exc})") from None
+    except _Refused as exc:
+        raise ValueError(f"load: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"load: {path!r} has a description nested too deeply to read") from None
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, UnicodeDecodeError, zlib.error) as exc:
         raise ValueError(
             f"load: {path!r} is not a readable LeanPass file (truncated, corrupt or another format): "
             f"{type(exc).__name__}: {exc}"
         ) from None
-    marker = meta.get("format") if isinstance(meta, dict) else None
-    if marker != FORMAT:
-        raise ValueError(f"load: {path!r} is not a LeanPass file (format marker {marker!r})")
-    if not isinstance(meta.get("version"), int) or meta["version"] > VERSION:
-        raise ValueError(
-            f"load: {path!r} has format version {meta.get('version')!r}; this LeanPass reads up to {VERSION}"
-        )
 
-    def decode(node):
-        if not isinstance(node, dict) or len(node) != 1:
-            raise ValueError(f"load: {path!r} has a malformed description ({node!r:.80})")
-        (kind, value), = node.items()
-        if kind == "array":
-            if value not in entries:
-                raise ValueError(f"load: {path!r} lacks the array entry {value!r}")
-            host = entries[value]
-            if host.dtype.kind not in "biuf":
-                raise ValueError(f"load: {path!r} holds a non-numeric array ({host.dtype}) at {value!r}")
-            return backend.from_host(host, host.dtype.name)
-        if kind == "dict":
-            return {k: decode(v) for k, v in value}
-        if kind == "list":
-            return [decode(v) for v in value]
-        if kind == "tuple":
-            return tuple(decode(v) for v in value)
-        if kind == "value":
-            return value
-        raise ValueError(f"load: {path!r} has an unknown entry kind {kind!r}")
 
+class _Refused(Exception):
+    """A file read without error but refused; its message becomes the ValueError's."""
+
+
+class _Budget:
+    """What ``load`` may still allocate: ``max_bytes`` less what it has read."""
+
+    def __init__(self, path: str, max_bytes: int | None):
+        self.path, self.max_bytes, self.used = path, max_bytes, 0
+
+    def take(self, nbytes: int, entry: str, where: str, limit: int | None) -> None:
+        if self.max_bytes is not None and self.used + nbytes > self.max_bytes:
+            raise _Refused(
+                f"{self.path!r}: entry {entry!r} ({where}) needs {nbytes} bytes, {self.used} are read already, "
+                f"over the limit max_bytes={self.max_bytes}; pass a larger max_bytes to read it"
+            )
+        if limit is not None and nbytes > limit:
+            raise _Refused(f"{self.path!r}: entry {entry!r} ({where}) needs {nbytes} bytes, over {limit}")
+        self.used += nbytes
+
+
+def _read_entry(archive: zipfile.ZipFile, name: str, where: str, budget: _Budget, limit=None) -> np.ndarray:
+    """The array of ``name.npy``: its header read and checked (numeric dtype, a size
+    its entry holds, within the budget) before the array is allocated."""
     try:
-        return decode(meta.get("tree"))
-    except (TypeError, AttributeError) as exc:
-        raise ValueError(f"load: {path!r} has a malformed description ({type(exc).__name__}: {exc})") from None
-
-
-class _NotLeanPass(Exception):
-    pass
+        info = archive.getinfo(f"{name}.npy")
+    except KeyError:
+        raise _Refused(f"{budget.path!r} lacks the array entry {name!r}") from None
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED) or info.flag_bits & 0x1:
+        raise _Refused(
+            f"{budget.path!r} is not a readable LeanPass file: its entry {name!r} is encrypted or compressed "
+            f"with zip method {info.compress_type} (LeanPass reads stored and deflated entries)"
+        )
+    with archive.open(info) as stream:
+        version = np.lib.format.read_magic(stream)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(stream)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(stream)
+        else:
+            raise _Refused(
+                f"{budget.path!r} is not a readable LeanPass file: its entry {name!r} has .npy format version "
+                f"{version} (LeanPass reads 1.0 and 2.0)"
+            )
+        if dtype.kind not in _ARRAY_KINDS:
+            raise _Refused(f"{budget.path!r} holds a non-numeric array ({dtype}) at {name!r}")
+        if any(n < 0 for n in shape):
+            raise _Refused(f"{budget.path!r}: entry {name!r} has a negative shape {shape}")
+        nbytes = math.prod(shape) * dtype.itemsize
+        held = info.file_size - stream.tell()
+        if nbytes > held:
+            raise _Refused(
+                f"{budget.path!r}: entry {name!r} ({where}) claims {nbytes} bytes of data but holds {held} "
+                "(truncated or corrupt)"
+            )
+        budget.take(nbytes, name, where, limit)
+        data = np.empty(nbytes, dtype=np.uint8)
+        view, done = memoryview(data), 0
+        while done < nbytes:  # in pieces: a whole-size read would hold a second copy
+            got = stream.readinto(view[done:done + 2**20])
+            if not got:
+                raise _Refused(f"{budget.path!r}: entry {name!r} ends after {done} of {nbytes} bytes")
+            done += got
+    return data.view(dtype).reshape(shape, order="F" if fortran else "C")
 
 
 def _mode_for(path: str) -> int:

@@ -4,6 +4,7 @@ errors that leave the model and the file untouched."""
 from __future__ import annotations
 
 import json
+import re
 import zipfile
 
 import numpy as np
@@ -155,3 +156,267 @@ def test_malformed_description_is_a_value_error(tmp_path):
     np.savez(path, __leanpass__=np.frombuffer(meta, dtype=np.uint8))
     with pytest.raises(ValueError, match="malformed"):
         leanpass.load(path)
+
+
+# ---- save refuses what load cannot read; complex round-trips -------------------------------------
+
+def listing(folder):
+    return sorted(p.name for p in folder.iterdir())
+
+
+@pytest.mark.parametrize("bad", [
+    np.array([{"a": 1}], dtype=object),
+    np.array(["text"]),
+    np.array([b"bytes"]),
+    np.array([(1, 2.0)], dtype=[("a", "i4"), ("b", "f8")]),
+    np.array(["2024-01-01"], dtype="datetime64[D]"),
+], ids=["object", "str", "bytes", "structured", "datetime"])
+def test_save_refuses_arrays_load_cannot_read(bad, tmp_path):
+    path = tmp_path / "m.npz"
+    with pytest.raises(TypeError, match=r"\['state'\]\[0\]\['w'\].*" + re.escape(str(bad.dtype))):
+        leanpass.save({"state": [{"w": bad}]}, path)
+    assert listing(tmp_path) == []  # nothing written
+    leanpass.save({"w": np.ones(2)}, path)
+    before = path.read_bytes()
+    with pytest.raises(TypeError, match="dtype"):
+        leanpass.save({"w": bad}, path)
+    assert path.read_bytes() == before and listing(tmp_path) == ["m.npz"]
+
+
+def test_numpy_strings_are_saved_as_strings(tmp_path):
+    leanpass.save({"name": np.str_("adam")}, tmp_path / "m.npz")
+    assert leanpass.load(tmp_path / "m.npz") == {"name": "adam"}
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+def test_complex_round_trip(device, dtype, tmp_path):
+    t = leanpass.asarray(np.array([1 + 2j, -3.5j], dtype=dtype), device=device)
+    leanpass.save({"z": t, "raw": t.data}, tmp_path / "z.npz")
+    state = leanpass.load(tmp_path / "z.npz", device=device)
+    for value in state.values():
+        assert type(value) is get_backend(device).array_type
+        host = get_backend(device).to_host(value)
+        assert host.dtype == dtype
+        np.testing.assert_array_equal(host, t.numpy())
+
+
+# ---- load caps the decompressed size and never allocates what a header claims beyond it ----------
+
+def npy_bytes(array=None, header=None, tail=b""):
+    import io
+
+    buf = io.BytesIO()
+    if header is None:
+        np.lib.format.write_array(buf, array, allow_pickle=False)
+    else:
+        np.lib.format.write_array_header_1_0(buf, header)
+    return buf.getvalue() + tail
+
+
+def write_leanpass_zip(path, tree, entries, compression=zipfile.ZIP_STORED):
+    meta = json.dumps({"format": "leanpass", "version": 1, "tree": tree}).encode()
+    with zipfile.ZipFile(path, "w", compression) as z:
+        z.writestr("__leanpass__.npy", npy_bytes(np.frombuffer(meta, np.uint8)))
+        for name, data in entries.items():
+            z.writestr(name + ".npy", data)
+
+
+def test_load_caps_the_total_size(tmp_path):
+    path = tmp_path / "two.npz"
+    leanpass.save({"a": np.zeros(375), "b": np.zeros(375)}, path)  # 3000 bytes each
+    assert leanpass.load(path, max_bytes=7000)["b"].shape == (375,)
+    with pytest.raises(ValueError, match=r"two\.npz.*'a1'.*\['b'\].*3000 bytes.*max_bytes=5000"):
+        leanpass.load(path, max_bytes=5000)  # each fits, the two together do not
+    with pytest.raises(ValueError, match="__leanpass__"):
+        leanpass.load(path, max_bytes=10)  # the description counts too
+    with pytest.raises(TypeError, match="max_bytes"):
+        leanpass.load(path, max_bytes="1GB")
+    with pytest.raises(ValueError, match="max_bytes"):
+        leanpass.load(path, max_bytes=-1)
+    assert leanpass.load(path, max_bytes=None)["a"].shape == (375,)
+
+
+def test_load_refuses_a_compressed_bomb(tmp_path):
+    path = tmp_path / "bomb.npz"
+    zeros = npy_bytes(np.zeros(2**21))  # 16 MiB that deflate to ~16 KiB
+    write_leanpass_zip(path, {"dict": [["w", {"array": "a0"}]]}, {"a0": zeros}, zipfile.ZIP_DEFLATED)
+    assert path.stat().st_size < 2**16
+    with pytest.raises(ValueError, match=r"bomb\.npz.*'a0'.*16777216 bytes.*max_bytes=1048576"):
+        leanpass.load(path, max_bytes=2**20)
+    assert leanpass.load(path)["w"].shape == (2**21,)  # within the default cap
+
+
+@pytest.mark.parametrize("max_bytes", [2**32, None])
+def test_a_header_claiming_a_huge_array_is_refused_before_allocating(tmp_path, max_bytes):
+    path = tmp_path / "huge.npz"
+    header = {"descr": "<f8", "fortran_order": False, "shape": (10**12,)}
+    write_leanpass_zip(path, {"array": "a0"}, {"a0": npy_bytes(header=header, tail=bytes(64))})
+    with pytest.raises(ValueError, match=r"huge\.npz.*'a0'.*8000000000000 bytes"):
+        leanpass.load(path, max_bytes=max_bytes)
+
+
+def test_a_header_claiming_more_than_its_entry_holds(tmp_path):
+    path = tmp_path / "short.npz"
+    header = {"descr": "<f8", "fortran_order": False, "shape": (1000,)}
+    write_leanpass_zip(path, {"array": "a0"}, {"a0": npy_bytes(header=header, tail=bytes(80))})
+    with pytest.raises(ValueError, match=r"short\.npz.*'a0'.*8000 bytes"):
+        leanpass.load(path)
+
+
+def test_fortran_order_and_byte_order_entries_load(tmp_path):
+    path = tmp_path / "f.npz"
+    a = np.asfortranarray(np.arange(6.0).reshape(2, 3))
+    b = np.arange(4, dtype=">i4")
+    write_leanpass_zip(path, {"list": [{"array": "a0"}, {"array": "a1"}]}, {"a0": npy_bytes(a), "a1": npy_bytes(b)})
+    x, y = leanpass.load(path)
+    np.testing.assert_array_equal(x, a)
+    np.testing.assert_array_equal(y, b)
+    x[0, 0] = 5.0  # loaded arrays are writable
+    y[0] = 1
+
+
+# ---- odd exceptions become ValueError / TypeError with a message ----------------------------------
+
+@pytest.mark.parametrize("field, value, why", [(10, 99, "method 99"), (8, 1, "encrypted")],
+                         ids=["unknown-compression", "encrypted"])
+def test_unsupported_zip_entries_are_value_errors(tmp_path, field, value, why):
+    path = tmp_path / "m.npz"
+    leanpass.save({"w": np.ones(2)}, path)
+    data = bytearray(path.read_bytes())
+    at = data.find(b"PK\x01\x02")  # each central directory entry: flags at offset 8, method at 10
+    while at != -1:
+        data[at + field:at + field + 2] = value.to_bytes(2, "little")
+        at = data.find(b"PK\x01\x02", at + 4)
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=f"not a readable.*{why}"):
+        leanpass.load(path)
+
+
+def test_deeply_nested_description_is_a_value_error(tmp_path):
+    path = tmp_path / "deep.npz"
+    for tree in ("[" * 100_000 + "]" * 100_000, '{"list": [' * 5000 + "]}" * 5000):
+        meta = '{"format": "leanpass", "version": 1, "tree": ' + tree + "}"
+        np.savez(path, __leanpass__=np.frombuffer(meta.encode(), np.uint8))
+        with pytest.raises(ValueError, match="deep.npz"):
+            leanpass.load(path)
+
+
+def test_save_detects_a_container_that_holds_itself(tmp_path):
+    state = {"a": {"b": [1]}}
+    state["a"]["b"].append(state["a"])
+    with pytest.raises(ValueError, match=r"save: .*\['a'\]\['b'\]\[1\] refers to itself"):
+        leanpass.save(state, tmp_path / "m.npz")
+    nested = []
+    for _ in range(100_000):
+        nested = [nested]
+    with pytest.raises(ValueError, match="save: .*nested too deeply"):
+        leanpass.save(nested, tmp_path / "m.npz")
+    assert listing(tmp_path) == []
+    shared = {"x": 1}
+    leanpass.save({"a": shared, "b": [shared, shared]}, tmp_path / "m.npz")  # shared, not a cycle
+    assert leanpass.load(tmp_path / "m.npz") == {"a": {"x": 1}, "b": [{"x": 1}, {"x": 1}]}
+
+
+# ---- the write is atomic, through symlinks, never over read-only files ----------------------------
+
+def test_a_write_that_fails_midway_leaves_the_old_file(tmp_path, monkeypatch):
+    path = tmp_path / "m.npz"
+    leanpass.save({"w": np.ones(3), "v": np.full(2, 7.0)}, path)
+    real = np.lib.format.write_array
+    calls = []
+
+    def write_some_then_fail(fp, array, *args, **kwargs):
+        calls.append(array.shape)
+        if len(calls) < 3:
+            return real(fp, array, *args, **kwargs)
+        fp.write(b"\x93NUMPY partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(np.lib.format, "write_array", write_some_then_fail)
+    with pytest.raises(OSError, match="disk full"):
+        leanpass.save({"w": np.zeros(3), "v": np.zeros(2)}, path)
+    assert len(calls) == 3  # the failure came after the file was opened and two entries were written
+    monkeypatch.undo()
+    state = leanpass.load(path)
+    assert state["w"].tolist() == [1.0] * 3 and state["v"].tolist() == [7.0, 7.0]
+    assert listing(tmp_path) == ["m.npz"]
+
+
+def test_save_writes_through_a_symlink(tmp_path):
+    import os
+
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "m.npz"
+    leanpass.save({"w": np.ones(2)}, target)
+    os.symlink(target, tmp_path / "link.npz")
+    os.symlink("link.npz", tmp_path / "link2.npz")  # a chain, relative
+    leanpass.save({"w": np.zeros(2)}, tmp_path / "link2.npz")
+    assert os.path.islink(tmp_path / "link.npz") and os.path.islink(tmp_path / "link2.npz")
+    assert leanpass.load(target)["w"].tolist() == [0.0, 0.0]
+    assert listing(tmp_path) == ["link.npz", "link2.npz", "real"] and listing(tmp_path / "real") == ["m.npz"]
+
+
+def test_save_refuses_a_read_only_file(tmp_path):
+    import os
+
+    path = tmp_path / "m.npz"
+    leanpass.save({"w": np.ones(2)}, path)
+    os.chmod(path, 0o444)
+    os.symlink(path, tmp_path / "link.npz")
+    before = path.read_bytes()
+    for where in (path, tmp_path / "link.npz"):
+        with pytest.raises(PermissionError, match="m.npz"):
+            leanpass.save({"w": np.zeros(2)}, where)
+    assert path.read_bytes() == before and listing(tmp_path) == ["link.npz", "m.npz"]
+    assert not os.path.islink(path)
+
+
+# ---- a killed save's temporary file is removed by the next save to that folder -------------------
+
+SAVE_IN_CHILD = """
+import os, sys
+import numpy as np
+import leanpass
+def replace(src, dst):
+    print("written", flush=True)
+    if sys.argv[2] == "die":
+        os._exit(1)  # killed between writing the temporary and moving it into place
+    sys.stdin.readline()  # a save still in progress: wait for the parent
+    return real(src, dst)
+real, os.replace = os.replace, replace
+leanpass.save({"w": np.ones(1000)}, sys.argv[1])
+"""
+
+
+def test_stale_temporaries_of_dead_savers_are_removed(tmp_path):
+    import subprocess
+    import sys
+
+    def child(mode, name):
+        return subprocess.Popen([sys.executable, "-c", SAVE_IN_CHILD, str(tmp_path / name), mode],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    (tmp_path / ".leanpass-notes.npz").write_text("not ours")
+    for _ in range(3):  # each killed save removes the one before: they never pile up
+        dead = child("die", "m.npz")
+        assert dead.stdout.readline() == "written\n" and dead.wait() == 1
+        dead.stdout.close()
+        dead.stdin.close()
+        stale = [n for n in listing(tmp_path) if n.startswith(".leanpass-") and n != ".leanpass-notes.npz"]
+        assert len(stale) == 1
+    live = child("wait", "other.npz")
+    try:
+        assert live.stdout.readline() == "written\n"
+        in_progress = set(listing(tmp_path)) - set(stale) - {".leanpass-notes.npz"}
+        assert len(in_progress) == 1
+        leanpass.save({"w": np.zeros(2)}, tmp_path / "m.npz")
+        assert set(listing(tmp_path)) == {"m.npz", ".leanpass-notes.npz"} | in_progress
+        live.stdin.write("go\n")
+        live.stdin.close()
+        assert live.wait() == 0  # the concurrent save was left alone and finished
+    finally:
+        live.kill()
+        live.wait()
+        live.stdout.close()
+    assert listing(tmp_path) == [".leanpass-notes.npz", "m.npz", "other.npz"]
+    assert leanpass.load(tmp_path / "other.npz")["w"].shape == (1000,)
