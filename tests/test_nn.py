@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -338,4 +339,178 @@ def test_code_written_for_leanpass_0_1_runs_unchanged():
         loss.zero_grad_all()
         first = loss.item() if first is None else first
     assert loss.item() < first
-    assert callable(cross_entropy_loss) and callable(binary_cross_entropy_loss)
+    logits = np.array([[2.0, -1.0, 0.5], [0.0, 1.0, -3.0]])
+    log_softmax = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    expected = -(log_softmax[0, 0] + log_softmax[1, 1]) / 2
+    assert cross_entropy_loss(Tensor(logits), [0, 1]).item() == pytest.approx(expected)
+    p = 1 / (1 + np.exp(-logits))
+    target = np.array([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])
+    expected = -(target * np.log(p) + (1 - target) * np.log(1 - p)).mean()
+    assert binary_cross_entropy_loss(Tensor(logits), target).item() == pytest.approx(expected)
+
+
+# ---- layers refuse what they cannot use ---------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.int32, "int64", "bool", "complex64"])
+def test_layers_refuse_parameters_of_a_dtype_without_gradients(dtype):
+    name = np.dtype(dtype).name
+    with pytest.raises(ValueError, match=rf"Linear.*{name}"):
+        nn.Linear(3, 2, dtype=dtype)
+    with pytest.raises(ValueError, match=rf"MLP.*{name}"):
+        nn.MLP([3, 4, 2], dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, "float16", "float128", 3])
+def test_layers_refuse_a_dtype_outside_the_standard(dtype):
+    with pytest.raises(TypeError, match=rf"Linear.*{dtype!r}"):
+        nn.Linear(3, 2, dtype=dtype)
+    with pytest.raises(TypeError, match=rf"MLP.*{dtype!r}"):
+        nn.MLP([3, 4, 2], dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", np.float64, leanpass.float32])
+def test_layers_take_a_float_dtype_in_any_form(device, dtype):
+    leanpass.manual_seed(0)
+    layer = nn.Linear(3, 2, dtype=dtype, device=device)
+    assert layer.weight.dtype == dtype and layer.bias.dtype == dtype  # a DType equals its NumPy type and name
+    assert nn.MLP([3, 4, 2], dtype=dtype, device=device).layers[1].weight.dtype == dtype
+    assert np.abs(layer.weight.numpy()).max() > 0.3  # drawn, not zeros
+
+
+@pytest.mark.parametrize("bad", [[[1.0, 2.0, 3.0]], np.ones((1, 3))], ids=["list", "ndarray"])
+def test_layers_and_losses_want_tensors(bad):
+    modules = [nn.Linear(3, 2), nn.MLP([3, 2]), nn.ReLU(), nn.Sigmoid(), nn.Tanh(), nn.GELU(),
+               nn.LeakyReLU(), nn.Softmax(), nn.Dropout(0.5)]
+    for module in modules:
+        with pytest.raises(TypeError, match=rf"{type(module).__name__}: .*Tensor.*{type(bad).__name__}"):
+            module(bad)
+    target = Tensor(np.ones((1, 3)))
+    for loss, tgt in [(nn.mse_loss, target), (nn.cross_entropy_loss, [0]), (nn.binary_cross_entropy_loss, target)]:
+        with pytest.raises(TypeError, match=rf"{loss.__name__}: .*Tensor.*{type(bad).__name__}"):
+            loss(bad, tgt)
+
+
+def test_linear_refuses_an_input_on_another_device(device):
+    other = "strict:1" if device == "cpu" else "cpu"
+    layer = nn.Linear(3, 2, device=device)
+    x = Tensor(np.ones((4, 3)), device=other)
+    weight = layer.weight.numpy()
+    with pytest.raises(ValueError, match=rf"(?=.*\b{other}\b)(?=.*\b{re.escape(device)}\b)"):
+        layer(x)
+    np.testing.assert_array_equal(layer.weight.numpy(), weight)
+    assert not layer.weight.has_grad
+
+
+# ---- the model: values, devices, state --------------------------------------------
+
+
+_NUMPY_ACTIVATIONS = {
+    "relu": lambda h: np.maximum(h, 0.0),
+    "tanh": np.tanh,
+    "sigmoid": lambda h: 1.0 / (1.0 + np.exp(-h)),
+    "gelu": lambda h: 0.5 * h * (1.0 + np.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h**3))),
+    "leaky_relu": lambda h: np.where(h > 0, h, 0.01 * h),
+    "identity": lambda h: h,
+}
+
+
+@pytest.mark.parametrize("activation", sorted(_NUMPY_ACTIVATIONS))
+def test_mlp_computes_its_named_activation(device, activation):
+    leanpass.manual_seed(3)
+    model = nn.MLP([3, 5, 4, 2], activation=activation, device=device)
+    x = np.random.default_rng(2).normal(size=(6, 3)) * 2
+    h = x
+    for i, layer in enumerate(model.layers):
+        h = h @ layer.weight.numpy() + layer.bias.numpy()
+        if i < len(model.layers) - 1:
+            h = _NUMPY_ACTIVATIONS[activation](h)
+    np.testing.assert_allclose(model(Tensor(x, device=device)).numpy(), h, rtol=1e-12, atol=1e-14)
+
+
+def test_to_moves_gradients_so_a_step_without_zero_grad_works():
+    leanpass.manual_seed(0)
+    model = nn.MLP([3, 4, 1])
+    opt = optim.SGD(model.parameters(), lr=0.5)
+    nn.mse_loss(model(Tensor(np.ones((2, 3)))), np.zeros((2, 1))).backward()
+    before = [(p.numpy(), host("cpu", p.grad)) for p in model.parameters()]
+    model.to("strict:1")
+    xp_device = get_backend("strict:1").xp_device
+    for p, (_, grad) in zip(model.parameters(), before):
+        assert p.grad.device == xp_device
+        np.testing.assert_array_equal(host("strict:1", p.grad), grad)
+    opt.step()
+    for p, (value, grad) in zip(model.parameters(), before):
+        assert p.device == "strict:1"
+        np.testing.assert_allclose(p.numpy(), value - 0.5 * grad, rtol=1e-15)
+
+
+def test_load_state_dict_not_strict_loads_what_matches_and_reports_the_rest(device):
+    leanpass.manual_seed(0)
+    a = nn.MLP([3, 4, 2], device=device)
+    leanpass.manual_seed(1)
+    b = nn.MLP([3, 4, 2], device=device)
+    kept = b.layers[1].bias.numpy()
+    state = {k: v for k, v in a.state_dict().items() if k != "layers.1.bias"}
+    state["extra.weight"] = np.zeros(2)
+    result = b.load_state_dict(state, strict=False)
+    assert result.missing_keys == ["layers.1.bias"] and result.unexpected_keys == ["extra.weight"]
+    missing, unexpected = result  # a pair, as PyTorch's
+    assert (missing, unexpected) == (["layers.1.bias"], ["extra.weight"])
+    for name in ("layers.0.weight", "layers.0.bias", "layers.1.weight"):
+        np.testing.assert_array_equal(dict(b.named_parameters())[name].numpy(), host(device, state[name]))
+    np.testing.assert_array_equal(b.layers[1].bias.numpy(), kept)
+    full = b.load_state_dict(a.state_dict())
+    assert full.missing_keys == [] and full.unexpected_keys == []
+
+
+# ---- cross-entropy ------------------------------------------------------------------
+
+
+def test_cross_entropy_backward_scales_softmax_by_the_target_mass(device):
+    rng = np.random.default_rng(4)
+    logits_np = rng.normal(size=(4, 3))
+    targets = rng.uniform(0.1, 1.0, size=(4, 3))  # rows sum to about 1.6, not 1
+    logits = Tensor(logits_np, requires_grad=True, device=device)
+    assert gradcheck(lambda z: nn.cross_entropy_loss(z, targets), (logits,))
+    nn.cross_entropy_loss(logits, targets).backward()
+    softmax = np.exp(logits_np) / np.exp(logits_np).sum(axis=1, keepdims=True)
+    expected = (softmax * targets.sum(axis=1, keepdims=True) - targets) / 4
+    np.testing.assert_allclose(host(device, logits.grad), expected, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("target", [[2], [[0.0, 0.0, 1.0]]], ids=["class index", "one-hot"])
+def test_cross_entropy_with_a_minus_inf_logit_is_finite(device, target):
+    """PyTorch: cross_entropy([[0, -inf, 1]], [2]) = 0.3133, gradient softmax - onehot,
+    0 at the -inf logit (a probability target of 0 there counts 0 * log 0 as 0)."""
+    logits = Tensor([[0.0, -math.inf, 1.0]], requires_grad=True, device=device)
+    loss = nn.cross_entropy_loss(logits, target)
+    assert loss.item() == pytest.approx(math.log(1 + math.e) - 1, rel=1e-12)  # 0.31326...
+    loss.backward()
+    p = 1 / (1 + math.e)
+    np.testing.assert_allclose(host(device, logits.grad), [[p, 0.0, -p]], rtol=1e-12)
+
+
+@pytest.mark.parametrize("target", [[1, 0], [[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]]], ids=["class index", "one-hot"])
+def test_cross_entropy_of_a_row_of_minus_inf_is_nan(device, target):
+    """As PyTorch: a row with no finite logit has no softmax; the other rows' gradients stay."""
+    logits = Tensor([[-math.inf] * 3, [0.0, 1.0, 2.0]], requires_grad=True, device=device)
+    with np.errstate(invalid="ignore"):
+        loss = nn.cross_entropy_loss(logits, target)
+        loss.backward()
+    assert math.isnan(loss.item())
+    grad = host(device, logits.grad)
+    assert np.isnan(grad[0]).all()
+    softmax = np.exp([0.0, 1.0, 2.0]) / np.exp([0.0, 1.0, 2.0]).sum()
+    np.testing.assert_allclose(grad[1], (softmax - [1.0, 0.0, 0.0]) / 2, rtol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["class index", "probabilities"])
+def test_cross_entropy_refuses_a_target_on_another_device(device, kind):
+    other = "strict" if device == "cpu" else "cpu"
+    logits = Tensor(np.zeros((2, 3)), requires_grad=True, device=device)
+    target = [0, 2] if kind == "class index" else np.eye(3)[[0, 2]]
+    target = leanpass.asarray(target, device=other)
+    with pytest.raises(ValueError, match=rf"cross_entropy_loss: (?=.*\b{re.escape(device)}\b)(?=.*\b{other}\b)"):
+        nn.cross_entropy_loss(logits, target)
+    assert target.device == other and not logits.has_grad

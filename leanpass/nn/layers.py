@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from .. import ops
+from .._dtypes import as_dtype
 from ..backends import get_backend, get_default_dtype
 from ..tensor import Tensor, apply, as_tensor
 from .module import Module
@@ -15,6 +16,24 @@ __all__ = [
 ]
 
 
+def _parameter_dtype(dtype, layer: str) -> str:
+    """The name of a real floating dtype for a layer's parameters (the default one
+    for None); TypeError for a dtype outside the standard, ValueError for one
+    that cannot carry gradients."""
+    name = as_dtype(get_default_dtype() if dtype is None else dtype, layer).name
+    if not name.startswith("float"):
+        raise ValueError(f"{layer}: parameters must be floating-point to have gradients, got dtype {name}")
+    return name
+
+
+def _check_input(x, layer) -> None:
+    if not isinstance(x, Tensor):
+        raise TypeError(
+            f"{type(layer).__name__}: expected a Tensor as input, got {type(x).__name__}; "
+            "wrap it with leanpass.Tensor(...)"
+        )
+
+
 class Linear(Module):
     """``y = x @ weight + bias``, ``weight`` of shape ``(in_features, out_features)``
     drawn from ``U(-1/sqrt(in), 1/sqrt(in))`` on the host (so one seed gives the
@@ -23,8 +42,8 @@ class Linear(Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, device=None, dtype=None):
         if in_features < 1 or out_features < 1:
             raise ValueError(f"Linear: sizes must be positive, got ({in_features}, {out_features})")
+        dtype = _parameter_dtype(dtype, "Linear")
         backend = get_backend(device)
-        dtype = dtype or get_default_dtype()
         self.in_features = int(in_features)
         self.out_features = int(out_features)
         bound = 1.0 / math.sqrt(in_features)
@@ -37,6 +56,7 @@ class Linear(Module):
         )
 
     def forward(self, x: Tensor) -> Tensor:
+        _check_input(x, self)
         if x.shape[-1:] != (self.in_features,):
             raise ValueError(
                 f"Linear({self.in_features}, {self.out_features}): input of shape {x.shape} does not end "
@@ -52,16 +72,19 @@ class Linear(Module):
 
 class ReLU(Module):
     def forward(self, x):
+        _check_input(x, self)
         return x.relu()
 
 
 class Sigmoid(Module):
     def forward(self, x):
+        _check_input(x, self)
         return x.sigmoid()
 
 
 class Tanh(Module):
     def forward(self, x):
+        _check_input(x, self)
         return x.tanh()
 
 
@@ -69,6 +92,7 @@ class GELU(Module):
     """GELU, tanh approximation."""
 
     def forward(self, x):
+        _check_input(x, self)
         return x.gelu()
 
 
@@ -77,6 +101,7 @@ class LeakyReLU(Module):
         self.negative_slope = float(negative_slope)
 
     def forward(self, x):
+        _check_input(x, self)
         return x.leaky_relu(self.negative_slope)
 
     def extra_repr(self):
@@ -88,6 +113,7 @@ class Softmax(Module):
         self.axis = axis
 
     def forward(self, x):
+        _check_input(x, self)
         return x.softmax(self.axis)
 
     def extra_repr(self):
@@ -147,11 +173,13 @@ class MLP(Module):
             make = lambda: activation  # noqa: E731
         else:
             raise TypeError(f"MLP: activation must be a name or a Module, got {type(activation).__name__}")
+        dtype = _parameter_dtype(dtype, "MLP")
         self.layer_sizes = sizes
         self.layers = [Linear(a, b, device=device, dtype=dtype) for a, b in zip(sizes[:-1], sizes[1:])]
         self.activations = [make() for _ in sizes[2:]]
 
     def forward(self, x):
+        _check_input(x, self)
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
             x = layer(x)
@@ -174,6 +202,7 @@ class Dropout(Module):
         self.p = float(p)
 
     def forward(self, x: Tensor, training: bool | None = None) -> Tensor:
+        _check_input(x, self)
         training = self.training if training is None else training
         if not training or self.p == 0.0:
             return x

@@ -13,6 +13,13 @@ from ..tensor import Tensor, apply, as_tensor
 __all__ = ["mse_loss", "cross_entropy_loss", "binary_cross_entropy_loss"]
 
 
+def _check_input(value, op: str, what: str) -> None:
+    if not isinstance(value, Tensor):
+        raise TypeError(
+            f"{op}: expected a Tensor of {what}, got {type(value).__name__}; wrap it with leanpass.Tensor(...)"
+        )
+
+
 def _target(prediction: Tensor, target, op: str) -> Tensor:
     """The target as a constant Tensor on the prediction's device and dtype."""
     if isinstance(target, Tensor):
@@ -35,6 +42,7 @@ def _same_shape(prediction: Tensor, target: Tensor, op: str) -> None:
 
 def mse_loss(prediction: Tensor, target) -> Tensor:
     """Mean squared error."""
+    _check_input(prediction, "mse_loss", "predictions")
     target = _target(prediction, target, "mse_loss")
     _same_shape(prediction, target, "mse_loss")
     diff = prediction - target
@@ -55,6 +63,7 @@ def cross_entropy_loss(logits: Tensor, target, axis: int = -1) -> Tensor:
     already on a GPU it makes the loss NaN instead, since checking would make the
     GPU wait for the host at every step.
     """
+    _check_input(logits, "cross_entropy_loss", "logits")
     ndim = logits.ndim
     if ndim == 0:
         raise ValueError("cross_entropy_loss: logits must have a class axis, got a 0-d tensor")
@@ -132,6 +141,7 @@ def _checked(xp, data, kind: str, classes: int):
 def binary_cross_entropy_loss(logits: Tensor, target) -> Tensor:
     """Binary cross-entropy of sigmoid(logits) against targets in [0, 1], from the logits:
     ``softplus(x) - x * y``, which never overflows (finite for logits of ±1e4)."""
+    _check_input(logits, "binary_cross_entropy_loss", "logits")
     target = _target(logits, target, "binary_cross_entropy_loss")
     _same_shape(logits, target, "binary_cross_entropy_loss")
     return (logits.softplus() - logits * target).mean()

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ..autograd import increment_version
 from ..backends import dtype_name, get_backend
 from ..tensor import Tensor, as_tensor
 
 __all__ = ["Module"]
+
+
+class IncompatibleKeys(NamedTuple):
+    """What :meth:`Module.load_state_dict` returns, as in PyTorch: the model's keys
+    the state lacked, and the state's keys the model does not have."""
+
+    missing_keys: list
+    unexpected_keys: list
 
 
 class Module:
@@ -110,10 +120,11 @@ class Module:
         """``{name: array}`` for every parameter (the arrays themselves, not copies)."""
         return {name: p.data for name, p in self.named_parameters()}
 
-    def load_state_dict(self, state: dict, strict: bool = True) -> None:
+    def load_state_dict(self, state: dict, strict: bool = True) -> IncompatibleKeys:
         """Copy ``state``'s values into the existing parameters (so an optimizer holding
         them keeps working). Every key, shape and dtype is checked before anything
-        is copied; ``strict=False`` ignores missing and unexpected keys."""
+        is copied; ``strict=False`` loads the keys both have and ignores missing and
+        unexpected ones. Returns ``(missing_keys, unexpected_keys)``, as PyTorch."""
         if not isinstance(state, dict):
             raise TypeError(f"load_state_dict: expected a dict of arrays, got {type(state).__name__}")
         params = dict(self.named_parameters())
@@ -141,6 +152,7 @@ class Module:
         for p, array in updates:  # copies: training must not write into the state's arrays
             p.data = get_backend(p.device).copy(array)
             increment_version(p)
+        return IncompatibleKeys(missing, unexpected)
 
     def __repr__(self) -> str:
         lines = [f"{type(self).__name__}("]

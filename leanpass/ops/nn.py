@@ -110,14 +110,15 @@ def log_softmax(be, a, axis):
 @op("cross_entropy", saves=(1,), saves_out=False, needs=True)
 def cross_entropy(be, logits, probs, axis, needs=(True, False)):
     """Mean over the other axes of ``-sum(probs * log_softmax(logits), axis)``, in one
-    node: its backward is ``(softmax * sum(probs) - probs) / count``."""
+    node: its backward is ``(softmax * sum(probs) - probs) / count``. A probability
+    of 0 adds nothing, even where the logit is -inf (``0 * log 0`` counts as 0)."""
     xp = be.xp
     z = logits - xp.max(logits, axis=axis, keepdims=True)
     e = xp.exp(z)
     total = xp.sum(e, axis=axis, keepdims=True)
     log_probs = z - xp.log(total)
     count = math.prod(n for i, n in enumerate(logits.shape) if i != axis)
-    out = -xp.sum(probs * log_probs) / count
+    out = -xp.sum(probs * xp.where(probs == 0, 0.0, log_probs)) / count
     need_probs = needs[1]
 
     def backward(g):
