@@ -51,7 +51,7 @@ def _index_array(t, item, op):
         src = backend_of_array(item)
         if src is None:
             host = host_array(item, op)
-            array = backend.from_host(host, "int64" if host.size == 0 and host.dtype.kind != "b" else None)
+            array = backend.from_host(host, "int64" if host.size == 0 and host.dtype.kind in "iuf" else None)
         elif src is not backend:
             raise ValueError(
                 f"{op}: the index array is on {src.device} but the tensor of shape {t.shape} is on {t.device}"

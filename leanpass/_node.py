@@ -199,7 +199,11 @@ def apply(fn, *inputs: Tensor, op: str | None = None, **params) -> Tensor:
     :mod:`leanpass.ops` for examples. The result is linked into the graph under
     the name ``op`` (default: the op's or function's name). A plain function is
     treated conservatively: its backward may read every input and the output, and
-    may return the incoming gradient itself (the engine then copies it).
+    may return the incoming gradient itself (the engine then copies it). Its
+    backward's result is checked when it runs: a tuple of one gradient per input
+    (``TypeError`` otherwise), each ``None`` or an array whose shape broadcasts back
+    to its input's (``ValueError`` otherwise); the error leaves every ``.grad`` as
+    it was. An :class:`Op` is trusted as it is.
     """
     if not inputs:
         raise TypeError("apply: give at least one input Tensor")
@@ -208,7 +212,8 @@ def apply(fn, *inputs: Tensor, op: str | None = None, **params) -> Tensor:
     if isinstance(fn, Op):
         operation = fn if op is None else fn.renamed(op)
     elif callable(fn):
-        operation = Op(op or fn.__name__, fn, fresh=False)
+        name = op or fn.__name__
+        operation = Op(name, _checked(fn, name), fresh=False, needs=True, doc=fn.__doc__ or "")
     else:
         raise TypeError(f"apply: fn must be an Op or a function, got {type(fn).__name__}")
     backend = None
@@ -230,6 +235,52 @@ def apply(fn, *inputs: Tensor, op: str | None = None, **params) -> Tensor:
     else:
         out, backward = _guarded(operation.fn, backend, *arrays, **params)
     return make(out, backend, operation, inputs, backward, operation.differentiable and any(needs))
+
+
+def _checked(fn, name):
+    """``fn`` (a user's forward function) with its backward's result checked (see
+    :func:`apply`) for the inputs that require grad, as PyTorch checks a custom Function's."""
+
+    def forward(be, *arrays, needs, **params):
+        out, backward = fn(be, *arrays, **params)
+        shapes = tuple(tuple(a.shape) if need else None for a, need in zip(arrays, needs))
+
+        def checked(g):
+            grads = backward(g)
+            _check_gradients(name, grads, shapes)
+            return grads
+
+        return out, checked
+
+    return forward
+
+
+def _check_gradients(name, grads, shapes):
+    if type(grads) is not tuple:
+        raise TypeError(
+            f"backward of {name!r} must return a tuple of one gradient per input ({len(shapes)}), "
+            f"got {type(grads).__name__}"
+        )
+    if len(grads) != len(shapes):
+        raise TypeError(
+            f"backward of {name!r} returned {len(grads)} gradient{'s' * (len(grads) != 1)} for "
+            f"{len(shapes)} input{'s' * (len(shapes) != 1)}; return one per input (None for an input that needs none)"
+        )
+    for position, (g, shape) in enumerate(zip(grads, shapes)):
+        if g is None or shape is None:  # none, or one the engine drops (its input needs none)
+            continue
+        if isinstance(g, Tensor) or not (hasattr(g, "shape") and hasattr(g, "dtype")):
+            raise TypeError(
+                f"backward of {name!r}: the gradient for input {position} must be an array (or None), "
+                f"got {type(g).__name__}"
+            )
+        have = tuple(g.shape)
+        lead = len(have) - len(shape)
+        if lead < 0 or any(n != 1 and n != m for n, m in zip(shape, have[lead:])):
+            raise ValueError(
+                f"backward of {name!r}: the gradient for input {position} has shape {have}, which does not "
+                f"broadcast back to the input's shape {shape}"
+            )
 
 
 # ---- in-place changes ----------------------------------------------------------------------
@@ -494,6 +545,9 @@ def init_tensor(self, data, requires_grad, name, device, dtype, copy, infer="flo
         if name_ != dtype:
             if copy is False:
                 raise ValueError(f"asarray: copy=False, but converting {name_} to {dtype} needs a copy")
+            if name_.startswith("complex") and not dtype.startswith("complex"):  # the standard forbids it
+                raise TypeError(f"{'Tensor' if infer == 'float' else 'asarray'}: cannot cast {name_} to {dtype}: "
+                                "the imaginary part would be lost; take the real part first")
             with src.context():
                 array = src.xp.astype(array, src.dtype(dtype))
         if backend is not src:

@@ -9,6 +9,15 @@ It knows tensors only by their attributes: ``_data``, ``_grad``, ``_backend``,
 ``_prev``, ``_backward``, ``_op``, ``_retain``, ``_seq``, ``_vc`` and ``_rg``
 (requires grad).
 
+Releasing a graph also cuts its links: each node's ``_prev`` becomes a
+:class:`Released` that holds only the leaves the backward call wrote into (and,
+weakly, the retained tensors), so a kept output (``losses.append(loss)``) keeps
+no activation alive, yet ``zero_grad_all`` still reaches every gradient it wrote.
+
+Threads: the gradients one backward call computes are added into ``.grad`` under
+one lock (:data:`grad_lock`), taken once per call, so backward calls on several
+threads into shared leaves lose no update.
+
 Versions: a tensor whose array is changed in place gets a :class:`Version` (shared
 with the tensors that view the same memory) holding how many changes it has had
 and when (on the same clock as the nodes' creation numbers). A node whose
@@ -23,13 +32,14 @@ from __future__ import annotations
 
 import functools
 import heapq
+import inspect
 import itertools
 import threading
 import weakref
 
 __all__ = [
     "no_grad", "enable_grad", "is_grad_enabled", "run_backward", "zero_graph_grads",
-    "Version", "increment_version",
+    "Version", "increment_version", "Released", "grad_lock",
 ]
 
 
@@ -42,6 +52,11 @@ class _GradState(threading.local):
 
 
 _state = _GradState()
+
+# Held while gradients are added into ``.grad`` (once per backward call, for all its
+# leaves) and while ``.grad`` allocates its zeros: a read-modify-write of one
+# tensor's gradient is never interleaved with another thread's.
+grad_lock = threading.Lock()
 
 
 def is_grad_enabled() -> bool:
@@ -73,6 +88,8 @@ class _GradMode:
         if not callable(func):
             raise TypeError(f"{type(self).__name__}() decorates a function, got {type(func).__name__}")
         mode = type(self)
+        if inspect.isgeneratorfunction(func):
+            return functools.wraps(func)(_generator_in_mode(func, mode))
 
         @functools.wraps(func)
         def wrapper(*args, **kwargs):
@@ -80,6 +97,35 @@ class _GradMode:
                 return func(*args, **kwargs)
 
         return wrapper
+
+
+def _generator_in_mode(func, mode):
+    """A generator function whose every resume (next, send, throw, close) runs ``func``'s
+    generator in ``mode``, and the caller's code between resumes in the caller's mode
+    (as torch does)."""
+
+    def generator(*args, **kwargs):
+        gen = func(*args, **kwargs)
+        try:
+            with mode():
+                response = gen.send(None)
+            while True:
+                try:
+                    request = yield response
+                except GeneratorExit:
+                    with mode():
+                        gen.close()
+                    raise
+                except BaseException as exc:  # noqa: BLE001 - thrown in by the caller: passed on
+                    with mode():
+                        response = gen.throw(exc)
+                else:
+                    with mode():
+                        response = gen.send(request)
+        except StopIteration as stop:
+            return stop.value
+
+    return generator
 
 
 class no_grad(_GradMode):
@@ -219,17 +265,46 @@ def _store(tensor, grad, fresh: bool) -> None:
     tensor._read_zeros = False
 
 
+class Released:
+    """``_prev`` of a node after a backward call released its graph: not its inputs
+    any more (they, and the arrays they hold, are freed unless someone else keeps
+    them), but the leaves that backward call wrote gradients into and, weakly, the
+    tensors that retained theirs -- what :func:`zero_graph_grads` resets. It is
+    never empty (the node stays a non-leaf) and is shared by all the released nodes."""
+
+    __slots__ = ("leaves", "retained")
+
+    def __init__(self, leaves: tuple, retained: tuple):
+        self.leaves = leaves
+        self.retained = retained  # weak references: a retained tensor holds this too
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __iter__(self):
+        yield from self.leaves
+        for ref in self.retained:
+            t = ref()
+            if t is not None:
+                yield t
+
+    def __repr__(self) -> str:
+        return f"<released graph: {len(self.leaves)} leaves, {len(self.retained)} retained>"
+
+
 def run_backward(root, grad, retain_graph: bool = False) -> None:
     """Backpropagate ``grad`` (an array of ``root``'s shape, owned by the engine).
 
     Nodes are visited from a heap in decreasing creation order (``_seq``): every
     node was made after its inputs, so each one is reached after all the nodes it
     feeds, and its gradient is complete when popped. Gradients of leaves and of
-    retained non-leaves are written, and saved arrays released, only at the end:
-    an error on the way (a released graph) leaves everything as it was.
+    retained non-leaves are written (under :data:`grad_lock`), and the graph
+    released, only at the end: an error on the way (a released graph, a custom
+    op's wrong gradient) leaves everything as it was.
     """
     if not root._prev:  # a leaf: its gradient is the given one
-        _store(root, grad, fresh=True)
+        with grad_lock:
+            _store(root, grad, fresh=True)
         return
     grads = {root: grad}
     heap = [(-root._seq, root)]
@@ -281,17 +356,23 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
                     leaves[parent] = (pgrad, fresh or node._op.fresh)
                 else:
                     leaves[parent] = (old[0] + pgrad, True)
-    for node, g in retained:
-        _store(node, g, fresh=False)
-    for leaf, (g, fresh) in leaves.items():
-        _store(leaf, g, fresh)
+    with grad_lock:
+        for node, g in retained:
+            _store(node, g, fresh=False)
+        for leaf, (g, fresh) in leaves.items():
+            _store(leaf, g, fresh)
     if not retain_graph:
+        released = Released(tuple(leaves), tuple(weakref.ref(n) for n, _ in retained) if retained else ())
         for node in done:
             node._backward = None
+            node._prev = released
 
 
 def zero_graph_grads(root) -> None:
-    """Reset ``.grad`` of every tensor in ``root``'s graph (lazily: it reads as zeros)."""
+    """Reset ``.grad`` of every tensor in ``root``'s graph (lazily: it reads as zeros).
+
+    Through a released part of the graph it reaches what :class:`Released` keeps: the
+    leaves the releasing backward call wrote into and the retained tensors still alive."""
     seen = {root}
     stack = [root]
     while stack:

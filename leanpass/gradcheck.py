@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import random
 
 from .autograd import no_grad
@@ -47,6 +48,16 @@ def _element(array, index) -> float:
     return float(array[index + (Ellipsis,)])
 
 
+def _number(value, what, positive=False) -> float:
+    """``value`` as a finite float (``> 0`` if ``positive``, else ``>= 0``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"gradcheck: {what} must be a real number, got {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise ValueError(f"gradcheck: {what} must be a finite number {'> 0' if positive else '>= 0'}, got {value}")
+    return value
+
+
 def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3) -> bool:
     """Compare ``fn``'s backward with central finite differences, in float64.
 
@@ -56,6 +67,9 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3) -> bool:
     at most ``atol + rtol * |numeric|``. Returns True, or raises
     :class:`GradcheckError` naming the input, the index and both values.
     """
+    eps = _number(eps, "eps", positive=True)
+    atol = _number(atol, "atol")
+    rtol = _number(rtol, "rtol")
     if isinstance(inputs, Tensor):
         inputs = (inputs,)
     inputs = tuple(inputs)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from ._dtypes import DTYPES, as_dtype, dtype_name
-from .autograd import run_backward, zero_graph_grads
+from .autograd import grad_lock, run_backward, zero_graph_grads
 from .backends import FLOAT_DTYPES, backend_of_array, get_backend
 
 __all__ = ["Tensor", "as_tensor", "apply"]
@@ -21,7 +21,7 @@ __all__ = ["Tensor", "as_tensor", "apply"]
 class Tensor:
     """An n-dimensional array that records the operations made on it.
 
-    ``Tensor(data, requires_grad=False, name=None, *, device=None, dtype=None)``:
+    ``Tensor(data, *, requires_grad=False, name=None, device=None, dtype=None)``:
     ``data`` is a number, a (nested) list, an array of any registered library, or a
     Tensor. Host data (numbers, lists, NumPy arrays) goes to ``device`` (default:
     :func:`leanpass.get_default_device`); a CuPy or ``array_api_strict`` array keeps
@@ -39,7 +39,7 @@ class Tensor:
     __array_ufunc__ = None
     __array_priority__ = 1000
 
-    def __init__(self, data, requires_grad=False, name=None, *, device=None, dtype=None):
+    def __init__(self, data, *, requires_grad=False, name=None, device=None, dtype=None):
         init_tensor(self, data, requires_grad, name, device, dtype, copy=True)
 
     # ---- attributes -------------------------------------------------------------
@@ -78,8 +78,11 @@ class Tensor:
         """
         g = self._grad
         if g is None and self._rg and (self._retain or not self._prev):
-            g = self._grad = self._backend.zeros(self._data.shape, self._data.dtype)
-            self._read_zeros = True  # no gradient arrived yet: optimizers skip this tensor
+            with grad_lock:  # a backward call on another thread may be storing one now
+                g = self._grad
+                if g is None:
+                    g = self._grad = self._backend.zeros(self._data.shape, self._data.dtype)
+                    self._read_zeros = True  # no gradient arrived yet: optimizers skip this tensor
         return g
 
     @grad.setter
@@ -297,6 +300,11 @@ class Tensor:
         Differentiable: the gradient flows back to the original device and dtype."""
         if dtype is None and device is not None and _looks_like_dtype(device):
             device, dtype = None, device  # t.to("float32"): a dtype in the device's place
+        for value in (device, dtype):
+            if value is not None and not isinstance(value, str) and not hasattr(value, "device_type") \
+                    and not _looks_like_dtype(value):
+                raise TypeError(f"to: takes a device (such as 'cpu' or 'cuda:0') or a dtype (such as "
+                                f"'float32'), got {type(value).__name__}")
         out = self
         if dtype is not None:
             out = out.astype(dtype)
@@ -324,7 +332,11 @@ class Tensor:
         the standard says."""
         dtype = as_dtype(dtype, "astype")
         out = self
-        if dtype_name(self._data.dtype) != dtype.name:
+        source = dtype_name(self._data.dtype)
+        if source.startswith("complex") and not dtype.name.startswith("complex"):
+            raise TypeError(f"astype: cannot cast {source} to {dtype.name} (the array API standard forbids it: "
+                            "the imaginary part would be lost); take leanpass.real(x) first")
+        if source != dtype.name:
             op = ops.astype if dtype.name in FLOAT_DTYPES else ops.astype_nograd
             out = run1(op, self, self._backend.dtype(dtype.name))
         elif copy:
@@ -335,9 +347,13 @@ class Tensor:
 
     # ---- autodiff ---------------------------------------------------------------
     def backward(self, gradient=None, *, retain_graph: bool = False) -> None:
-        """Add d(self)/d(leaf) times ``gradient`` (default: ones) into every leaf's ``.grad``.
+        """Add d(self)/d(leaf) times ``gradient`` into every leaf's ``.grad``.
 
-        The graph's saved arrays are freed afterwards unless ``retain_graph=True``.
+        ``gradient`` (of this tensor's shape; the tensor keeps no reference to it) may
+        be left out only for a tensor of one element: it is then 1, as in PyTorch.
+        The graph is released afterwards unless ``retain_graph=True``: its saved
+        arrays are freed, and the arrays of its intermediate tensors too (those
+        nobody else holds).
         """
         if not self._rg:
             raise RuntimeError(
@@ -346,6 +362,11 @@ class Tensor:
             )
         backend, data = self._backend, self._data
         if gradient is None:
+            if math.prod(data.shape) != 1:
+                raise RuntimeError(
+                    f"backward: grad can be implicitly created only for scalar outputs, got shape {self.shape}; "
+                    "pass a gradient of that shape (t.backward(gradient)) or reduce first (t.sum().backward())"
+                )
             grad = backend.ones(data.shape, data.dtype)
         else:
             grad = as_tensor(gradient, device=backend.device, dtype=dtype_name(data.dtype))._data
@@ -363,7 +384,9 @@ class Tensor:
             self._retain = True
 
     def zero_grad_all(self) -> None:
-        """Reset ``.grad`` of every tensor in this tensor's graph (reads as zeros)."""
+        """Reset ``.grad`` of every tensor in this tensor's graph (reads as zeros).
+        After a backward call released the graph, that is every leaf it wrote a
+        gradient into and every retained tensor still alive."""
         zero_graph_grads(self)
 
     # ---- indexing ---------------------------------------------------------------

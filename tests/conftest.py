@@ -13,7 +13,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
-from leanpass.backends import get_backend
+from leanpass.backends import canonical_device, get_backend
 
 settings.register_profile(
     "leanpass", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -31,6 +31,7 @@ def requested_devices() -> list[str]:
 def _device_params():
     params = []
     for name in requested_devices():
+        canonical_device(name)  # a misspelled name is an error here, not a skip
         try:
             device = get_backend(name).device
         except RuntimeError as exc:

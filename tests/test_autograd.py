@@ -83,11 +83,64 @@ def test_non_leaf_gradient_only_when_retained(device):
 
 
 def test_retained_gradient_is_its_own_array(device):
+    """``+`` passes the incoming gradient on to both ``h`` and ``x``: each keeps its own
+    memory, so writing into one gradient leaves the other as it was."""
     x = Tensor([1.0, 2.0], requires_grad=True, device=device)
     h = x + 0.0
     h.retain_grad()
-    h.sum().backward()
-    assert h.grad is not x.grad
+    (h * 1.0).sum().backward()
+    h.grad[0] = 50.0
+    np.testing.assert_array_equal(host(x.grad, device), [1.0, 1.0])
+    x.grad[1] = 70.0
+    np.testing.assert_array_equal(host(h.grad, device), [50.0, 1.0])
+
+
+@pytest.mark.parametrize("consumer", ["sum", "mean", "broadcast"])
+def test_retained_gradient_is_a_writable_array_of_its_shape(device, consumer):
+    """A gradient that arrives as a read-only broadcast view (the backward of sum/mean)
+    is stored as an array of the tensor's own."""
+    x = Tensor([[1.0, 2.0, 3.0]], requires_grad=True, device=device)
+    y = x + 0.0
+    y.retain_grad()
+    if consumer == "sum":
+        y.sum().backward()
+        expected = [[1.0, 1.0, 1.0]]
+    elif consumer == "mean":
+        y.mean().backward()
+        expected = [[1 / 3, 1 / 3, 1 / 3]]
+    else:
+        (y * Tensor(np.ones((4, 3)), device=device)).sum().backward()
+        expected = [[4.0, 4.0, 4.0]]
+    assert tuple(y.grad.shape) == (1, 3)
+    np.testing.assert_allclose(host(y.grad, device), expected)
+    y.grad[0, 0] = 9.0  # a broadcast view raises here: it is read-only
+    y.grad[0, 2] = 8.0
+    np.testing.assert_allclose(host(y.grad, device), [[9.0, expected[0][1], 8.0]])
+    np.testing.assert_allclose(host(x.grad, device), expected)
+
+
+def test_backward_gradient_is_not_aliased(device):
+    """The gradient given to backward is the user's: neither the root's ``.grad`` nor a
+    gradient passed on unchanged (``+``) shares its memory."""
+    user = np.array([1.0, 2.0])
+    x = Tensor([0.0, 0.0], requires_grad=True, device=device)
+    x.backward(user)  # a leaf root: the gradient goes straight into x.grad
+    x.grad[0] = 9.0
+    np.testing.assert_array_equal(user, [1.0, 2.0])
+    user[1] = -5.0
+    np.testing.assert_array_equal(host(x.grad, device), [9.0, 2.0])
+
+    user = np.array([1.0, 2.0])
+    y = Tensor([0.0, 0.0], requires_grad=True, device=device)
+    z = y + 0.0
+    z.retain_grad()
+    z.backward(user)
+    y.grad[0] = 9.0
+    z.grad[1] = 7.0
+    np.testing.assert_array_equal(user, [1.0, 2.0])
+    user[0] = -5.0
+    np.testing.assert_array_equal(host(y.grad, device), [9.0, 2.0])
+    np.testing.assert_array_equal(host(z.grad, device), [1.0, 7.0])
 
 
 def test_retain_graph_and_the_released_graph_error(device):
@@ -239,10 +292,18 @@ def test_backward_on_a_tensor_without_grad():
         Tensor([1.0]).backward()
 
 
-def test_backward_default_gradient_is_ones_for_non_scalars(device):
+def test_backward_without_a_gradient_needs_one_element(device):
+    """As PyTorch: the implicit gradient (ones) only for an output of one element."""
     x = Tensor([[1.0, 2.0]], requires_grad=True, device=device)
-    (x * 3.0).backward()
+    y = x * 3.0
+    with pytest.raises(RuntimeError, match="grad can be implicitly created only for scalar outputs"):
+        y.backward()
+    assert not x.has_grad and y._backward is not None  # nothing changed, nothing released
+    y.backward(np.ones((1, 2)))
     np.testing.assert_array_equal(host(x.grad, device), [[3.0, 3.0]])
+    (x[:, :1] * 2.0).backward()  # one element, of shape (1, 1)
+    (x.sum() * 2.0).backward()  # 0-d
+    np.testing.assert_array_equal(host(x.grad, device), [[7.0, 5.0]])
 
 
 def test_detach_cuts_the_graph(device):
@@ -335,3 +396,223 @@ def test_apply_keeps_no_custom_function_alive(device):
     del y
     gc.collect()
     assert probe() is None
+
+
+# ---- grad mode around generators -------------------------------------------------------------
+
+
+def test_no_grad_on_a_generator_function_holds_inside_the_generator(device):
+    """As torch: each resume of the generator runs in the decorator's mode, and the
+    caller's mode between resumes is the caller's."""
+    x = Tensor([1.0, 2.0], requires_grad=True, device=device)
+
+    @no_grad()
+    def batches(n):
+        for i in range(n):
+            sent = yield x * float(i), is_grad_enabled()
+            assert not is_grad_enabled()
+            if sent is not None:
+                yield sent * 2.0, is_grad_enabled()
+        return "done"
+
+    gen = batches(2)
+    first, enabled = next(gen)
+    assert not enabled and not first.requires_grad
+    assert is_grad_enabled() and (x * 1.0).requires_grad  # the caller's own mode in between
+    doubled, enabled = gen.send(x)
+    assert not enabled and not doubled.requires_grad
+    results = list(gen)
+    assert [r.requires_grad for r, _ in results] == [False]
+    assert is_grad_enabled()
+
+    @no_grad
+    def bare():
+        yield x * 2.0
+
+    assert not next(bare()).requires_grad
+
+    def outcome(g):
+        try:
+            next(g)
+        except StopIteration as stop:
+            return stop.value
+
+    gen = batches(1)
+    next(gen)
+    assert outcome(gen) == "done"
+
+    @enable_grad()
+    def recording():
+        yield x * 2.0, is_grad_enabled()
+
+    with no_grad():
+        out, enabled = next(recording())
+        assert enabled and out.requires_grad and not is_grad_enabled()
+
+
+def test_no_grad_generator_close_and_throw_run_in_its_mode():
+    modes = []
+
+    @no_grad()
+    def watched():
+        try:
+            yield 1
+        except ValueError:
+            modes.append(("throw", is_grad_enabled()))
+            yield 2
+        finally:
+            modes.append(("close", is_grad_enabled()))
+
+    gen = watched()
+    next(gen)
+    assert gen.throw(ValueError("x")) == 2
+    gen.close()
+    assert modes == [("throw", False), ("close", False)]
+    assert is_grad_enabled()
+
+
+# ---- the custom-op contract, checked at backward ---------------------------------------------
+
+
+def _custom(grads_of):
+    """A custom op whose backward returns ``grads_of(be, g, arrays)``."""
+
+    def custom(be, *arrays):
+        return arrays[0] * 2.0, lambda g: grads_of(be, g, arrays)
+
+    return custom
+
+
+@pytest.mark.parametrize(
+    "grads_of, error, words",
+    [
+        (lambda be, g, arrays: be.xp.sum(g, keepdims=True), TypeError, "a tuple"),  # a bare array
+        (lambda be, g, arrays: [g, g], TypeError, "a tuple"),
+        (lambda be, g, arrays: (g,), TypeError, "1 gradient"),  # too few
+        (lambda be, g, arrays: (g, g, g), TypeError, "3 gradients"),  # too many
+        (lambda be, g, arrays: (g, 2.0), TypeError, "input 1"),  # not an array
+        (lambda be, g, arrays: (be.xp.sum(g, keepdims=True), g), ValueError, r"input 0.*\(1,\).*\(3,\)"),
+        (lambda be, g, arrays: (g, be.xp.sum(g)), ValueError, r"input 1.*\(\).*\(3,\)"),
+        (lambda be, g, arrays: (g, be.xp.stack([g, g], axis=1)), ValueError, r"input 1.*\(3, 2\).*\(3,\)"),
+    ],
+)
+def test_custom_op_backward_breaking_the_contract_raises_and_changes_nothing(device, grads_of, error, words):
+    from leanpass.tensor import apply
+
+    x = Tensor([1.0, 2.0, 3.0], requires_grad=True, device=device)
+    w = Tensor([1.0, 1.0, 1.0], requires_grad=True, device=device)
+    (x * w).sum().backward()  # gradients already there must stay as they are
+    before = host(x.grad, device), host(w.grad, device)
+    loss = (apply(_custom(grads_of), x, w, op="mine") * w).sum()
+    with pytest.raises(error, match=words) as info:
+        loss.backward()
+    assert "mine" in str(info.value)
+    np.testing.assert_array_equal(host(x.grad, device), before[0])
+    np.testing.assert_array_equal(host(w.grad, device), before[1])
+
+
+def test_custom_op_gradients_that_broadcast_back_are_accepted(device):
+    from leanpass.tensor import apply
+
+    def outer_sum(be, a, b):  # a: (3, 1), b: (4,) -> (3, 4): gradients of the output's shape
+        return a + b, lambda g: (g, g)
+
+    def none_for_b(be, a, b):
+        return a * 1.0, lambda g: (g, None)
+
+    a = Tensor(np.ones((3, 1)), requires_grad=True, device=device)
+    b = Tensor(np.ones(4), requires_grad=True, device=device)
+    apply(outer_sum, a, b).sum().backward()
+    np.testing.assert_array_equal(host(a.grad, device), np.full((3, 1), 4.0))
+    np.testing.assert_array_equal(host(b.grad, device), np.full(4, 3.0))
+    apply(none_for_b, a, b).sum().backward()
+    np.testing.assert_array_equal(host(a.grad, device), np.full((3, 1), 5.0))
+    np.testing.assert_array_equal(host(b.grad, device), np.full(4, 3.0))
+
+
+# ---- a released graph keeps no activations ---------------------------------------------------
+
+
+def test_keeping_released_losses_keeps_no_activations(device):
+    import tracemalloc
+
+    from leanpass import nn, optim
+
+    leanpass.manual_seed(0)
+    model = nn.MLP([32, 128, 128, 1], device=device)
+    opt = optim.SGD(model.parameters(), lr=1e-3)
+    rng = np.random.default_rng(0)
+    x = Tensor(rng.standard_normal((64, 32)), device=device)
+    target = Tensor(rng.standard_normal((64, 1)), device=device)
+    losses = []
+
+    def step():
+        opt.zero_grad()
+        loss = nn.mse_loss(model(x), target)
+        loss.backward()
+        opt.step()
+        losses.append(loss)  # kept, as a training loop that records its losses does
+
+    for _ in range(5):  # optimizer state, caches
+        step()
+    tracemalloc.start()
+    try:
+        step()
+        start = tracemalloc.get_traced_memory()[0]
+        for _ in range(50):
+            step()
+        growth = tracemalloc.get_traced_memory()[0] - start
+    finally:
+        tracemalloc.stop()
+    # one step's activations are > 64 * 128 * 8 bytes = 64 KiB each (cpu); a released loss holds none
+    assert growth / 50 < 20 * 1024, f"{growth / 50 / 1024:.1f} KiB kept per step"
+    with pytest.raises(RuntimeError, match="retain_graph=True"):
+        losses[-1].backward()
+    assert losses[-1]._prev and not losses[-1].is_leaf
+
+
+def test_released_graph_frees_intermediates_but_reaches_leaves_and_retained(device):
+    gc.collect()
+    gc.disable()
+    try:
+        x = Tensor([1.0, 2.0], requires_grad=True, device=device)
+        w = Tensor([3.0, 4.0], requires_grad=True, device=device)
+        hidden = (x * w).exp()
+        kept = hidden * 1.0
+        kept.retain_grad()
+        probe = weakref.ref(hidden)
+        y = (kept * x).sum()
+        del hidden
+        y.backward()
+        assert probe() is None  # y is kept, its activations are not
+        assert y._prev and not y.is_leaf and not kept.is_leaf
+        with pytest.raises(RuntimeError, match="retain_graph=True"):
+            y.backward()
+        assert x.has_grad and w.has_grad and kept.has_grad
+        y.zero_grad_all()
+        assert not (x.has_grad or w.has_grad or kept.has_grad)
+        for t in (x, w, kept):
+            np.testing.assert_array_equal(host(t.grad, device), [0.0, 0.0])
+        with pytest.raises(RuntimeError, match="retain_graph=True"):
+            (kept * 2.0).sum().backward()
+        del t
+        probe = weakref.ref(kept)
+        del kept
+        assert probe() is None  # a retained tensor is not kept alive by the released graph
+        y.zero_grad_all()
+    finally:
+        gc.enable()
+
+
+def test_custom_op_gradient_for_an_input_without_grad_is_not_checked(device):
+    """As PyTorch: only the gradients the engine uses (inputs that require grad) are checked."""
+    from leanpass.tensor import apply
+
+    def scale_by(be, a, k):
+        return a * k, lambda g: (g * k, 0)  # the engine drops k's "gradient"
+
+    x = Tensor([1.0, 2.0], requires_grad=True, device=device)
+    apply(scale_by, x, Tensor(3.0, device=device)).sum().backward()
+    np.testing.assert_array_equal(host(x.grad, device), [3.0, 3.0])
+    with pytest.raises(TypeError, match="input 1"):
+        apply(scale_by, x, Tensor(3.0, requires_grad=True, device=device)).sum().backward()

@@ -52,9 +52,9 @@ def test_cuda_without_cupy_names_the_fix():
 
 
 def test_unknown_and_malformed_devices():
-    with pytest.raises(ValueError, match="unknown device 'tpu'"):
+    with pytest.raises(RuntimeError, match="unknown device 'tpu'.*device type at start of device string: tpu"):
         get_backend("tpu")
-    with pytest.raises(ValueError, match="'cpu:x'"):
+    with pytest.raises(RuntimeError, match="'cpu:x'"):
         get_backend("cpu:x")
     with pytest.raises(RuntimeError, match="'strict:3' does not exist"):
         get_backend("strict:3")
@@ -72,7 +72,7 @@ def test_default_device_and_dtype(monkeypatch):
         assert t.device == "strict:2" and t.dtype == xs.float32
         with pytest.raises(ValueError):
             leanpass.set_default_dtype("int32")
-        with pytest.raises(ValueError):
+        with pytest.raises(RuntimeError, match="gpu"):
             leanpass.set_default_device("gpu")
         assert leanpass.get_default_device() == "strict:2"
     finally:
@@ -279,7 +279,7 @@ def test_register_backend_adds_a_device_type():
         assert t.device == "toy" and "toy" in available_devices()
         (t * t).sum().backward()
         assert np.from_dlpack(t.grad).tolist() == [2.0, 4.0]
-        with pytest.raises(ValueError, match="register_backend"):
+        with pytest.raises(RuntimeError, match="register_backend"):
             get_backend("toy2")
         with pytest.raises(TypeError):
             register_backend("bad", 42)

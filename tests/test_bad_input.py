@@ -8,6 +8,7 @@ shape, dtype, device and place in the graph -- is exactly as it was.
 from __future__ import annotations
 
 import importlib.util
+import math
 import operator
 import re
 from typing import NamedTuple
@@ -16,8 +17,9 @@ import numpy as np
 import pytest
 
 import leanpass as lp
-from leanpass import Tensor
+from leanpass import GradcheckError, Tensor, gradcheck
 from leanpass.backends import get_backend
+from leanpass.tensor import apply
 
 # ---- helpers ---------------------------------------------------------------------------
 
@@ -77,6 +79,10 @@ def names_op(message: str, symbol: str) -> bool:
     """The operator symbol stands on its own in ``message`` ("*" does not match inside "**",
     "-" does not match inside "second-to-last")."""
     return re.search(rf"(?<![-+*/@\w]){re.escape(symbol)}(?![-+*/@\w])", message) is not None
+
+
+def host(device, array):
+    return np.asarray(get_backend(device).to_host(array))
 
 
 def names_device(message: str, device: str) -> bool:
@@ -225,22 +231,49 @@ def test_mixed_devices_index_tensor(device):
 
 
 @pytest.mark.parametrize("name", ["tpu", "gpu:0", "mps"])
-def test_unknown_device_type_is_a_value_error(device, name):
+def test_unknown_device_type_is_a_runtime_error(device, name):
+    """PyTorch: RuntimeError "Expected one of cpu, cuda, ... device type at start of
+    device string: tpu"."""
     world = make_world(device)
     a = world[0]
+    type_ = name.partition(":")[0]
     for call in (
         lambda: Tensor(1.0, device=name),
         lambda: Tensor([1.0, 2.0], requires_grad=True, device=name),
         lambda: Tensor(np.ones(3), device=name),
         lambda: Tensor(a, device=name),
         lambda: a.to(name),
+        lambda: lp.asarray([1.0], device=name),
     ):
-        raises_unchanged(ValueError, call, world, name)
+        raises_unchanged(RuntimeError, call, world, name, f"device type at start of device string: {type_}")
+
+
+@pytest.mark.parametrize("name", ["cpu:x", "strict:-1", "strict:1:2", "", ":0"])
+def test_malformed_device_string_is_a_runtime_error(name):
+    """PyTorch: RuntimeError "Invalid device string: 'cuda:x'"."""
+    with pytest.raises(RuntimeError, match=re.escape(repr(name))):
+        lp.backends.canonical_device(name)
+    with pytest.raises(RuntimeError, match=re.escape(repr(name))):
+        Tensor(1.0, device=name)
+
+
+@pytest.mark.parametrize("name", ["tpu", "gpu:0", "cpu:x", "strict:7"])
+def test_set_default_device_to_a_bad_device_keeps_the_default(name):
+    before = lp.get_default_device()
+    try:
+        lp.set_default_device("strict:1")
+        with pytest.raises(RuntimeError, match=re.escape(name)):
+            lp.set_default_device(name)
+        assert lp.get_default_device() == "strict:1"
+        assert Tensor([1.0]).device == "strict:1"
+    finally:
+        lp.set_default_device(before)
+    assert lp.get_default_device() == before
 
 
 def test_set_default_device_to_unknown_device_keeps_the_default():
     before = lp.get_default_device()
-    with pytest.raises(ValueError, match="tpu"):
+    with pytest.raises(RuntimeError, match="tpu"):
         lp.set_default_device("tpu")
     assert lp.get_default_device() == before
     with pytest.raises(RuntimeError, match="strict:7"):
@@ -262,7 +295,7 @@ def test_missing_device_index_is_a_runtime_error(device, name):
 
 def test_malformed_device_strings(device):
     world = make_world(device)
-    raises_unchanged(ValueError, lambda: Tensor(1.0, device="strict:x"), world, "strict:x")
+    raises_unchanged(RuntimeError, lambda: Tensor(1.0, device="strict:x"), world, "strict:x")
     raises_unchanged(TypeError, lambda: Tensor(1.0, device=3), world)
 
 
@@ -520,3 +553,303 @@ def test_out_of_range_index(device, index, bad):
     a = world[0]
     message = raises_unchanged(IndexError, lambda: a[index], world, "getitem", "(2, 3)")
     assert re.search(rf"(?<![\w-]){re.escape(bad)}(?!\d)", message), f"index {bad} is not named in {message!r}"
+
+
+# ---- gradcheck's arguments, and its every input ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, words",
+    [
+        ({"eps": 0}, ValueError, "eps"),
+        ({"eps": 0.0}, ValueError, "eps"),
+        ({"eps": -1e-6}, ValueError, "eps"),
+        ({"eps": math.nan}, ValueError, "eps"),
+        ({"eps": math.inf}, ValueError, "eps"),
+        ({"eps": "1e-6"}, TypeError, "eps"),
+        ({"eps": True}, TypeError, "eps"),
+        ({"atol": -1.0}, ValueError, "atol"),
+        ({"atol": math.nan}, ValueError, "atol"),
+        ({"atol": math.inf}, ValueError, "atol"),
+        ({"rtol": -1e-3}, ValueError, "rtol"),
+        ({"rtol": math.nan}, ValueError, "rtol"),
+        ({"rtol": None}, TypeError, "rtol"),
+    ],
+    ids=repr,
+)
+def test_gradcheck_rejects_bad_step_and_tolerances(device, kwargs, exc, words):
+    x = Tensor([1.0, 2.0], requires_grad=True, device=device)
+    with pytest.raises(exc, match=f"gradcheck: {words}"):
+        gradcheck(lambda t: t * t, (x,), **kwargs)
+    assert x._grad is None  # nothing ran
+
+
+def test_gradcheck_takes_zero_tolerances_and_integer_steps(device):
+    x = Tensor([1.0, 2.0], requires_grad=True, device=device)
+    assert gradcheck(lambda t: t * 3.0, (x,), eps=1, atol=0, rtol=0.01)
+
+
+def _product_wrong_for(wrong):
+    """``a * b`` whose backward doubles the gradient of input ``wrong`` (0 or 1)."""
+    def product(be, a, b):
+        def backward(g):
+            ga, gb = g * b, g * a
+            return (2.0 * ga, gb) if wrong == 0 else (ga, 2.0 * gb)
+        return a * b, backward
+    return product
+
+
+@pytest.mark.parametrize("wrong", [0, 1])
+def test_gradcheck_checks_every_input(device, wrong):
+    """A backward that is wrong only for the second input is caught, too."""
+    a = Tensor([1.0, -2.0, 0.5], requires_grad=True, device=device, name="a")
+    b = Tensor([3.0, 0.25, -1.0], requires_grad=True, device=device, name="b")
+    fn = _product_wrong_for(wrong)
+    with pytest.raises(GradcheckError, match=f"input {wrong}") as info:
+        gradcheck(lambda x, y: apply(fn, x, y, op="product"), (a, b))
+    assert info.value.input == wrong and info.value.index == (0,)
+    # the right rule passes
+    assert gradcheck(lambda x, y: x * y, (a, b))
+
+
+# ---- Tensor.to ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, kind",
+    [
+        ((np.ones(3),), {}, "ndarray"),
+        ((np.ones((2, 2)),), {}, "ndarray"),
+        (([1],), {}, "list"),
+        ((3.5,), {}, "float"),
+        ((), {"device": np.ones(3)}, "ndarray"),
+        ((), {"dtype": np.ones(3)}, "ndarray"),
+        (("cpu",), {"dtype": [1]}, "list"),
+    ],
+    ids=repr,
+)
+def test_to_with_an_array_says_what_it_takes(device, args, kwargs, kind):
+    x = Tensor([1.0, 2.0], requires_grad=True, device=device)
+    with pytest.raises(TypeError, match=f"to: .*device.*dtype.*got {kind}"):
+        x.to(*args, **kwargs)
+    assert x._grad is None and x.device == device
+
+
+def test_to_still_takes_devices_and_dtypes(device):
+    x = Tensor([1.0, 2.0], requires_grad=True, device=device)
+    assert x.to(device) is x
+    assert x.to("float32").dtype == lp.float32
+    assert x.to(lp.float32).dtype == lp.float32
+    assert x.to(np.float32).dtype == lp.float32
+    assert x.to(device, "float32").dtype == lp.float32
+    assert x.to(get_backend(device)) is x
+    assert x.to(dtype=float).dtype == lp.float64
+
+
+def test_set_default_dtype_with_an_array_is_a_type_error():
+    with pytest.raises(TypeError, match="set_default_dtype"):
+        lp.set_default_dtype(np.ones((2, 2)))
+    with pytest.raises(ValueError, match="set_default_dtype: dtype 'int32'"):
+        lp.set_default_dtype("int32")
+    assert lp.get_default_dtype() == "float64"
+
+
+# ---- masked arrays -----------------------------------------------------------------------------
+
+MASKED = np.ma.array([1.0, 2.0, 3.0], mask=[False, True, False])
+
+
+FILL_FIRST = r"masked arrays \(numpy.ma\) are not supported.*a\.filled\("
+
+
+@pytest.mark.parametrize(
+    "call, pattern",
+    [
+        (lambda d: Tensor(MASKED, device=d), "Tensor: " + FILL_FIRST),
+        (lambda d: Tensor(MASKED, requires_grad=True, device=d), "Tensor: " + FILL_FIRST),
+        (lambda d: Tensor(np.ma.array([1, 2]), device=d), "Tensor: " + FILL_FIRST),  # nothing masked: refused too
+        (lambda d: lp.asarray(MASKED, device=d), "asarray: " + FILL_FIRST),
+        (lambda d: lp.as_tensor(MASKED, device=d), FILL_FIRST),
+        (lambda d: Tensor([0.0, 0.0, 0.0], device=d) + MASKED, "operand: " + FILL_FIRST),
+        (lambda d: MASKED * Tensor([0.0, 0.0, 0.0], device=d), "operand: " + FILL_FIRST),
+        (lambda d: lp.add(Tensor([0.0, 0.0, 0.0], device=d), MASKED), "operand: " + FILL_FIRST),
+    ],
+    ids=["Tensor", "Tensor_grad", "nothing_masked", "asarray", "as_tensor", "operator", "reflected", "add"],
+)
+def test_masked_arrays_are_refused(device, call, pattern):
+    """Taking the data of a masked array would drop its mask: refused, with the fix."""
+    with pytest.raises(TypeError, match=pattern):
+        call(device)
+    assert MASKED.mask.tolist() == [False, True, False]
+
+
+def test_filled_masked_arrays_are_taken(device):
+    t = Tensor(MASKED.filled(0.0), device=device)
+    np.testing.assert_array_equal(t.numpy(), [1.0, 0.0, 3.0])
+
+
+# ---- axes: a bool is not an axis ----------------------------------------------------------------
+
+AXIS_CALLS = {
+    "sum": lambda x, a: lp.sum(x, axis=a),
+    "prod": lambda x, a: lp.prod(x, axis=a),
+    "mean": lambda x, a: lp.mean(x, axis=a),
+    "max": lambda x, a: lp.max(x, axis=a),
+    "min": lambda x, a: lp.min(x, axis=a),
+    "std": lambda x, a: lp.std(x, axis=a),
+    "var": lambda x, a: lp.var(x, axis=a),
+    "argmax": lambda x, a: lp.argmax(x, axis=a),
+    "argmin": lambda x, a: lp.argmin(x, axis=a),
+    "all": lambda x, a: lp.all(x, axis=a),
+    "any": lambda x, a: lp.any(x, axis=a),
+    "count_nonzero": lambda x, a: lp.count_nonzero(x, axis=a),
+    "cumulative_sum": lambda x, a: lp.cumulative_sum(x, axis=a),
+    "concat": lambda x, a: lp.concat([x, x], axis=a),
+    "stack": lambda x, a: lp.stack([x, x], axis=a),
+    "expand_dims": lambda x, a: lp.expand_dims(x, axis=a),
+    "squeeze": lambda x, a: lp.squeeze(lp.reshape(x, (2, 1, 12)), axis=a),
+    "flip": lambda x, a: lp.flip(x, axis=a),
+    "roll": lambda x, a: lp.roll(x, 1, axis=a),
+    "sort": lambda x, a: lp.sort(x, axis=a),
+    "argsort": lambda x, a: lp.argsort(x, axis=a),
+    "unstack": lambda x, a: lp.unstack(x, axis=a),
+    "moveaxis": lambda x, a: lp.moveaxis(x, a, 0),
+    "flatten": lambda x, a: x.flatten(a),
+    "sum_method": lambda x, a: x.sum(a),
+    "max_method": lambda x, a: x.max(a),
+}
+
+
+MANY_AXES = ["sum", "prod", "mean", "max", "min", "std", "var", "all", "any", "count_nonzero", "squeeze", "flip"]
+
+
+@pytest.mark.parametrize("axis", [True, False, np.bool_(True), (0, True)], ids=repr)
+@pytest.mark.parametrize("name", list(AXIS_CALLS))
+def test_a_bool_is_not_an_axis(device, name, axis):
+    """``sum(axis=True)`` is not ``sum(axis=1)``: TypeError naming the function."""
+    if isinstance(axis, tuple) and name not in MANY_AXES:
+        axis = axis[1]  # the function takes one axis
+    x = Tensor(np.arange(24.0).reshape(2, 3, 4), requires_grad=True, device=device)
+    pattern = f"{name.split('_method')[0]}: ax[ie]s must be (an integer|integers).*, got (bool|True|False|np.True_)"
+    with pytest.raises(TypeError, match=pattern):
+        AXIS_CALLS[name](x, axis)
+    assert x._grad is None
+
+
+# ---- flatten -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("start, end", [(2, 0), (1, 0), (-1, 0), (2, -2)])
+def test_flatten_start_after_end_is_a_value_error(device, start, end):
+    """PyTorch: "flatten() has invalid args: start_dim cannot come after end_dim"."""
+    x = Tensor(np.ones((2, 3, 4)), device=device)
+    with pytest.raises(ValueError, match="flatten: start_dim cannot come after end_dim"):
+        x.flatten(start, end)
+
+
+@pytest.mark.parametrize("start, end, shape", [(0, -1, (24,)), (1, 1, (2, 3, 4)), (-2, 2, (2, 12)), (0, 1, (6, 4))])
+def test_flatten_merges_the_axes_from_start_to_end(device, start, end, shape):
+    assert Tensor(np.ones((2, 3, 4)), device=device).flatten(start, end).shape == shape
+
+
+# ---- clip's gradients (values of torch.clamp, torch 2.13) ----------------------------------------
+
+
+def test_clip_passes_the_gradient_at_its_bounds(device):
+    """torch.clamp(x, -1, 1) at [-1, 0, 1]: gradient [1, 1, 1] (the bounds belong to the range)."""
+    x = Tensor([-1.0, 0.0, 1.0, -1.5, 1.5], requires_grad=True, device=device)
+    lp.clip(x, -1.0, 1.0).sum().backward()
+    np.testing.assert_array_equal(host(device, x.grad), [1.0, 1.0, 1.0, 0.0, 0.0])
+
+
+def test_clip_with_only_one_bound_passes_the_gradient_at_it(device):
+    x = Tensor([-1.0, 0.0, 1.0], requires_grad=True, device=device)
+    lp.clip(x, min=0.0).sum().backward()
+    np.testing.assert_array_equal(host(device, x.grad), [0.0, 1.0, 1.0])
+    x.grad = None
+    lp.clip(x, max=0.0).sum().backward()
+    np.testing.assert_array_equal(host(device, x.grad), [1.0, 1.0, 0.0])
+
+
+# (low, high) -> gradients of x, low, high for x = [-2, -1, 0, 1, 2], from torch.clamp
+CLAMP = {
+    "inside": (-1.0, [1.0] * 5, [0, 1, 1, 1, 0], 1.0, [0, 0, 0, 0, 1]),
+    "per_element": ([-3.0, -1.0, 0.5, 0.0, 1.0], 1.0, [1, 1, 0, 1, 0], [0, 0, 1, 0, 0], 1.0),
+    "low_above_high": (1.0, -1.0, [0] * 5, 0.0, 5.0),
+    "low_equals_high": (0.0, 0.0, [0, 0, 1, 0, 0], 0.0, 2.0),
+}
+
+
+@pytest.mark.parametrize("case", list(CLAMP))
+def test_clip_sends_the_gradient_to_tensor_bounds_as_torch_clamp(device, case):
+    low_value, high_value, gx, glow, ghigh = CLAMP[case]
+    x = Tensor([-2.0, -1.0, 0.0, 1.0, 2.0], requires_grad=True, device=device)
+    low = Tensor(low_value, requires_grad=True, device=device)
+    high = Tensor(high_value, requires_grad=True, device=device)
+    lp.clip(x, low, high).sum().backward()
+    np.testing.assert_array_equal(host(device, x.grad), gx)
+    np.testing.assert_array_equal(host(device, low.grad), glow)
+    np.testing.assert_array_equal(host(device, high.grad), ghigh)
+
+
+def test_clip_sends_the_gradient_to_a_bound_when_x_needs_none(device):
+    x = Tensor([-2.0, 0.0, 2.0], device=device)
+    low = Tensor(-1.0, requires_grad=True, device=device)
+    (lp.clip(x, min=low) * 3.0).sum().backward()
+    assert float(host(device, low.grad)) == 3.0
+
+
+# ---- Tensor(data, *, requires_grad, name) --------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [(2, 3), (2.0, True), ([1.0], "x"), ([1.0], False, "x")], ids=repr)
+def test_requires_grad_and_name_are_keyword_only(device, args):
+    with pytest.raises(TypeError, match="positional"):
+        Tensor(*args, device=device)
+
+
+def test_requires_grad_and_name_by_keyword(device):
+    t = Tensor([1.0, 2.0], requires_grad=True, name="w", device=device)
+    assert t.requires_grad and t.name == "w"
+
+
+# ---- casts the fuzz test (test_fuzz.py) found -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "call, op",
+    [
+        (lambda d: Tensor([1 + 2j], dtype="float32", device=d), "Tensor"),
+        (lambda d: Tensor(np.array([0j]), dtype="int8", device=d), "Tensor"),
+        (lambda d: Tensor(Tensor([1j], device=d), dtype="float64"), "Tensor"),
+        (lambda d: lp.asarray(np.array(1j), dtype="float64", device=d), "asarray"),
+        (lambda d: lp.as_tensor(np.array(1j), dtype="float64", device=d), "Tensor"),
+        (lambda d: Tensor([1j], device=d).astype("float32"), "astype"),
+        (lambda d: lp.astype(Tensor([1j], device=d), lp.float64), "astype"),
+        (lambda d: lp.nn.mse_loss(Tensor([0.0], device=d), np.array([1j])), "Tensor"),
+    ],
+    ids=["list", "ndarray", "tensor", "asarray", "as_tensor", "method", "function", "loss_target"],
+)
+def test_complex_to_real_casts_are_refused(device, call, op):
+    """The array API standard forbids casting complex to real; NumPy would warn
+    (a ComplexWarning) and drop the imaginary part."""
+    with pytest.raises(TypeError, match=f"{op}: cannot cast complex.* the imaginary part would be lost"):
+        call(device)
+
+
+def test_non_finite_floats_to_an_integer_dtype(device):
+    """Arrays: NumPy's value without a warning (PyTorch's too); Python NaN and inf:
+    an error naming Tensor (PyTorch: "value cannot be converted to type int32")."""
+    t = Tensor(np.array([np.inf, 1.0]), dtype="int32", device=device)
+    assert t.dtype == lp.int32 and t.numpy()[1] == 1
+    with pytest.raises(ValueError, match="Tensor: cannot convert float NaN to integer"):
+        Tensor([1.0, math.nan], dtype="int32", device=device)
+    with pytest.raises(OverflowError, match="Tensor: cannot convert float infinity to integer"):
+        Tensor(math.inf, dtype="int64", device=device)
+
+
+def test_an_empty_complex_index_is_an_index_error(device):
+    t = Tensor([1.0, 2.0], requires_grad=True, device=device)
+    with pytest.raises(IndexError, match="getitem: index arrays must hold integers or booleans, got dtype complex128"):
+        t[np.array([], dtype=complex)]
+    assert t[np.array([], dtype=float)].shape == (0,)

@@ -362,59 +362,69 @@ def test_out_of_range_index_raises_on_every_device(device, case):
 # ---- unsupported or invalid indices -----------------------------------------------------------------
 
 # Forms NumPy accepts but LeanPass may leave out: each must either give NumPy's
-# result (forward and gradient) or raise IndexError naming getitem -- never
-# another exception, never a wrong answer.
+# result (forward and gradient) or raise the IndexError written beside it -- never
+# another exception or message, never a wrong answer. None: the form is supported.
+ONLY_MASK = r"^getitem: a boolean mask must be the only index \(optionally followed by '\.\.\.'\)$"
 MIXED_FORMS = {
-    "array_then_newaxis": ([0, 1], None),
-    "newaxis_then_array": (None, [0, 1]),
-    "int_slice_array": (slice(None), 1, [0, 2]),
-    "array_ellipsis_int": ([0], ..., 0),
-    "partial_slice_then_array": (slice(1, None), [0, 2]),
-    "array_then_partial_slice": ([0, 1], slice(1, None)),
-    "array_partial_slice_int": ([0, 1], slice(1, None), 0),
-    "stepped_slice_then_array": (slice(None, None, -1), [3, 0]),
-    "mask_then_int": (np.array([True, False, True]), 0),
-    "int_then_mask": (0, np.array([True, False, True, True])),
-    "mask_and_array": (np.array([True, False, True]), [0, 1]),
-    "bool_scalar": True,
+    "array_then_newaxis": (([0, 1], None), None),
+    "newaxis_then_array": ((None, [0, 1]), None),
+    "int_slice_array": ((slice(None), 1, [0, 2]), None),
+    "array_ellipsis_int": (([0], ..., 0), None),
+    "partial_slice_then_array": ((slice(1, None), [0, 2]), None),
+    "array_then_partial_slice": (([0, 1], slice(1, None)), None),
+    "array_partial_slice_int": (([0, 1], slice(1, None), 0), None),
+    "stepped_slice_then_array": ((slice(None, None, -1), [3, 0]), None),
+    "mask_then_int": ((np.array([True, False, True]), 0), ONLY_MASK),
+    "int_then_mask": ((0, np.array([True, False, True, True])), ONLY_MASK),
+    "mask_and_array": ((np.array([True, False, True]), [0, 1]), ONLY_MASK),
+    "bool_scalar": (True, r"^getitem: a bool is not an index; use a boolean array as a mask$"),
 }
 
 
-@pytest.mark.parametrize("index", list(MIXED_FORMS.values()), ids=list(MIXED_FORMS))
-def test_mixed_forms_are_right_or_a_clear_index_error(device, index):
+@pytest.mark.parametrize("index, message", list(MIXED_FORMS.values()), ids=list(MIXED_FORMS))
+def test_mixed_forms_are_right_or_a_clear_index_error(device, index, message):
     t = Tensor(X, requires_grad=True, device=device)
     try:
         t[index]
     except IndexError as exc:
-        assert "getitem" in str(exc), f"unclear message: {exc!r}"
+        assert message is not None, f"a supported form raised {exc!r}"
+        assert re.search(message, str(exc)), f"unclear message: {exc!r}"
         assert t._grad is None
         return
     check_forward_and_grad(device, index, index)
 
 
+# index -> the IndexError's whole message (X has shape (3, 4, 5))
 INVALID = {
-    "float": 0.5,
-    "float_list": [0.5, 1.0],
-    "float_array": np.array([1.0, 2.0]),
-    "fractional_tensor": "frac1d",
-    "fractional_0d_tensor": "frac0d",
-    "two_ellipses": (..., 0, ...),
-    "too_many_ints": (0, 0, 0, 0),
-    "too_many_slices": (slice(None),) * 4,
-    "mask_wrong_shape": np.array([True, False]),
-    "mask_wrong_inner_shape": np.ones((3, 5), dtype=bool),
+    "float": (0.5, "index arrays must hold integers or booleans, got dtype float64"),
+    "float_list": ([0.5, 1.0], "index arrays must hold integers or booleans, got dtype float64"),
+    "float_array": (np.array([1.0, 2.0]), "index arrays must hold integers or booleans, got dtype float64"),
+    "fractional_tensor": ("frac1d", "a float tensor used as an index must hold whole numbers"),
+    "fractional_0d_tensor": ("frac0d", "a float tensor used as an index must hold whole numbers, got 0.5"),
+    "two_ellipses": ((..., 0, ...), "an index can only have a single ellipsis ('...')"),
+    "too_many_ints": ((0, 0, 0, 0), "too many indices for a tensor of shape (3, 4, 5): 4 axes indexed"),
+    "too_many_slices": ((slice(None),) * 4, "too many indices for a tensor of shape (3, 4, 5): 4 axes indexed"),
+    "mask_wrong_shape": (np.array([True, False]), "boolean mask of shape (2,) does not match tensor shape (3, 4, 5)"),
+    "mask_wrong_inner_shape": (np.ones((3, 5), dtype=bool),
+                               "boolean mask of shape (3, 5) does not match tensor shape (3, 4, 5)"),
+    "int_out_of_range": (3, "index 3 is out of range for axis 0 with size 3 (tensor shape (3, 4, 5))"),
+    "negative_out_of_range": ((0, -5), "index -5 is out of range for axis 1 with size 4 (tensor shape (3, 4, 5))"),
+    "array_out_of_range": ((slice(None), slice(None), [0, 5]),
+                           "index 5 is out of range for axis 2 with size 5 (tensor shape (3, 4, 5))"),
 }
 
 
 @pytest.mark.parametrize("case", list(INVALID))
 def test_invalid_indices_raise_index_error(device, case):
-    index = INVALID[case]
+    index, message = INVALID[case]
     if isinstance(index, str):
         index = Tensor([0.0, 1.5] if index == "frac1d" else 0.5, device=device)
     t = Tensor(X, requires_grad=True, device=device)
-    with pytest.raises(IndexError, match="getitem"):
+    with pytest.raises(IndexError) as info:
         t[index]
+    assert str(info.value) == f"getitem: {message}"
     np.testing.assert_array_equal(t.numpy(), X)
+    assert t._grad is None
 
 
 def test_index_arrays_that_do_not_broadcast(device):

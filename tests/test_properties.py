@@ -145,7 +145,7 @@ def test_binary_broadcasting_counts(device, op, data):
     (a_shape, b_shape), out_shape = shapes.input_shapes, shapes.result_shape
     a = leaf(np.zeros(a_shape), "float64", device)
     b = leaf(np.zeros(b_shape), "float64", device)
-    fn(a, b).backward()
+    fn(a, b).backward(np.ones(out_shape))
     n_out = int(np.prod(out_shape))
     count_a = np.full(a_shape, n_out / max(int(np.prod(a_shape)), 1))
     count_b = np.full(b_shape, n_out / max(int(np.prod(b_shape)), 1))
@@ -409,8 +409,9 @@ FLOAT32_OPS = {
     "t**-1.5": (lambda x, y, p: p**-1.5, 0),
     "2.5**t": (lambda x, y, p: 2.5**x, 0),
     "neg": (lambda x, y, p: -x, 0),
-    "matmul-2d": (lambda x, y, p: x @ Tensor(np.ones((x.shape[-1], 3), np.float32), True, device=x.device), 1),
-    "matmul-1d": (lambda x, y, p: x @ Tensor(np.ones(x.shape[-1], np.float32), True, device=x.device), 1),
+    "matmul-2d": (lambda x, y, p: x @ Tensor(np.ones((x.shape[-1], 3), np.float32), requires_grad=True,
+                                             device=x.device), 1),
+    "matmul-1d": (lambda x, y, p: x @ Tensor(np.ones(x.shape[-1], np.float32), requires_grad=True, device=x.device), 1),
     "sum": (lambda x, y, p: x.sum(), 0),
     "sum-axis": (lambda x, y, p: x.sum(axis=0, keepdims=True), 1),
     "mean": (lambda x, y, p: x.mean(), 0),

@@ -58,6 +58,8 @@ def operand(like: Tensor, other):
         return complex(other)
     if isinstance(other, (str, bytes)) or other is None:
         return NotImplemented
+    if type(other).__module__.startswith("numpy.ma"):  # not NotImplemented: numpy.ma would drop the mask
+        host_array(other, "operand")  # raises TypeError: fill the masked values first
     try:
         if backend_of_array(other) is None:
             host = host_array(other, "operand")

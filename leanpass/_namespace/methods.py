@@ -121,8 +121,11 @@ def flatten(self, start_dim: int = 0, end_dim: int = -1):
         return run1(ops.reshape, self, (1,))
     start = normalize_axis(start_dim, ndim, "flatten")
     end = normalize_axis(end_dim, ndim, "flatten")
+    if start > end:  # PyTorch: "flatten() has invalid args: start_dim cannot come after end_dim"
+        raise ValueError(f"flatten: start_dim cannot come after end_dim, got start_dim={start_dim} "
+                         f"and end_dim={end_dim} for a tensor of {ndim} dimensions")
     shape = self.shape
-    new = shape[:start] + (-1,) + shape[end + 1:] if start <= end else shape
+    new = shape[:start] + (-1,) + shape[end + 1:]
     check_reshape(shape, new, "flatten")
     return run1(ops.reshape, self, new)
 

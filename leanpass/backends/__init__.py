@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -57,6 +58,9 @@ class _Entry:
 _TYPES: dict[str, _Entry] = {}
 _LIBRARIES: dict[str, str] = {}  # array module root name -> device type
 _INSTANCES: dict[str, Backend] = {}  # canonical device string -> backend
+# Taken to make a backend object: two threads that use a device for the first time
+# at once get one object (re-entrant: a backend's loader may ask for another device).
+_CREATION_LOCK = threading.RLock()
 
 
 def _lazy(module: str, name: str) -> Callable[[], type]:
@@ -120,17 +124,20 @@ def _parse(device) -> tuple[_Entry, int]:
         device = device.device
     if not isinstance(device, str):
         raise TypeError(f"device must be a string such as 'cpu' or 'cuda:0', got {type(device).__name__}")
+    # Errors are RuntimeErrors, as PyTorch's torch.device("tpu") and torch.device("cuda:x").
     type_, sep, index = device.strip().partition(":")
+    if not type_ and not sep:
+        raise RuntimeError(f"invalid device {device!r}: the device string must not be empty")
     entry = _TYPES.get(type_)
     if entry is None:
-        raise ValueError(
-            f"unknown device {device!r}: known device types are "
-            f"{', '.join(sorted(_TYPES))} (add one with leanpass.backends.register_backend)"
+        raise RuntimeError(
+            f"unknown device {device!r}: expected one of {', '.join(sorted(_TYPES))} device type at start "
+            f"of device string: {type_} (add a device type with leanpass.backends.register_backend)"
         )
     if not sep:
         return entry, 0
     if not index.isdigit():
-        raise ValueError(f"invalid device {device!r}: the index after ':' must be a number, as in '{type_}:0'")
+        raise RuntimeError(f"invalid device {device!r}: the index after ':' must be a number, as in '{type_}:0'")
     return entry, int(index)
 
 
@@ -162,6 +169,14 @@ def get_backend(device=None) -> Backend:
     backend = _INSTANCES.get(device)
     if backend is not None:
         return backend
+    with _CREATION_LOCK:  # checked again inside: another thread may have made it meanwhile
+        return _create_backend(device)
+
+
+def _create_backend(device) -> Backend:
+    backend = _INSTANCES.get(device)
+    if backend is not None:
+        return backend
     entry, index = _parse(device)
     name = canonical_name(entry.type, index, entry.always_index)
     backend = _INSTANCES.get(name)
@@ -174,9 +189,10 @@ def get_backend(device=None) -> Backend:
         if index not in indices:
             have = ", ".join(canonical_name(entry.type, i, entry.always_index) for i in indices)
             raise RuntimeError(f"device {name!r} does not exist on this machine; available: {have}")
-        backend = _INSTANCES[name] = cls(index)
+        backend = cls(index)
         if _seed is not None:
             backend.seed(_seed)
+        _INSTANCES[name] = backend  # published only once ready: other threads read without the lock
     if isinstance(device, str):
         _INSTANCES[device] = backend
     return backend
@@ -224,8 +240,8 @@ def _device_from_environment() -> str:
     value = os.environ.get("LEANPASS_DEVICE", "").strip() or "cpu"
     try:
         return canonical_device(value)
-    except ValueError as exc:
-        raise ValueError(f"the environment variable LEANPASS_DEVICE={value!r} is invalid: {exc}") from None
+    except RuntimeError as exc:
+        raise RuntimeError(f"the environment variable LEANPASS_DEVICE={value!r} is invalid: {exc}") from None
 
 
 _default_device = _device_from_environment()
@@ -234,7 +250,9 @@ _seed: int | None = None
 
 
 def set_default_device(device) -> None:
-    """Make ``device`` the default for new tensors and modules (checked at once)."""
+    """Make ``device`` the default for new tensors and modules. It is checked first:
+    an unknown, malformed or unusable device raises ``RuntimeError`` (``TypeError`` for
+    a non-string) and the default stays as it was."""
     global _default_device
     _default_device = get_backend(device).device
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from .._dtypes import dtype_name
+from .._dtypes import as_dtype, dtype_name
 
 FLOAT_DTYPES = ("float32", "float64")
 
@@ -34,7 +34,7 @@ def reseed_host(seed: int) -> None:
 
 
 def float_dtype_name(dtype, op: str = "Tensor") -> str:
-    name = dtype_name(dtype)
+    name = as_dtype(dtype, op).name  # TypeError for what is no dtype at all (an array, a list)
     if name not in FLOAT_DTYPES:
         raise ValueError(
             f"{op}: dtype {name!r} is not supported; LeanPass tensors are "
@@ -51,6 +51,11 @@ def host_array(data, op: str = "Tensor", dtype=None) -> np.ndarray:
     Raises ``TypeError`` for non-numeric data, ``ValueError`` for ragged lists and
     ``OverflowError`` for Python integers that fit no dtype (or not ``dtype``).
     """
+    if isinstance(data, np.ma.MaskedArray):
+        raise TypeError(
+            f"{op}: masked arrays (numpy.ma) are not supported: their mask would be lost; "
+            "fill the masked values first, e.g. a.filled(0.0)"
+        )
     if isinstance(data, (str, bytes)) or data is None:
         raise TypeError(
             f"{op}: data of type {type(data).__name__} is not numeric; expected a "
@@ -69,8 +74,15 @@ def host_array(data, op: str = "Tensor", dtype=None) -> np.ndarray:
             arr = np.asarray(data, dtype=dtype_name(dtype))
         except OverflowError as exc:
             raise OverflowError(f"{op}: {exc}") from None
+        except ValueError as exc:  # NaN
+            raise ValueError(f"{op}: {exc}") from None
     elif big:
         raise OverflowError(f"{op}: a Python integer is too large for any integer dtype (int64, uint64)")
+    if arr.dtype.kind == "c" and dtype is not None and not dtype_name(dtype).startswith("complex"):
+        raise TypeError(  # the array API standard forbids it; NumPy would warn and drop the imaginary part
+            f"{op}: cannot cast complex data to {dtype_name(dtype)}: the imaginary part would be lost; "
+            "take the real part first"
+        )
     if arr.dtype.kind not in "biufc":
         raise TypeError(
             f"{op}: data of type {type(data).__name__} with dtype {arr.dtype} is not "
@@ -164,9 +176,10 @@ class Backend:
 
     def from_host(self, data, dtype=None, op: str = "Tensor"):
         """Host data -> array on this device; non-float data becomes ``dtype``."""
-        host = host_array(data, op)
+        host = host_array(data, op, dtype)  # complex data to a real dtype: TypeError
         if dtype is not None:
-            host = host.astype(dtype_name(dtype), copy=False)
+            with np.errstate(invalid="ignore", over="ignore"):  # NaN, inf to an integer: as PyTorch, no warning
+                host = host.astype(dtype_name(dtype), copy=False)
         self.host_transfers += 1
         return self._from_numpy(host)
 

@@ -570,8 +570,8 @@ def clip(be, a, low, high, needs=(True, False, False)):
         gl = gh = None
         if needs[1]:
             took_low = a < low
-            if high is not None:
-                took_low = took_low & (low <= high)
+            if high is not None:  # low == high: all to high, as torch.clamp
+                took_low = took_low & (low < high)
             gl = xp.where(took_low, g, zero)
         if needs[2]:
             took_high = a > high
