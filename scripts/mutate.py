@@ -1,0 +1,264 @@
+"""Mutation testing: make realistic single bugs in ``leanpass/``, one at a time, and
+see whether the test suite catches each (a test fails).
+
+    python scripts/mutate.py              # every mutant, the score at the end
+    python scripts/mutate.py --list       # the mutants, without running them
+    python scripts/mutate.py --only clip-bounds relu-kink
+    python scripts/mutate.py --json out.json
+
+Each mutant replaces one exact piece of text (it must occur exactly once, or the
+mutant is reported STALE and the run fails: the code moved, so the mutant must be
+updated) in a copy of the repository, then runs the test files it names on the
+CPU devices (``cpu`` and ``strict``; ``-k "not cuda"``), stopping at the first
+failure. The working tree is never touched. A mutant survives when the tests pass.
+The score is caught / (caught + survived); the target is at least 90%.
+
+Each set of test files is first run on the unchanged copy (the baseline): a set
+that fails there would "catch" every mutant, so the run stops with an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    file: str  # relative to the repository root
+    old: str
+    new: str
+    tests: tuple[str, ...]  # test files (or node ids) that should catch it
+    why: str = ""
+
+
+MUTANTS = [
+    # ---- backward rules -----------------------------------------------------------------
+    Mutant("relu-kink", "leanpass/ops/nn.py", "return (g * xp.astype(a > 0, g.dtype),)",
+           "return (g * xp.astype(a >= 0, g.dtype),)", ("tests/test_reliability.py", "tests/test_ops.py"),
+           "relu's gradient at 0 is 0 (PyTorch), not 1"),
+    Mutant("tanh-grad-sign", "leanpass/ops/elementwise.py", "return (g - g * out * out,)",
+           "return (g + g * out * out,)", ("tests/test_ops.py", "tests/test_elementwise.py")),
+    Mutant("cos-grad-sign", "leanpass/ops/elementwise.py", "lambda xp, x, out, g: -g * xp.sin(x)",
+           "lambda xp, x, out, g: g * xp.sin(x)", ("tests/test_elementwise.py",)),
+    Mutant("atan2-grad-swap", "leanpass/ops/elementwise.py", "lambda xp, a, b, out, g: g * b / (a * a + b * b)",
+           "lambda xp, a, b, out, g: g * a / (a * a + b * b)", ("tests/test_elementwise.py",)),
+    Mutant("div-grad-b", "leanpass/ops/elementwise.py", "return g / b, -(g * a) / (b * b)",
+           "return g / b, (g * a) / (b * b)", ("tests/test_ops.py",)),
+    Mutant("mul-grad-swap", "leanpass/ops/elementwise.py", "        return g * b, g * a\n",
+           "        return g * a, g * b\n", ("tests/test_ops.py",)),
+    Mutant("mean-count", "leanpass/ops/statistical.py", "return (xp.broadcast_to(g / count, shape),)",
+           "return (xp.broadcast_to(g / (count + 1), shape),)", ("tests/test_statistical.py",)),
+    Mutant("max-ties-first", "leanpass/ops/statistical.py",
+           "return (winners * (g / xp.sum(winners, axis=axes, keepdims=True)),)",
+           "return (winners * g,)", ("tests/test_statistical.py", "tests/test_ops.py"),
+           "ties share the gradient evenly (PyTorch's max over a dim with ties: amax rule)"),
+    Mutant("var-factor", "leanpass/ops/statistical.py", "return ((g * (2.0 / divisor)) * d,)",
+           "return ((g * (1.0 / divisor)) * d,)", ("tests/test_statistical.py",)),
+    Mutant("matmul-grad-transpose", "leanpass/ops/linalg.py", "ga = g @ _transpose(xp, B) if need_a else None",
+           "ga = g @ B if need_a and B.shape[-1] == B.shape[-2] else (g @ _transpose(xp, B) if need_a else None)",
+           ("tests/test_linalg.py", "tests/test_ops.py")),
+    Mutant("vecdot-grad", "leanpass/ops/linalg.py",
+           "return (g * b if needs[0] else None), (g * a if needs[1] else None)",
+           "return (g * a if needs[0] else None), (g * b if needs[1] else None)", ("tests/test_linalg.py",)),
+    Mutant("permute-inverse", "leanpass/ops/manipulation.py", "return (xp.permute_dims(g, inverse),)",
+           "return (xp.permute_dims(g, axes),)", ("tests/test_manipulation.py",)),
+    Mutant("roll-back", "leanpass/ops/manipulation.py", "return (xp.roll(g, back, axis=axes),)",
+           "return (xp.roll(g, shift, axis=axes),)", ("tests/test_manipulation.py",)),
+    Mutant("flip-grad", "leanpass/ops/manipulation.py", "return (xp.flip(g, axis=axes),)", "return (g,)",
+           ("tests/test_manipulation.py",)),
+    Mutant("take-add-at", "leanpass/backends/numpy_backend.py",
+           "np.add.at(buf, (slice(None),) * axis + (index,), values)",
+           "buf[(slice(None),) * axis + (index,)] += values",
+           ("tests/test_indexing_functions.py", "tests/test_indexing.py"),
+           "repeated indices must accumulate"),
+    Mutant("mask-grad", "leanpass/ops/indexing.py", "        buf[mask] = g\n", "        buf[mask] = g * 0.5\n",
+           ("tests/test_indexing.py",)),
+    Mutant("setitem-grad-a", "leanpass/ops/indexing.py", "            be.index_set(ga, kind, key, 0)\n",
+           "            pass\n", ("tests/test_indexing.py", "tests/test_inplace.py"),
+           "the overwritten part of the target gets no gradient"),
+    Mutant("sort-inverse", "leanpass/ops/sorting.py", "return (xp.take_along_axis(g, inverse, axis=axis),)",
+           "return (xp.take_along_axis(g, order, axis=axis),)", ("tests/test_searching_sorting_sets.py",)),
+    Mutant("axis-negative", "leanpass/_checks.py", "    return axis % ndim\n", "    return axis if axis >= 0 else 0\n",
+           ("tests/test_statistical.py", "tests/test_manipulation.py")),
+    # ---- nn, losses, optimizers ---------------------------------------------------------------
+    Mutant("apply-no-device-check", "leanpass/_node.py", "        elif t._backend is not backend:\n",
+           "        elif False:\n", ("tests/test_nn.py", "tests/test_bad_input.py"),
+           "Linear on cpu given an input on strict:1 must name both devices"),
+    Mutant("ce-drops-target-mass", "leanpass/ops/nn.py",
+           "softmax = e / total * xp.sum(probs, axis=axis, keepdims=True)", "softmax = e / total",
+           ("tests/test_nn.py",), "soft targets whose rows do not sum to 1"),
+    Mutant("ce-index-other-device", "leanpass/nn/losses.py", "        if target.device != logits.device:\n",
+           "        if False:\n", ("tests/test_nn.py",)),
+    Mutant("module-to-keeps-grad", "leanpass/nn/module.py",
+           "p.grad = None if grad is None else Tensor(grad, device=target.device).data", "pass",
+           ("tests/test_nn.py",)),
+    Mutant("mlp-tanh-is-sigmoid", "leanpass/nn/layers.py", '"tanh": Tanh,', '"tanh": Sigmoid,', ("tests/test_nn.py",)),
+    Mutant("load-state-not-strict-loads-nothing", "leanpass/nn/module.py", "        for p, array in updates:",
+           "        for p, array in (updates if strict else ()):", ("tests/test_nn.py",)),
+    Mutant("linear-any-dtype", "leanpass/nn/layers.py", '        dtype = _parameter_dtype(dtype, "Linear")\n',
+           "", ("tests/test_nn.py",)),
+    Mutant("optim-state-keeps-dtype", "leanpass/optim.py",
+           "value = as_tensor(value, device=p.device, dtype=dtype_name(p.dtype)).data",
+           "value = as_tensor(value, device=p.device).data", ("tests/test_optim.py",)),
+    Mutant("optim-bare-tensor", "leanpass/optim.py", "if isinstance(params, (Tensor, dict, set)):",
+           "if isinstance(params, (dict, set)):", ("tests/test_optim.py",)),
+    Mutant("optim-nan-lr", "leanpass/optim.py", "if not 0.0 <= value < math.inf:", "if value < 0:",
+           ("tests/test_optim.py",)),
+    Mutant("optim-read-only-unchecked", "leanpass/optim.py", "or grad.dtype != data.dtype or _read_only(data)):",
+           "or grad.dtype != data.dtype):", ("tests/test_optim.py",)),
+    Mutant("sgd-momentum-decay", "leanpass/optim.py",
+           "                buf *= momentum\n", "", ("tests/test_optim.py",)),
+    Mutant("adam-bias-correction", "leanpass/optim.py",
+           "step_size, bc2_sqrt = lr / (1.0 - b1**t), math.sqrt(1.0 - b2**t)",
+           "step_size, bc2_sqrt = lr, math.sqrt(1.0 - b2**t)", ("tests/test_optim.py",)),
+    Mutant("adam-eps-inside-sqrt", "leanpass/optim.py",
+           "data -= step_size * (m / (backend.xp.sqrt(v) / bc2_sqrt + eps))",
+           "data -= step_size * (m / (backend.xp.sqrt(v + eps) / bc2_sqrt))", ("tests/test_optim.py",)),
+    Mutant("adam-no-lerp", "leanpass/optim.py", "m += (1.0 - b1) * (grad - m)  # PyTorch's lerp",
+           "m += (1.0 - b1) * grad", ("tests/test_optim.py",)),
+    Mutant("dropout-no-rescale", "leanpass/nn/layers.py", "* (1.0 / keep)", "", ("tests/test_nn.py",)),
+    Mutant("softplus-grad-branch", "leanpass/ops/nn.py", "return (g * xp.where(a >= 0, r, e * r),)",
+           "return (g * xp.where(a >= 0, e * r, r),)", ("tests/test_nn.py", "tests/test_ops.py")),
+    Mutant("gelu-constant", "leanpass/ops/nn.py", "inner_grad = _SQRT_2_OVER_PI * (1.0 + 3.0 * _GELU_K * a * a)",
+           "inner_grad = _SQRT_2_OVER_PI * (1.0 + _GELU_K * a * a)", ("tests/test_nn.py", "tests/test_ops.py")),
+    Mutant("module-zero-grad-noop", "leanpass/nn/module.py",
+           "        for p in self.parameters():\n            p.grad = None",
+           "        for p in self.parameters():\n            pass", ("tests/test_nn.py", "tests/test_training.py")),
+    Mutant("grad-mode-global", "leanpass/autograd.py", "class _GradState(threading.local):",
+           "class _GradState:", ("tests/test_autograd.py", "tests/test_threads.py")),
+    # ---- save and load -------------------------------------------------------------------------
+    Mutant("save-in-place", "leanpass/serialization.py", 'with os.fdopen(fd, "wb") as f,',
+           'with open(target, "wb") as f,', ("tests/test_serialization.py",), "an interrupted save keeps the old file"),
+    Mutant("save-any-dtype", "leanpass/serialization.py", "            if host.dtype.kind not in _ARRAY_KINDS:",
+           "            if False:", ("tests/test_serialization.py",)),
+    Mutant("load-no-cap", "leanpass/serialization.py",
+           "if self.max_bytes is not None and self.used + nbytes > self.max_bytes:", "if False:",
+           ("tests/test_serialization.py",)),
+    # ---- input checks, gradcheck ------------------------------------------------------------------
+    Mutant("clip-blocks-at-bounds", "leanpass/ops/elementwise.py", "            inside = a >= low\n",
+           "            inside = a > low\n", ("tests/test_bad_input.py", "tests/test_elementwise.py"),
+           "clip(-1, 1) at -1 passes the gradient (torch.clamp)"),
+    Mutant("gradcheck-first-input-only", "leanpass/gradcheck.py", "    for i in checked:\n",
+           "    for i in checked[:1]:\n", ("tests/test_autograd.py", "tests/test_bad_input.py")),
+    Mutant("flatten-start-after-end", "leanpass/_namespace/methods.py", "    if start > end:  # PyTorch",
+           "    if False:  # PyTorch", ("tests/test_bad_input.py", "tests/test_manipulation.py")),
+    Mutant("masked-array-mask-lost", "leanpass/backends/_base.py", "    if isinstance(data, np.ma.MaskedArray):",
+           "    if False:", ("tests/test_bad_input.py",)),
+    # ---- the engine -------------------------------------------------------------------------
+    Mutant("unbroadcast-keep-lead", "leanpass/autograd.py",
+           "return xp.sum(grad, axis=tuple(range(lead)))",
+           "return xp.sum(grad, axis=tuple(range(lead))) if lead > 1 else grad[0]",
+           ("tests/test_autograd.py", "tests/test_ops.py")),
+    Mutant("nonleaf-no-accumulate", "leanpass/autograd.py", "grads[parent] = old + pgrad",
+           "grads[parent] = pgrad", ("tests/test_autograd.py",)),
+    Mutant("leaf-no-accumulate", "leanpass/autograd.py", "leaves[parent] = (old[0] + pgrad, True)",
+           "leaves[parent] = (pgrad, True)", ("tests/test_autograd.py",)),
+    Mutant("retained-grad-not-copied", "leanpass/autograd.py", "_store(node, g, fresh=False)",
+           "_store(node, g, fresh=True)", ("tests/test_autograd.py",), "a retained gradient owns its array"),
+    Mutant("backward-aliases-gradient", "leanpass/tensor.py",
+           "            grad = backend.copy(grad)\n        run_backward",
+           "            pass\n        run_backward", ("tests/test_autograd.py",)),
+    Mutant("kept-loss-pins-graph", "leanpass/autograd.py", "            node._prev = released\n", "",
+           ("tests/test_autograd.py",)),
+    Mutant("no-grad-generator", "leanpass/autograd.py", "        if inspect.isgeneratorfunction(func):",
+           "        if False:", ("tests/test_autograd.py",)),
+    Mutant("custom-op-unchecked", "leanpass/_node.py",
+           "operation = Op(name, _checked(fn, name), fresh=False, needs=True, doc=fn.__doc__ or \"\")",
+           "operation = Op(name, fn, fresh=False, doc=fn.__doc__ or \"\")", ("tests/test_autograd.py",)),
+    Mutant("version-check-off", "leanpass/autograd.py",
+           "if vc is not None and vc.last > seq:\n            _check_output",
+           "if False:\n            _check_output", ("tests/test_inplace.py",)),
+]
+
+
+def copy_repo(dest: Path) -> None:
+    ignore = shutil.ignore_patterns(".git", ".venv", ".nox", "__pycache__", "*.egg-info", ".pytest_cache",
+                                    ".hypothesis", "build", "dist")
+    shutil.copytree(ROOT, dest, ignore=ignore, dirs_exist_ok=True)
+
+
+def run_tests(where: Path, tests, timeout: float) -> tuple[str, float]:
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-k", "not cuda",
+           "--no-header", "-o", "addopts=", *tests]
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=where, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "timeout", time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    return {0: "survived", 1: "caught"}.get(proc.returncode, f"error (pytest exit {proc.returncode})"), seconds
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", nargs="*", help="run only these mutants")
+    p.add_argument("--list", action="store_true", help="list the mutants and stop")
+    p.add_argument("--timeout", type=float, default=600, help="seconds per mutant")
+    p.add_argument("--json", help="write the results here")
+    p.add_argument("--no-baseline", action="store_true", help="skip the runs of the unchanged copy")
+    args = p.parse_args(argv)
+    mutants = [m for m in MUTANTS if not args.only or m.name in args.only]
+    if args.only and len(mutants) != len(set(args.only)):
+        known = {m.name for m in MUTANTS}
+        p.error(f"unknown mutants: {sorted(set(args.only) - known)}")
+    if args.list:
+        for m in mutants:
+            print(f"{m.name:28s} {m.file:32s} {' '.join(m.tests)}")
+        return 0
+    stale = []
+    for m in mutants:
+        count = (ROOT / m.file).read_text().count(m.old)
+        if count != 1:
+            stale.append(f"{m.name}: the text to mutate occurs {count} times in {m.file}")
+    if stale:
+        print("STALE mutants (update them to the code):\n  " + "\n  ".join(stale))
+        return 2
+    results = []
+    with tempfile.TemporaryDirectory(prefix="leanpass-mutants-") as tmp:
+        where = Path(tmp)
+        copy_repo(where)
+        if not args.no_baseline:
+            for tests in sorted({m.tests for m in mutants}):
+                outcome, seconds = run_tests(where, tests, args.timeout)
+                print(f"{'baseline':28s} {'passed' if outcome == 'survived' else outcome:10s} {seconds:6.1f} s  "
+                      f"{' '.join(tests)}", flush=True)
+                if outcome != "survived":
+                    print("the unchanged code fails these tests: fix that first")
+                    return 2
+        for m in mutants:
+            path = where / m.file
+            original = path.read_text()
+            path.write_text(original.replace(m.old, m.new, 1))
+            try:
+                outcome, seconds = run_tests(where, m.tests, args.timeout)
+            finally:
+                path.write_text(original)
+            results.append({"name": m.name, "file": m.file, "outcome": outcome, "seconds": round(seconds, 1)})
+            print(f"{m.name:28s} {outcome:10s} {seconds:6.1f} s", flush=True)
+    caught = sum(r["outcome"] == "caught" for r in results)
+    survived = [r["name"] for r in results if r["outcome"] == "survived"]
+    other = [r for r in results if r["outcome"] not in ("caught", "survived")]
+    judged = caught + len(survived)
+    score = caught / judged if judged else 0.0
+    tail = f"; survived: {', '.join(survived)}" if survived else ""
+    print(f"\ncaught {caught} of {judged} mutants ({score:.0%}){tail}")
+    for r in other:
+        print(f"  {r['name']}: {r['outcome']} (not counted)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"score": score, "results": results}, indent=1))
+    return 0 if not other else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
