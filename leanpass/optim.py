@@ -26,16 +26,6 @@ from .tensor import Tensor, as_tensor
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW"]
 
 
-def _read_only(array) -> bool:
-    """Whether in-place writes into ``array`` fail: a NumPy array whose ``writeable``
-    flag is off (a broadcast view, a shared read-only buffer), or such an array inside
-    an ``array_api_strict`` one. CuPy arrays are always writable."""
-    flags = getattr(array, "flags", None)
-    if flags is None:
-        flags = getattr(getattr(array, "_array", None), "flags", None)
-    return flags is not None and not getattr(flags, "writeable", True)
-
-
 def _params_error(name: str, params) -> TypeError:
     return TypeError(
         f"{name}: params argument given to the optimizer should be an iterable of Tensors or dicts, "
@@ -146,10 +136,10 @@ class Optimizer:
                 if not p.has_grad:  # no gradient since zero_grad (PyTorch skips these too)
                     continue
                 data, grad = p.data, p.grad
-                if (grad.shape != data.shape or getattr(grad, "device", None) != getattr(data, "device", None)
-                        or grad.dtype != data.dtype or _read_only(data)):
-                    self._refuse(p, data, grad)
                 backend = get_backend(p.device)
+                if (grad.shape != data.shape or getattr(grad, "device", None) != getattr(data, "device", None)
+                        or grad.dtype != data.dtype or backend.read_only(data)):
+                    self._refuse(p, data, grad)
                 layout = (backend, data.shape, data.dtype)
                 # first step, or the data changed device, dtype or shape since the last
                 moved = None if layouts.get(id(p)) == layout else self._relayout(p, data, backend)
@@ -187,7 +177,7 @@ class Optimizer:
         if grad.dtype != data.dtype:
             raise TypeError(f"{where} (shape {shape}) has dtype {dtype_name(data.dtype)}, its gradient "
                             f"{dtype_name(grad.dtype)}; set .grad again (or zero_grad())")
-        if _read_only(data):
+        if get_backend(p.device).read_only(data):
             raise ValueError(f"{where} (shape {shape}) is read-only: its array cannot be updated in place "
                              "(set p.data to a writable copy)")
         raise ValueError(f"{where} (shape {shape}) is on device {getattr(data, 'device', None)!r}, its gradient "

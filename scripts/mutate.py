@@ -115,7 +115,7 @@ MUTANTS = [
            "if isinstance(params, (dict, set)):", ("tests/test_optim.py",)),
     Mutant("optim-nan-lr", "leanpass/optim.py", "if not 0.0 <= value < math.inf:", "if value < 0:",
            ("tests/test_optim.py",)),
-    Mutant("optim-read-only-unchecked", "leanpass/optim.py", "or grad.dtype != data.dtype or _read_only(data)):",
+    Mutant("optim-read-only-unchecked", "leanpass/optim.py", "or grad.dtype != data.dtype or backend.read_only(data)):",
            "or grad.dtype != data.dtype):", ("tests/test_optim.py",)),
     Mutant("sgd-momentum-decay", "leanpass/optim.py",
            "                buf *= momentum\n", "", ("tests/test_optim.py",)),

@@ -261,6 +261,12 @@ class Backend:
         """``array[key]`` for a key as :meth:`index_set` takes it."""
         return array[key]
 
+    def read_only(self, array) -> bool:
+        """Whether in-place writes into ``array`` fail (NumPy's ``writeable`` flag off:
+        a broadcast view, a shared read-only buffer). Arrays without flags are writable."""
+        flags = getattr(array, "flags", None)
+        return flags is not None and not getattr(flags, "writeable", True)
+
     def dlpack(self, array, **kwargs):
         """``array.__dlpack__(**kwargs)``: the data as a DLPack capsule."""
         return array.__dlpack__(**kwargs)

@@ -53,6 +53,11 @@ class StrictBackend(Backend):
         # np.asarray refuses arrays on the simulated devices; DLPack does not.
         return np.array(np.from_dlpack(array), copy=True)
 
+    def read_only(self, array) -> bool:
+        # array_api_strict keeps a NumPy array inside, and writes into it in place
+        inner = getattr(array, "_array", None)
+        return inner is not None and not inner.flags.writeable
+
     def from_dlpack(self, x, copy=None):
         kwargs = {} if copy is None else {"copy": copy}
         return array_api_strict.from_dlpack(x, device=self._device, **kwargs)
