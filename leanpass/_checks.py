@@ -36,11 +36,17 @@ def broadcast_shapes(op, *shapes):
     return tuple(result)
 
 
+def is_bool(value) -> bool:
+    """Whether ``value`` is a bool, Python's or a library's (``numpy.True_``): never
+    an index or an axis, though ``operator.index`` takes some of them."""
+    return isinstance(value, bool) or getattr(value, "dtype", None) == "bool"
+
+
 def integer(value, op, what, minimum=None, kind="an integer"):
     """``value`` as a Python int (``TypeError`` for a bool or a non-integer, naming
     ``op`` and ``what``; ``ValueError`` below ``minimum``)."""
-    if isinstance(value, bool):
-        raise TypeError(f"{op}: {what} must be {kind}, got bool")
+    if is_bool(value):
+        raise TypeError(f"{op}: {what} must be {kind}, got {value!r}")
     try:
         value = operator.index(value)
     except TypeError:
@@ -67,7 +73,7 @@ def normalize_axes(axis, ndim, op, *, zero_d_ok=True):
     axes = tuple(axis) if many else (axis,)
     if ndim == 0 and zero_d_ok:
         for a in axes:
-            if isinstance(a, bool):
+            if is_bool(a):
                 raise TypeError(f"{op}: axis must be an integer, got bool")
             try:
                 ok = operator.index(a) in (0, -1)

@@ -32,7 +32,7 @@ import operator
 from typing import NamedTuple
 
 from . import ops, tensor  # tensor before the graph layer (_node), which imports it
-from ._checks import broadcast_shapes, normalize_axes, normalize_axis
+from ._checks import broadcast_shapes, is_bool, normalize_axes, normalize_axis
 from ._dtypes import as_dtype
 from ._namespace import elementwise, statistical
 from ._namespace._util import tensors
@@ -239,7 +239,7 @@ def matrix_power(x, n, /):
     """``x`` raised to the integer power ``n`` (matrix products; ``n < 0`` inverts
     first; ``n == 0`` gives identity matrices)."""
     x = _matrix(x, "matrix_power", square=True)
-    if isinstance(n, bool):
+    if is_bool(n):
         raise TypeError("matrix_power: n must be an integer, got bool")
     try:
         n = operator.index(n)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import operator
 
 from .. import ops
+from .._checks import is_bool
 from .._dtypes import as_dtype
 from .._node import init_tensor, leaf, run1
 from ..backends import backend_of_array, get_backend, get_default_dtype
@@ -25,7 +26,7 @@ _new = object.__new__
 
 
 def _shape(shape, op):
-    if isinstance(shape, bool):
+    if is_bool(shape):
         raise TypeError(f"{op}: shape must be an integer or a tuple of integers, got bool")
     try:
         shape = (operator.index(shape),)
@@ -185,7 +186,7 @@ def arange(start, /, stop=None, step=1, *, dtype=None, device=None):
 def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True):
     """``num`` evenly spaced values from ``start`` to ``stop`` (included unless ``endpoint=False``)."""
     backend = get_backend(device)
-    if isinstance(num, bool) or operator.index(num) < 0:
+    if is_bool(num) or operator.index(num) < 0:
         raise ValueError(f"linspace: num must be a non-negative integer, got {num!r}")
     kind = "complex floating" if isinstance(start, complex) or isinstance(stop, complex) else "real floating"
     name = as_dtype(dtype, "linspace").name if dtype is not None else _default(kind)

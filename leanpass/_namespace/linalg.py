@@ -6,7 +6,7 @@ from __future__ import annotations
 import operator
 
 from .. import ops
-from .._checks import broadcast_shapes, normalize_axis
+from .._checks import broadcast_shapes, is_bool, normalize_axis
 from .._node import run
 from ..autograd import is_grad_enabled
 from ..tensor import Tensor
@@ -55,7 +55,7 @@ def tensordot(x1, x2, /, *, axes=2):
     The result's axes are ``x1``'s free axes then ``x2``'s. Contracted axes must have
     equal sizes (they do not broadcast)."""
     x1, x2 = tensors("tensordot", x1, x2)
-    if isinstance(axes, bool):
+    if is_bool(axes):
         raise TypeError("tensordot: axes must be an int or a pair of sequences of ints, got bool")
     if isinstance(axes, (tuple, list)):
         if len(axes) != 2:

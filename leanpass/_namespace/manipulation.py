@@ -11,7 +11,7 @@ import numbers
 import operator
 
 from .. import ops
-from .._checks import broadcast_shapes, check_reshape, device_message, normalize_axes, normalize_axis
+from .._checks import broadcast_shapes, check_reshape, device_message, is_bool, normalize_axes, normalize_axis
 from .._dtypes import dtype_name, promote
 from .._node import run, run1
 from ..tensor import Tensor
@@ -27,7 +27,7 @@ def _ints(values, what, op):
     """``values`` (an int or a sequence of ints) as a tuple of ints, or ``TypeError``."""
     many = isinstance(values, (tuple, list))
     items = tuple(values) if many else (values,)
-    if any(isinstance(v, bool) for v in items):
+    if any(is_bool(v) for v in items):
         raise TypeError(f"{op}: {what} must be integers, got {values!r}")
     try:
         return tuple(operator.index(v) for v in items)
@@ -225,7 +225,7 @@ def repeat(x, repeats, /, *, axis=None):
     else:
         axis = normalize_axis(axis, x.ndim, "repeat")
     n = x.shape[axis]
-    if isinstance(repeats, bool):
+    if is_bool(repeats):
         raise TypeError("repeat: repeats must be an int or an integer tensor, got bool")
     if isinstance(repeats, numbers.Integral):
         repeats = operator.index(repeats)
