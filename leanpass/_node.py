@@ -31,7 +31,7 @@ def make(data, backend, op, prev, backward, requires_grad):
     """Wrap an operation's output array as a Tensor linked into the graph."""
     t = _new(Tensor)
     if type(data) is not backend.array_type:  # NumPy returns scalars for 0-d results
-        data = backend.xp.asarray(data)
+        data = backend.as_array(data)
     t._data = data
     t._backend = backend
     t._grad = None

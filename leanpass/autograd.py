@@ -260,7 +260,7 @@ def _store(tensor, grad, fresh: bool) -> None:
     elif not fresh:
         grad = backend.copy(grad)
     if type(grad) is not backend.array_type:  # a NumPy scalar from a 0-d result
-        grad = backend.xp.asarray(grad)
+        grad = backend.as_array(grad)
     tensor._grad = grad
     tensor._read_zeros = False
 

@@ -1,80 +1,216 @@
 #!/usr/bin/env bash
-# The GPU check (at most 8 minutes): the whole test suite on `cuda`, the training
-# script for a few epochs on digits, and the wide-MLP throughput of LeanPass-cuda
-# against PyTorch-cuda and CuPy by hand; then a short summary.
+# The GPU check, within one deadline (GPU_CHECK_DEADLINE seconds, default 450): install the
+# wheels of .whl/, a smoke test, the whole test suite on `cuda`, the training script for a few
+# epochs on digits, and the wide-MLP throughput of LeanPass-cuda against PyTorch-cuda and CuPy
+# by hand. It always ends with a table `| step | PASS/FAIL/TIMEOUT/SKIP | seconds | detail |`
+# and the first failing test ids, and exits nonzero unless every step passed.
 #
-# Runs offline on a CUDA machine that has CuPy, NumPy, pytest and hypothesis
-# installed. array-api-compat and array-api-strict come along as wheels in
-# .whl/ (make them with scripts/fetch_gpu_wheels.sh on a machine with network);
-# where they are already installed, .whl/ may be absent.
+# Each step gets its share of the time left when it starts: training and throughput a fixed
+# small share, the tests the rest. A step that runs out of time gets SIGINT (pytest then still
+# writes its JUnit report and summary), and SIGKILL 20 s later.
 #
-#   bash scripts/gpu_check.sh            # results also under $OUT (or /tmp/leanpass-gpu-check)
+# Runs offline on a CUDA machine that has CuPy, NumPy, pytest and hypothesis installed.
+# array-api-compat and array-api-strict come along as wheels in .whl/ (make them with
+# scripts/fetch_gpu_wheels.sh on a machine with network); where they are already installed,
+# .whl/ may be absent. CuPy compiles its kernels with precompiled headers
+# (CUPY_NVRTC_USE_PCH=1) into an empty kernel cache, and the tests' detail says how many
+# kernels were compiled and, when time allows, how long one test file takes again warm.
+#
+#   bash scripts/gpu_check.sh                     # results also under $OUT (or /tmp/leanpass-gpu-check)
+#   bash scripts/gpu_check.sh --summary-only DIR  # the table again, from the results in DIR
+#
+# GPU_CHECK_DEVICE (default cuda) and GPU_CHECK_PYTHON (default python3) allow a dry run
+# elsewhere, e.g. GPU_CHECK_DEVICE=cpu GPU_CHECK_PYTHON=.venv/bin/python.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+deadline=${GPU_CHECK_DEADLINE:-450}
+python=${GPU_CHECK_PYTHON:-python3}
+device=${GPU_CHECK_DEVICE:-cuda}
+TRAIN_S=45 THROUGHPUT_S=60 GRACE_S=20 SUMMARY_S=10
+WARM_FILE=tests/test_elementwise.py  # run again with a warm kernel cache: run time without compiling
+
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+left() { echo $(( deadline - ($(now_ms) - start_ms) / 1000 )); }
+min() { echo $(( $1 < $2 ? $1 : $2 )); }
+
+# record NAME STATUS MILLISECONDS NOTE: one row of the table, in $results/steps.tsv
+record() {
+    printf '%s\t%s\t%d.%d\t%s\n' "$1" "$2" $(( $3 / 1000 )) $(( $3 % 1000 / 100 )) "$4" >>"$results/steps.tsv"
+}
+
+# run_step NAME LIMIT CMD...: CMD under a time limit of LIMIT seconds, its output on the screen and
+# in $results/NAME.log; PASS on exit 0, TIMEOUT when the limit struck, FAIL otherwise.
+run_step() {
+    local name=$1 limit=$2 t0 rc ms status
+    shift 2
+    if (( limit < 1 )); then
+        record "$name" TIMEOUT 0 "not started: the deadline (${deadline} s) is spent"
+        return 124
+    fi
+    echo "== $name (at most $limit s)"
+    t0=$(now_ms)
+    timeout -s INT -k "$GRACE_S" "$limit" "$@" 2>&1 | tee "$results/$name.log"
+    rc=${PIPESTATUS[0]}
+    ms=$(( $(now_ms) - t0 ))
+    if (( rc == 0 )); then status=PASS
+    elif (( rc == 124 || (rc == 137 && ms >= limit * 1000) )); then status=TIMEOUT
+    else status=FAIL
+    fi
+    record "$name" "$status" "$ms" "exit $rc, limit $limit s"
+    return "$rc"
+}
+
+summary() {
+    "$python" - "$1" <<'PY'
+import os, sys, xml.etree.ElementTree as ET
+
+results = sys.argv[1]
+
+
+def read(name):
+    try:
+        with open(os.path.join(results, name)) as f:
+            return f.read().splitlines()
+    except OSError:
+        return []
+
+
+def cases(name):
+    """The testcase elements of a JUnit file, or None where there is none."""
+    try:
+        return list(ET.parse(os.path.join(results, name)).getroot().iter("testcase"))
+    except (OSError, ET.ParseError):
+        return None
+
+
+def outcome(case):
+    for tag in ("failure", "error", "skipped"):
+        if case.find(tag) is not None:
+            return tag
+    return "passed"
+
+
+def node_id(case):
+    """tests/test_x.py::TestY::test_z[cuda] from classname tests.test_x.TestY and name test_z[cuda]."""
+    parts, name = case.get("classname", "").split("."), case.get("name", "?")
+    for i in range(len(parts), 0, -1):
+        path = "/".join(parts[:i]) + ".py"
+        if os.path.isfile(path):
+            return "::".join([path, *parts[i:], name])
+    return "::".join(p for p in (case.get("classname"), name) if p)
+
+
+def tests_detail(cold):
+    if cold is None:
+        return "no JUnit report"
+    n = {k: 0 for k in ("passed", "failure", "error", "skipped")}
+    for case in cold:
+        if case.get("name"):  # pytest writes an empty testcase for the test it was interrupted in
+            n[outcome(case)] += 1
+    text = f"{n['passed']} passed, {n['failure'] + n['error']} failed, {n['skipped']} skipped"
+    text += "".join(f"; {line}" for line in read("kernels.txt")[:1])
+    warm = cases("junit-warm.xml")
+    if warm:
+        names = {(c.get("classname"), c.get("name")) for c in warm}
+        cold_s = sum(float(c.get("time", 0)) for c in cold if (c.get("classname"), c.get("name")) in names)
+        warm_s = sum(float(c.get("time", 0)) for c in warm)
+        text += f"; {len(warm)} of them warm {warm_s:.1f} s, cold {cold_s:.1f} s"
+    return text
+
+
+def training_detail():
+    return next((line for line in reversed(read("training.log")) if "accuracy" in line), "")
+
+
+def throughput_detail():
+    rows = [line.split("|") for line in read("throughput.log") if line.startswith("| ") and "contestant" not in line]
+    rows = [r for r in rows if len(r) > 3]
+    return ("ms/step: " + ", ".join(f"{r[1].strip()} {r[3].strip()}" for r in rows)) if rows else ""
+
+
+cold = cases("junit-cuda.xml")
+extra = {"tests": tests_detail(cold), "training": training_detail(), "throughput": throughput_detail()}
+steps = [line.split("\t") for line in read("steps.tsv") if line.count("\t") == 3]
+print("| step | status | seconds | detail |")
+print("|---|---|---|---|")
+for name, status, seconds, note in steps:
+    detail = "; ".join(d for d in (extra.get(name, "") if status != "SKIP" else "", note) if d).replace("|", "/")
+    print(f"| {name} | {status} | {seconds} | {detail} |")
+failed = [node_id(c) for c in cold or () if outcome(c) in ("failure", "error")]
+if failed:
+    print(f"\nfirst failing tests ({min(len(failed), 10)} of {len(failed)}):")
+    print("\n".join(f"  {f}" for f in failed[:10]))
+ok = bool(steps) and all(status == "PASS" for _, status, _, _ in steps)
+print("\nGPU CHECK", "PASSED" if ok else "FAILED")
+sys.exit(0 if ok else 1)
+PY
+}
+
+if [[ ${BASH_SOURCE[0]} != "$0" ]]; then
+    return 0  # sourced (tests/test_scripts.py): the functions only
+elif [[ ${1:-} == --summary-only ]]; then
+    results=${2:?usage: gpu_check.sh --summary-only DIR}
+    summary "$results"
+    exit
+fi
+
+start_ms=$(now_ms)
 results=${OUT:-/tmp/leanpass-gpu-check}
 mkdir -p "$results"
-start=$(date +%s)
+rm -f "$results"/steps.tsv "$results"/kernels.txt "$results"/junit-*.xml "$results"/*.log
+export PYTHONUNBUFFERED=1 CUPY_NVRTC_USE_PCH=${CUPY_NVRTC_USE_PCH:-1}
+CUPY_CACHE_DIR=$(mktemp -d /tmp/leanpass-cupy-cache.XXXXXX)
+export CUPY_CACHE_DIR
+trap 'rm -rf "$CUPY_CACHE_DIR"' EXIT
+kernels() { find "$CUPY_CACHE_DIR" -type f | wc -l; }
 
 if compgen -G ".whl/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/leanpass-site .whl/*.whl || exit 1
+    rm -rf /tmp/leanpass-site
+    run_step install "$(min 60 "$(left)")" "$python" -m pip install -q --no-index --no-deps --no-compile \
+        --no-cache-dir --target /tmp/leanpass-site .whl/*.whl
     export PYTHONPATH="/tmp/leanpass-site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 else
+    record install PASS 0 "no .whl/: the packages installed here"
     export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 fi
-export PYTHONUNBUFFERED=1
 
-echo "== machine"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "nvidia-smi: not found"
-python3 - <<'PY' || { echo "GPU CHECK FAILED: leanpass cannot use cuda here"; exit 1; }
-import sys, numpy, cupy, array_api_compat, array_api_strict, leanpass
-print("python", sys.version.split()[0], "| numpy", numpy.__version__, "| cupy", cupy.__version__,
-      "| array-api-compat", array_api_compat.__version__, "| array-api-strict", array_api_strict.__version__)
-print("leanpass", leanpass.__version__, "| devices:", leanpass.available_devices())
-backend = leanpass.backends.get_backend("cuda")
-t = leanpass.Tensor([1.0, 2.0, 3.0], requires_grad=True, device="cuda")
+if run_step smoke "$(min 90 "$(left)")" "$python" - "$device" <<'PY'
+import sys, numpy, array_api_compat, array_api_strict, leanpass
+device = sys.argv[1]
+versions = {"python": sys.version.split()[0], "numpy": numpy.__version__, "array-api-compat": array_api_compat.__version__,
+            "array-api-strict": array_api_strict.__version__, "leanpass": leanpass.__version__}
+if device.startswith("cuda"):
+    import cupy
+    versions["cupy"] = cupy.__version__
+print(" | ".join(f"{k} {v}" for k, v in versions.items()), "| devices:", leanpass.available_devices())
+backend = leanpass.backends.get_backend(device)
+t = leanpass.Tensor([1.0, 2.0, 3.0], requires_grad=True, device=device)
 (t * t).sum().backward()
 assert backend.to_host(t.grad).tolist() == [2.0, 4.0, 6.0], t.grad
 print("smoke test on", t.device, "ok")
 PY
+then
+    before=$(kernels)
+    LEANPASS_TEST_DEVICES=$device run_step tests $(( $(left) - TRAIN_S - THROUGHPUT_S - GRACE_S - SUMMARY_S )) \
+        "$python" -m pytest -q -p no:cacheprovider --junitxml "$results/junit-cuda.xml" tests
+    echo "$(( $(kernels) - before )) kernels compiled (CUPY_NVRTC_USE_PCH=$CUPY_NVRTC_USE_PCH)" >"$results/kernels.txt"
+    # with time to spare, one test file again on the warm kernel cache: its run time without compiling
+    spare=$(( $(left) - TRAIN_S - THROUGHPUT_S - SUMMARY_S ))
+    if (( spare >= 20 )) && [[ -f $WARM_FILE ]]; then
+        LEANPASS_TEST_DEVICES=$device timeout -s INT -k 5 "$(min 40 $(( spare - 5 )))" "$python" -m pytest -q \
+            -p no:cacheprovider --junitxml "$results/junit-warm.xml" "$WARM_FILE" >"$results/warm.log" 2>&1
+    fi
 
-echo "== test suite on cuda"
-LEANPASS_TEST_DEVICES=cuda timeout 330 python3 -m pytest -q -p no:cacheprovider \
-    --junitxml "$results/junit-cuda.xml" tests 2>&1 | tee "$results/pytest-cuda.log"
-status=${PIPESTATUS[0]}
+    run_step training "$(min "$TRAIN_S" $(( $(left) - THROUGHPUT_S - SUMMARY_S )))" \
+        "$python" examples/train_mlp.py --device "$device" --epochs 5 --quiet
+    run_step throughput "$(min "$THROUGHPUT_S" $(( $(left) - SUMMARY_S )))" \
+        "$python" benchmarks/throughput.py --device "$device" --dtype float32 --width 4096 --depth 4 \
+        --batch-size 1024 --steps 20 --rounds 5
+else
+    for step in tests training throughput; do record "$step" SKIP 0 "the smoke test failed"; done
+fi
 
-echo "== training script on cuda (digits, a few epochs)"
-timeout 90 python3 examples/train_mlp.py --device cuda --epochs 5 --quiet 2>&1 | tee "$results/train-cuda.log"
-train_status=${PIPESTATUS[0]}
-
-echo "== throughput: wide MLP, LeanPass-cuda against PyTorch-cuda and CuPy by hand"
-timeout 150 python3 benchmarks/throughput.py --device cuda --dtype float32 --width 4096 --depth 4 \
-    --batch-size 1024 --steps 20 --rounds 5 2>&1 | tee "$results/throughput-cuda.md"
-throughput_status=${PIPESTATUS[0]}
-
-echo "== summary"
-python3 - "$results" "$status" "$train_status" "$throughput_status" "$start" <<'PY'
-import os, sys, time, xml.etree.ElementTree as ET
-results, status, train, throughput, start = sys.argv[1], *map(int, sys.argv[2:])
-try:
-    suite = ET.parse(os.path.join(results, "junit-cuda.xml")).getroot()
-    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
-    n = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
-    passed = n["tests"] - n["failures"] - n["errors"] - n["skipped"]
-    print(f"tests on cuda: {passed} passed, {n['failures'] + n['errors']} failed, {n['skipped']} skipped (exit {status})")
-except (OSError, ET.ParseError) as exc:
-    print(f"tests on cuda: no report ({exc}); exit {status}")
-for name, path in (("training", "train-cuda.log"), ("throughput", "throughput-cuda.md")):
-    try:
-        lines = open(os.path.join(results, path)).read().splitlines()
-    except OSError:
-        lines = []
-    if name == "training":
-        print("training:", next((l for l in reversed(lines) if "accuracy" in l), "no result"), f"(exit {train})")
-    else:
-        print("\n".join(l for l in lines if l.startswith(("|", "MLP"))) or "throughput: no result", f"\n(exit {throughput})")
-print(f"wall time {time.time() - start:.0f} s")
-ok = status == 0 and train == 0 and throughput == 0
-print("GPU CHECK", "PASSED" if ok else "FAILED")
-sys.exit(0 if ok else 1)
-PY
+echo "== summary (wall time $(( ($(now_ms) - start_ms) / 1000 )) s of $deadline s)"
+summary "$results"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+import threading
+import time
 
 import array_api_strict as xs
 import numpy as np
@@ -14,6 +16,7 @@ from helpers import registered  # noqa: E402  (tests/ is on sys.path)
 import leanpass
 from leanpass import Tensor, backends, nn, optim
 from leanpass.backends import Backend, available_devices, canonical_device, get_backend, register_backend
+from leanpass.backends._base import LazyGenerator
 
 
 def test_registry_maps_devices_to_libraries():
@@ -209,6 +212,62 @@ def test_backend_methods_the_standard_lacks(device):
     backend.synchronize()
     mask = backend.to_host(backend.bernoulli((1000,), 0.25, "float64"))
     assert set(np.unique(mask)) <= {0.0, 1.0} and 150 < mask.sum() < 350
+
+
+def test_lazy_generator_is_made_at_the_first_draw_from_the_last_seed():
+    made = []
+
+    def factory(seed):
+        made.append(seed)
+        return np.random.default_rng(seed)
+
+    rng = LazyGenerator(factory)
+    rng.seed(1)
+    rng.seed(2)
+    assert made == []  # seeding makes nothing
+    first = rng.get().random(3)
+    assert made == [2] and rng.get().random(3).tolist() != first.tolist()
+    assert made == [2]  # one generator, drawn on
+    rng.seed(2)
+    assert rng.get().random(3).tolist() == first.tolist() == np.random.default_rng(2).random(3).tolist()
+    assert made == [2, 2]
+    assert LazyGenerator(factory).get() is not None and made[-1] is None  # unseeded: the factory's default
+
+
+def test_lazy_generator_is_made_once_when_threads_draw_first_together():
+    made = []
+
+    def factory(seed):
+        made.append(seed)
+        time.sleep(0.02)  # widen the window in which another thread finds no generator
+        return object()
+
+    rng = LazyGenerator(factory)
+    rng.seed(3)
+    start = threading.Barrier(8)
+    got = []
+
+    def draw():
+        start.wait()
+        got.append(rng.get())
+
+    threads = [threading.Thread(target=draw) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert made == [3] and len(got) == 8 and all(g is got[0] for g in got)
+
+
+def test_manual_seed_repeats_the_device_draws(device):
+    backend = get_backend(device)
+    leanpass.manual_seed(5)
+    first = backend.to_host(backend.uniform((4,)))
+    second = backend.to_host(backend.normal((4,)))
+    leanpass.manual_seed(4)
+    leanpass.manual_seed(5)
+    assert backend.to_host(backend.uniform((4,))).tolist() == first.tolist()
+    assert backend.to_host(backend.normal((4,))).tolist() == second.tolist()
 
 
 def test_strict_index_add_is_the_standard_one_hot_version():

@@ -4,6 +4,8 @@ cuda:N with device N current. Skipped, with the reason, without CuPy and a GPU."
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -94,14 +96,29 @@ def test_memory_pool_is_flat_over_1000_steps():
         loss.backward()
         opt.step()
 
+    def used_bytes():
+        # garbage of earlier tests may hold GPU arrays: collected before each reading,
+        # not by chance during the steps
+        gc.collect()
+        CUDA.synchronize()
+        return pool.used_bytes()
+
     for _ in range(20):
         step()
-    CUDA.synchronize()
-    early = pool.used_bytes()
+    early = used_bytes()
     for _ in range(1000):
         step()
-    CUDA.synchronize()
-    assert pool.used_bytes() == early
+    assert used_bytes() == early
+
+
+def test_manual_seed_makes_the_generator_at_the_first_draw():
+    leanpass.manual_seed(11)
+    leanpass.manual_seed(12)
+    assert CUDA._rng._rng is None  # seeding made no generator
+    first = cupy.asnumpy(CUDA.uniform((5,)))
+    with cupy.cuda.Device(CUDA.index):
+        expected = cupy.asnumpy(cupy.random.default_rng(12).random((5,)))
+    np.testing.assert_array_equal(first, expected)  # the stream of a generator made at once
 
 
 def test_host_copies_go_through_asnumpy():

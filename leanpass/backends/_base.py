@@ -11,6 +11,7 @@ speak NumPy directly.
 from __future__ import annotations
 
 import contextlib
+import threading
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -91,6 +92,38 @@ def host_array(data, op: str = "Tensor", dtype=None) -> np.ndarray:
     return arr
 
 
+class LazyGenerator:
+    """A device's random generator, made on its first draw: seeding only records the
+    seed (``manual_seed`` seeds every backend, and a GPU generator is megabytes of
+    states and a kernel launch). ``factory(seed)`` makes the generator; ``seed`` is
+    ``None`` until seeded, then the last seed given. The first draw after
+    ``seed(s)`` comes from ``factory(s)``, as if it had been made at once."""
+
+    __slots__ = ("_factory", "_seed", "_rng", "_lock")
+
+    def __init__(self, factory):
+        self._factory = factory
+        self._seed = None
+        self._rng = None
+        self._lock = threading.Lock()
+
+    def seed(self, seed) -> None:
+        with self._lock:
+            self._seed = seed
+            self._rng = None  # made again, from this seed, at the next draw
+
+    def get(self):
+        """The generator, made now if this is the first draw since the last seed
+        (once: threads drawing first at the same time share it)."""
+        rng = self._rng
+        if rng is None:
+            with self._lock:
+                rng = self._rng
+                if rng is None:
+                    rng = self._rng = self._factory(self._seed)
+        return rng
+
+
 @dataclass(frozen=True)
 class FusedKernels:
     """Kernels a backend may offer in place of several generic launches. Each field is
@@ -139,6 +172,10 @@ class Backend:
     fused: FusedKernels = NO_FUSED
     xp = None  # the array namespace (array-API compatible)
     array_type: type = object  # the library's array class
+
+    def as_array(self, value):
+        """A library scalar (NumPy returns one for 0-d results) as a 0-d array."""
+        return self.xp.asarray(value)
 
     def __init__(self, index: int = 0):
         self.index = index

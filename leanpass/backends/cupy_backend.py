@@ -15,7 +15,7 @@ except ImportError as exc:  # pragma: no cover - depends on the machine
 
 import array_api_compat.cupy as xp_cupy
 
-from ._base import Backend, FusedKernels, dtype_name
+from ._base import Backend, FusedKernels, LazyGenerator, dtype_name
 
 
 def _kernels() -> FusedKernels:
@@ -73,7 +73,7 @@ class CupyBackend(Backend):
     def __init__(self, index=0):
         super().__init__(index)
         self._cuda_device = cupy.cuda.Device(index)
-        self._rng = None
+        self._rng = LazyGenerator(self._make_generator)
         # CuPy launches kernels on the *current* device: with several GPUs, every
         # operation on cuda:N runs inside `with Device(N)` (one GPU: no cost at all).
         self.guard = self._cuda_device if len(self.device_indices()) > 1 else None
@@ -146,29 +146,27 @@ class CupyBackend(Backend):
         return buf
 
     # Random numbers are drawn on the GPU from CuPy's generator, seeded by
-    # leanpass.manual_seed, so a training step never waits on the host.
-    def _generator(self):
-        if self._rng is None:
-            with self._cuda_device:
-                self._rng = cupy.random.default_rng()
-        return self._rng
+    # leanpass.manual_seed, so a training step never waits on the host. The
+    # generator is made at the first draw, not at every manual_seed.
+    def _make_generator(self, seed):
+        with self._cuda_device:
+            return cupy.random.default_rng(seed)
 
     def seed(self, seed):
-        with self._cuda_device:
-            self._rng = cupy.random.default_rng(seed)
+        self._rng.seed(seed)
 
     def uniform(self, shape, low=0.0, high=1.0, dtype="float64"):
         with self._cuda_device:
-            out = self._generator().random(shape, dtype=dtype_name(dtype))
+            out = self._rng.get().random(shape, dtype=dtype_name(dtype))
             return out * (high - low) + low
 
     def normal(self, shape, mean=0.0, std=1.0, dtype="float64"):
         with self._cuda_device:
-            return self._generator().standard_normal(shape, dtype=dtype_name(dtype)) * std + mean
+            return self._rng.get().standard_normal(shape, dtype=dtype_name(dtype)) * std + mean
 
     def bernoulli(self, shape, p, dtype="float64"):
         with self._cuda_device:
-            return (self._generator().random(shape) < p).astype(dtype_name(dtype))
+            return (self._rng.get().random(shape) < p).astype(dtype_name(dtype))
 
     def synchronize(self):
         self._cuda_device.synchronize()
