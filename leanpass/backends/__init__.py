@@ -102,12 +102,13 @@ def register_backend(
             f"register_backend: arrays of {library!r} already belong to the device type {owner!r}; "
             "give the new backend a library of its own (library=...)"
         )
-    _TYPES[device_type] = _Entry(device_type, loader, library, always_index)
-    if library:
-        _LIBRARIES[library] = device_type
-    stale = [k for k, b in _INSTANCES.items() if b.device_type == device_type or _type_of(k) == device_type]
-    for key in stale:
-        del _INSTANCES[key]
+    with _CREATION_LOCK:  # no backend of the old entry is made while it is replaced
+        _TYPES[device_type] = _Entry(device_type, loader, library, always_index)
+        if library:
+            _LIBRARIES[library] = device_type
+        stale = [k for k, b in _INSTANCES.items() if b.device_type == device_type or _type_of(k) == device_type]
+        for key in stale:
+            del _INSTANCES[key]
 
 
 def _type_of(device: str) -> str:
@@ -159,8 +160,8 @@ def _load(entry: _Entry) -> type:
 def get_backend(device=None) -> Backend:
     """The backend object of a device string (the default device when ``None``).
 
-    Raises ``ValueError`` for a malformed or unknown device and ``RuntimeError``
-    naming the reason and the fix for a device that cannot be used here.
+    Raises ``RuntimeError`` naming the device for a malformed or unknown one (as
+    PyTorch), and naming the reason and the fix for one that cannot be used here.
     """
     if device is None:
         device = get_default_device()
@@ -275,8 +276,9 @@ def get_default_dtype() -> str:
 def manual_seed(seed: int) -> None:
     """Seed parameter initialisation and dropout on every backend."""
     global _seed
-    _seed = int(seed)
-    reseed_host(_seed)
-    for backend in set(_INSTANCES.values()):
-        backend.seed(_seed)
+    with _CREATION_LOCK:  # a backend made meanwhile is seeded with this seed, not the old one
+        _seed = int(seed)
+        reseed_host(_seed)
+        for backend in set(_INSTANCES.values()):
+            backend.seed(_seed)
 
