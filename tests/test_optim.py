@@ -208,13 +208,18 @@ def test_state_dict_round_trip_resumes_to_the_same_numbers(tmp_path, make):
     assert _train(resumed, opt2, x, y, 5) == expected
 
 
-def test_optimizer_load_state_dict_checks_before_changing():
+def _stepped_adam():
+    """An Adam after one step, its state dict, and a copy of the parameter's state."""
     w = Tensor([1.0, 2.0], requires_grad=True)
     opt = optim.Adam([w], lr=0.1)
     w.grad = [1.0, 1.0]
     opt.step()
     good = opt.state_dict()
-    before = {k: (v.copy() if hasattr(v, "copy") else v) for k, v in good["state"][0].items()}
+    return w, opt, good, {k: (v.copy() if hasattr(v, "copy") else v) for k, v in good["state"][0].items()}
+
+
+def test_optimizer_load_state_dict_checks_before_changing():
+    w, opt, good, before = _stepped_adam()
     bad = {"state": {0: {"step": 1, "exp_avg": np.zeros(3), "exp_avg_sq": np.zeros(2)}},
            "param_groups": [dict(good["param_groups"][0], lr=5.0)]}
     with pytest.raises(ValueError, match=r"shape"):
@@ -484,12 +489,7 @@ def test_gradient_set_after_zero_grad_counts(device):
 ])
 def test_load_state_dict_validates_state_types(bad, message):
     """step='3' used to be accepted (and broke the next step); the optimizer is left unchanged."""
-    w = Tensor([1.0, 2.0], requires_grad=True)
-    opt = optim.Adam([w], lr=0.1)
-    w.grad = [1.0, 1.0]
-    opt.step()
-    good = opt.state_dict()
-    saved = {k: (v.copy() if hasattr(v, "copy") else v) for k, v in good["state"][0].items()}
+    w, opt, good, saved = _stepped_adam()
     with pytest.raises((TypeError, ValueError), match=rf"Adam.load_state_dict: {message}"):
         opt.load_state_dict({"state": {0: {**saved, **bad}}, "param_groups": good["param_groups"]})
     entry = opt.state[id(w)]

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import array_api_compat.numpy as np_xp
-import numpy as np
-
 from .. import ops
 from .._dtypes import dtype_name
-from ..backends import get_backend
+from ..backends import get_backend, host_array
 from ..tensor import Tensor, apply, as_tensor
 
 __all__ = ["mse_loss", "cross_entropy_loss", "binary_cross_entropy_loss"]
@@ -70,7 +67,9 @@ def cross_entropy_loss(logits: Tensor, target, axis: int = -1) -> Tensor:
     if not -ndim <= axis < ndim:
         raise IndexError(f"cross_entropy_loss: axis {axis} is out of range for logits of shape {logits.shape}")
     axis %= ndim
-    shape = tuple(target.shape) if hasattr(target, "shape") else np.shape(target)
+    if not isinstance(target, Tensor) and not hasattr(target, "shape"):  # Python data: read it once, here
+        target = host_array(target, "cross_entropy_loss")
+    shape = tuple(target.shape)
     if shape == logits.shape:  # probabilities, or one-hot rows
         target = _target(logits, target, "cross_entropy_loss")
         return apply(ops.cross_entropy, logits, target, axis=axis)
@@ -97,14 +96,14 @@ def _class_indices(logits: Tensor, target, classes: int):
             )
         backend, data, kind = get_backend(target.device), target.data, target.dtype.kind
     else:  # host data: checked here, for free, before it moves
-        backend, data = None, np.asarray(target)
+        backend, data = None, host_array(target, "cross_entropy_loss")
         kind = data.dtype.kind
     if kind not in "iuf":
         raise TypeError(
             f"cross_entropy_loss: class indices must be integers or whole floats, got dtype {data.dtype}"
         )
     if backend is None:
-        return _index_tensor(logits, _checked(np_xp, data, kind, classes)), None
+        return _index_tensor(logits, _checked(get_backend("cpu").xp, data, kind, classes)), None
     xp = backend.xp
     with backend.context():
         if backend.syncs_cheaply:
