@@ -48,16 +48,42 @@ BINARY = {
 
 @pytest.mark.parametrize("x_shape", [(5, 3), (2, 4, 3), (3,)])
 @pytest.mark.parametrize("bias", [True, False])
-def test_linear_node_gradcheck(device, x_shape, bias):
+@pytest.mark.parametrize("name", ["linear", "linear_relu"])
+def test_linear_node_gradcheck(device, x_shape, bias, name):
     from leanpass.tensor import apply
 
     x, w, b = leaf(device, rand(*x_shape)), leaf(device, rand(3, 2)), leaf(device, rand(2))
     inputs = (x, w, b) if bias else (x, w)
-    out = apply(ops.linear, *inputs)
-    assert out._op == "linear"
+    op = getattr(ops, name)
+    out = apply(op, *inputs)
+    assert out._op == name
     expected = x.numpy() @ w.numpy() + (b.numpy() if bias else 0.0)
+    if name == "linear_relu":
+        if expected.size > 2:  # both sides of the kink are checked
+            assert (expected < 0).any() and (expected > 0).any()
+        expected = np.maximum(expected, 0.0)
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-12)
-    assert gradcheck(lambda *t: apply(ops.linear, *t), inputs)
+    assert gradcheck(lambda *t: apply(op, *t), inputs)
+
+
+def test_mlp_fuses_linear_and_relu_as_two_nodes_would():
+    """An MLP's hidden layer with a stock ReLU is one ``linear_relu`` node; its output
+    and gradients are those of Linear then ReLU, zero gradient where the sum is 0."""
+    leanpass.manual_seed(0)
+    mlp = leanpass.nn.MLP([3, 4, 2], dtype="float64")
+    x = Tensor(rand(5, 3))
+    x.data[0] = 0.0  # hidden sums equal to the bias (0): ReLU's kink, gradient 0 as PyTorch
+    hidden = mlp.layers[0](x)
+    assert mlp.layers[0]._forward(x, ops.linear_relu)._op == "linear_relu"
+    fused = mlp(x)
+    fused.sum().backward()
+    fused_grads = [p.grad.copy() for p in mlp.parameters()]
+    mlp.zero_grad()
+    apart = mlp.layers[1](mlp.activations[0](hidden))
+    apart.sum().backward()
+    np.testing.assert_array_equal(fused.numpy(), apart.numpy())
+    for got, want in zip(fused_grads, (p.grad for p in mlp.parameters())):
+        np.testing.assert_allclose(got, want, rtol=1e-15)
 
 SCALAR = {
     "add_scalar": (lambda a: a + 1.5, lambda x: x + 1.5),

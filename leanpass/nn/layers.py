@@ -56,6 +56,11 @@ class Linear(Module):
         )
 
     def forward(self, x: Tensor) -> Tensor:
+        return self._forward(x, ops.linear)
+
+    def _forward(self, x: Tensor, op) -> Tensor:
+        """The layer as ``op`` (``ops.linear``, or ``ops.linear_relu`` for an MLP's
+        hidden layers: one graph node for the layer and its ReLU)."""
         _check_input(x, self)
         if x.shape[-1:] != (self.in_features,):
             raise ValueError(
@@ -63,8 +68,8 @@ class Linear(Module):
                 f"in {self.in_features} features"
             )
         if self.bias is None:  # one graph node for x @ w + b
-            return apply(ops.linear, x, self.weight)
-        return apply(ops.linear, x, self.weight, self.bias)
+            return apply(op, x, self.weight)
+        return apply(op, x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
@@ -182,10 +187,13 @@ class MLP(Module):
         _check_input(x, self)
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
-            x = layer(x)
-            if i < last:
-                x = self.activations[i](x)
-        return x
+            if i == last:
+                return layer(x)
+            activation = self.activations[i]
+            if type(layer) is Linear and type(activation) is ReLU:  # one node for both
+                x = layer._forward(x, ops.linear_relu)
+            else:
+                x = activation(layer(x))
 
     def extra_repr(self):
         return f"{self.layer_sizes}"

@@ -194,3 +194,18 @@ def linear(be, x, w, b=None, needs=(True, True, True)):
         return gx, gw, (xp.sum(rows, axis=0) if need_b else None)
 
     return out, backward
+
+
+@op("linear_relu", saves=(0, 1), saves_out=True, needs=True)
+def linear_relu(be, x, w, b=None, needs=(True, True, True)):
+    """``relu(x @ w + b)`` in one node: :func:`linear`, then ReLU on its output,
+    whose positive entries are where the gradient passes (0 at 0, as PyTorch)."""
+    out, linear_backward = linear.fn(be, x, w, b, needs=needs)
+    out = be.xp.maximum(out, 0.0)
+    fused = be.fused.relu_backward  # g * (out > 0) in one GPU kernel, where offered
+
+    def backward(g):
+        g = fused(g, out) if fused is not None else g * be.xp.astype(out > 0, g.dtype)
+        return linear_backward(g)
+
+    return out, backward
