@@ -5,6 +5,7 @@
     python examples/train_mlp.py --data ~/mnist --epochs 10 --hidden 512,256 --plot curves.png
     python examples/train_mlp.py --checkpoint run.npz             # save every epoch
     python examples/train_mlp.py --checkpoint run.npz --resume    # ... and continue from it
+    mpiexec -n 2 python -m mpi4py examples/train_mlp.py --distributed   # data parallel, 2 processes
 
 A device that cannot be used here (``--device cuda`` without CuPy or a GPU) ends
 the script at once with a one-line reason and exit status 2, as a bad argument does.
@@ -13,6 +14,15 @@ Data: scikit-learn's 8x8 digits by default (shipped inside scikit-learn, no
 download), or MNIST from files you downloaded (--data: a folder with the four
 IDX files, gzipped or not, or an mnist.npz). The same --seed gives the same
 numbers on the CPU, also across --resume.
+
+--distributed trains one model on every process that ``mpiexec`` started
+(``pip install "leanpass[mpi]"``): each epoch's shuffled samples are split between
+them, --batch-size is each process's share of a step, and the gradients are averaged
+(DistributedDataParallel), so N processes with batch B step as one with batch N*B.
+With --device cuda each process takes the GPU cuda:<its rank on the node>, and the
+gradients travel over NCCL. Rank 0 alone prints, plots and checkpoints; a checkpoint
+resumes on any number of processes. ``python -m mpi4py`` makes an exception on one
+process end them all (a plain ``python`` would leave the others waiting).
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ from example_data import load_digits, load_mnist  # noqa: E402
 
 import leanpass  # noqa: E402
 from leanpass import Tensor, nn, no_grad, optim  # noqa: E402
+from leanpass import distributed as dist  # noqa: E402
 from leanpass.backends import get_backend  # noqa: E402
 
 
@@ -47,6 +58,8 @@ def parse_args(argv=None):
     p.add_argument("--checkpoint", default=None, metavar="NPZ", help="save model and optimizer here each epoch")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--distributed", action="store_true",
+                   help="data parallel over the processes mpiexec started (MPI on cpu, NCCL on cuda)")
     args = p.parse_args(argv)
     try:
         args.hidden = [int(n) for n in str(args.hidden).split(",") if n.strip()]
@@ -55,6 +68,10 @@ def parse_args(argv=None):
     if args.resume and not args.checkpoint:
         p.error("--resume needs --checkpoint PATH")
     try:  # before loading any data: a device that cannot be used is a one-line error, not a traceback
+        if args.distributed:
+            dist.init_process_group(device=args.device)
+            if args.device.startswith("cuda"):  # one GPU per process
+                args.device = f"cuda:{dist.get_local_rank()}"
         get_backend(args.device)
     except (ValueError, RuntimeError) as exc:
         p.exit(2, f"{p.prog}: error: {exc}\n")
@@ -116,6 +133,16 @@ def plot(history, path):
 
 def main(argv=None):
     args = parse_args(argv)
+    try:
+        return train(args)
+    finally:
+        if args.distributed:
+            dist.destroy_process_group()
+
+
+def train(args):
+    rank, processes = (dist.get_rank(), dist.get_world_size()) if args.distributed else (0, 1)
+    say = print if rank == 0 else (lambda *a, **k: None)  # rank 0 alone prints
     data = load_mnist(args.data) if args.data else load_digits(seed=args.seed)
     backend = get_backend(args.device)
     device = backend.device
@@ -128,6 +155,7 @@ def main(argv=None):
     leanpass.manual_seed(args.seed)
     model = nn.MLP(sizes, device=device, dtype=args.dtype)
     optimizer = optim.Adam(model.parameters(), lr=args.lr)
+    net = nn.parallel.DistributedDataParallel(model) if args.distributed else model  # what the steps call
     history = {"train_loss": [], "test_loss": [], "test_accuracy": [], "samples_per_s": []}
     first_epoch = 1
     if args.resume and os.path.exists(args.checkpoint):
@@ -136,24 +164,33 @@ def main(argv=None):
         optimizer.load_state_dict(saved["optimizer"])
         history = saved["history"]
         first_epoch = saved["epoch"] + 1
-        print(f"resumed from {args.checkpoint} after epoch {saved['epoch']}")
+        say(f"resumed from {args.checkpoint} after epoch {saved['epoch']}")
+        if args.distributed:  # every process read the same file; make sure they agree
+            net._broadcast_state(model.parameters())
 
-    print(f"{data.name}: {len(data.y_train)} train / {len(data.y_test)} held out, MLP {sizes}, "
-          f"{args.dtype} on {device}")
+    shares = f", {processes} processes x batch {args.batch_size}" if args.distributed else ""
+    say(f"{data.name}: {len(data.y_train)} train / {len(data.y_test)} held out, MLP {sizes}, "
+        f"{args.dtype} on {device}{shares}")
     n = len(data.y_train)
+    if args.distributed:  # each epoch, every process takes its share of one shuffle
+        sampler = leanpass.data.DistributedSampler(range(n), seed=args.seed, drop_last=True)
     for epoch in range(first_epoch, args.epochs + 1):
         model.train()
-        order = np.random.default_rng(args.seed * 1_000_003 + epoch).permutation(n)  # per epoch: resumable
-        bar = progress(n, f"epoch {epoch}/{args.epochs}", args.quiet)
+        if args.distributed:
+            sampler.set_epoch(epoch)
+            order = np.fromiter(sampler, dtype=np.int64)
+        else:
+            order = np.random.default_rng(args.seed * 1_000_003 + epoch).permutation(n)  # per epoch: resumable
+        bar = progress(len(order), f"epoch {epoch}/{args.epochs}", args.quiet or rank != 0)
         running = None
         seen = 0
         start = time.perf_counter()
         with no_grad():  # one shuffle on the device per epoch; batches are then plain slices
             x_epoch, y_epoch = x_train[order], y_train[order]
-        for step, rows in enumerate(batches(n, args.batch_size), start=1):
+        for step, rows in enumerate(batches(len(order), args.batch_size), start=1):
             size = rows.stop - rows.start
             optimizer.zero_grad()
-            loss = nn.cross_entropy_loss(model(x_epoch[rows]), y_epoch[rows])
+            loss = nn.cross_entropy_loss(net(x_epoch[rows]), y_epoch[rows])
             loss.backward()
             optimizer.step()
             weighted = loss.detach() * float(size)
@@ -168,22 +205,26 @@ def main(argv=None):
         seconds = time.perf_counter() - start
         if bar is not None:
             bar.close()
+        if args.distributed:  # every process's samples: one all-reduce per epoch
+            totals = Tensor([running.item(), seen], device=device, dtype=args.dtype)
+            seen = int(dist.all_reduce(totals).numpy()[1])
+            running = totals[0]
         train_loss = running.item() / seen
         accuracy, test_loss = evaluate(model.eval(), x_test, y_test, args.batch_size)
         history["train_loss"].append(train_loss)
         history["test_loss"].append(test_loss)
         history["test_accuracy"].append(accuracy)
         history["samples_per_s"].append(seen / seconds)
-        print(f"epoch {epoch:3d}  train loss {train_loss:.4f}  held-out loss {test_loss:.4f}  "
-              f"accuracy {accuracy:.4f}  {seen / seconds:,.0f} samples/s")
-        if args.checkpoint:
+        say(f"epoch {epoch:3d}  train loss {train_loss:.4f}  held-out loss {test_loss:.4f}  "
+            f"accuracy {accuracy:.4f}  {seen / seconds:,.0f} samples/s")
+        if args.checkpoint and rank == 0:  # the model without the wrapper: resumes on any number of processes
             leanpass.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                            "epoch": epoch, "history": history, "sizes": sizes}, args.checkpoint)
-    if args.plot and history["train_loss"]:
+    if args.plot and history["train_loss"] and rank == 0:
         plot(history, args.plot)
-        print(f"curves written to {args.plot}")
+        say(f"curves written to {args.plot}")
     if history["test_accuracy"]:
-        print(f"final held-out accuracy {history['test_accuracy'][-1]:.4f}")
+        say(f"final held-out accuracy {history['test_accuracy'][-1]:.4f}")
     return history
 
 

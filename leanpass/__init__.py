@@ -10,7 +10,7 @@ so code written against ``array_namespace(x)`` runs on Tensors and differentiate
 
 import math as _math
 
-from . import backends, fft, linalg, nn, optim
+from . import backends, data, distributed, fft, linalg, nn, optim
 from ._dtypes import DTYPES as _DTYPES
 from ._namespace import *  # noqa: F401,F403 - the array API functions
 from ._namespace import __all__ as _namespace_all
@@ -57,6 +57,8 @@ __all__ = [
     "Tensor",
     "as_tensor",
     "backends",
+    "data",
+    "distributed",
     "fft",
     "linalg",
     "nn",

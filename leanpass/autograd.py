@@ -39,7 +39,7 @@ import weakref
 
 __all__ = [
     "no_grad", "enable_grad", "is_grad_enabled", "run_backward", "zero_graph_grads",
-    "Version", "increment_version", "Released", "grad_lock",
+    "Version", "increment_version", "Released", "grad_lock", "queue_callback",
 ]
 
 
@@ -57,6 +57,82 @@ _state = _GradState()
 # leaves) and while ``.grad`` allocates its zeros: a read-modify-write of one
 # tensor's gradient is never interleaved with another thread's.
 grad_lock = threading.Lock()
+
+
+# ---- hooks: code that runs when a backward call has written a leaf's gradient ---------------
+
+# id(leaf) -> (weak reference to the leaf, its post-accumulate-grad hooks in registration
+# order); an entry goes when its leaf dies. Empty: the engine pays nothing. (Not a
+# WeakKeyDictionary: it compares keys with ``==``, which is element-wise on Tensors.)
+_post_hooks: dict = {}
+
+
+class _Callbacks(threading.local):
+    queue: list | None = None  # a list while a backward call runs its hooks
+
+
+_callbacks = _Callbacks()
+
+
+class RemovableHandle:
+    """What registering a hook returns: ``handle.remove()`` unregisters it."""
+
+    __slots__ = ("_hooks", "_hook")
+
+    def __init__(self, hooks: list, hook):
+        self._hooks, self._hook = hooks, hook
+
+    def remove(self) -> None:
+        hooks, self._hooks = self._hooks, None
+        if hooks is not None:
+            hooks.remove(self._hook)
+
+
+def add_post_accumulate_grad_hook(tensor, hook) -> RemovableHandle:
+    """See :meth:`leanpass.Tensor.register_post_accumulate_grad_hook`."""
+    if not callable(hook):
+        raise TypeError(f"register_post_accumulate_grad_hook: the hook must be callable, got {type(hook).__name__}")
+    if tensor._prev or not tensor._rg:
+        raise RuntimeError(
+            "register_post_accumulate_grad_hook: only a leaf that requires grad gets its gradient written; "
+            f"this tensor of shape {tuple(tensor._data.shape)} is "
+            + ("not a leaf" if tensor._prev else "a leaf that does not require grad")
+        )
+    key = id(tensor)
+    entry = _post_hooks.get(key)
+    if entry is None or entry[0]() is not tensor:
+        entry = _post_hooks[key] = (weakref.ref(tensor, lambda _, key=key, table=_post_hooks: table.pop(key, None)), [])
+    hooks = entry[1]
+    hooks.append(hook)
+    return RemovableHandle(hooks, hook)
+
+
+def queue_callback(callback) -> None:
+    """Run ``callback()`` once the current backward call has run every leaf's hooks
+    (as ``torch.autograd.Variable._execution_engine.queue_callback``): a hook that
+    starts work for a group of gradients -- a bucket's all-reduce -- finishes it here.
+    Only valid inside a hook that a backward call is running (``RuntimeError`` elsewhere)."""
+    queue = _callbacks.queue
+    if queue is None:
+        raise RuntimeError("queue_callback: only a hook that a backward call is running can queue a callback")
+    queue.append(callback)
+
+
+def _run_post_hooks(leaves) -> None:
+    """Each leaf's post-accumulate-grad hooks, in the order the leaves' gradients were
+    written, then the callbacks they queued; the gradients are all stored already."""
+    outer, _callbacks.queue = _callbacks.queue, []
+    try:
+        for leaf in leaves:
+            entry = _post_hooks.get(id(leaf))
+            if entry is not None and entry[1] and entry[0]() is leaf:
+                for hook in tuple(entry[1]):
+                    hook(leaf)
+        queue = _callbacks.queue
+        while queue:
+            queue.pop(0)()
+    finally:
+        _callbacks.queue = outer
 
 
 def is_grad_enabled() -> bool:
@@ -305,6 +381,8 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
     if not root._prev:  # a leaf: its gradient is the given one
         with grad_lock:
             _store(root, grad, fresh=True)
+        if _post_hooks:
+            _run_post_hooks((root,))
         return
     grads = {root: grad}
     heap = [(-root._seq, root)]
@@ -366,6 +444,8 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
         for node in done:
             node._backward = None
             node._prev = released
+    if _post_hooks:
+        _run_post_hooks(leaves)
 
 
 def zero_graph_grads(root) -> None:

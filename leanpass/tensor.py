@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from ._dtypes import DTYPES, as_dtype, dtype_name
-from .autograd import grad_lock, run_backward, zero_graph_grads
+from .autograd import add_post_accumulate_grad_hook, grad_lock, run_backward, zero_graph_grads
 from .backends import FLOAT_DTYPES, backend_of_array, get_backend
 
 __all__ = ["Tensor", "as_tensor", "apply"]
@@ -377,6 +377,16 @@ class Tensor:
                 )
             grad = backend.copy(grad)
         run_backward(self, grad, retain_graph)
+
+    def register_post_accumulate_grad_hook(self, hook):
+        """Call ``hook(tensor)`` each time a backward call has written this leaf's
+        ``.grad`` (as PyTorch's hook of the same name); returns a handle whose
+        ``remove()`` unregisters it. LeanPass writes every gradient of a backward call
+        at its end, so the hooks run then, in the order the gradients were reached
+        (the last layer's first); a hook may :func:`leanpass.autograd.queue_callback`
+        work to run after all of them. Only for a leaf that requires grad
+        (``RuntimeError`` otherwise)."""
+        return add_post_accumulate_grad_hook(self, hook)
 
     def retain_grad(self) -> None:
         """Keep this non-leaf tensor's gradient in ``.grad`` during backward."""

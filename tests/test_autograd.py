@@ -616,3 +616,52 @@ def test_custom_op_gradient_for_an_input_without_grad_is_not_checked(device):
     np.testing.assert_array_equal(host(x.grad, device), [3.0, 3.0])
     with pytest.raises(TypeError, match="input 1"):
         apply(scale_by, x, Tensor(3.0, requires_grad=True, device=device)).sum().backward()
+
+
+# ---- post-accumulate-grad hooks and queued callbacks (what DistributedDataParallel uses) ----
+
+
+def test_post_accumulate_grad_hooks_run_after_every_gradient_is_written():
+    w = Tensor([1.0, 2.0], requires_grad=True)
+    b = Tensor([3.0], requires_grad=True)
+    seen = []
+
+    def on_w(t):
+        seen.append(("w", t.grad.tolist(), b.grad.tolist()))  # b's is written too by now
+        leanpass.autograd.queue_callback(lambda: seen.append("callback"))
+
+    handle = w.register_post_accumulate_grad_hook(on_w)
+    b.register_post_accumulate_grad_hook(lambda t: seen.append(("b", t.grad.tolist())))
+    ((w * 2.0).sum() + b.sum() * 3.0).backward()
+    # the order the gradients were reached (b's node comes last, so first), then the callback
+    assert seen == [("b", [3.0]), ("w", [2.0, 2.0], [3.0]), "callback"]
+    seen.clear()
+    handle.remove()
+    handle.remove()  # a second remove does nothing
+    (w * 2.0).sum().backward()
+    assert seen == []
+    b.sum().backward()  # a leaf as the root runs its hooks too
+    assert seen == [("b", [4.0])]
+
+
+def test_post_accumulate_grad_hook_only_on_leaves_that_require_grad():
+    w = Tensor([1.0], requires_grad=True)
+    with pytest.raises(RuntimeError, match="not a leaf"):
+        (w * 2.0).register_post_accumulate_grad_hook(print)
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        Tensor([1.0]).register_post_accumulate_grad_hook(print)
+    with pytest.raises(TypeError, match="callable"):
+        w.register_post_accumulate_grad_hook(3)
+    with pytest.raises(RuntimeError, match="queue_callback"):
+        leanpass.autograd.queue_callback(print)
+
+
+def test_a_failing_backward_runs_no_hook():
+    w = Tensor([1.0], requires_grad=True)
+    seen = []
+    w.register_post_accumulate_grad_hook(seen.append)
+    loss = (w * w).sum()
+    loss.backward()
+    with pytest.raises(RuntimeError):
+        loss.backward()  # the graph was released
+    assert len(seen) == 1 and w.grad.tolist() == [2.0]

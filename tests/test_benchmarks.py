@@ -4,6 +4,7 @@ and the scripts run (on tiny sizes here; the figures come from benchmarks/run.py
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -59,3 +60,75 @@ def test_benchmark_runner_runs_and_reports_its_fields(tmp_path, capsys):
     assert json.loads(path.read_text()) == results
     out = capsys.readouterr().out
     assert "## W4: peak memory of one W1 step" in out and "## W1" not in out
+
+
+# ---- benchmarks/ddp.py: data-parallel scaling under mpiexec ------------------------------------
+
+
+def test_ddp_report_computes_ratios_samples_and_speedups():
+    """The table's arithmetic, from made-up figures (no MPI needed)."""
+    import ddp
+
+    assert ddp.parameter_count([784, 256, 128, 10]) == 235_146
+    common = {"dtype": "float32", "rounds": 2, "repeat": 2, "mpi": "MPICH Version: 5", "mpi4py": "4",
+              "torch": None, "leanpass": "0"}
+    runs = {1: dict(common, processes=1, step_ms={ddp.HAND: 1.0, ddp.LEANPASS: 2.0}, allreduce_ms=0.01,
+                     compute_ms=0.9),
+            2: dict(common, processes=2, step_ms={ddp.HAND: 1.25, ddp.LEANPASS: 4.0}, allreduce_ms=0.5,
+                     compute_ms=1.1)}
+    text = ddp.report(runs, {"date": "d", "cpu": "c", "cores": 2, "python": "3", "numpy": "2"})
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
+            if line.startswith("| ") and "contestant" not in line]
+    assert rows == [
+        ["1", ddp.HAND, "1.000", "1.00x", "128,000", "1.00x"],
+        ["1", ddp.LEANPASS, "2.000", "2.00x", "64,000", "1.00x"],
+        ["2", ddp.HAND, "1.250", "1.00x", "204,800", "1.60x"],
+        ["2", ddp.LEANPASS, "4.000", "3.20x", "64,000", "1.00x"],
+    ]
+    assert ("2 processes: bare Allreduce of 235,146 float32 (0.94 MB): 0.500 ms per call; "
+            "the by-hand step without it (compute alone): 1.100 ms") in text
+    assert f"{ddp.TORCH}: left out, PyTorch is not installed" in text
+
+
+def test_ddp_benchmark_without_mpiexec_says_why_and_exits_2(monkeypatch, capsys):
+    import ddp
+
+    monkeypatch.setattr(ddp, "find_mpiexec", lambda: None)
+    with pytest.raises(SystemExit) as exc:
+        ddp.main(["--processes", "1"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error:" in err and ("mpiexec" in err or "mpi4py" in err), err
+
+
+@pytest.mark.slow
+@pytest.mark.mpi
+def test_ddp_benchmark_runs_on_one_and_two_processes(tmp_path):
+    """The driver starts mpiexec for 1 and 2 processes and reports every contestant;
+    the workers check that the contestants' losses agree and that LeanPass's
+    parameters are equal on every rank (a failed check is a non-zero exit)."""
+    import ddp
+
+    why = ddp.why_not_runnable()
+    if why:
+        pytest.skip(f"benchmarks/ddp.py: {why}")
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        names = [ddp.HAND, ddp.LEANPASS]
+    else:
+        names = [ddp.HAND, ddp.LEANPASS, ddp.TORCH]
+    path = tmp_path / "ddp.json"
+    done = subprocess.run([sys.executable, ddp.__file__, "--processes", "1", "2", "--rounds", "2", "--repeat", "2",
+                           "--json", str(path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in done.stdout.splitlines()
+            if line.startswith("| ") and "contestant" not in line]
+    assert [row[:2] for row in rows] == [[str(p), name] for p in (1, 2) for name in names], done.stdout
+    for p in (1, 2):
+        assert f"{p} process{'es' if p > 1 else ''}: bare Allreduce of 235,146 float32" in done.stdout
+    runs = json.loads(path.read_text())["runs"]
+    assert set(runs) == {"1", "2"}
+    for p, run in runs.items():
+        assert run["processes"] == int(p) and list(run["step_ms"]) == names
+        assert all(ms > 0 for ms in run["step_ms"].values()) and run["allreduce_ms"] > 0 and run["compute_ms"] > 0

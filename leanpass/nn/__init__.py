@@ -4,6 +4,7 @@ Everything here speaks ``Tensor`` (and, where an array is built, the backend's
 ``xp``), so it runs on every device.
 """
 
+from . import parallel
 from .layers import (
     GELU,
     MLP,
@@ -21,7 +22,7 @@ from .losses import binary_cross_entropy_loss, cross_entropy_loss, mse_loss
 from .module import Module
 
 __all__ = [
-    "Module", "Linear", "MLP", "Sequential", "Dropout",
+    "Module", "parallel", "Linear", "MLP", "Sequential", "Dropout",
     "ReLU", "Sigmoid", "Tanh", "LeakyReLU", "GELU", "Softmax", "Identity",
     "mse_loss", "cross_entropy_loss", "binary_cross_entropy_loss",
 ]

@@ -1,0 +1,230 @@
+"""``leanpass.data``: datasets and batch loading, as ``torch.utils.data``.
+
+- ``TensorDataset(*tensors)``: rows of tensors that share their first dimension.
+- ``DataLoader(dataset, batch_size, shuffle, drop_last, seed, sampler)``: batches.
+  A ``TensorDataset`` is batched on its tensors' device, with one ``take`` per
+  tensor and batch (a basic slice when the order is sequential), never a Python
+  loop over rows; any other dataset (``__len__`` and ``__getitem__``) is read row
+  by row and its rows stacked.
+- ``DistributedSampler(dataset, num_replicas, rank, ...)``: each process's share
+  of the rows, for data-parallel training launched with ``mpiexec``.
+
+>>> import leanpass as lp
+>>> from leanpass.data import DataLoader, TensorDataset
+>>> ds = TensorDataset(lp.reshape(lp.arange(12.0), (6, 2)), lp.arange(6))
+>>> loader = DataLoader(ds, batch_size=4, shuffle=True, seed=0)
+>>> len(loader)
+2
+>>> for epoch in range(2):
+...     loader.set_epoch(epoch)  # this epoch's order, the same in a resumed run
+...     for x, y in loader:
+...         print(x.shape, y.shape)
+(4, 2) (4,)
+(2, 2) (2,)
+(4, 2) (4,)
+(2, 2) (2,)
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import numpy as np
+
+from . import ops, tensor  # tensor before the graph layer (_node), which imports it
+from ._namespace import asarray, stack
+from ._node import run1
+from .backends import get_backend, host_rng
+
+__all__ = ["TensorDataset", "DataLoader", "DistributedSampler"]
+
+
+def _int(value, op: str, name: str, low: int | None) -> int:
+    """``value`` as an int of at least ``low``: ``TypeError`` / ``ValueError`` naming ``op``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{op}: {name} must be an int, got {type(value).__name__} {value!r}")
+    if low is not None and value < low:
+        raise ValueError(f"{op}: {name} must be at least {low}, got {value}")
+    return int(value)
+
+
+class TensorDataset:
+    """Rows of ``tensors`` (Tensors, or array-likes made Tensors by ``leanpass.asarray``),
+    all on one device, of one first dimension: ``ds[i]`` is the tuple ``(t[i] for t in
+    tensors)``. ``ValueError`` for 0-d tensors, mismatched first dimensions or devices."""
+
+    def __init__(self, *tensors):
+        if not tensors:
+            raise ValueError("TensorDataset: give at least one tensor")
+        tensors = tuple(asarray(t) for t in tensors)
+        first = tensors[0]
+        for t in tensors:
+            if t.ndim == 0:
+                raise ValueError(f"TensorDataset: tensors need a first dimension, got one of shape {t.shape}")
+            if t.device != first.device:
+                raise ValueError(
+                    f"TensorDataset: tensors are on different devices, {first.device} and {t.device} "
+                    f"(shapes {first.shape} and {t.shape}); move them to one with .to(...)"
+                )
+            if t.shape[0] != first.shape[0]:
+                raise ValueError(
+                    f"TensorDataset: tensors of shapes {first.shape} and {t.shape} differ in their first dimension"
+                )
+        self.tensors = tensors
+
+    @property
+    def device(self) -> str:
+        return self.tensors[0].device
+
+    def __len__(self) -> int:
+        return self.tensors[0].shape[0]
+
+    def __getitem__(self, index) -> tuple:
+        return tuple(t[index] for t in self.tensors)
+
+
+class DataLoader:
+    """Batches of ``dataset``: tuples of Tensors for a ``TensorDataset`` (a 1-tuple for
+    one tensor); for another dataset, the stacked rows (a tuple when its rows are).
+
+    ``shuffle=True`` draws a new order each time the loader is iterated, from
+    ``numpy.random.default_rng(seed)`` made here; ``seed=None`` takes a seed from
+    LeanPass's generator, so ``leanpass.manual_seed`` makes runs repeatable. After
+    ``set_epoch(epoch)`` the order is ``default_rng([seed, epoch])``'s permutation,
+    the same in a resumed run. ``sampler`` (an iterable of indices with ``__len__``,
+    such as ``DistributedSampler``) gives the order instead; the loader does not call
+    its ``set_epoch``. ``len(loader)`` is the number of batches.
+    """
+
+    def __init__(self, dataset, batch_size=1, shuffle=False, drop_last=False, seed=None, sampler=None):
+        if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+            raise TypeError(
+                f"DataLoader: the dataset must have __len__ and __getitem__, got {type(dataset).__name__}"
+            )
+        batch_size = _int(batch_size, "DataLoader", "batch_size", 1)
+        if sampler is not None:
+            if shuffle:
+                raise ValueError("DataLoader: sampler is mutually exclusive with shuffle=True")
+            if not (hasattr(sampler, "__iter__") and hasattr(sampler, "__len__")):
+                raise TypeError(
+                    f"DataLoader: the sampler must be an iterable of indices with __len__, "
+                    f"got {type(sampler).__name__}"
+                )
+        seed = None if seed is None else _int(seed, "DataLoader", "seed", 0)
+        if shuffle and seed is None:
+            seed = int(host_rng().integers(2**63))
+        self.dataset, self.batch_size, self.shuffle = dataset, batch_size, bool(shuffle)
+        self.drop_last, self.seed, self.sampler = bool(drop_last), seed, sampler
+        self._rng = np.random.default_rng(seed) if shuffle else None
+        self._epoch = None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Shuffle with ``default_rng([seed, epoch])`` from now on: the order of each
+        epoch is then fixed by ``seed`` and ``epoch`` alone."""
+        self._epoch = _int(epoch, "DataLoader.set_epoch", "epoch", 0)
+
+    def __len__(self) -> int:
+        n = len(self.sampler) if self.sampler is not None else len(self.dataset)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def _order(self):
+        """This epoch's row indices as a host int64 array, or ``None`` for 0, 1, 2, ..."""
+        n = len(self.dataset)
+        if self.sampler is not None:
+            order = np.fromiter((operator.index(i) for i in self.sampler), dtype=np.int64)
+            if order.size and (order.min() < -n or order.max() >= n):
+                bad = order.min() if order.min() < -n else order.max()
+                raise IndexError(f"DataLoader: the sampler gave index {bad}, out of range for {n} rows")
+            return np.where(order < 0, order + n, order)
+        if self.shuffle:
+            rng = self._rng if self._epoch is None else np.random.default_rng([self.seed, self._epoch])
+            return rng.permutation(n)
+        return None
+
+    def __iter__(self):
+        order = self._order()
+        n = len(self.dataset) if order is None else len(order)
+        stop = n - n % self.batch_size if self.drop_last else n
+        spans = [(i, min(i + self.batch_size, n)) for i in range(0, stop, self.batch_size)]
+        if isinstance(self.dataset, TensorDataset):
+            return self._tensor_batches(order, spans)
+        return self._collated_batches(order, spans)
+
+    def _tensor_batches(self, order, spans):
+        tensors = self.dataset.tensors
+        if order is None:
+            for i, j in spans:
+                yield tuple(t[i:j] for t in tensors)
+            return
+        # The order goes to the device once per epoch; its indices are in range (checked
+        # above), so each batch is one take per tensor with no range check on the device.
+        order = get_backend(self.dataset.device).from_host(order, op="DataLoader")
+        for i, j in spans:
+            index = order[i:j]
+            yield tuple(run1(ops.take, t, index, 0) for t in tensors)
+
+    def _collated_batches(self, order, spans):
+        for i, j in spans:
+            rows = range(i, j) if order is None else order[i:j].tolist()
+            yield _collate([self.dataset[r] for r in rows])
+
+
+def _collate(rows):
+    """Rows (each a tuple, or a single item) stacked into a batch."""
+    if isinstance(rows[0], tuple):
+        return tuple(_collate(list(column)) for column in zip(*rows))
+    return stack([x if isinstance(x, tensor.Tensor) else asarray(x) for x in rows])
+
+
+class DistributedSampler:
+    """The indices of this process's share of ``dataset``, as PyTorch's
+    ``DistributedSampler``: the (shuffled) indices are padded by repeating them from
+    the start to a multiple of ``num_replicas`` (or, with ``drop_last``, cut to one),
+    and rank ``r`` takes every ``num_replicas``-th from the ``r``-th. Every rank has
+    ``len(sampler)`` indices and, without padding, the shares partition the dataset.
+
+    The permutation is ``numpy.random.default_rng(seed + epoch).permutation``, so the
+    order differs from PyTorch's (``torch.randperm``); give every rank the same
+    ``seed`` and call ``set_epoch(epoch)`` at the start of each epoch.
+    ``num_replicas``/``rank`` default to ``leanpass.distributed``'s world size and rank.
+    """
+
+    def __init__(self, dataset, num_replicas=None, rank=None, shuffle=True, seed=0, drop_last=False):
+        if num_replicas is None or rank is None:
+            try:
+                from leanpass import distributed
+            except ImportError:
+                distributed = None
+            if distributed is None or not getattr(distributed, "is_initialized", lambda: False)():
+                raise RuntimeError(
+                    "DistributedSampler: give num_replicas and rank, or call "
+                    "leanpass.distributed.init_process_group() first"
+                )
+            num_replicas = distributed.get_world_size() if num_replicas is None else num_replicas
+            rank = distributed.get_rank() if rank is None else rank
+        num_replicas = _int(num_replicas, "DistributedSampler", "num_replicas", 1)
+        rank = _int(rank, "DistributedSampler", "rank", None)
+        if not 0 <= rank < num_replicas:
+            raise ValueError(
+                f"DistributedSampler: rank {rank} is outside [0, {num_replicas}) for num_replicas={num_replicas}"
+            )
+        self.seed = _int(seed, "DistributedSampler", "seed", 0)
+        self.dataset, self.num_replicas, self.rank = dataset, num_replicas, rank
+        self.shuffle, self.drop_last, self.epoch = bool(shuffle), bool(drop_last), 0
+        n = len(dataset)
+        self.num_samples = n // num_replicas if drop_last else math.ceil(n / num_replicas)
+        self.total_size = self.num_samples * num_replicas
+
+    def set_epoch(self, epoch: int) -> None:
+        """Shuffle with ``default_rng(seed + epoch)``; call it with the same epoch on every rank."""
+        self.epoch = _int(epoch, "DistributedSampler.set_epoch", "epoch", 0)
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __iter__(self):
+        n = len(self.dataset)
+        order = np.random.default_rng(self.seed + self.epoch).permutation(n) if self.shuffle else np.arange(n)
+        order = np.resize(order, self.total_size)  # repeats from the start to pad, or cuts (drop_last)
+        return iter(order[self.rank:self.total_size:self.num_replicas].tolist())

@@ -1,0 +1,215 @@
+"""Scenarios that tests/test_distributed.py runs under ``mpiexec -n N python -m mpi4py``.
+
+    mpiexec -n 2 python -m mpi4py tests/mpi_worker.py collectives
+
+Each scenario asserts on every rank; a failed assertion on any rank aborts all of
+them (``-m mpi4py``) and the test sees a non-zero exit status. Rank 0 prints
+``OK <scenario>`` at the end.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+import leanpass as lp
+from leanpass import distributed as dist
+from leanpass import nn, optim
+from leanpass.nn.parallel import DistributedDataParallel as DDP
+
+DEVICES = ("cpu", "strict")
+
+
+def expect(error, fn, *words):
+    try:
+        fn()
+    except error as exc:
+        for word in words:
+            assert word in str(exc), (word, str(exc))
+    else:
+        raise AssertionError(f"{fn} did not raise {error.__name__}")
+
+
+def collectives():
+    rank, size = dist.get_rank(), dist.get_world_size()
+    values = [np.arange(5.0) * (r + 1) - r for r in range(size)]  # rank r's data
+    for device in DEVICES:
+        for dtype in ("float32", "float64", "int64", "int32"):
+            for op, reduce in (("sum", np.sum), ("max", np.max), ("min", np.min), ("mean", np.mean)):
+                if op == "mean" and dtype.startswith("int"):
+                    continue
+                t = lp.asarray(values[rank], device=device, dtype=dtype, copy=True)
+                version = t._version
+                assert dist.all_reduce(t, op) is t
+                want = reduce(np.stack([v.astype(dtype) for v in values]), axis=0)
+                np.testing.assert_allclose(t.numpy(), want, rtol=1e-6)
+                assert t.device == lp.backends.get_backend(device).device and str(t.dtype) == dtype
+                assert t._version == version + 1
+        z = lp.asarray([1 + 2j * rank], device=device)
+        dist.all_reduce(z)
+        np.testing.assert_allclose(z.numpy(), [size + 2j * sum(range(size))])
+        s = lp.asarray(float(rank), device=device)  # 0-d
+        dist.all_reduce(s, "max")
+        assert float(s) == size - 1
+        # a non-contiguous view: the base changes where the view lies, nowhere else
+        base = lp.reshape(lp.arange(6.0, device=device), (2, 3)) + rank
+        dist.all_reduce(base[:, 1])
+        want = np.arange(6.0).reshape(2, 3) + rank
+        want[:, 1] = np.arange(6.0).reshape(2, 3)[:, 1] * size + sum(range(size))
+        np.testing.assert_allclose(base.numpy(), want)
+        for src in range(size):
+            t = lp.full((2, 2), float(rank), device=device)
+            dist.broadcast(t, src=src)
+            assert (t.numpy() == src).all()
+        flags = lp.asarray([rank % 2 == 0, True], device=device)
+        dist.broadcast(flags, src=size - 1)
+        assert flags.numpy().tolist() == [(size - 1) % 2 == 0, True]
+        outs = [lp.zeros((3,), device=device, dtype="int64") for _ in range(size)]
+        assert dist.all_gather(outs, lp.full((3,), rank * 10, device=device, dtype="int64")) is outs
+        assert [o.numpy().tolist() for o in outs] == [[r * 10] * 3 for r in range(size)]
+    # a leaf that requires grad: written in place, still a leaf that requires grad
+    w = lp.Tensor([1.0, 2.0], requires_grad=True)
+    dist.all_reduce(w)
+    assert w.requires_grad and w.is_leaf and w.numpy().tolist() == [size, 2.0 * size]
+    # a graph that saved the old values refuses to backpropagate
+    x = lp.Tensor([1.0, 2.0], requires_grad=True)
+    y = x * 1.0
+    loss = (y * y).sum()
+    dist.all_reduce(y)
+    expect(RuntimeError, loss.backward, "changed in place")
+    # bad input: nothing changes, every rank raises alike (no collective is entered)
+    t = lp.ones(2)
+    expect(ValueError, lambda: dist.all_reduce(t, "prod"), "all_reduce", "'prod'")
+    expect(TypeError, lambda: dist.all_reduce(lp.asarray([1, 2]), "mean"), "mean", "int64")
+    expect(TypeError, lambda: dist.all_reduce(lp.asarray([True])), "bool")
+    expect(TypeError, lambda: dist.all_reduce(np.ones(2)), "Tensor", "ndarray")
+    expect(ValueError, lambda: dist.broadcast(t, src=size), "src", str(size))
+    expect(ValueError, lambda: dist.all_gather([t], t) if size > 1 else dist.all_gather([], t), "tensor_list")
+    expect(ValueError, lambda: dist.all_gather([lp.ones(3)] * size, t), "tensor_list[0]", "(3,)", "(2,)")
+    expect(RuntimeError, lambda: dist.init_process_group(), "already initialized")
+    assert t.numpy().tolist() == [1.0, 1.0]
+    dist.barrier()
+
+
+# ---- DDP ------------------------------------------------------------------------------------
+
+
+def problem(seed=0, n=64, features=6, classes=3):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, features)), rng.integers(0, classes, size=n)
+
+
+def model_and_optimizer(device, kind):
+    lp.manual_seed(7)
+    model = nn.MLP([6, 16, 16, 3], device=device, dtype="float64")
+    opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9) if kind == "sgd" else \
+        optim.Adam(model.parameters(), lr=1e-2)
+    return model, opt
+
+
+def ddp():
+    """N processes x batch B step exactly as one process x batch N*B (20 steps)."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    x, y = problem()
+    per = len(y) // size
+    x, y = x[:per * size], y[:per * size]  # the reference's batch: every process's share
+    for device in DEVICES:
+        for kind, cap in (("sgd", 25.0), ("adam", 0.0005)):  # 0.0005 MB: a bucket per parameter or two
+            ref, ref_opt = model_and_optimizer(device, kind)
+            model, opt = model_and_optimizer(device, kind)
+            if rank:  # different starting weights: the wrapper must copy rank 0's
+                for p in model.parameters():
+                    p.data[...] = p.data * 0.0 + 0.5
+            ddp_model = DDP(model, bucket_cap_mb=cap)
+            if cap < 1:
+                assert len(ddp_model._buckets) > 2
+            xs, ys = lp.Tensor(x, device=device), lp.asarray(y, device=device)
+            mine = slice(rank * per, (rank + 1) * per)
+            for _ in range(20):
+                ref_opt.zero_grad()
+                nn.cross_entropy_loss(ref(xs), ys).backward()
+                ref_opt.step()
+                opt.zero_grad()
+                nn.cross_entropy_loss(ddp_model(xs[mine]), ys[mine]).backward()
+                opt.step()
+            for (name, a), b in zip(ref.named_parameters(), ddp_model.module.parameters()):
+                np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=0, atol=1e-10, err_msg=f"{device} {kind} {name}")
+            assert list(ddp_model.state_dict()) == ["module." + k for k in ref.state_dict()]
+
+
+def no_sync():
+    """Two micro-batches per rank, the first under no_sync: the same step as one process
+    over all the micro-batches (their mean losses summed, divided by the processes)."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    x, y = problem(seed=1)
+    micro = len(y) // (2 * size)
+    for device in DEVICES:
+        ref, ref_opt = model_and_optimizer(device, "sgd")
+        model, opt = model_and_optimizer(device, "sgd")
+        ddp_model = DDP(model, bucket_cap_mb=0.001)
+        xs, ys = lp.Tensor(x, device=device), lp.asarray(y, device=device)
+        parts = [slice(i * micro, (i + 1) * micro) for i in range(2 * size)]
+        for _ in range(5):
+            ref_opt.zero_grad()
+            total = None
+            for part in parts:
+                loss = nn.cross_entropy_loss(ref(xs[part]), ys[part])
+                total = loss if total is None else total + loss
+            (total / size).backward()
+            ref_opt.step()
+            opt.zero_grad()
+            first, second = parts[2 * rank], parts[2 * rank + 1]
+            with ddp_model.no_sync():
+                nn.cross_entropy_loss(ddp_model(xs[first]), ys[first]).backward()
+            if size > 1:  # no communication yet: the gradients are this rank's own
+                local = [np.array(p.grad) for p in model.parameters()]
+                others = [lp.Tensor(g) for g in local]
+                for g in others:
+                    dist.all_reduce(g, "max")
+                assert any(not np.array_equal(g.numpy(), mine) for g, mine in zip(others, local))
+            nn.cross_entropy_loss(ddp_model(xs[second]), ys[second]).backward()
+            opt.step()
+        for a, b in zip(ref.parameters(), model.parameters()):
+            np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=0, atol=1e-10, err_msg=device)
+
+
+def unused():
+    """A parameter that one rank does not use counts as zeros there; every rank ends
+    with the same, averaged gradient."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+
+    class Two(nn.Module):
+        def __init__(self):
+            self.a = lp.Tensor([1.0, 2.0], requires_grad=True)
+            self.b = lp.Tensor([3.0], requires_grad=True)
+
+        def forward(self, use_b):
+            out = (self.a * self.a).sum()
+            return out + self.b.sum() * 4.0 if use_b else out
+
+    model = DDP(Two(), bucket_cap_mb=1e-6)  # one bucket per parameter
+    model(rank == 0).backward()
+    np.testing.assert_allclose(model.module.a.grad, [2.0, 4.0])
+    np.testing.assert_allclose(model.module.b.grad, [4.0 / size])
+
+
+def failure():
+    """Rank 1 raises while rank 0 waits in a collective: python -m mpi4py aborts both."""
+    if dist.get_rank() == 1:
+        raise RuntimeError("rank 1 fails on purpose")
+    dist.all_reduce(lp.ones(3))
+    dist.barrier()
+
+
+def main(scenario):
+    dist.init_process_group("mpi")
+    globals()[scenario]()  # an exception here aborts every rank (python -m mpi4py)
+    dist.barrier()
+    if dist.get_rank() == 0:
+        print(f"OK {scenario} on {dist.get_world_size()} processes", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

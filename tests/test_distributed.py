@@ -1,0 +1,188 @@
+"""leanpass.distributed and DistributedDataParallel.
+
+The collectives and DDP run in real processes, started by ``mpiexec`` (MPICH from
+the ``mpi`` extra's wheels) running ``tests/mpi_worker.py``; those tests skip, with
+the reason, where mpi4py or mpiexec is missing. The rest runs in this process
+without MPI.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import leanpass as lp
+from leanpass import distributed as dist
+from leanpass import nn
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi_worker.py")
+TIMEOUT = 180  # seconds: a hang (a rank that never reaches a collective) fails instead of blocking CI
+
+
+def _mpiexec() -> str | None:
+    """mpiexec next to this Python (the mpich wheel's), else the one on PATH."""
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return here if os.access(here, os.X_OK) else shutil.which("mpiexec")
+
+
+def _why_no_mpi() -> str | None:
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return 'mpi4py is not installed (pip install "leanpass[mpi]")'
+    if _mpiexec() is None:
+        return "no mpiexec found next to this Python or on PATH"
+    return None
+
+
+needs_mpi = pytest.mark.skipif(_why_no_mpi() is not None, reason=f"MPI tests: {_why_no_mpi()}")
+
+
+def launch(scenario: str, processes: int) -> subprocess.CompletedProcess:
+    """Run a scenario of tests/mpi_worker.py on ``processes`` processes (1: without mpiexec,
+    as a script run on its own)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    command = [sys.executable, "-m", "mpi4py", WORKER, scenario]
+    if processes > 1:
+        command = [_mpiexec(), "-n", str(processes), *command]
+    return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+
+
+def assert_ok(result, scenario, processes):
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    assert f"OK {scenario} on {processes} processes" in result.stdout
+
+
+@pytest.mark.mpi
+@needs_mpi
+@pytest.mark.parametrize("processes", [1, 2, 3])
+def test_collectives_give_the_expected_values(processes):
+    """all_reduce (sum, mean, max, min; float, int, complex, 0-d, a strided view),
+    broadcast from each rank, all_gather, on cpu and strict; bad input raises alike on
+    every rank and changes nothing."""
+    assert_ok(launch("collectives", processes), "collectives", processes)
+
+
+@pytest.mark.mpi
+@needs_mpi
+@pytest.mark.parametrize("processes", [1, 2])
+def test_ddp_steps_as_one_process_with_the_whole_batch(processes):
+    """2 processes x batch 32 = 1 process x batch 64, to 1e-10 in float64 after 20 steps
+    (SGD with momentum, and Adam with a bucket per parameter); rank 1 starts from other
+    weights, which the wrapper replaces with rank 0's."""
+    assert_ok(launch("ddp", processes), "ddp", processes)
+
+
+@pytest.mark.mpi
+@needs_mpi
+def test_ddp_no_sync_accumulates_then_averages():
+    assert_ok(launch("no_sync", 2), "no_sync", 2)
+
+
+@pytest.mark.mpi
+@needs_mpi
+def test_ddp_parameter_unused_on_one_rank_counts_as_zeros():
+    assert_ok(launch("unused", 2), "unused", 2)
+
+
+@pytest.mark.mpi
+@needs_mpi
+def test_a_rank_that_raises_ends_every_rank():
+    """Rank 1 raises while rank 0 waits in all_reduce: both exit with an error (no hang;
+    the timeout would fail the test)."""
+    result = launch("failure", 2)
+    assert result.returncode != 0
+    assert "rank 1 fails on purpose" in result.stderr
+
+
+# ---- without MPI: errors before any process group --------------------------------------------
+
+
+def test_collectives_need_a_process_group():
+    assert not dist.is_initialized()
+    t = lp.ones(3)
+    for call in (lambda: dist.all_reduce(t), lambda: dist.broadcast(t), lambda: dist.barrier(),
+                 dist.get_rank, dist.get_world_size, dist.get_local_rank, dist.destroy_process_group,
+                 lambda: dist.all_gather([t], t)):
+        with pytest.raises(RuntimeError, match="init_process_group"):
+            call()
+    assert t.numpy().tolist() == [1.0, 1.0, 1.0]
+
+
+def test_init_process_group_refuses_an_unknown_backend():
+    with pytest.raises(ValueError, match="'gloo'"):
+        dist.init_process_group("gloo")
+    assert not dist.is_initialized()
+
+
+def test_ddp_needs_a_process_group_and_a_module():
+    with pytest.raises(RuntimeError, match="DistributedDataParallel.*init_process_group"):
+        nn.parallel.DistributedDataParallel(nn.Linear(2, 2))
+    with pytest.raises(TypeError, match="DistributedDataParallel: expected a Module"):
+        nn.parallel.DistributedDataParallel(lp.ones(2))
+    with pytest.raises(ValueError, match="bucket_cap_mb"):
+        nn.parallel.DistributedDataParallel(nn.Linear(2, 2), bucket_cap_mb=0)
+
+
+def test_init_without_mpi4py_names_the_extra(monkeypatch):
+    """Where mpi4py cannot be imported, the error says how to install it."""
+    monkeypatch.setitem(sys.modules, "mpi4py", None)
+    monkeypatch.setitem(sys.modules, "mpi4py.MPI", None)
+    assert not dist.is_available()
+    with pytest.raises(RuntimeError, match=r'leanpass\[mpi\]'):
+        dist.init_process_group()
+    assert not dist.is_initialized()
+
+
+@pytest.mark.mpi
+@needs_mpi
+def test_training_script_distributed_then_resumed_on_one_process(tmp_path):
+    """examples/train_mlp.py --distributed on 2 processes: rank 0 alone prints and
+    checkpoints; the checkpoint resumes on 1 process."""
+    script = os.path.join(os.path.dirname(WORKER), "..", "examples", "train_mlp.py")
+    checkpoint = str(tmp_path / "run.npz")
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    args = ["--epochs", "2", "--quiet", "--checkpoint", checkpoint]
+    result = subprocess.run([_mpiexec(), "-n", "2", sys.executable, "-m", "mpi4py", script, "--distributed", *args],
+                            capture_output=True, text=True, timeout=TIMEOUT, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "2 processes x batch 64" in out
+    assert out.count("epoch   1 ") == 1 and out.count("final held-out accuracy") == 1  # rank 0 only
+    assert os.path.exists(checkpoint)
+    resumed = subprocess.run([sys.executable, script, *args[:1], "3", *args[2:], "--resume"],
+                             capture_output=True, text=True, timeout=TIMEOUT, env=env, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from" in resumed.stdout and "epoch   3 " in resumed.stdout
+    assert float(resumed.stdout.rsplit("accuracy", 1)[1]) > 0.8
+
+
+def _mpi_doc_blocks():
+    """The ```python mpi blocks of docs/distributed.md: (first line, code)."""
+    import re
+
+    page = os.path.join(os.path.dirname(WORKER), "..", "docs", "distributed.md")
+    with open(page) as f:
+        text = f.read()
+    return [(text[:m.start()].count("\n") + 2, m.group(1))
+            for m in re.finditer(r"^```python mpi[ \t]*\n(.*?)^```[ \t]*$", text, flags=re.S | re.M)]
+
+
+def test_the_distributed_page_has_multiprocess_examples():
+    assert len(_mpi_doc_blocks()) >= 3
+
+
+@pytest.mark.mpi
+@needs_mpi
+@pytest.mark.parametrize("line, code", _mpi_doc_blocks(), ids=lambda v: str(v) if isinstance(v, int) else "")
+def test_distributed_page_examples_run_on_two_processes(line, code, tmp_path):
+    script = tmp_path / f"distributed_md_line_{line}.py"
+    script.write_text(code)
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    result = subprocess.run([_mpiexec(), "-n", "2", sys.executable, "-m", "mpi4py", str(script)],
+                            capture_output=True, text=True, timeout=TIMEOUT, env=env, cwd=tmp_path)
+    assert result.returncode == 0, f"docs/distributed.md line {line}:\n{result.stderr}"
