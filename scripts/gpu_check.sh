@@ -170,6 +170,13 @@ if compgen -G ".whl/*.whl" >/dev/null; then
     run_step install "$(min 60 "$(left)")" "$python" -m pip install -q --no-index --no-deps --no-compile \
         --no-cache-dir --target /tmp/leanpass-site .whl/*.whl
     export PYTHONPATH="/tmp/leanpass-site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+    # pip --target leaves out a wheel's data files: MPICH's libraries, which mpi4py loads
+    mpich=$(compgen -G ".whl/mpich-*.whl" | head -1 || true)
+    if [ -n "$mpich" ] && "$python" -m zipfile -e "$mpich" /tmp/leanpass-site/mpich-wheel >/dev/null 2>&1; then
+        lib=$(compgen -G "/tmp/leanpass-site/mpich-wheel/mpich-*.data/data/lib" | head -1 || true)
+        export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" PATH="/tmp/leanpass-site/bin:$PATH"
+        chmod +x /tmp/leanpass-site/bin/* 2>/dev/null || true
+    fi
 else
     record install PASS 0 "no .whl/: the packages installed here"
     export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"

@@ -1,6 +1,7 @@
 """Scenarios that tests/test_distributed.py runs under ``mpiexec -n N python -m mpi4py``.
 
     mpiexec -n 2 python -m mpi4py tests/mpi_worker.py collectives
+    python -m mpi4py tests/mpi_worker.py ddp nccl      # on cuda:<local rank>, over NCCL
 
 Each scenario asserts on every rank; a failed assertion on any rank aborts all of
 them (``-m mpi4py``) and the test sees a non-zero exit status. Rank 0 prints
@@ -18,7 +19,7 @@ from leanpass import distributed as dist
 from leanpass import nn, optim
 from leanpass.nn.parallel import DistributedDataParallel as DDP
 
-DEVICES = ("cpu", "strict")
+DEVICES = ["cpu", "strict"]  # with "nccl" on the command line: ["cuda:<local rank>"]
 
 
 def expect(error, fn, *words):
@@ -69,24 +70,25 @@ def collectives():
         assert dist.all_gather(outs, lp.full((3,), rank * 10, device=device, dtype="int64")) is outs
         assert [o.numpy().tolist() for o in outs] == [[r * 10] * 3 for r in range(size)]
     # a leaf that requires grad: written in place, still a leaf that requires grad
-    w = lp.Tensor([1.0, 2.0], requires_grad=True)
+    device = DEVICES[0]
+    w = lp.Tensor([1.0, 2.0], requires_grad=True, device=device)
     dist.all_reduce(w)
     assert w.requires_grad and w.is_leaf and w.numpy().tolist() == [size, 2.0 * size]
     # a graph that saved the old values refuses to backpropagate
-    x = lp.Tensor([1.0, 2.0], requires_grad=True)
+    x = lp.Tensor([1.0, 2.0], requires_grad=True, device=device)
     y = x * 1.0
     loss = (y * y).sum()
     dist.all_reduce(y)
     expect(RuntimeError, loss.backward, "changed in place")
     # bad input: nothing changes, every rank raises alike (no collective is entered)
-    t = lp.ones(2)
+    t = lp.ones(2, device=device)
     expect(ValueError, lambda: dist.all_reduce(t, "prod"), "all_reduce", "'prod'")
-    expect(TypeError, lambda: dist.all_reduce(lp.asarray([1, 2]), "mean"), "mean", "int64")
-    expect(TypeError, lambda: dist.all_reduce(lp.asarray([True])), "bool")
+    expect(TypeError, lambda: dist.all_reduce(lp.asarray([1, 2], device=device), "mean"), "mean", "int64")
+    expect(TypeError, lambda: dist.all_reduce(lp.asarray([True], device=device)), "bool")
     expect(TypeError, lambda: dist.all_reduce(np.ones(2)), "Tensor", "ndarray")
     expect(ValueError, lambda: dist.broadcast(t, src=size), "src", str(size))
     expect(ValueError, lambda: dist.all_gather([t], t) if size > 1 else dist.all_gather([], t), "tensor_list")
-    expect(ValueError, lambda: dist.all_gather([lp.ones(3)] * size, t), "tensor_list[0]", "(3,)", "(2,)")
+    expect(ValueError, lambda: dist.all_gather([lp.ones(3, device=device)] * size, t), "tensor_list[0]", "(3,)", "(2,)")
     expect(RuntimeError, lambda: dist.init_process_group(), "already initialized")
     assert t.numpy().tolist() == [1.0, 1.0]
     dist.barrier()
@@ -163,11 +165,11 @@ def no_sync():
             with ddp_model.no_sync():
                 nn.cross_entropy_loss(ddp_model(xs[first]), ys[first]).backward()
             if size > 1:  # no communication yet: the gradients are this rank's own
-                local = [np.array(p.grad) for p in model.parameters()]
-                others = [lp.Tensor(g) for g in local]
+                local = [lp.asarray(p.grad, copy=True) for p in model.parameters()]
+                others = [lp.asarray(p.grad, copy=True) for p in model.parameters()]
                 for g in others:
                     dist.all_reduce(g, "max")
-                assert any(not np.array_equal(g.numpy(), mine) for g, mine in zip(others, local))
+                assert any(not np.array_equal(g.numpy(), mine.numpy()) for g, mine in zip(others, local))
             nn.cross_entropy_loss(ddp_model(xs[second]), ys[second]).backward()
             opt.step()
         for a, b in zip(ref.parameters(), model.parameters()):
@@ -181,8 +183,8 @@ def unused():
 
     class Two(nn.Module):
         def __init__(self):
-            self.a = lp.Tensor([1.0, 2.0], requires_grad=True)
-            self.b = lp.Tensor([3.0], requires_grad=True)
+            self.a = lp.Tensor([1.0, 2.0], requires_grad=True, device=DEVICES[0])
+            self.b = lp.Tensor([3.0], requires_grad=True, device=DEVICES[0])
 
         def forward(self, use_b):
             out = (self.a * self.a).sum()
@@ -190,20 +192,22 @@ def unused():
 
     model = DDP(Two(), bucket_cap_mb=1e-6)  # one bucket per parameter
     model(rank == 0).backward()
-    np.testing.assert_allclose(model.module.a.grad, [2.0, 4.0])
-    np.testing.assert_allclose(model.module.b.grad, [4.0 / size])
+    np.testing.assert_allclose(model.module.a.grad.tolist(), [2.0, 4.0])
+    np.testing.assert_allclose(model.module.b.grad.tolist(), [4.0 / size])
 
 
 def failure():
     """Rank 1 raises while rank 0 waits in a collective: python -m mpi4py aborts both."""
     if dist.get_rank() == 1:
         raise RuntimeError("rank 1 fails on purpose")
-    dist.all_reduce(lp.ones(3))
+    dist.all_reduce(lp.ones(3, device=DEVICES[0]))
     dist.barrier()
 
 
-def main(scenario):
-    dist.init_process_group("mpi")
+def main(scenario, backend="mpi"):
+    dist.init_process_group(backend)
+    if backend == "nccl":
+        DEVICES[:] = [f"cuda:{dist.get_local_rank()}"]
     globals()[scenario]()  # an exception here aborts every rank (python -m mpi4py)
     dist.barrier()
     if dist.get_rank() == 0:
@@ -212,4 +216,4 @@ def main(scenario):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:])

@@ -42,11 +42,27 @@ def _why_no_mpi() -> str | None:
 needs_mpi = pytest.mark.skipif(_why_no_mpi() is not None, reason=f"MPI tests: {_why_no_mpi()}")
 
 
-def launch(scenario: str, processes: int) -> subprocess.CompletedProcess:
+def _why_no_nccl(processes: int) -> str | None:
+    """None where NCCL can run ``processes`` processes, one GPU each; else why not."""
+    try:
+        lp.backends.get_backend("cuda")
+        import cupy
+        from cupy.cuda import nccl
+    except (ImportError, RuntimeError, ValueError) as exc:
+        return f"no usable CUDA or CuPy NCCL here ({exc})"
+    if not getattr(nccl, "available", True):
+        return "CuPy finds no NCCL library (install nvidia-nccl-cu12 / -cu13: the cuda12/cuda13 extras)"
+    gpus = cupy.cuda.runtime.getDeviceCount()
+    if gpus < processes:
+        return f"NCCL with {processes} processes needs {processes} GPU(s); CuPy sees {gpus}"
+    return None
+
+
+def launch(scenario: str, processes: int, backend: str = "mpi") -> subprocess.CompletedProcess:
     """Run a scenario of tests/mpi_worker.py on ``processes`` processes (1: without mpiexec,
     as a script run on its own)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    command = [sys.executable, "-m", "mpi4py", WORKER, scenario]
+    command = [sys.executable, "-m", "mpi4py", WORKER, scenario, backend]
     if processes > 1:
         command = [_mpiexec(), "-n", str(processes), *command]
     return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, env=env)
@@ -97,6 +113,19 @@ def test_a_rank_that_raises_ends_every_rank():
     result = launch("failure", 2)
     assert result.returncode != 0
     assert "rank 1 fails on purpose" in result.stderr
+
+
+@pytest.mark.mpi
+@needs_mpi
+@pytest.mark.parametrize("processes", [1, 2])
+@pytest.mark.parametrize("scenario", ["collectives", "ddp", "no_sync", "unused"])
+def test_nccl_on_gpus(scenario, processes):
+    """The same scenarios on cuda tensors over NCCL, one GPU per process (one process
+    is a group of one, which still runs every NCCL call)."""
+    reason = _why_no_nccl(processes)
+    if reason:
+        pytest.skip(reason)
+    assert_ok(launch(scenario, processes, "nccl"), scenario, processes)
 
 
 # ---- without MPI: errors before any process group --------------------------------------------
