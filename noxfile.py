@@ -4,6 +4,7 @@
     nox -s tests                                # every backend on every Python found
     nox -s "tests-3.13(backend='strict')"       # one cell
     nox -s torch                                # tests/test_optim.py against torch.optim (CPU wheel)
+    nox -s gradgrad                             # every gradcheck also checks second derivatives
     nox -s gpu                                  # the CUDA tests (skips itself without a GPU)
     AAT_SUITE=~/array-api-tests nox -s conformance   # the array API conformance suite
 """
@@ -79,6 +80,17 @@ def torch(session: nox.Session) -> None:
     session.run("python", "-c", "import torch; print('PyTorch', torch.__version__)")  # fail here, not skip
     session.run("pytest", "-q", "tests/test_optim.py", *session.posargs,
                 env={"LEANPASS_TEST_DEVICES": "cpu,strict"})
+
+
+@nox.session(python="3.11")
+def gradgrad(session: nox.Session) -> None:
+    """Second derivatives of every operation: the whole suite with LEANPASS_GRADGRAD=1,
+    so that each gradcheck also runs gradgradcheck (backward with create_graph=True), on
+    cpu and strict; with PyTorch, so the transforms are compared with torch.func."""
+    session.install("-e", ".[test]", "scikit-learn", "torch==2.13.0")
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "tests", "--ignore=tests/test_distributed.py",
+                "--ignore=tests/test_benchmarks.py", "--ignore=tests/test_scripts.py", *session.posargs,
+                env={"LEANPASS_TEST_DEVICES": "cpu,strict", "LEANPASS_GRADGRAD": "1"})
 
 
 @nox.session(python=False)

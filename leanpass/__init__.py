@@ -10,7 +10,7 @@ so code written against ``array_namespace(x)`` runs on Tensors and differentiate
 
 import math as _math
 
-from . import backends, data, distributed, fft, linalg, nn, optim
+from . import backends, data, distributed, fft, func, linalg, nn, optim
 from ._dtypes import DTYPES as _DTYPES
 from ._namespace import *  # noqa: F401,F403 - the array API functions
 from ._namespace import __all__ as _namespace_all
@@ -24,7 +24,8 @@ from .backends import (
     set_default_device,
     set_default_dtype,
 )
-from .gradcheck import GradcheckError, gradcheck
+from .func import grad, hessian, hvp, jacobian, jvp, value_and_grad, vjp
+from .gradcheck import GradcheckError, gradcheck, gradgradcheck
 from .serialization import load, save
 from .tensor import Tensor, as_tensor
 
@@ -69,6 +70,15 @@ __all__ = [
     "enable_grad",
     "is_grad_enabled",
     "gradcheck",
+    "gradgradcheck",
+    "grad",
+    "value_and_grad",
+    "vjp",
+    "jvp",
+    "jacobian",
+    "hessian",
+    "hvp",
+    "func",
     "GradcheckError",
     "available_devices",
     "set_default_device",

@@ -27,8 +27,12 @@ _new = object.__new__
 # ---- graph nodes ----------------------------------------------------------------------------
 
 
-def make(data, backend, op, prev, backward, requires_grad):
-    """Wrap an operation's output array as a Tensor linked into the graph."""
+def make(data, backend, op, prev, backward, requires_grad, replay=None):
+    """Wrap an operation's output array as a Tensor linked into the graph.
+
+    ``replay(gb, prev) -> (out, backward)`` runs the operation again on the Tensors
+    ``prev`` with :class:`leanpass.autograd.GraphBackend` ``gb``, so that its backward
+    builds a graph (``create_graph=True``); None where the node cannot do that."""
     t = _new(Tensor)
     if type(data) is not backend.array_type:  # NumPy returns scalars for 0-d results
         data = backend.as_array(data)
@@ -43,6 +47,7 @@ def make(data, backend, op, prev, backward, requires_grad):
         t._rg = True
         t._prev = prev
         t._backward = backward
+        t._replay = replay
         t._seq = next(_sequence)
     else:
         t._rg = False
@@ -95,7 +100,8 @@ def run1(op: Op, a: Tensor, *params):
         out, backward = op.fn(backend, a._data, *params)
     else:
         out, backward = _guarded(op.fn, backend, a._data, *params)
-    t = make(out, backend, op, (a,), backward, a._rg and op.differentiable)
+    t = make(out, backend, op, (a,), backward, a._rg and op.differentiable,
+             lambda gb, prev: op.fn(gb, prev[0], *params))
     if op.view:
         mark_view(t, a, None, (op, params))
     return t
@@ -141,7 +147,13 @@ def run2(op: Op, a: Tensor, b: Tensor, *params):
                 f"(dtypes {a.dtype} and {b.dtype}), and complex gradients are not supported"
             )
         backward = _cast_back(backward, backend.xp, (da, db))
-    return make(out, backend, op, (a, b), backward, requires_grad)
+    if op.needs:
+        def replay(gb, prev):
+            return op.fn(gb, prev[0], prev[1], *params, needs=(ra, rb))
+    else:
+        def replay(gb, prev):
+            return op.fn(gb, prev[0], prev[1], *params)
+    return make(out, backend, op, (a, b), backward, requires_grad, replay)
 
 
 def run(op: Op, args, *params, **kw):
@@ -181,7 +193,16 @@ def run(op: Op, args, *params, **kw):
 
         if any(d != out.dtype for d in dtypes) and isinstance(out, backend.array_type):
             backward = _cast_back(backward, backend.xp, dtypes)
-    t = make(out, backend, op, tuple(tensors), backward, requires_grad)
+    def replay(gb, prev):
+        full = list(args)
+        for i, p in zip(positions, prev):
+            full[i] = p
+        out, backward = op.fn(gb, *full, *params, **kw)
+        if len(prev) == len(args):
+            return out, backward
+        return out, lambda g: tuple(backward(g)[i] for i in positions)
+
+    t = make(out, backend, op, tuple(tensors), backward, requires_grad, replay)
     if op.view and tensors:
         mark_view(t, tensors[0])  # no remake: a recorded change of its memory raises (_view_bases)
     return t
@@ -234,7 +255,8 @@ def apply(fn, *inputs: Tensor, op: str | None = None, **params) -> Tensor:
         out, backward = operation.fn(backend, *arrays, **params)
     else:
         out, backward = _guarded(operation.fn, backend, *arrays, **params)
-    return make(out, backend, operation, inputs, backward, operation.differentiable and any(needs))
+    return make(out, backend, operation, inputs, backward, operation.differentiable and any(needs),
+                lambda gb, prev: operation.fn(gb, *prev, **params))
 
 
 def _checked(fn, name):
@@ -247,7 +269,7 @@ def _checked(fn, name):
 
         def checked(g):
             grads = backward(g)
-            _check_gradients(name, grads, shapes)
+            _check_gradients(name, grads, shapes, tensors=be.array_type is Tensor)
             return grads
 
         return out, checked
@@ -255,7 +277,7 @@ def _checked(fn, name):
     return forward
 
 
-def _check_gradients(name, grads, shapes):
+def _check_gradients(name, grads, shapes, tensors=False):
     if type(grads) is not tuple:
         raise TypeError(
             f"backward of {name!r} must return a tuple of one gradient per input ({len(shapes)}), "
@@ -269,9 +291,10 @@ def _check_gradients(name, grads, shapes):
     for position, (g, shape) in enumerate(zip(grads, shapes)):
         if g is None or shape is None:  # none, or one the engine drops (its input needs none)
             continue
-        if isinstance(g, Tensor) or not (hasattr(g, "shape") and hasattr(g, "dtype")):
+        if isinstance(g, Tensor) is not tensors or not (hasattr(g, "shape") and hasattr(g, "dtype")):
             raise TypeError(
-                f"backward of {name!r}: the gradient for input {position} must be an array (or None), "
+                f"backward of {name!r}: the gradient for input {position} must be "
+                f"{'a Tensor' if tensors else 'an array'} (or None), "
                 f"got {type(g).__name__}"
             )
         have = tuple(g.shape)

@@ -332,6 +332,12 @@ def _store(tensor, grad, fresh: bool) -> None:
         fresh = True
     old = tensor._grad
     if old is not None:
+        if type(old) is not backend.array_type:  # a Tensor, from backward(create_graph=True)
+            from ._node import leaf
+
+            tensor._grad = old + leaf(grad if fresh else backend.copy(grad), backend)
+            tensor._read_zeros = False
+            return
         grad = old + grad
     elif not fresh:
         grad = backend.copy(grad)
@@ -463,3 +469,292 @@ def zero_graph_grads(root) -> None:
             if parent not in seen:
                 seen.add(parent)
                 stack.append(parent)
+
+
+# ---- the general engine: gradients of several outputs, for chosen inputs, as graphs ----------
+#
+# ``run_backward`` above is the training step's path: one output, raw arrays, gradients
+# written into the leaves. ``backprop`` below does the rest: several outputs, gradients
+# returned for chosen tensors (``grad``), and ``create_graph=True``, where each node's
+# operation runs again on Tensors (``_replay``, with a GraphBackend whose namespace is
+# LeanPass's own), so that its backward rule -- the same code, written against ``xp`` --
+# records a graph that can be differentiated again.
+
+
+class GraphBackend:
+    """What an operation's forward sees as ``be`` when it runs on Tensors: ``xp`` is
+    LeanPass's own namespace, arrays are Tensors of ``base``'s device, and there are
+    no fused kernels. Every other method is :class:`leanpass.backends.Backend`'s
+    generic one, written against ``xp``."""
+
+    def __init__(self, base):
+        import leanpass
+
+        from .backends._base import NO_FUSED, Backend
+        from .tensor import Tensor
+
+        self.base = base
+        self.xp = leanpass
+        self.linalg = leanpass.linalg
+        self.fft = leanpass.fft
+        self.device = self.xp_device = base.device
+        self.fused = NO_FUSED
+        self.guard = None
+        self.syncs_cheaply = base.syncs_cheaply
+        self.array_type = Tensor
+        for name in ("zeros", "ones", "arange", "create", "index_add", "index_set", "index_get"):
+            setattr(self, name, getattr(Backend, name).__get__(self))
+
+    def copy(self, t):
+        return t * 1 if t._rg else self.xp.asarray(t, copy=True)  # the copy stays in the graph
+
+    def as_array(self, value):
+        return self.xp.asarray(value, device=self.device)
+
+    def context(self):
+        return self.base.context()
+
+    def quiet(self):
+        return self.base.quiet()
+
+
+_graph_backends: dict = {}
+
+
+def graph_backend(base) -> GraphBackend:
+    gb = _graph_backends.get(base)
+    if gb is None:
+        gb = _graph_backends[base] = GraphBackend(base)
+    return gb
+
+
+def _needed(roots, targets) -> set:
+    """The ids of the nodes on a path from ``roots`` to a target (the targets included):
+    the only ones :func:`backprop` visits when it computes gradients for ``targets``."""
+    needed: set = set()
+    done: set = set()
+    stack = [(r, False) for r in roots]
+    while stack:
+        node, expanded = stack.pop()
+        key = id(node)
+        if expanded:
+            if any(id(p) in needed for p in node._prev if not isinstance(node._prev, Released)) \
+                    or id(node) in targets:
+                needed.add(key)
+            continue
+        if key in done:
+            continue
+        done.add(key)
+        if key in targets and not node._prev:
+            needed.add(key)
+            continue
+        stack.append((node, True))
+        if not isinstance(node._prev, Released):
+            stack.extend((p, False) for p in node._prev if p._rg and id(p) not in done)
+    return needed
+
+
+def backprop(roots, grads, *, create_graph: bool, retain_graph: bool, targets=None):
+    """Backpropagate ``grads`` (one per root: arrays, or Tensors with ``create_graph``).
+
+    With ``targets`` (a sequence of tensors), return their gradients (Tensors, or
+    None for one that got none) and write no ``.grad``; without, add the gradients into the
+    leaves' (and retained tensors') ``.grad``, as :func:`run_backward` does. With
+    ``create_graph`` every gradient is a Tensor built by recorded operations."""
+    from ._node import leaf
+
+    xp_of = graph_backend if create_graph else (lambda b: b)
+    wanted = None if targets is None else {id(t) for t in targets}
+    needed = None if targets is None else _needed(roots, wanted)
+    pending: dict = {}
+    heap: list = []
+    found: dict = {}
+    leaves: dict = {}
+    retained: list = []
+    done: list = []
+
+    def add(node, g):
+        if node._prev:
+            old = pending.get(node)
+            if old is None:
+                pending[node] = g
+                heapq.heappush(heap, (-node._seq, node))
+            else:
+                pending[node] = old + g
+        else:
+            old = leaves.get(node)
+            leaves[node] = g if old is None else old + g
+
+    for root, g in zip(roots, grads):
+        if needed is None or id(root) in needed:
+            add(root, g)
+    with enable_grad() if create_graph else no_grad():
+        while heap:
+            node = heapq.heappop(heap)[1]
+            grad = pending.pop(node)
+            if wanted is not None and id(node) in wanted:
+                found[id(node)] = grad
+            if node._backward is None:
+                raise RuntimeError(_RELEASED)
+            if node._retain and targets is None:
+                retained.append((node, grad))
+            done.append(node)
+            seq = node._seq
+            vc = node._vc
+            if vc is not None and vc.last > seq:
+                _check_output(node, seq)
+            parents = []
+            for parent in node._prev:
+                pvc = parent._vc
+                if pvc is not None and pvc.last > seq:
+                    changed = _stale(node, parent, seq)
+                    if create_graph and changed is not parent:
+                        raise RuntimeError(
+                            f"backward with create_graph=True through {node._op!r}: its input of shape "
+                            f"{tuple(parent._data.shape)} was changed in place after {node._op!r} was computed; "
+                            "the operation cannot be run again on the old values"
+                        )
+                    parent = changed
+                parents.append(parent)
+            if create_graph:
+                replay = getattr(node, "_replay", None)
+                if replay is None:
+                    raise RuntimeError(
+                        f"backward with create_graph=True: {node._op!r} (output of shape "
+                        f"{tuple(node._data.shape)}) cannot be differentiated twice: it is an in-place change "
+                        "or a custom operation without a replay; compute it out of place"
+                    )
+                _, backward = replay(xp_of(node._backend), tuple(parents))
+                parent_grads = backward(grad)
+            else:
+                guard = node._backend.guard
+                if guard is None:
+                    parent_grads = node._backward(grad)
+                else:
+                    with guard:
+                        parent_grads = node._backward(grad)
+            for parent, pgrad in zip(parents, parent_grads):
+                if pgrad is None or not parent._rg or (needed is not None and id(parent) not in needed):
+                    continue
+                shape = parent._data.shape
+                if tuple(pgrad.shape) != tuple(shape):
+                    xp = _leaf_xp(parent, create_graph)
+                    pgrad = _unbroadcast(xp, pgrad, tuple(shape))
+                if pgrad.dtype != parent._data.dtype:
+                    pgrad = _leaf_xp(parent, create_graph).astype(
+                        pgrad, parent.dtype if create_graph else parent._data.dtype)
+                add(parent, pgrad)
+    if targets is not None:
+        for t, g in leaves.items():
+            if id(t) in wanted:
+                found[id(t)] = g
+    else:
+        with grad_lock:
+            for node, g in retained:
+                _store_any(node, g, create_graph)
+            for t, g in leaves.items():
+                _store_any(t, g, create_graph)
+    if not retain_graph:
+        released = Released(tuple(leaves), tuple(weakref.ref(n) for n, _ in retained) if retained else ())
+        for node in done:
+            node._backward = None
+            node._replay = None
+            node._prev = released
+    if targets is None:
+        if _post_hooks:
+            _run_post_hooks(leaves)
+        return None
+    out = []
+    for t in targets:  # raw arrays become Tensors outside any graph, owning their arrays
+        g = found.get(id(t))
+        out.append(g if g is None or create_graph else leaf(t._backend.copy(g), t._backend))
+    return out
+
+
+def _leaf_xp(tensor, create_graph: bool):
+    return graph_backend(tensor._backend).xp if create_graph else tensor._backend.xp
+
+
+def _store_any(tensor, grad, create_graph: bool) -> None:
+    """Add a gradient into ``tensor.grad``: an array as :func:`_store` does, or a Tensor
+    (``create_graph``), which ``.grad`` then holds as it is."""
+    if not create_graph:
+        _store(tensor, grad, fresh=False)
+        return
+    from ._node import leaf
+
+    old = tensor._grad
+    if old is not None:
+        grad = (old if old.__class__ is grad.__class__ else leaf(old, tensor._backend)) + grad
+    tensor._grad = grad
+    tensor._read_zeros = False
+
+
+def grad(outputs, inputs, grad_outputs=None, *, retain_graph=None, create_graph=False, allow_unused=False):
+    """The gradients of ``outputs`` with respect to ``inputs``, as ``torch.autograd.grad``.
+
+    ``outputs`` and ``inputs``: a Tensor or a sequence of Tensors (``inputs`` may be
+    non-leaf tensors of the graph). ``grad_outputs``: one per output (a Tensor,
+    array-like or None; None is 1 for a one-element output). Returns a tuple with one
+    gradient per input (a Tensor; None for an input that was not used, if
+    ``allow_unused``). No ``.grad`` is written. With ``create_graph=True`` the
+    gradients are Tensors in a graph (differentiable again, also with respect to
+    ``grad_outputs``); ``retain_graph`` defaults to ``create_graph``.
+    """
+    from ._node import as_tensor
+    from .tensor import Tensor
+
+    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+    for kind, group in (("outputs", outputs), ("inputs", inputs)):
+        for i, t in enumerate(group):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"grad: {kind}[{i}] must be a Tensor, got {type(t).__name__}")
+    if not outputs or not inputs:
+        raise ValueError("grad: give at least one output and one input")
+    for i, t in enumerate(outputs):
+        if not t._rg:
+            raise RuntimeError(f"grad: outputs[{i}] (shape {t.shape}) does not require grad and has no graph")
+    for i, t in enumerate(inputs):
+        if not t._rg:
+            raise RuntimeError(f"grad: inputs[{i}] (shape {t.shape}) does not require grad")
+    if grad_outputs is None or isinstance(grad_outputs, Tensor):
+        grad_outputs = [grad_outputs] * len(outputs) if grad_outputs is None else [grad_outputs]
+    grad_outputs = list(grad_outputs)
+    if len(grad_outputs) != len(outputs):
+        raise ValueError(f"grad: {len(grad_outputs)} grad_outputs for {len(outputs)} outputs")
+    seeds = []
+    for i, (out, g) in enumerate(zip(outputs, grad_outputs)):
+        backend = out._backend
+        if g is None:
+            if out.size != 1:
+                raise RuntimeError(
+                    f"grad: grad can be implicitly created only for scalar outputs; outputs[{i}] has shape "
+                    f"{out.shape}: pass grad_outputs"
+                )
+            g = backend.ones(out._data.shape, out._data.dtype)
+            seeds.append(_as_leaf(g, backend) if create_graph else g)
+            continue
+        g = g if isinstance(g, Tensor) else as_tensor(g, device=out.device, dtype=str(out.dtype))
+        if g.shape != out.shape:
+            raise ValueError(f"grad: grad_outputs[{i}] has shape {g.shape}, outputs[{i}] {out.shape}")
+        if g.device != out.device:
+            raise ValueError(f"grad: grad_outputs[{i}] is on {g.device}, outputs[{i}] on {out.device}")
+        seeds.append(g if create_graph else backend.copy(g._data))
+    if not allow_unused:
+        needed = _needed(outputs, {id(t) for t in inputs})
+        for i, t in enumerate(inputs):
+            if id(t) not in needed:
+                raise RuntimeError(
+                    f"grad: inputs[{i}] (shape {t.shape}) was not used to compute the outputs; pass "
+                    "allow_unused=True to get None for it"
+                )
+    if retain_graph is None:
+        retain_graph = create_graph
+    return tuple(backprop(outputs, seeds, create_graph=create_graph, retain_graph=retain_graph, targets=inputs))
+
+
+def _as_leaf(array, backend):
+    from ._node import leaf
+
+    return leaf(array, backend)

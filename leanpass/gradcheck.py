@@ -9,7 +9,7 @@ import random
 from .autograd import no_grad
 from .tensor import Tensor
 
-__all__ = ["gradcheck", "GradcheckError"]
+__all__ = ["gradcheck", "gradgradcheck", "GradcheckError"]
 
 
 class GradcheckError(AssertionError):
@@ -115,3 +115,41 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3) -> bool:
                     input=i, index=index, analytic=value, numeric=numeric,
                 )
     return True
+
+
+def gradgradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3) -> bool:
+    """Check ``fn``'s second derivatives against finite differences of its first ones.
+
+    The backward of ``fn`` is taken with ``create_graph=True`` (each operation's
+    backward rule run again on Tensors); the function checked by :func:`gradcheck`
+    is ``x -> sum_i <d scalar(fn(x)) / d x_i, v_i>`` with fixed random ``v_i``, so its
+    analytic gradient is a Hessian-vector product computed through that graph, and
+    its numeric one comes from first derivatives alone. Returns True, or raises
+    :class:`GradcheckError`."""
+    from .autograd import enable_grad, grad
+
+    if isinstance(inputs, Tensor):
+        inputs = (inputs,)
+    inputs = tuple(inputs)
+    checked = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
+    if not checked:
+        raise ValueError("gradgradcheck: no input is a Tensor with requires_grad=True")
+
+    def first(*xs):
+        with enable_grad():
+            xs = list(xs)
+            for position in checked:
+                if not xs[position].requires_grad:  # a finite-difference probe: differentiate it here
+                    xs[position] = Tensor(xs[position].detach(), requires_grad=True, dtype="float64")
+            out = fn(*xs)
+            weights = _weights(out.shape, out._backend) if out.ndim else None
+            scalar = out if weights is None else (out * weights).sum()
+            targets = [xs[i] for i in checked]
+            grads = grad(scalar, targets, create_graph=True, allow_unused=True)
+            total = (targets[0] * 0.0).sum()  # keeps the result in the graph if every term is None
+            for g, x in zip(grads, targets):
+                if g is not None:
+                    total = total + (g * _weights(x.shape, x._backend)).sum()
+            return total
+
+    return gradcheck(first, inputs, eps=eps, atol=atol, rtol=rtol)

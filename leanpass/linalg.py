@@ -114,7 +114,14 @@ def _several(name, op, x, *params):
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"{name}: {exc} (tensor of shape and dtype {x.shape} {x.dtype})") from None
     record = _recording(x)
-    results = [make(out, backend, op, (x,), backward, record) for out, backward in zip(outs, backwards)]
+    def replay(k):
+        def again(gb, prev):
+            outs, backwards = op.fn(gb, prev[0], *params)
+            return outs[k], backwards[k]
+        return again
+
+    results = [make(out, backend, op, (x,), backward, record, replay(k))
+               for k, (out, backward) in enumerate(zip(outs, backwards))]
     if record:
         for t in results[1:]:
             share_version(t, results[0])

@@ -136,6 +136,8 @@ class Optimizer:
                 if not p.has_grad:  # no gradient since zero_grad (PyTorch skips these too)
                     continue
                 data, grad = p.data, p.grad
+                if isinstance(grad, Tensor):  # from backward(create_graph=True): its values
+                    grad = grad.data
                 backend = get_backend(p.device)
                 if (grad.shape != data.shape or getattr(grad, "device", None) != getattr(data, "device", None)
                         or grad.dtype != data.dtype or backend.read_only(data)):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from ._dtypes import DTYPES, as_dtype, dtype_name
-from .autograd import add_post_accumulate_grad_hook, grad_lock, run_backward, zero_graph_grads
+from .autograd import add_post_accumulate_grad_hook, backprop, grad_lock, run_backward, zero_graph_grads
 from .backends import FLOAT_DTYPES, backend_of_array, get_backend
 
 __all__ = ["Tensor", "as_tensor", "apply"]
@@ -33,7 +33,7 @@ class Tensor:
     """
 
     __slots__ = ("_data", "_grad", "_backend", "_prev", "_backward", "_op", "_retain", "_seq",
-                 "_read_zeros", "_rg", "_vc", "_base", "_older", "name", "__weakref__")
+                 "_read_zeros", "_rg", "_vc", "_base", "_older", "_replay", "name", "__weakref__")
 
     # NumPy and CuPy arrays on the left of an operator defer to the Tensor.
     __array_ufunc__ = None
@@ -312,7 +312,7 @@ class Tensor:
             target = get_backend(device)
             if target is not out._backend:
                 moved, backward = ops.to.fn(out._backend, out._data, target)
-                out = make(moved, target, ops.to, (out,), backward, out._rg)
+                out = make(moved, target, ops.to, (out,), backward, out._rg, _replay_to(target.device))
         return out
 
     def to_device(self, device, /, *, stream=None) -> Tensor:
@@ -346,14 +346,16 @@ class Tensor:
         return out
 
     # ---- autodiff ---------------------------------------------------------------
-    def backward(self, gradient=None, *, retain_graph: bool = False) -> None:
+    def backward(self, gradient=None, *, retain_graph=None, create_graph: bool = False) -> None:
         """Add d(self)/d(leaf) times ``gradient`` into every leaf's ``.grad``.
 
         ``gradient`` (of this tensor's shape; the tensor keeps no reference to it) may
         be left out only for a tensor of one element: it is then 1, as in PyTorch.
         The graph is released afterwards unless ``retain_graph=True``: its saved
         arrays are freed, and the arrays of its intermediate tensors too (those
-        nobody else holds).
+        nobody else holds). With ``create_graph=True`` the gradients written are
+        Tensors in a graph (``.grad`` then holds a Tensor), to differentiate again;
+        ``retain_graph`` then defaults to True, as in PyTorch.
         """
         if not self._rg:
             raise RuntimeError(
@@ -368,6 +370,8 @@ class Tensor:
                     "pass a gradient of that shape (t.backward(gradient)) or reduce first (t.sum().backward())"
                 )
             grad = backend.ones(data.shape, data.dtype)
+        elif create_graph and isinstance(gradient, Tensor):
+            grad = gradient
         else:
             grad = as_tensor(gradient, device=backend.device, dtype=dtype_name(data.dtype))._data
             if grad.shape != data.shape:
@@ -376,7 +380,15 @@ class Tensor:
                     f"tensor of shape {self.shape}"
                 )
             grad = backend.copy(grad)
-        run_backward(self, grad, retain_graph)
+        if create_graph:
+            if not isinstance(grad, Tensor):
+                grad = make(grad, backend, "leaf", (), None, False)
+            elif grad.shape != self.shape:
+                raise ValueError(f"backward: gradient of shape {grad.shape} does not match the tensor of "
+                                 f"shape {self.shape}")
+            backprop([self], [grad], create_graph=True, retain_graph=True if retain_graph is None else retain_graph)
+        else:
+            run_backward(self, grad, bool(retain_graph))
 
     def register_post_accumulate_grad_hook(self, hook):
         """Call ``hook(tensor)`` each time a backward call has written this leaf's
@@ -425,3 +437,14 @@ def _looks_like_dtype(value) -> bool:
 from . import ops  # noqa: E402
 from ._indexing import getitem, setitem  # noqa: E402
 from ._node import apply, as_tensor, init_tensor, make, run1, share_version  # noqa: E402
+
+
+def _replay_to(device):
+    """The replay of a move to ``device`` (see :func:`leanpass._node.make`): the move,
+    whose backward moves the gradient back, both on Tensors."""
+
+    def replay(gb, prev):
+        source = prev[0]
+        return source.to(device), lambda g: (g.to(source.device),)
+
+    return replay

@@ -58,9 +58,11 @@ def sigmoid(be, a):
 @op("softplus", saves=(0,), saves_out=False)
 def softplus(be, a):
     """``log(1 + exp(a))`` as ``max(a, 0) + log1p(exp(-|a|))``: never overflows; its
-    gradient is the sigmoid, exact at 0 too."""
+    gradient is the sigmoid, exact at 0 too. ``|a|`` is taken as ``where(a >= 0, a, -a)``,
+    whose derivative at 0 is 1 (not ``abs``'s 0), so the second derivative, through this
+    same rule, is the sigmoid's at 0 too."""
     xp = be.xp
-    e = xp.exp(-xp.abs(a))
+    e = xp.exp(-xp.where(a >= 0, a, -a))
     out = xp.maximum(a, 0.0) + xp.log1p(e)
 
     def backward(g):
