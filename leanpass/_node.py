@@ -397,6 +397,7 @@ def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=N
                 needs=op.needs, differentiable=op.differentiable, doc=op.__doc__)
     t._prev = (old, *tensors)
     t._backward = backward
+    t._replay = None  # an in-place change cannot be run again on its old values: no double backward
     t._op = op
     t._rg = True
     t._seq = next(_sequence)
@@ -424,6 +425,7 @@ def _snapshot(t):
     old._rg = t._rg
     old._prev = t._prev
     old._backward = t._backward
+    old._replay = getattr(t, "_replay", None)
     old._vc = None
     if t._prev:
         old._seq = t._seq
@@ -445,6 +447,7 @@ def _remake_views(vc, changed):
         fresh = run1(remake[0], base, *remake[1])
         view._older = _snapshot(view)
         view._prev, view._backward, view._op, view._rg = fresh._prev, fresh._backward, fresh._op, fresh._rg
+        view._replay = getattr(fresh, "_replay", None)
         if fresh._prev:
             view._seq = fresh._seq
         remade = True

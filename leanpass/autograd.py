@@ -446,12 +446,19 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
         for leaf, (g, fresh) in leaves.items():
             _store(leaf, g, fresh)
     if not retain_graph:
-        released = Released(tuple(leaves), tuple(weakref.ref(n) for n, _ in retained) if retained else ())
-        for node in done:
-            node._backward = None
-            node._prev = released
+        _release(done, leaves, retained)
     if _post_hooks:
         _run_post_hooks(leaves)
+
+
+def _release(done, leaves, retained) -> None:
+    """Free what the nodes ``done`` by a backward call saved: each keeps only a shared
+    :class:`Released` record (the leaves written, the retained tensors weakly)."""
+    released = Released(tuple(leaves), tuple(weakref.ref(n) for n, _ in retained) if retained else ())
+    for node in done:
+        node._backward = None
+        node._replay = None  # it holds the inputs too
+        node._prev = released
 
 
 def zero_graph_grads(root) -> None:
@@ -538,19 +545,19 @@ def _needed(roots, targets) -> set:
         node, expanded = stack.pop()
         key = id(node)
         if expanded:
-            if any(id(p) in needed for p in node._prev if not isinstance(node._prev, Released)) \
-                    or id(node) in targets:
+            if key in targets or any(id(p) in needed for p in node._prev):
                 needed.add(key)
             continue
         if key in done:
             continue
         done.add(key)
+        if isinstance(node._prev, Released):  # a graph an earlier backward call freed
+            raise RuntimeError(_RELEASED)
         if key in targets and not node._prev:
             needed.add(key)
             continue
         stack.append((node, True))
-        if not isinstance(node._prev, Released):
-            stack.extend((p, False) for p in node._prev if p._rg and id(p) not in done)
+        stack.extend((p, False) for p in node._prev if p._rg and id(p) not in done)
     return needed
 
 
@@ -655,11 +662,7 @@ def backprop(roots, grads, *, create_graph: bool, retain_graph: bool, targets=No
             for t, g in leaves.items():
                 _store_any(t, g, create_graph)
     if not retain_graph:
-        released = Released(tuple(leaves), tuple(weakref.ref(n) for n, _ in retained) if retained else ())
-        for node in done:
-            node._backward = None
-            node._replay = None
-            node._prev = released
+        _release(done, leaves, retained)
     if targets is None:
         if _post_hooks:
             _run_post_hooks(leaves)

@@ -298,3 +298,47 @@ def test_transforms_match_torch_func():
     _, fn = lp.vjp(lp_vec, x)
     _, fn_t = tf.vjp(torch_vec, xt)
     np.testing.assert_allclose(fn(lp.asarray(u))[0].numpy(), fn_t(torch.tensor(u))[0].numpy(), rtol=1e-12)
+
+
+# ---- regressions: in-place nodes, released graphs, kept outputs --------------------------------
+
+
+def test_double_backward_through_an_in_place_change_raises_instead_of_a_wrong_gradient(device):
+    w = param(device, [1.0, 2.0, 3.0])
+    x = param(device, [1.0, 1.0, 1.0])
+    h = w * Tensor([10.0, 10.0, 10.0], device=device)
+    h += x * x  # recorded in place: its node is not the multiplication any more
+    with pytest.raises(RuntimeError, match="cannot be differentiated twice"):
+        lp.autograd.grad(h.sum(), x, create_graph=True)
+    (gx,) = lp.autograd.grad(h.sum(), x)  # first order is fine
+    np.testing.assert_allclose(gx.numpy(), [2.0, 2.0, 2.0])
+
+
+def test_grad_through_a_released_graph_says_so(device):
+    w = param(device, [1.0, 2.0])
+    loss = (w * w).sum()
+    lp.autograd.grad(loss, w)
+    for unused in (False, True):
+        with pytest.raises(RuntimeError, match="retain_graph=True"):
+            lp.autograd.grad(loss, w, allow_unused=unused)
+
+
+@pytest.mark.parametrize("make", ["stack", "where", "concat"])
+def test_a_kept_output_frees_its_inputs_after_backward(device, make):
+    """The replay of a node holds its inputs; a releasing backward drops it."""
+    import gc
+    import weakref
+
+    x = param(device, rand(3))
+    big = x * 2.0
+    ref = weakref.ref(big)
+    if make == "stack":
+        out = lp.stack([big, big])
+    elif make == "where":
+        out = lp.where(big > 0, big, 0.0)
+    else:
+        out = lp.concat([big, big])
+    del big
+    out.sum().backward()
+    gc.collect()
+    assert ref() is None
