@@ -15,6 +15,19 @@ to the table's first column.
 - W3: backward through a 100,000-operation chain: its time against the
   forward's, and the peak memory (tracemalloc) of forward plus backward.
 - W4: peak memory (tracemalloc) of one W1 step, LeanPass against NumPy by hand.
+- W7: a Hessian-vector product of the mean cross-entropy loss of an MLP
+  784-256-128-10 with tanh hidden layers (batch 128, float32 and float64) as a
+  function of its six weight and bias tensors, the forward included: PyTorch's
+  torch.func ``jvp(grad(f), (params,), (v,))`` (forward-over-reverse, the
+  reference), PyTorch's reverse-over-reverse (``torch.autograd.grad`` with
+  ``create_graph=True``, then again along v) and ``leanpass.hvp``
+  (reverse-over-reverse). tanh, not ReLU: ReLU's second derivative is 0 almost
+  everywhere, so with ReLU the Hessian's activation terms vanish and an HVP
+  could skip most of its work. Also one plain first-order gradient (forward
+  plus ``autograd.grad``) of the same loss per framework, for the HVP / grad
+  cost ratio. Before timing, the HVPs must agree with the reference
+  (rtol 1e-6 in float64, 1e-3 in float32, relative to each tensor's largest
+  entry where entries are near 0) or it raises.
 
 Thread pools (OpenBLAS, PyTorch's OpenMP) are limited with threadpoolctl and
 torch.set_num_threads for every contestant alike: pools that spin after a call
@@ -43,7 +56,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from steps import HandStep, LeanPassStep, TorchStep  # noqa: E402
+from steps import HandStep, LeanPassStep, TorchStep, make_problem  # noqa: E402
 
 import leanpass  # noqa: E402
 from leanpass import Tensor  # noqa: E402
@@ -216,6 +229,94 @@ def w3(rounds):
     return {"forward_s": f, "backward_s": b, "ratio": b / f, "peak_bytes": peak}
 
 
+# ---- W7: a Hessian-vector product of an MLP loss ----------------------------------------
+
+HVP_RTOL = {"float64": 1e-6, "float32": 1e-3}
+
+
+def mlp_loss(xp, x, labels, cross_entropy):
+    """The mean cross-entropy of an MLP with tanh hidden layers, as a function of its
+    weights and biases (w1, b1, w2, b2, ...; w of shape (fan_in, fan_out))."""
+
+    def loss(*params):
+        h = x
+        for i in range(0, len(params), 2):
+            h = h @ params[i] + params[i + 1]
+            if i < len(params) - 2:
+                h = xp.tanh(h)
+        return cross_entropy(h, labels)
+
+    return loss
+
+
+def hvp_problem(dtype, seed=0):
+    """Data, weights and a tangent (one array per weight), as host arrays of ``dtype``."""
+    x, labels, weights = make_problem(SIZES, BATCH, seed)
+    params = [a.astype(dtype) for pair in weights for a in pair]
+    rng = np.random.default_rng(seed + 1)
+    tangents = [rng.normal(size=a.shape).astype(dtype) for a in params]
+    return x.astype(dtype), labels, params, tangents
+
+
+def hvp_leanpass(x, labels, params, tangents):
+    """Two calls: the HVPs by ``leanpass.hvp`` (it also returns the value), and the plain gradient."""
+    from leanpass import autograd, nn
+
+    f = mlp_loss(leanpass, Tensor(x), leanpass.asarray(labels), nn.cross_entropy_loss)
+    primals = tuple(Tensor(a) for a in params)
+    vs = tuple(Tensor(a) for a in tangents)
+    leaves = [Tensor(a, requires_grad=True) for a in params]
+    return (lambda: leanpass.hvp(f, primals, vs)[1]), (lambda: autograd.grad(f(*leaves), leaves))
+
+
+def hvp_torch(x, labels, params, tangents):
+    """Three calls: the HVPs by torch.func (``jvp(grad(f))``), by reverse-over-reverse,
+    and the plain gradient."""
+    from torch.func import grad, jvp
+
+    f = mlp_loss(torch, torch.tensor(x), torch.tensor(labels), torch.nn.functional.cross_entropy)
+    primals = tuple(torch.tensor(a) for a in params)
+    vs = tuple(torch.tensor(a) for a in tangents)
+    leaves = [torch.tensor(a, requires_grad=True) for a in params]
+    gradient = grad(lambda ps: f(*ps))
+
+    def twice():
+        g = torch.autograd.grad(f(*leaves), leaves, create_graph=True)
+        return torch.autograd.grad(g, leaves, vs)
+
+    return (lambda: jvp(gradient, (primals,), (vs,))[1]), twice, lambda: torch.autograd.grad(f(*leaves), leaves)
+
+
+def check_hvps(name, got, reference, rtol):
+    """Raise ``RuntimeError`` unless the HVPs ``got`` agree with ``reference``: within
+    ``rtol``, relative to each entry and to its tensor's largest entry."""
+    if len(got) != len(reference):
+        raise RuntimeError(f"W7: {name} gave {len(got)} HVPs, the reference {len(reference)}")
+    for i, (g, r) in enumerate(zip(got, reference)):
+        g, r = np.asarray(g), np.asarray(r)
+        if g.shape != r.shape or not np.allclose(g, r, rtol=rtol, atol=rtol * float(np.abs(r).max())):
+            error = np.abs(g - r).max() if g.shape == r.shape else f"shape {g.shape} against {r.shape}"
+            raise RuntimeError(f"W7: {name} disagrees with the reference on HVP {i}: max error {error}, rtol {rtol}")
+
+
+def w7(dtype, rounds, n_threads):
+    problem = hvp_problem(dtype)
+    lp_hvp, lp_grad = hvp_leanpass(*problem)
+    hvps, grads = {}, {}
+    if torch:
+        func, twice, torch_grad = hvp_torch(*problem)
+        hvps["pytorch"], hvps["pytorch double backward"], grads["pytorch"] = func, twice, torch_grad
+    hvps["leanpass"], grads["leanpass"] = lp_hvp, lp_grad
+    with threads(n_threads):
+        reference = next(iter(hvps.values()))()  # the check runs once, outside timing
+        for name, fn in list(hvps.items())[1:]:
+            check_hvps(name, fn(), reference, HVP_RTOL[dtype])
+        fns = {**{f"hvp {k}": v for k, v in hvps.items()}, **{f"grad {k}": v for k, v in grads.items()}}
+        medians = interleaved(fns, rounds, repeat=2)
+    return {"hvp_ms": {k: medians[f"hvp {k}"] * 1e3 for k in hvps},
+            "grad_ms": {k: medians[f"grad {k}"] * 1e3 for k in grads}}
+
+
 # ---- report ---------------------------------------------------------------------------
 
 def table(header, rows):
@@ -243,7 +344,7 @@ def machine():
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", nargs="*", default=["W1", "W2", "W3", "W4"])
+    p.add_argument("--only", nargs="*", default=["W1", "W2", "W3", "W4", "W7"])
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--threads", nargs="*", type=int, default=[1, 2], help="thread counts (first is the headline)")
     p.add_argument("--json", default=None, help="also write the figures here")
@@ -291,6 +392,28 @@ def main(argv=None):
                  f"{v['leanpass'] / v['by hand']:.2f}x"] for dtype, v in r.items()]
         print("## W4: peak memory of one W1 step (tracemalloc)")
         print(table(["dtype", "by hand MiB", "leanpass MiB", "ratio"], rows), end="\n\n")
+
+    if "W7" in args.only:
+        results["W7"] = {}
+        rows = []
+        for dtype in ("float32", "float64"):
+            for n in args.threads:
+                r = results["W7"][f"{dtype}/{n}"] = w7(dtype, args.rounds, n)
+                hvp, grad = r["hvp_ms"], r["grad_ms"]
+                base, grad_base = next(iter(hvp.values())), next(iter(grad.values()))
+                rows.append([dtype, n] + [f"{v:.2f} ({v / base:.2f}x)" for v in hvp.values()]
+                            + [f"{v:.2f} ({v / grad_base:.2f}x)" for v in grad.values()]
+                            + [" / ".join(f"{hvp[k] / grad[k]:.1f}" for k in grad)])
+        hvp_names = {"pytorch": "pytorch torch.func", "pytorch double backward": "pytorch double backward",
+                     "leanpass": "leanpass"}
+        first, grad_first = hvp_names[next(iter(r["hvp_ms"]))], next(iter(r["grad_ms"]))
+        print(f"## W7: Hessian-vector product of an MLP loss (784-256-128-10, tanh, batch {BATCH}, cross-entropy) "
+              f"with respect to its weights, ms per HVP (forward included); ratios to {first} (HVPs) and to "
+              f"{grad_first} (plain gradients)")
+        header = ["dtype", "threads", *[f"{hvp_names[k]} HVP ms (ratio to {first})" for k in r["hvp_ms"]],
+                  *[f"{k} grad ms (ratio to {grad_first})" for k in r["grad_ms"]],
+                  f"HVP / grad ({' / '.join(hvp_names[k] for k in r['grad_ms'])})"]
+        print(table(header, rows), end="\n\n")
 
     if args.json:
         with open(args.json, "w") as f:

@@ -100,8 +100,8 @@ def run1(op: Op, a: Tensor, *params):
         out, backward = op.fn(backend, a._data, *params)
     else:
         out, backward = _guarded(op.fn, backend, a._data, *params)
-    t = make(out, backend, op, (a,), backward, a._rg and op.differentiable,
-             lambda gb, prev: op.fn(gb, prev[0], *params))
+    rg = a._rg and op.differentiable
+    t = make(out, backend, op, (a,), backward, rg, (lambda gb, prev: op.fn(gb, prev[0], *params)) if rg else None)
     if op.view:
         mark_view(t, a, None, (op, params))
     return t
@@ -147,7 +147,9 @@ def run2(op: Op, a: Tensor, b: Tensor, *params):
                 f"(dtypes {a.dtype} and {b.dtype}), and complex gradients are not supported"
             )
         backward = _cast_back(backward, backend.xp, (da, db))
-    if op.needs:
+    if not requires_grad:
+        replay = None
+    elif op.needs:
         def replay(gb, prev):
             return op.fn(gb, prev[0], prev[1], *params, needs=(ra, rb))
     else:
@@ -202,7 +204,7 @@ def run(op: Op, args, *params, **kw):
             return out, backward
         return out, lambda g: tuple(backward(g)[i] for i in positions)
 
-    t = make(out, backend, op, tuple(tensors), backward, requires_grad, replay)
+    t = make(out, backend, op, tuple(tensors), backward, requires_grad, replay if requires_grad else None)
     if op.view and tensors:
         mark_view(t, tensors[0])  # no remake: a recorded change of its memory raises (_view_bases)
     return t
@@ -255,8 +257,9 @@ def apply(fn, *inputs: Tensor, op: str | None = None, **params) -> Tensor:
         out, backward = operation.fn(backend, *arrays, **params)
     else:
         out, backward = _guarded(operation.fn, backend, *arrays, **params)
-    return make(out, backend, operation, inputs, backward, operation.differentiable and any(needs),
-                lambda gb, prev: operation.fn(gb, *prev, **params))
+    rg = operation.differentiable and any(needs)
+    return make(out, backend, operation, inputs, backward, rg,
+                (lambda gb, prev: operation.fn(gb, *prev, **params)) if rg else None)
 
 
 def _checked(fn, name):

@@ -61,14 +61,16 @@ grad_lock = threading.Lock()
 
 # ---- hooks: code that runs when a backward call has written a leaf's gradient ---------------
 
-# id(leaf) -> (weak reference to the leaf, its post-accumulate-grad hooks in registration
-# order); an entry goes when its leaf dies. Empty: the engine pays nothing. (Not a
-# WeakKeyDictionary: it compares keys with ``==``, which is element-wise on Tensors.)
-_post_hooks: dict = {}
+# A leaf's post-accumulate-grad hooks live in its own ``_hooks`` slot (a list), so a hook
+# that refers to its tensor makes an ordinary cycle the garbage collector frees. The
+# engine looks at them only while some hook is registered (``_hooks_registered``).
+_hooks_registered = 0
+_rounds = itertools.count(1)
 
 
 class _Callbacks(threading.local):
     queue: list | None = None  # a list while a backward call runs its hooks
+    round: int | None = None  # which backward call's hooks are running (a new number each)
 
 
 _callbacks = _Callbacks()
@@ -83,13 +85,16 @@ class RemovableHandle:
         self._hooks, self._hook = hooks, hook
 
     def remove(self) -> None:
+        global _hooks_registered
         hooks, self._hooks = self._hooks, None
         if hooks is not None:
             hooks.remove(self._hook)
+            _hooks_registered -= 1
 
 
 def add_post_accumulate_grad_hook(tensor, hook) -> RemovableHandle:
     """See :meth:`leanpass.Tensor.register_post_accumulate_grad_hook`."""
+    global _hooks_registered
     if not callable(hook):
         raise TypeError(f"register_post_accumulate_grad_hook: the hook must be callable, got {type(hook).__name__}")
     if tensor._prev or not tensor._rg:
@@ -98,12 +103,11 @@ def add_post_accumulate_grad_hook(tensor, hook) -> RemovableHandle:
             f"this tensor of shape {tuple(tensor._data.shape)} is "
             + ("not a leaf" if tensor._prev else "a leaf that does not require grad")
         )
-    key = id(tensor)
-    entry = _post_hooks.get(key)
-    if entry is None or entry[0]() is not tensor:
-        entry = _post_hooks[key] = (weakref.ref(tensor, lambda _, key=key, table=_post_hooks: table.pop(key, None)), [])
-    hooks = entry[1]
+    hooks = getattr(tensor, "_hooks", None)
+    if hooks is None:
+        hooks = tensor._hooks = []
     hooks.append(hook)
+    _hooks_registered += 1
     return RemovableHandle(hooks, hook)
 
 
@@ -118,21 +122,29 @@ def queue_callback(callback) -> None:
     queue.append(callback)
 
 
+def hook_round() -> int | None:
+    """A number that identifies the backward call whose hooks are running now (a new
+    one for each call), or None outside hooks: a hook tells a new call from the last."""
+    return _callbacks.round
+
+
 def _run_post_hooks(leaves) -> None:
     """Each leaf's post-accumulate-grad hooks, in the order the leaves' gradients were
-    written, then the callbacks they queued; the gradients are all stored already."""
-    outer, _callbacks.queue = _callbacks.queue, []
+    written, then the callbacks they queued; the gradients are all stored already.
+    If a hook raises, the rest and the callbacks do not run."""
+    outer = _callbacks.queue, _callbacks.round
+    _callbacks.queue, _callbacks.round = [], next(_rounds)
     try:
         for leaf in leaves:
-            entry = _post_hooks.get(id(leaf))
-            if entry is not None and entry[1] and entry[0]() is leaf:
-                for hook in tuple(entry[1]):
+            hooks = getattr(leaf, "_hooks", None)
+            if hooks:
+                for hook in tuple(hooks):
                     hook(leaf)
         queue = _callbacks.queue
         while queue:
             queue.pop(0)()
     finally:
-        _callbacks.queue = outer
+        _callbacks.queue, _callbacks.round = outer
 
 
 def is_grad_enabled() -> bool:
@@ -387,7 +399,7 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
     if not root._prev:  # a leaf: its gradient is the given one
         with grad_lock:
             _store(root, grad, fresh=True)
-        if _post_hooks:
+        if _hooks_registered:
             _run_post_hooks((root,))
         return
     grads = {root: grad}
@@ -447,7 +459,7 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
             _store(leaf, g, fresh)
     if not retain_graph:
         _release(done, leaves, retained)
-    if _post_hooks:
+    if _hooks_registered:
         _run_post_hooks(leaves)
 
 
@@ -551,8 +563,12 @@ def _needed(roots, targets) -> set:
         if key in done:
             continue
         done.add(key)
-        if isinstance(node._prev, Released):  # a graph an earlier backward call freed
-            raise RuntimeError(_RELEASED)
+        if isinstance(node._prev, Released):  # its part of the graph was freed by an earlier backward
+            if key in targets:  # its own gradient is all that is asked of it
+                needed.add(key)
+            elif any(id(leaf) in targets for leaf in node._prev.leaves):
+                raise RuntimeError(_RELEASED)
+            continue
         if key in targets and not node._prev:
             needed.add(key)
             continue
@@ -601,6 +617,8 @@ def backprop(roots, grads, *, create_graph: bool, retain_graph: bool, targets=No
             grad = pending.pop(node)
             if wanted is not None and id(node) in wanted:
                 found[id(node)] = grad
+                if isinstance(node._prev, Released) or not any(id(p) in needed for p in node._prev):
+                    continue  # nothing asked for lies below it
             if node._backward is None:
                 raise RuntimeError(_RELEASED)
             if node._retain and targets is None:
@@ -664,7 +682,7 @@ def backprop(roots, grads, *, create_graph: bool, retain_graph: bool, targets=No
     if not retain_graph:
         _release(done, leaves, retained)
     if targets is None:
-        if _post_hooks:
+        if _hooks_registered:
             _run_post_hooks(leaves)
         return None
     out = []
@@ -743,6 +761,8 @@ def grad(outputs, inputs, grad_outputs=None, *, retain_graph=None, create_graph=
             raise ValueError(f"grad: grad_outputs[{i}] has shape {g.shape}, outputs[{i}] {out.shape}")
         if g.device != out.device:
             raise ValueError(f"grad: grad_outputs[{i}] is on {g.device}, outputs[{i}] on {out.device}")
+        if g.dtype != out.dtype:
+            g = g.astype(out.dtype)
         seeds.append(g if create_graph else backend.copy(g._data))
     if not allow_unused:
         needed = _needed(outputs, {id(t) for t in inputs})

@@ -153,9 +153,9 @@ class DataLoader:
 
     def _tensor_batches(self, order, spans):
         tensors = self.dataset.tensors
-        if order is None:
+        if order is None:  # basic slices, copied: a batch changed in place leaves the data as it was
             for i, j in spans:
-                yield tuple(t[i:j] for t in tensors)
+                yield tuple(t[i:j].clone() for t in tensors)
             return
         # The order goes to the device once per epoch; its indices are in range (checked
         # above), so each batch is one take per tensor with no range check on the device.
@@ -209,7 +209,7 @@ class DistributedSampler:
             raise ValueError(
                 f"DistributedSampler: rank {rank} is outside [0, {num_replicas}) for num_replicas={num_replicas}"
             )
-        self.seed = _int(seed, "DistributedSampler", "seed", 0)
+        self.seed = _int(seed, "DistributedSampler", "seed", None)  # any int, as PyTorch's
         self.dataset, self.num_replicas, self.rank = dataset, num_replicas, rank
         self.shuffle, self.drop_last, self.epoch = bool(shuffle), bool(drop_last), 0
         n = len(dataset)
@@ -225,6 +225,7 @@ class DistributedSampler:
 
     def __iter__(self):
         n = len(self.dataset)
-        order = np.random.default_rng(self.seed + self.epoch).permutation(n) if self.shuffle else np.arange(n)
+        rng = np.random.default_rng((self.seed + self.epoch) % 2**64)  # NumPy's seeds are >= 0
+        order = rng.permutation(n) if self.shuffle else np.arange(n)
         order = np.resize(order, self.total_size)  # repeats from the start to pad, or cuts (drop_last)
         return iter(order[self.rank:self.total_size:self.num_replicas].tolist())

@@ -92,17 +92,6 @@ class _MPIGroup:
     def all_reduce(self, buf, op: str) -> None:
         self.comm.Allreduce(self.MPI.IN_PLACE, buf, op=self.ops[op])
 
-    def start_all_reduce(self, buf, op: str):
-        """Start an all-reduce in place; returns what :meth:`finish` waits for. With MPI
-        it is a blocking ``Allreduce``: MPICH's ``Iallreduce`` does not progress between
-        MPI calls (no progress thread), so it would overlap nothing, and it measured
-        about 15% slower for a 1 MB buffer on 2 processes."""
-        self.all_reduce(buf, op)
-
-    @staticmethod
-    def finish(request) -> None:
-        pass
-
     def broadcast(self, buf, src: int) -> None:
         self.comm.Bcast(buf, root=src)
 
@@ -163,13 +152,6 @@ class _NCCLGroup(_MPIGroup):
     def all_reduce(self, buf, op: str) -> None:
         kind, count = self._type(buf)
         self.nccl_comm.allReduce(buf.data.ptr, buf.data.ptr, count, kind, self.nccl_ops[op], self._stream())
-
-    def start_all_reduce(self, buf, op: str):
-        self.all_reduce(buf, op)  # queued on the stream: what follows on it runs after
-
-    @staticmethod
-    def finish(request) -> None:
-        pass
 
     def broadcast(self, buf, src: int) -> None:
         kind, count = self._type(buf)

@@ -33,7 +33,7 @@ class Tensor:
     """
 
     __slots__ = ("_data", "_grad", "_backend", "_prev", "_backward", "_op", "_retain", "_seq",
-                 "_read_zeros", "_rg", "_vc", "_base", "_older", "_replay", "name", "__weakref__")
+                 "_read_zeros", "_rg", "_vc", "_base", "_older", "_replay", "_hooks", "name", "__weakref__")
 
     # NumPy and CuPy arrays on the left of an operator defer to the Tensor.
     __array_ufunc__ = None
@@ -370,8 +370,13 @@ class Tensor:
                     "pass a gradient of that shape (t.backward(gradient)) or reduce first (t.sum().backward())"
                 )
             grad = backend.ones(data.shape, data.dtype)
-        elif create_graph and isinstance(gradient, Tensor):
-            grad = gradient
+        elif create_graph and isinstance(gradient, Tensor):  # kept in the graph: d/d(gradient) too
+            if gradient.device != self.device or gradient.shape != self.shape:
+                raise ValueError(
+                    f"backward: gradient of shape {gradient.shape} on {gradient.device} does not match the "
+                    f"tensor of shape {self.shape} on {self.device}"
+                )
+            grad = (gradient if gradient.dtype == self.dtype else gradient.astype(self.dtype)).clone()
         else:
             grad = as_tensor(gradient, device=backend.device, dtype=dtype_name(data.dtype))._data
             if grad.shape != data.shape:
@@ -383,9 +388,6 @@ class Tensor:
         if create_graph:
             if not isinstance(grad, Tensor):
                 grad = make(grad, backend, "leaf", (), None, False)
-            elif grad.shape != self.shape:
-                raise ValueError(f"backward: gradient of shape {grad.shape} does not match the tensor of "
-                                 f"shape {self.shape}")
             backprop([self], [grad], create_graph=True, retain_graph=True if retain_graph is None else retain_graph)
         else:
             run_backward(self, grad, bool(retain_graph))

@@ -196,6 +196,77 @@ def unused():
     np.testing.assert_allclose(model.module.b.grad.tolist(), [4.0 / size])
 
 
+def two_wrappers():
+    """Two wrapped models in one backward, one with a parameter that only rank 0 uses:
+    each averages its own gradients (every rank reduces the wrappers in creation order)."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+
+    class Pair(nn.Module):
+        def __init__(self, scale):
+            self.w = lp.Tensor([1.0, 1.0], requires_grad=True, device=DEVICES[0])
+            self.extra = lp.Tensor([1.0], requires_grad=True, device=DEVICES[0])
+            self.scale = scale
+
+        def forward(self, use_extra):
+            out = (self.w * self.scale * (rank + 1)).sum()
+            return out + self.extra.sum() * 5.0 if use_extra else out
+
+    a, b = DDP(Pair(3.0)), DDP(Pair(7.0))
+    (a(True) + b(rank == 0)).backward()
+    mean = sum(r + 1 for r in range(size)) / size
+    np.testing.assert_allclose(a.module.w.grad.tolist(), [3.0 * mean] * 2)
+    np.testing.assert_allclose(b.module.w.grad.tolist(), [7.0 * mean] * 2)
+    np.testing.assert_allclose(a.module.extra.grad.tolist(), [5.0])
+    np.testing.assert_allclose(b.module.extra.grad.tolist(), [5.0 / size])
+
+
+def robustness():
+    """A parameter no rank uses keeps .grad None; a hook that raises once does not stop
+    later averaging; a backward without a forward through the wrapper (or after the
+    wrapper is dropped) stays on this process: no collective, so no hang."""
+    import gc
+
+    rank, size = dist.get_rank(), dist.get_world_size()
+    model = nn.Linear(2, 1, device=DEVICES[0], dtype="float64")
+    model.spare = lp.Tensor([1.0], requires_grad=True, device=DEVICES[0])  # never used
+    ddp_model = DDP(model)
+    x = lp.ones((1, 2), device=DEVICES[0], dtype="float64") * (rank + 1)
+    ddp_model(x).sum().backward()
+    assert model.spare.grad is None or not model.spare.has_grad
+    mean = sum(r + 1 for r in range(size)) / size
+    np.testing.assert_allclose(model.weight.grad.tolist(), [[mean], [mean]])
+    # a user hook that raises once: the next step still averages
+    fail = [True]
+
+    def hook(p):
+        if fail.pop() if fail else False:
+            raise ValueError("a hook fails once")
+
+    handle = model.weight.register_post_accumulate_grad_hook(hook)
+    model.zero_grad()
+    try:
+        ddp_model(x).sum().backward()
+    except ValueError:
+        pass
+    model.zero_grad()
+    ddp_model(x).sum().backward()
+    np.testing.assert_allclose(model.weight.grad.tolist(), [[mean], [mean]])
+    handle.remove()
+    # rank 0 alone: a backward of the module itself (no forward through the wrapper)
+    if rank == 0:
+        model.zero_grad()
+        model(x).sum().backward()
+        np.testing.assert_allclose(model.weight.grad.tolist(), [[1.0], [1.0]])
+    dist.barrier()
+    # a dropped wrapper: its hooks do nothing
+    del ddp_model
+    gc.collect()
+    if rank == 0:
+        model.zero_grad()
+        model(x).sum().backward()
+    dist.barrier()
+
+
 def failure():
     """Rank 1 raises while rank 0 waits in a collective: python -m mpi4py aborts both."""
     if dist.get_rank() == 1:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -60,6 +61,49 @@ def test_benchmark_runner_runs_and_reports_its_fields(tmp_path, capsys):
     assert json.loads(path.read_text()) == results
     out = capsys.readouterr().out
     assert "## W4: peak memory of one W1 step" in out and "## W1" not in out
+
+
+
+@pytest.mark.filterwarnings("ignore:.*torch.jit.script.*:DeprecationWarning")  # torch.func's jvp, on first use
+def test_hvp_benchmark_runs_checks_and_reports_its_fields(tmp_path, capsys):
+    """W7 runs (its contestants' HVPs agree, or it raises) and reports HVP and plain
+    gradient times per contestant; PyTorch's columns only where PyTorch is installed."""
+    pytest.importorskip("threadpoolctl", reason="benchmarks/run.py needs threadpoolctl (the bench extra)")
+    import run
+
+    results = run.main(["--only", "W7", "--rounds", "1", "--threads", "1", "--json", str(tmp_path / "r.json")])
+    hvp_names, grad_names = ["leanpass"], ["leanpass"]
+    if run.torch is not None:
+        hvp_names, grad_names = ["pytorch", "pytorch double backward", "leanpass"], ["pytorch", "leanpass"]
+    assert list(results["W7"]) == ["float32/1", "float64/1"]
+    for figures in results["W7"].values():
+        assert list(figures["hvp_ms"]) == hvp_names and list(figures["grad_ms"]) == grad_names
+        assert all(v > 0 for v in [*figures["hvp_ms"].values(), *figures["grad_ms"].values()]), figures
+    out = capsys.readouterr().out
+    assert "## W7: Hessian-vector product" in out and "## W1" not in out
+    assert "leanpass HVP ms (ratio to " in out
+
+
+def test_hvp_benchmark_check_rejects_a_wrong_hvp():
+    """The agreement check raises on an HVP off by more than its tolerance, on a
+    missing one, and passes one off by less (relative to the tensor's largest entry)."""
+    pytest.importorskip("threadpoolctl", reason="benchmarks/run.py needs threadpoolctl (the bench extra)")
+    import run
+
+    _, _, params, tangents = run.hvp_problem("float64")
+    hvp, _ = run.hvp_leanpass(*run.hvp_problem("float64"))
+    reference = [np.asarray(h) for h in hvp()]
+    assert [r.shape for r in reference] == [p.shape for p in params]
+    assert all(np.abs(r).max() > 0 for r in reference)  # tanh: every layer has curvature
+    run.check_hvps("leanpass", reference, reference, 1e-6)
+    close = [r + 1e-8 * np.abs(r).max() for r in reference]
+    run.check_hvps("close", close, reference, 1e-6)
+    wrong = [r.copy() for r in reference]
+    wrong[2].flat[0] += 1e-4 * np.abs(wrong[2]).max()
+    with pytest.raises(RuntimeError, match="wrong disagrees with the reference on HVP 2"):
+        run.check_hvps("wrong", wrong, reference, 1e-6)
+    with pytest.raises(RuntimeError, match="gave 5 HVPs"):
+        run.check_hvps("short", reference[:5], reference, 1e-6)
 
 
 # ---- benchmarks/ddp.py: data-parallel scaling under mpiexec ------------------------------------

@@ -420,8 +420,9 @@ def test_distributed_sampler_bad_arguments():
         DistributedSampler(range(8), num_replicas=0, rank=0)
     with pytest.raises(TypeError, match="DistributedSampler: rank.*float 1.0"):
         DistributedSampler(range(8), num_replicas=2, rank=1.0)
-    with pytest.raises(ValueError, match="DistributedSampler: seed.* -3"):
-        DistributedSampler(range(8), num_replicas=2, rank=0, seed=-3)
+    negative = DistributedSampler(range(8), num_replicas=2, rank=0, seed=-3)  # any int, as PyTorch's
+    other = DistributedSampler(range(8), num_replicas=2, rank=1, seed=-3)
+    assert sorted(list(negative) + list(other)) == list(range(8))
     sampler = DistributedSampler(range(8), num_replicas=2, rank=0)
     with pytest.raises(TypeError, match="DistributedSampler.set_epoch: epoch.*NoneType"):
         sampler.set_epoch(None)
@@ -452,3 +453,12 @@ def test_distributed_sampler_takes_world_size_and_rank_from_distributed(monkeypa
     sampler = DistributedSampler(range(8), shuffle=False)
     assert (sampler.num_replicas, sampler.rank, list(sampler)) == (3, 2, [2, 5, 0])
     assert DistributedSampler(range(8), rank=0, shuffle=False).num_replicas == 3
+
+
+def test_a_batch_changed_in_place_leaves_the_dataset_as_it_was(device):
+    """As PyTorch's DataLoader: batches are copies, shuffled or not."""
+    x = lp.reshape(lp.arange(8.0, device=device), (4, 2))
+    for shuffle in (False, True):
+        for (batch,) in DataLoader(TensorDataset(x), batch_size=2, shuffle=shuffle, seed=0):
+            batch -= 100.0
+    assert x.numpy().tolist() == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0], [6.0, 7.0]]

@@ -107,6 +107,21 @@ def test_ddp_parameter_unused_on_one_rank_counts_as_zeros():
 
 @pytest.mark.mpi
 @needs_mpi
+def test_ddp_two_wrappers_in_one_backward_each_average_their_own():
+    assert_ok(launch("two_wrappers", 2), "two_wrappers", 2)
+
+
+@pytest.mark.mpi
+@needs_mpi
+def test_ddp_unused_everywhere_failing_hooks_local_backward_and_dropped_wrapper():
+    """A parameter no rank uses keeps .grad None; a hook raising once does not stop the
+    averaging; a backward without a forward through the wrapper, or after it is dropped,
+    makes no collective call (rank 0 alone runs one: a hang would hit the timeout)."""
+    assert_ok(launch("robustness", 2), "robustness", 2)
+
+
+@pytest.mark.mpi
+@needs_mpi
 def test_a_rank_that_raises_ends_every_rank():
     """Rank 1 raises while rank 0 waits in all_reduce: both exit with an error (no hang;
     the timeout would fail the test)."""
@@ -118,7 +133,7 @@ def test_a_rank_that_raises_ends_every_rank():
 @pytest.mark.mpi
 @needs_mpi
 @pytest.mark.parametrize("processes", [1, 2])
-@pytest.mark.parametrize("scenario", ["collectives", "ddp", "no_sync", "unused"])
+@pytest.mark.parametrize("scenario", ["collectives", "ddp", "no_sync", "unused", "two_wrappers", "robustness"])
 def test_nccl_on_gpus(scenario, processes):
     """The same scenarios on cuda tensors over NCCL, one GPU per process (one process
     is a group of one, which still runs every NCCL call)."""

@@ -342,3 +342,32 @@ def test_a_kept_output_frees_its_inputs_after_backward(device, make):
     out.sum().backward()
     gc.collect()
     assert ref() is None
+
+
+def test_grad_past_a_freed_part_of_the_graph_that_it_does_not_need(device):
+    """As torch.autograd.grad: a part freed by an earlier backward is fine where the
+    inputs asked for do not lie below it (or it is the input itself)."""
+    w, w2 = param(device, [1.0, 2.0]), param(device, [3.0])
+    h = w * 1.5
+    (h * h).sum().backward()  # frees h's node
+    loss2 = (h * h).sum() + (w2 * w2).sum()
+    (g2,) = lp.autograd.grad(loss2, w2, retain_graph=True)
+    np.testing.assert_allclose(g2.numpy(), [6.0])
+    (gh,) = lp.autograd.grad(loss2, h, retain_graph=True)
+    np.testing.assert_allclose(gh.numpy(), 2 * h.numpy())
+    with pytest.raises(RuntimeError, match="retain_graph=True"):
+        lp.autograd.grad(loss2, w)
+
+
+def test_backward_create_graph_checks_and_copies_a_tensor_gradient(device):
+    x = param(device, [1.0, 2.0])
+    other = "strict" if device == "cpu" else "cpu"
+    with pytest.raises(ValueError, match=f"on {other}"):
+        (x * 2.0).backward(Tensor([1.0, 1.0], device=other), create_graph=True)
+    with pytest.raises(ValueError, match=r"shape \(3,\)"):
+        (x * 2.0).backward(Tensor([1.0, 1.0, 1.0], device=device), create_graph=True)
+    assert not x.has_grad
+    v = Tensor([1.0, 3.0], device=device, dtype="float32")
+    x.backward(v, create_graph=True)  # a leaf: its .grad is the gradient, as a copy in x's dtype
+    assert x.grad is not v and str(x.grad.dtype) == "float64"
+    np.testing.assert_allclose(x.grad.numpy(), [1.0, 3.0])

@@ -20,6 +20,8 @@ optimizer step, the step one process would take on the whole batch::
 from __future__ import annotations
 
 import contextlib
+import itertools
+import weakref
 
 import numpy as np
 
@@ -31,10 +33,42 @@ from .module import Module
 __all__ = ["DistributedDataParallel"]
 
 
+_created = itertools.count()  # creation order of the wrappers
+_round = {"number": None, "wrappers": []}  # the wrappers with gradients in the running backward call
+
+
+def _average() -> None:
+    """After every hook of a backward call: each wrapper that got gradients averages
+    them, in creation order, so that every process enters the same all-reduces in the
+    same order whatever order its gradients were reached in."""
+    wrappers = sorted(_round["wrappers"], key=lambda w: w._order)
+    _round["number"], _round["wrappers"] = None, []
+    for wrapper in wrappers:
+        wrapper._sync()
+
+
+def _weak_hook(wrapper):
+    """The hook each parameter gets: it holds the wrapper weakly, so the module's
+    parameters do not keep a dropped wrapper alive (nor make it average)."""
+    ref = weakref.ref(wrapper)
+
+    def ready(p):
+        w = ref()
+        if w is not None:
+            w._ready(p)
+
+    return ready
+
+
+def _values(grad):
+    """A gradient's array (``.grad`` holds a Tensor after ``backward(create_graph=True)``)."""
+    return grad.data if isinstance(grad, Tensor) else grad
+
+
 class _Bucket:
     """Gradients of some parameters (one device and dtype), reduced in one message."""
 
-    __slots__ = ("params", "offsets", "size", "ready", "flat", "request")
+    __slots__ = ("params", "offsets", "size")
 
     def __init__(self, params):
         self.params = params
@@ -44,8 +78,6 @@ class _Bucket:
             self.offsets.append(size)
             size += p.size
         self.size = size
-        self.ready = 0
-        self.flat = self.request = None
 
 
 class DistributedDataParallel(Module):
@@ -58,13 +90,17 @@ class DistributedDataParallel(Module):
       layers' first, each one all-reduce, divided by the number of processes as they
       are packed (so the sum is the mean). LeanPass's engine writes the gradients of a
       backward call at its end, so the buckets are reduced then, in order: the
-      communication does not overlap the backward computation. (With NCCL each
-      bucket's all-reduce is queued on the stream without waiting for the one before.)
+      communication does not overlap the backward computation. Several wrappers whose
+      modules get gradients from one backward call average in the order they were made.
+    - Only the first backward call after a forward through the wrapper averages (as
+      PyTorch's); a backward of ``ddp.module`` called directly stays on this process.
     - :meth:`no_sync` accumulates gradients locally (a forward inside it makes the
-      following backward skip the averaging); the first backward after it averages
-      the accumulated sum.
+      following backward skip the averaging); the first backward after a forward
+      outside it averages the accumulated sum.
     - A parameter that got no gradient on this process counts as zeros in the
-      average, so all processes always exchange the same buckets.
+      average, so all processes always exchange the same buckets; one that no process
+      has a gradient for keeps ``.grad`` as it was (None), as PyTorch's.
+    - The parameters' hooks hold the wrapper weakly: a dropped wrapper stops averaging.
 
     The wrapped module is ``.module``; its parameters appear under ``module.`` in
     ``state_dict`` (as PyTorch's), so save ``ddp.module.state_dict()`` to load
@@ -88,18 +124,15 @@ class DistributedDataParallel(Module):
         self.bucket_cap_mb = float(bucket_cap_mb)
         self.broadcast_buffers = bool(broadcast_buffers)
         self._group = group
-        self._sync_next = True  # whether the next backward averages (set by each forward)
+        self._sync_next = False  # whether the next backward averages: set by forward outside no_sync
         self._no_sync = False
-        self._pending = False
-        if group.name == "nccl":
-            self._lib = group.cupy
-        else:
-            self._lib = np
+        self._round = None  # the backward call (autograd.hook_round) this wrapper last joined
+        self._order = next(_created)  # every process makes its wrappers in the same order
+        self._lib = group.cupy if group.name == "nccl" else np
         self._broadcast_state(params)
         self._buckets = self._make_buckets([p for p in params if p.requires_grad])
-        self._bucket_of = {id(p): (i, b) for i, b in enumerate(self._buckets) for p in b.params}
-        self._next = 0
-        self._handles = [p.register_post_accumulate_grad_hook(self._ready) for b in self._buckets for p in b.params]
+        ready = _weak_hook(self)
+        self._handles = [p.register_post_accumulate_grad_hook(ready) for b in self._buckets for p in b.params]
 
     # ---- set-up -------------------------------------------------------------------------------
     def _broadcast_state(self, params) -> None:
@@ -133,6 +166,9 @@ class DistributedDataParallel(Module):
 
     # ---- forward and no_sync -------------------------------------------------------------------
     def forward(self, *args, **kwargs):
+        if not distributed.is_initialized() or distributed._group is not self._group:
+            raise RuntimeError("DistributedDataParallel: its process group was destroyed; wrap the module again "
+                               "after init_process_group()")
         self._sync_next = not self._no_sync
         if self.broadcast_buffers and self._sync_next:
             self._broadcast_module_buffers()
@@ -150,59 +186,50 @@ class DistributedDataParallel(Module):
 
     # ---- the averaging, driven by the engine's hooks ------------------------------------------
     def _ready(self, p: Tensor) -> None:
+        """A gradient of this wrapper's module was written by the running backward call:
+        join its round (once); the averaging happens after every hook (:func:`_average`)."""
         if not self._sync_next or self._group.size == 1:  # one process: the mean is the gradient itself
             return
-        if not self._pending:  # the first gradient of this backward call
-            autograd.queue_callback(self._finish)
-            self._pending = True
-            self._next = 0
-            for b in self._buckets:
-                b.ready = 0
-        try:
-            bucket = self._bucket_of[id(p)][1]
-            bucket.ready += 1
-            buckets = self._buckets
-            while self._next < len(buckets) and buckets[self._next].ready == len(buckets[self._next].params):
-                self._start(buckets[self._next])  # in bucket order: every process starts them alike
-                self._next += 1
-        except BaseException:
-            self._pending = False  # the next backward starts afresh
-            raise
+        number = autograd.hook_round()
+        if _round["number"] != number:  # the first wrapper of this backward call
+            _round["number"], _round["wrappers"] = number, []
+            autograd.queue_callback(_average)
+        if self._round != number:
+            self._round = number
+            _round["wrappers"].append(self)
 
-    def _start(self, bucket: _Bucket) -> None:
-        """Pack the bucket's gradients, divided by the number of processes, into one flat
-        array (one pass each) and start its all-reduce, whose sum is then their mean."""
-        lib = self._lib  # NumPy for MPI, which sends host arrays; CuPy for NCCL
-        p0 = bucket.params[0]
-        flat = lib.empty(bucket.size, dtype=dtype_name(p0.dtype))
-        scale = 1.0 / self._group.size
-        for p, start in zip(bucket.params, bucket.offsets):
-            part = flat[start:start + p.size]
-            if p.has_grad:
-                lib.multiply(lib.asarray(p.grad).reshape(-1), scale, out=part)
-            else:  # no gradient here: zeros, so every process sends the same bucket
-                part.fill(0)
-        bucket.flat = flat
-        bucket.request = self._group.start_all_reduce(flat, "sum")
-
-    def _finish(self) -> None:
-        """After every hook of the backward call: start the buckets not started yet
-        (those with a parameter that got no gradient), wait for all, write the means."""
-        self._pending = False
-        buckets = self._buckets
-        while self._next < len(buckets):
-            self._start(buckets[self._next])
-            self._next += 1
+    def _sync(self) -> None:
+        """Average every bucket's gradients over the processes, buckets in order. Each
+        bucket is one all-reduce of the gradients divided by the number of processes
+        (so the sum is the mean), then one flag per parameter: whether any process has a
+        gradient for it. One none has keeps ``.grad`` as it was (None), as PyTorch's."""
+        self._sync_next = False  # a later backward without a forward through the wrapper is local
         lib = self._lib
-        for bucket in buckets:
-            self._group.finish(bucket.request)
-            flat, bucket.flat, bucket.request = bucket.flat, None, None
-            for p, start in zip(bucket.params, bucket.offsets):
+        scale = 1.0 / self._group.size
+        for bucket in self._buckets:
+            p0 = bucket.params[0]
+            flat = lib.empty(bucket.size + len(bucket.params), dtype=dtype_name(p0.dtype))
+            flags = flat[bucket.size:]
+            for k, (p, start) in enumerate(zip(bucket.params, bucket.offsets)):
+                part = flat[start:start + p.size]
+                if p.has_grad:
+                    lib.multiply(lib.asarray(_values(p.grad)).reshape(-1), scale, out=part)
+                    flags[k] = 1
+                else:  # no gradient here: zeros, so every process sends the same bucket
+                    part.fill(0)
+                    flags[k] = 0
+            everywhere = all(p.has_grad for p in bucket.params)  # then no flag needs reading (a GPU wait)
+            self._group.all_reduce(flat, "sum")
+            used = [True] * len(bucket.params) if everywhere else \
+                (flags > 0).tolist() if lib is np else (flags > 0).get().tolist()
+            for k, (p, start) in enumerate(zip(bucket.params, bucket.offsets)):
+                if not used[k]:
+                    continue
                 part = flat[start:start + p.size].reshape(p.shape)
                 g = p.grad if p.has_grad else None
                 if isinstance(g, lib.ndarray):  # the gradient array, written in place
                     lib.copyto(g, part)
-                else:  # no gradient yet, or a strict array: set (the setter copies)
+                else:  # no gradient here yet, or a strict array: set (the setter copies)
                     p.grad = part
 
     def extra_repr(self) -> str:
