@@ -30,9 +30,13 @@ _new = object.__new__
 def make(data, backend, op, prev, backward, requires_grad, replay=None):
     """Wrap an operation's output array as a Tensor linked into the graph.
 
-    ``replay(gb, prev) -> (out, backward)`` runs the operation again on the Tensors
-    ``prev`` with :class:`leanpass.autograd.GraphBackend` ``gb``, so that its backward
-    builds a graph (``create_graph=True``); None where the node cannot do that."""
+    ``replay`` says how to run the operation again on the Tensors ``prev`` with a
+    :class:`leanpass.autograd.GraphBackend`, so that its backward builds a graph
+    (``create_graph=True``; see ``autograd._replayed``): the tuple of
+    positional parameters after the inputs (the op's ``needs`` then come from the
+    inputs), the dict of keyword parameters, or a function ``replay(gb, prev) ->
+    (out, backward)``; None where the node cannot be run again. Storing parameters
+    that exist anyway costs the training step nothing."""
     t = _new(Tensor)
     if type(data) is not backend.array_type:  # NumPy returns scalars for 0-d results
         data = backend.as_array(data)
@@ -101,7 +105,7 @@ def run1(op: Op, a: Tensor, *params):
     else:
         out, backward = _guarded(op.fn, backend, a._data, *params)
     rg = a._rg and op.differentiable
-    t = make(out, backend, op, (a,), backward, rg, (lambda gb, prev: op.fn(gb, prev[0], *params)) if rg else None)
+    t = make(out, backend, op, (a,), backward, rg, params if rg else None)
     if op.view:
         mark_view(t, a, None, (op, params))
     return t
@@ -147,15 +151,7 @@ def run2(op: Op, a: Tensor, b: Tensor, *params):
                 f"(dtypes {a.dtype} and {b.dtype}), and complex gradients are not supported"
             )
         backward = _cast_back(backward, backend.xp, (da, db))
-    if not requires_grad:
-        replay = None
-    elif op.needs:
-        def replay(gb, prev):
-            return op.fn(gb, prev[0], prev[1], *params, needs=(ra, rb))
-    else:
-        def replay(gb, prev):
-            return op.fn(gb, prev[0], prev[1], *params)
-    return make(out, backend, op, (a, b), backward, requires_grad, replay)
+    return make(out, backend, op, (a, b), backward, requires_grad, params if requires_grad else None)
 
 
 def run(op: Op, args, *params, **kw):
@@ -258,8 +254,7 @@ def apply(fn, *inputs: Tensor, op: str | None = None, **params) -> Tensor:
     else:
         out, backward = _guarded(operation.fn, backend, *arrays, **params)
     rg = operation.differentiable and any(needs)
-    return make(out, backend, operation, inputs, backward, rg,
-                (lambda gb, prev: operation.fn(gb, *prev, **params)) if rg else None)
+    return make(out, backend, operation, inputs, backward, rg, params if rg else None)
 
 
 def _checked(fn, name):

@@ -649,7 +649,7 @@ def backprop(roots, grads, *, create_graph: bool, retain_graph: bool, targets=No
                         f"{tuple(node._data.shape)}) cannot be differentiated twice: it is an in-place change "
                         "or a custom operation without a replay; compute it out of place"
                     )
-                _, backward = replay(xp_of(node._backend), tuple(parents))
+                _, backward = _replayed(node, replay, xp_of(node._backend), tuple(parents))
                 parent_grads = backward(grad)
             else:
                 guard = node._backend.guard
@@ -690,6 +690,19 @@ def backprop(roots, grads, *, create_graph: bool, retain_graph: bool, targets=No
         g = found.get(id(t))
         out.append(g if g is None or create_graph else leaf(t._backend.copy(g), t._backend))
     return out
+
+
+def _replayed(node, replay, gb, prev):
+    """``(out, backward)`` of ``node``'s operation run again on the Tensors ``prev`` (see
+    :func:`leanpass._node.make` for the forms ``replay`` takes)."""
+    op = node._op
+    if type(replay) is tuple:
+        if op.needs:
+            return op.fn(gb, *prev, *replay, needs=tuple(p._rg for p in prev))
+        return op.fn(gb, *prev, *replay)
+    if type(replay) is dict:
+        return op.fn(gb, *prev, **replay)
+    return replay(gb, prev)
 
 
 def _leaf_xp(tensor, create_graph: bool):

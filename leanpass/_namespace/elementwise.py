@@ -76,8 +76,7 @@ def _unary_function(entry):
                     out, backward = _guarded(forward, backend, x._data)
             except TypeError as exc:
                 raise TypeError(f"{name}: not defined for a tensor of dtype {x.dtype}: {exc}") from None
-            return make(out, backend, op, (x,), backward, x._rg,
-                        (lambda gb, prev: forward(gb, prev[0])) if x._rg else None)
+            return make(out, backend, op, (x,), backward, x._rg, () if x._rg else None)
 
     else:
 

@@ -33,8 +33,7 @@ def _operator(entry, reflected=False):
                 out, backward = fast.fn(backend, self._data, other)
             else:
                 out, backward = _guarded(fast.fn, backend, self._data, other)
-            return make(out, backend, fast, (self,), backward, self._rg,
-                        (lambda gb, prev: fast.fn(gb, prev[0], other)) if self._rg else None)
+            return make(out, backend, fast, (self,), backward, self._rg, (other,) if self._rg else None)
         if kind is not Tensor:
             other = operand(self, other)
             if other is NotImplemented:
@@ -123,8 +122,7 @@ del _name, _dunder, _forward, _reflected, _inplace, _write, _entry, _forward_met
 def _neg(self):
     backend = self._backend
     out, backward = _guarded(ops.neg.fn, backend, self._data)
-    return make(out, backend, ops.neg, (self,), backward, self._rg,
-                (lambda gb, prev: ops.neg.fn(gb, prev[0])) if self._rg else None)
+    return make(out, backend, ops.neg, (self,), backward, self._rg, () if self._rg else None)
 
 
 Tensor.__neg__ = _neg
