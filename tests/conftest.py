@@ -72,9 +72,6 @@ def pytest_report_header(config):
 FIRST_ORDER_ONLY = {
     r"test_binary_gradcheck_with_python_scalars\[.*-(maximum|minimum)\]":
         "the scalar equals a value of the input: a tie, where the first derivative jumps",
-    r"test_cumulative_prod_gradcheck_with_zeros.*":
-        "cumulative_prod's rule at zeros (torch.cumprod's) drops, in its second derivative, the terms "
-        "through the elements after a line's first zero (docs/higher-order.md)",
 }
 
 if os.environ.get("LEANPASS_GRADGRAD"):

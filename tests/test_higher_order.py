@@ -371,3 +371,18 @@ def test_backward_create_graph_checks_and_copies_a_tensor_gradient(device):
     x.backward(v, create_graph=True)  # a leaf: its .grad is the gradient, as a copy in x's dtype
     assert x.grad is not v and str(x.grad.dtype) == "float64"
     np.testing.assert_allclose(x.grad.numpy(), [1.0, 3.0])
+
+
+@pytest.mark.filterwarnings("ignore:.*torch.jit.script.*:DeprecationWarning")
+def test_cumulative_prod_hessian_with_zeros_matches_torch():
+    """The rule at zeros is torch.cumprod's, written so that its double backward is
+    exact too (two zeros in the line, and one at its start)."""
+    torch = pytest.importorskip("torch")
+    from torch import func as tf
+
+    w = np.array([0.7, -1.1, 0.4, 1.3, -0.6, 0.9])
+    for values in ([1.5, 0.0, 2.0, -0.5, 0.0, 1.2], [0.0, 1.1, -0.7, 2.0, 0.8, 1.4]):
+        x = np.array(values)
+        h = lp.hessian(lambda t: (lp.cumulative_prod(t) * lp.asarray(w)).sum())(lp.asarray(x))
+        want = tf.hessian(lambda t: (torch.cumprod(t, 0) * torch.tensor(w)).sum())(torch.tensor(x))
+        np.testing.assert_allclose(h.numpy(), want.numpy(), rtol=1e-12, atol=1e-12)

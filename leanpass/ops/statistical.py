@@ -205,8 +205,12 @@ def cumulative_sum(be, a, axis, dtype, include_initial):
 @op("cumulative_prod", saves=(0,), saves_out=True)
 def cumulative_prod(be, a, axis, dtype, include_initial):
     """Running product along ``axis``. Gradient as ``torch.cumprod``'s, exact with zeros:
-    before the first zero of a line, ``revcumsum(g * out) / x``; at the first zero, the
-    sum of ``g * out`` over the rest of the line with that zero taken as 1; after it, 0."""
+    before the first zero ``z`` of a line, ``revcumsum(g * out) / x``; at ``z``, the sum
+    of ``g * out`` over the rest of the line with that zero taken as 1; after it,
+    ``x[z] * B`` -- zero, but written so that the rule, run again on Tensors (double
+    backward), has the right derivative ``B`` with respect to ``x[z]``: ``B[j]`` is the
+    gradient ``x[j]`` would have with ``x[z]`` taken as 1 (the same three cases, one
+    zero further on)."""
     xp = be.xp
     in_dtype = a.dtype
     a = _cast(xp, a, dtype)
@@ -221,11 +225,18 @@ def cumulative_prod(be, a, axis, dtype, include_initial):
         zeros_so_far = xp.cumulative_sum(xp.astype(zero, xp.int64), axis=axis)
         before = zeros_so_far == 0  # before the line's first zero
         first = zero & (zeros_so_far == 1)  # the first zero itself
+        between = (zeros_so_far == 1) & ~first  # after it, before a second zero
+        second = zero & (zeros_so_far == 2)
         with be.quiet():
             grad = _reverse_cumsum(xp, g * y, axis) / xp.where(before, a, 1.0)
-            skipped = xp.cumulative_prod(xp.where(first, 1.0, a), axis=axis)
+            skipped = xp.cumulative_prod(xp.where(first, 1.0, a), axis=axis)  # the first zero as 1
             at_zero = xp.sum(xp.where(before, 0.0, g * skipped), axis=axis, keepdims=True)
-        grad = xp.where(before, grad, xp.where(first, at_zero, 0.0))
+            later = _reverse_cumsum(xp, g * skipped, axis) / xp.where(between, a, 1.0)
+            twice = xp.cumulative_prod(xp.where(first | second, 1.0, a), axis=axis)  # both zeros as 1
+            at_second = xp.sum(xp.where(zeros_so_far >= 2, g * twice, 0.0), axis=axis, keepdims=True)
+            b = xp.where(between, later, xp.where(second, at_second, 0.0))
+            a_first = xp.sum(xp.where(first, a, 0.0), axis=axis, keepdims=True)  # 0, for its derivative
+        grad = xp.where(before, grad, xp.where(first, at_zero, a_first * b))
         return (_as(xp, grad, in_dtype),)
 
     return out, backward
