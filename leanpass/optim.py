@@ -1,4 +1,5 @@
-"""Optimizers: SGD (momentum, Nesterov, weight decay), Adam and AdamW.
+"""Optimizers: SGD (momentum, Nesterov, weight decay), Adam, AdamW, RMSprop and
+Adagrad; learning-rate schedulers in ``optim.lr_scheduler``.
 
 The update rules are PyTorch's, step for step. Updates run in place on each
 parameter's own array (bumping its version counter, so a graph that saved the old
@@ -18,12 +19,13 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 
 from .autograd import increment_version
 from .backends import FLOAT_DTYPES, backend_of_array, dtype_name, get_backend
 from .tensor import Tensor, as_tensor
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "lr_scheduler"]
 
 
 def _params_error(name: str, params) -> TypeError:
@@ -44,7 +46,8 @@ class Optimizer:
     _non_negative: tuple = ("lr", "weight_decay")
     # The per-parameter state: field -> int (a count >= 0) or "array" (of the parameter's shape).
     _state_fields: dict = {}
-    _state_complete = False  # whether a non-empty state needs every field
+    _state_required: tuple = ()  # the fields a non-empty state must have
+    _stepped = False  # set by the first step (a scheduler stepped before it warns, as PyTorch's does)
 
     def __init__(self, params, defaults: dict):
         name = type(self).__name__
@@ -103,6 +106,12 @@ class Optimizer:
             raise ValueError(f"{name}: {key} must be >= 0 and finite, got {value}")
         return value
 
+    def _flag(self, key: str, value) -> bool:
+        """``value`` as a bool: True, False, 1 or 0 (``TypeError`` for anything else)."""
+        if not isinstance(value, numbers.Integral) or value not in (0, 1):
+            raise TypeError(f"{type(self).__name__}: {key} must be a bool, got {value!r}")
+        return bool(value)
+
     def _check(self, group: dict) -> dict:
         """A copy of ``group`` with its options checked and numbers made Python floats;
         ``TypeError``/``ValueError`` naming the optimizer, the option and the value."""
@@ -129,6 +138,7 @@ class Optimizer:
         shape, device and dtype, its data is writable and floating-point, and its state
         has the data's shape (state moves to the data's device and dtype when they
         changed, as after ``model.to``)."""
+        self._stepped = True
         layouts = self._layouts
         todo = []
         for group in self.param_groups:
@@ -250,10 +260,10 @@ class Optimizer:
                 raise ValueError(f"{name}: bad state entry for parameter {key!r} (of {len(params)})")
             p = params[i]
             restored[id(p)] = {field: self._load_field(name, i, p, field, value) for field, value in entries.items()}
-            missing = [f for f in self._state_fields if f not in entries]
-            if entries and missing and self._state_complete:
+            missing = [f for f in self._state_required if f not in entries]
+            if entries and missing:
                 raise ValueError(f"{name}: the state of parameter {i} lacks {missing[0]!r} "
-                                 f"({type(self).__name__} keeps {', '.join(self._state_fields)}, or nothing)")
+                                 f"({type(self).__name__} needs {', '.join(self._state_required)}, or nothing)")
         for group, candidate in zip(self.param_groups, merged):
             group.update(candidate)
         self.state = restored
@@ -299,10 +309,7 @@ class SGD(Optimizer):
 
     def _check(self, group):
         group = super()._check(group)
-        nesterov = group["nesterov"]
-        if not isinstance(nesterov, numbers.Integral) or nesterov not in (0, 1):
-            raise TypeError(f"SGD: nesterov must be a bool, got {nesterov!r}")
-        group["nesterov"] = bool(nesterov)
+        group["nesterov"] = nesterov = self._flag("nesterov", group["nesterov"])
         if nesterov and group["momentum"] <= 0:
             raise ValueError("SGD: nesterov momentum needs momentum > 0")
         return group
@@ -338,7 +345,7 @@ class Adam(Optimizer):
 
     _non_negative = ("lr", "eps", "weight_decay")
     _state_fields = {"step": int, "exp_avg": "array", "exp_avg_sq": "array"}
-    _state_complete = True
+    _state_required = ("step", "exp_avg", "exp_avg_sq")
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
@@ -387,3 +394,86 @@ class AdamW(Adam):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+
+
+class RMSprop(Optimizer):
+    """RMSprop (PyTorch's ``torch.optim.RMSprop`` rule): a running average of the
+    squared gradient divides the step; ``centered`` also subtracts the squared running
+    average of the gradient, ``momentum`` keeps a buffer of the divided steps."""
+
+    _non_negative = ("lr", "alpha", "eps", "weight_decay", "momentum")
+    _state_fields = {"step": int, "square_avg": "array", "momentum_buffer": "array", "grad_avg": "array"}
+    _state_required = ("step", "square_avg")
+
+    def __init__(self, params, lr=0.01, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False):
+        super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
+                                      centered=centered))
+
+    def _check(self, group):
+        group = super()._check(group)
+        group["centered"] = self._flag("centered", group["centered"])
+        return group
+
+    def _update(self, backend, data, grad, state, group):
+        xp, alpha, wd, momentum = backend.xp, group["alpha"], group["weight_decay"], group["momentum"]
+        if not state:
+            state["step"] = 0
+            state["square_avg"] = xp.zeros_like(data)
+        state["step"] += 1
+        if wd:
+            grad = grad + wd * data
+        square_avg = state["square_avg"]
+        square_avg *= alpha
+        square_avg += (1.0 - alpha) * (grad * grad)
+        if group["centered"]:
+            grad_avg = state.get("grad_avg")
+            if grad_avg is None:
+                grad_avg = state["grad_avg"] = xp.zeros_like(data)
+            grad_avg += (1.0 - alpha) * (grad - grad_avg)  # PyTorch's lerp
+            avg = xp.sqrt(square_avg - grad_avg * grad_avg)
+        else:
+            avg = xp.sqrt(square_avg)
+        avg += group["eps"]
+        if momentum:
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                buf = state["momentum_buffer"] = xp.zeros_like(data)
+            buf *= momentum
+            buf += grad / avg
+            data -= group["lr"] * buf
+        else:
+            data -= group["lr"] * (grad / avg)
+
+
+class Adagrad(Optimizer):
+    """Adagrad (PyTorch's ``torch.optim.Adagrad`` rule): the step is divided by the
+    square root of the sum of all squared gradients so far (which starts at
+    ``initial_accumulator_value``); the learning rate at step ``t`` is
+    ``lr / (1 + (t - 1) * lr_decay)``."""
+
+    _non_negative = ("lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps")
+    _state_fields = {"step": int, "sum": "array"}
+    _state_required = ("step", "sum")
+
+    def __init__(self, params, lr=0.01, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0, eps=1e-10):
+        super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
+                                      initial_accumulator_value=initial_accumulator_value, eps=eps))
+
+    def _update(self, backend, data, grad, state, group):
+        xp, wd = backend.xp, group["weight_decay"]
+        if not state:
+            state["step"] = 0
+            state["sum"] = xp.full_like(data, group["initial_accumulator_value"])
+        state["step"] += 1
+        if wd:
+            grad = grad + wd * data
+        clr = group["lr"] / (1.0 + (state["step"] - 1) * group["lr_decay"])
+        total = state["sum"]
+        total += grad * grad
+        data -= clr * (grad / (xp.sqrt(total) + group["eps"]))
+
+
+# ``optim.lr_scheduler``, also importable as ``leanpass.optim.lr_scheduler`` (as in PyTorch)
+from . import lr_scheduler  # noqa: E402 - it needs Optimizer above
+
+sys.modules[f"{__name__}.lr_scheduler"] = lr_scheduler

@@ -188,7 +188,9 @@ def _train(model, opt, x, y, steps):
 
 @pytest.mark.parametrize("make", [lambda p: optim.Adam(p, lr=0.01, weight_decay=0.01),
                                   lambda p: optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True),
-                                  lambda p: optim.AdamW(p, lr=0.01)])
+                                  lambda p: optim.AdamW(p, lr=0.01),
+                                  lambda p: optim.RMSprop(p, lr=0.01, momentum=0.5, centered=True),
+                                  lambda p: optim.Adagrad(p, lr=0.1, initial_accumulator_value=0.2)])
 def test_state_dict_round_trip_resumes_to_the_same_numbers(tmp_path, make):
     rng = np.random.default_rng(0)
     x, y = Tensor(rng.normal(size=(16, 3))), Tensor(rng.normal(size=(16, 1)))
@@ -208,13 +210,18 @@ def test_state_dict_round_trip_resumes_to_the_same_numbers(tmp_path, make):
     assert _train(resumed, opt2, x, y, 5) == expected
 
 
-def _stepped_adam():
-    """An Adam after one step, its state dict, and a copy of the parameter's state."""
+def _stepped(cls, **options):
+    """An optimizer of ``cls`` after one step of a 2-element parameter, and its state dict."""
     w = Tensor([1.0, 2.0], requires_grad=True)
-    opt = optim.Adam([w], lr=0.1)
+    opt = cls([w], **options)
     w.grad = [1.0, 1.0]
     opt.step()
-    good = opt.state_dict()
+    return w, opt, opt.state_dict()
+
+
+def _stepped_adam():
+    """An Adam after one step, its state dict, and a copy of the parameter's state."""
+    w, opt, good = _stepped(optim.Adam, lr=0.1)
     return w, opt, good, {k: (v.copy() if hasattr(v, "copy") else v) for k, v in good["state"][0].items()}
 
 
@@ -520,3 +527,115 @@ def test_load_state_dict_casts_state_to_the_parameters_dtype_and_device(device, 
         opt.step()
         assert w.dtype == backend.dtype("float32")
         np.testing.assert_allclose(w.numpy(), CASES[name][1](), rtol=1e-5)
+
+
+# ---- RMSprop and Adagrad ---------------------------------------------------------------------
+
+
+def ref_rmsprop(w, grads, lr, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False):
+    w, v, m, buf = w.copy(), np.zeros_like(w), np.zeros_like(w), np.zeros_like(w)
+    for g in grads:
+        g = g + weight_decay * w
+        v = alpha * v + (1 - alpha) * g * g
+        m = alpha * m + (1 - alpha) * g
+        avg = np.sqrt(v - m * m if centered else v) + eps
+        buf = momentum * buf + g / avg
+        w = w - lr * (buf if momentum else g / avg)
+    return w
+
+
+def ref_adagrad(w, grads, lr, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0, eps=1e-10):
+    w, total = w.copy(), np.full_like(w, initial_accumulator_value)
+    for t, g in enumerate(grads, start=1):
+        g = g + weight_decay * w
+        total = total + g * g
+        w = w - lr / (1 + (t - 1) * lr_decay) * g / (np.sqrt(total) + eps)
+    return w
+
+
+RMSPROP = [dict(centered=c, momentum=m, weight_decay=wd)
+           for c in (False, True) for m in (0.0, 0.7) for wd in (0.0, 0.1)]
+ADAGRAD = [{}, {"lr_decay": 0.05}, {"initial_accumulator_value": 0.3}, {"weight_decay": 0.2},
+           {"lr_decay": 0.01, "initial_accumulator_value": 0.1, "weight_decay": 0.05, "eps": 1e-6}]
+NEW_OPTIMIZERS = [("RMSprop", dict(options, lr=0.01, alpha=0.9)) for options in RMSPROP] + [
+    ("Adagrad", dict(options, lr=0.1)) for options in ADAGRAD]
+
+
+@pytest.mark.parametrize("cls, options", NEW_OPTIMIZERS, ids=lambda x: str(x))
+def test_rmsprop_and_adagrad_match_the_written_out_rule(device, cls, options):
+    rng = np.random.default_rng(7)
+    grads = [rng.normal(size=W0.shape) for _ in range(10)]
+    w, _ = run_steps(device, lambda p: getattr(optim, cls)(p, **options), grads=grads)
+    reference = (ref_rmsprop if cls == "RMSprop" else ref_adagrad)(W0, grads, **options)
+    np.testing.assert_allclose(w.numpy(), reference, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("cls, options", NEW_OPTIMIZERS, ids=lambda x: str(x))
+def test_rmsprop_and_adagrad_match_torch_after_every_step(device, cls, options):
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed; the written-out rules still run")
+    rng = np.random.default_rng(11)
+    tw = torch.tensor(W0, requires_grad=True)
+    topt = getattr(torch.optim, cls)([tw], **options)
+    w = Tensor(W0, requires_grad=True, device=device)
+    opt = getattr(optim, cls)([w], **options)
+    for _ in range(25):
+        g = rng.normal(size=W0.shape)
+        tw.grad, w.grad = torch.tensor(g), g
+        topt.step()
+        opt.step()
+        np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-12, atol=1e-14)
+    theirs = topt.state_dict()["state"][0]
+    for field, value in opt.state_dict()["state"][0].items():
+        expected = theirs[field].numpy()
+        np.testing.assert_allclose(get_backend(device).to_host(value) if hasattr(value, "shape") else value,
+                                   expected, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("make", [lambda p: optim.RMSprop(p, lr=0.01, momentum=0.5, centered=True),
+                                  lambda p: optim.Adagrad(p, lr=0.1, initial_accumulator_value=0.2)])
+def test_rmsprop_and_adagrad_state_stays_float32(device, make):
+    w, opt = run_steps(device, make, dtype="float32")
+    f32 = get_backend(device).dtype("float32")
+    assert w.dtype == f32 and all(v.dtype == f32 for v in opt.state[id(w)].values() if hasattr(v, "dtype"))
+
+
+@pytest.mark.parametrize("cls, options, exc, message", [
+    (optim.RMSprop, {"lr": -0.1}, ValueError, "RMSprop: lr must be >= 0 and finite, got -0.1"),
+    (optim.RMSprop, {"alpha": -0.5}, ValueError, "RMSprop: alpha must be >= 0 and finite, got -0.5"),
+    (optim.RMSprop, {"eps": NAN}, ValueError, "RMSprop: eps must be >= 0 and finite, got nan"),
+    (optim.RMSprop, {"momentum": -1.0}, ValueError, "RMSprop: momentum must be >= 0 and finite"),
+    (optim.RMSprop, {"weight_decay": "0"}, TypeError, "RMSprop: weight_decay must be a real number"),
+    (optim.RMSprop, {"centered": "yes"}, TypeError, "RMSprop: centered must be a bool, got 'yes'"),
+    (optim.Adagrad, {"lr": NAN}, ValueError, "Adagrad: lr must be >= 0 and finite, got nan"),
+    (optim.Adagrad, {"lr_decay": -0.1}, ValueError, "Adagrad: lr_decay must be >= 0 and finite, got -0.1"),
+    (optim.Adagrad, {"initial_accumulator_value": -1}, ValueError, "Adagrad: initial_accumulator_value must be >= 0"),
+    (optim.Adagrad, {"eps": None}, TypeError, "Adagrad: eps must be a real number, got None"),
+    (optim.Adagrad, {"weight_decay": math.inf}, ValueError, "Adagrad: weight_decay must be >= 0 and finite, got inf"),
+])
+def test_rmsprop_and_adagrad_refuse_bad_hyper_parameters(cls, options, exc, message):
+    test_nan_negative_and_non_number_hyper_parameters_are_refused(cls, options, exc, message)
+
+
+def test_rmsprop_and_adagrad_load_state_dict_needs_their_state():
+    w, opt, good = _stepped(optim.RMSprop, momentum=0.9)
+    assert sorted(good["state"][0]) == ["momentum_buffer", "square_avg", "step"]  # as torch: no grad_avg
+    with pytest.raises(ValueError, match="RMSprop.load_state_dict: the state of parameter 0 lacks 'square_avg'"):
+        opt.load_state_dict({"state": {0: {"step": 1}}, "param_groups": good["param_groups"]})
+    adagrad = optim.Adagrad([w])
+    with pytest.raises(ValueError, match="Adagrad.load_state_dict: the state of parameter 0 lacks 'sum'"):
+        adagrad.load_state_dict({"state": {0: {"step": 1}}, "param_groups": adagrad.state_dict()["param_groups"]})
+    with pytest.raises(ValueError, match="Adagrad.load_state_dict: unknown state 'square_avg'"):
+        adagrad.load_state_dict({"state": {0: {"step": 1, "sum": np.zeros(2), "square_avg": np.zeros(2)}},
+                                 "param_groups": adagrad.state_dict()["param_groups"]})
+    assert adagrad.state == {}
+
+
+@pytest.mark.parametrize("cls", ["RMSprop", "Adagrad"])
+def test_rmsprop_and_adagrad_step_is_all_or_nothing(device, cls):
+    a = Tensor([1.0, 2.0], requires_grad=True, device=device)
+    b = _read_only_parameter(device)
+    opt = getattr(optim, cls)([a, b], lr=0.1)
+    a.grad, b.grad = [1.0, 1.0], np.ones((3, 2))
+    with pytest.raises(ValueError, match=rf"{cls}.step: parameter 1 \(shape \(3, 2\)\) is read-only"):
+        opt.step()
+    assert a.numpy().tolist() == [1.0, 2.0] and opt.state == {}

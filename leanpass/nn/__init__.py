@@ -4,11 +4,12 @@ Everything here speaks ``Tensor`` (and, where an array is built, the backend's
 ``xp``), so it runs on every device.
 """
 
-from . import parallel
+from . import init, parallel, utils
 from .layers import (
     GELU,
     MLP,
     Dropout,
+    Flatten,
     Identity,
     LeakyReLU,
     Linear,
@@ -19,10 +20,11 @@ from .layers import (
     Tanh,
 )
 from .losses import binary_cross_entropy_loss, cross_entropy_loss, mse_loss
-from .module import Module
+from .module import Module, ModuleDict, ModuleList, Parameter
 
 __all__ = [
-    "Module", "parallel", "Linear", "MLP", "Sequential", "Dropout",
+    "Module", "Parameter", "ModuleList", "ModuleDict", "init", "utils", "parallel",
+    "Linear", "MLP", "Sequential", "Dropout", "Flatten",
     "ReLU", "Sigmoid", "Tanh", "LeakyReLU", "GELU", "Softmax", "Identity",
     "mse_loss", "cross_entropy_loss", "binary_cross_entropy_loss",
 ]

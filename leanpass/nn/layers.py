@@ -8,11 +8,11 @@ from .. import ops
 from .._dtypes import as_dtype
 from ..backends import get_backend, get_default_dtype
 from ..tensor import Tensor, apply, as_tensor
-from .module import Module
+from .module import Module, Parameter
 
 __all__ = [
     "Linear", "MLP", "Sequential", "Dropout",
-    "ReLU", "Sigmoid", "Tanh", "LeakyReLU", "GELU", "Softmax", "Identity",
+    "ReLU", "Sigmoid", "Tanh", "LeakyReLU", "GELU", "Softmax", "Identity", "Flatten",
 ]
 
 
@@ -37,7 +37,11 @@ def _check_input(x, layer) -> None:
 class Linear(Module):
     """``y = x @ weight + bias``, ``weight`` of shape ``(in_features, out_features)``
     drawn from ``U(-1/sqrt(in), 1/sqrt(in))`` on the host (so one seed gives the
-    same weights on every device), ``bias`` zeros."""
+    same weights on every device), ``bias`` zeros; both are Parameters.
+    PyTorch stores ``weight`` transposed, ``(out, in)``: ``load_state_dict(...,
+    layout="torch")`` transposes it."""
+
+    _torch_transposed = ("weight",)
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, device=None, dtype=None):
         if in_features < 1 or out_features < 1:
@@ -48,10 +52,9 @@ class Linear(Module):
         self.out_features = int(out_features)
         bound = 1.0 / math.sqrt(in_features)
         weight = backend.init_uniform((in_features, out_features), -bound, bound, dtype)
-        self.weight = Tensor(weight, requires_grad=True, name="weight", device=backend.device)
+        self.weight = Parameter(weight, name="weight", device=backend.device)
         self.bias = (
-            Tensor(backend.zeros((out_features,), backend.dtype(dtype)), requires_grad=True, name="bias",
-                   device=backend.device)
+            Parameter(backend.zeros((out_features,), backend.dtype(dtype)), name="bias", device=backend.device)
             if bias else None
         )
 
@@ -130,6 +133,32 @@ class Identity(Module):
         return x
 
 
+class Flatten(Module):
+    """Axes ``start_dim`` to ``end_dim`` (inclusive) of the input merged into one, as
+    ``torch.nn.Flatten``: ``(N, C, H, W)`` becomes ``(N, C * H * W)`` by default."""
+
+    def __init__(self, start_dim: int = 1, end_dim: int = -1):
+        self.start_dim = int(start_dim)
+        self.end_dim = int(end_dim)
+
+    def forward(self, x):
+        _check_input(x, self)
+        shape, ndim = x.shape, max(x.ndim, 1)  # a 0-d input counts as 1-d, as in PyTorch
+        start, end = self.start_dim, self.end_dim
+        if not (-ndim <= start < ndim and -ndim <= end < ndim):
+            raise IndexError(f"Flatten: axes {start} to {end} are out of range for an input of shape {shape}")
+        start, end = start % ndim, end % ndim
+        if start > end:
+            raise ValueError(f"Flatten: start_dim {self.start_dim} comes after end_dim {self.end_dim} "
+                             f"for an input of shape {shape}")
+        if not shape:
+            return x.reshape((1,))
+        return x.reshape(shape[:start] + (math.prod(shape[start:end + 1]),) + shape[end + 1:])
+
+    def extra_repr(self):
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
+
 _ACTIVATIONS = {
     "relu": ReLU, "sigmoid": Sigmoid, "tanh": Tanh, "gelu": GELU, "leaky_relu": LeakyReLU, "identity": Identity,
 }
@@ -159,6 +188,9 @@ class Sequential(Module):
 
     def __iter__(self):
         return iter(self.layers)
+
+    def _torch_key(self, key: str) -> str:  # torch.nn.Sequential: "0.weight"
+        return key.partition(".")[2] if key.startswith("layers.") else key
 
 
 class MLP(Module):
@@ -194,6 +226,16 @@ class MLP(Module):
                 x = layer._forward(x, ops.linear_relu)
             else:
                 x = activation(layer(x))
+
+    def _torch_key(self, key: str) -> str:
+        """As ``torch.nn.Sequential(Linear, act, Linear, ...)``: layer i is ``2i``,
+        activation i is ``2i + 1``."""
+        kind, _, index = key.partition(".")
+        if kind == "layers":
+            return str(2 * int(index))
+        if kind == "activations":
+            return str(2 * int(index) + 1)
+        return key
 
     def extra_repr(self):
         return f"{self.layer_sizes}"

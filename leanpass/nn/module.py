@@ -1,4 +1,5 @@
-"""``Module``: parameters found by walking attributes, train/eval, devices, state dicts."""
+"""``Module``: parameters and buffers found by walking attributes, train/eval, devices,
+state dicts; ``Parameter``; the containers ``ModuleList`` and ``ModuleDict``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,29 @@ from ..autograd import increment_version
 from ..backends import dtype_name, get_backend
 from ..tensor import Tensor, as_tensor
 
-__all__ = ["Module"]
+__all__ = ["Module", "Parameter", "ModuleList", "ModuleDict"]
+
+LAYOUTS = ("leanpass", "torch")
+
+
+class Parameter(Tensor):
+    """A Tensor that a :class:`Module` always counts as a parameter, also while it is
+    frozen (``requires_grad=False``), as PyTorch's ``nn.Parameter``.
+
+    ``Parameter(data=None, requires_grad=True, *, name=None, device=None, dtype=None)``
+    takes what the Tensor constructor takes (and owns a copy, as every Tensor made by
+    a constructor); ``None`` is an empty float tensor. It is a leaf; operations on it
+    give plain Tensors, and so does :meth:`detach`.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, data=None, requires_grad=True, *, name=None, device=None, dtype=None):
+        super().__init__([] if data is None else data, requires_grad=requires_grad, name=name, device=device,
+                         dtype=dtype)
+
+    def __repr__(self) -> str:
+        return "Parameter" + super().__repr__()[len("Tensor"):]
 
 
 class IncompatibleKeys(NamedTuple):
@@ -19,15 +42,29 @@ class IncompatibleKeys(NamedTuple):
     unexpected_keys: list
 
 
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+def _check_layout(layout, op: str) -> None:
+    if layout not in LAYOUTS:
+        raise ValueError(f"{op}: unknown layout {layout!r}; choose 'leanpass' or 'torch'")
+
+
 class Module:
     """Base class of layers and models.
 
-    A subclass sets its parameters (Tensors) and sub-modules as attributes --
-    directly or inside lists, tuples and dicts -- and defines ``forward``.
-    Attributes whose names start with ``_`` are private and not walked.
+    A subclass sets its parameters and sub-modules as attributes -- directly or
+    inside lists, tuples and dicts -- and defines ``forward``. A :class:`Parameter`
+    is always a parameter; a plain Tensor is one while it requires grad. Tensors
+    given to :meth:`register_buffer` are buffers. Other attributes whose names start
+    with ``_`` are private and not walked.
     """
 
     training: bool = True
+    # PyTorch layout (load_state_dict(layout="torch")): names of this module's own
+    # parameters that PyTorch stores transposed (2-D).
+    _torch_transposed: tuple = ()
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} must define forward()")
@@ -37,63 +74,130 @@ class Module:
 
     # ---- walking the tree ----------------------------------------------------------
     def _children(self):
-        """(name, value) pairs of the public attributes, in the order they were set."""
-        return ((k, v) for k, v in vars(self).items() if not k.startswith("_"))
+        """(name, value) pairs of the public attributes and the buffers, in the order
+        they were set."""
+        buffers = self.__dict__.get("_buffers", ())
+        return ((k, v) for k, v in vars(self).items() if not k.startswith("_") or k in buffers)
+
+    def _torch_key(self, key: str) -> str:
+        """The name PyTorch's namesake of this module gives its member ``key``
+        (``"layers.1"`` of an MLP is ``"2"`` in a ``torch.nn.Sequential``)."""
+        return key
+
+    def _members(self) -> list:
+        """``(key, value, is_buffer)`` for what this module holds itself: its attributes
+        and the items of the lists, tuples and dicts among them (``"layers.0"``), in
+        order, without looking inside sub-modules."""
+        buffers = self.__dict__.get("_buffers", ())
+        found = []
+        stack = [(k, v, k in buffers) for k, v in self._children()][::-1]
+        while stack:
+            key, value, buffer = stack.pop()
+            if isinstance(value, (list, tuple)):
+                stack.extend((f"{key}.{i}", v, False) for i, v in reversed(list(enumerate(value))))
+            elif isinstance(value, dict):
+                stack.extend((f"{key}.{k}", v, False) for k, v in reversed(list(value.items())))
+            else:
+                found.append((key, value, buffer))
+        return found
+
+    def _walk(self, prefix: str = "", torch: bool = False, found=None, seen=None) -> list:
+        """``(kind, name, value, owner, key)`` depth first in attribute order, each object
+        once: ``"module"`` for this module and every sub-module, ``"parameter"``,
+        ``"buffer"``; ``owner`` holds the value as ``key``. ``torch``: PyTorch's names."""
+        if found is None:
+            found, seen = [("module", prefix, self, None, "")], {id(self)}
+        for key, value, buffer in self._members():
+            if isinstance(value, Module):
+                kind = "module"
+            elif isinstance(value, Tensor) and (buffer or isinstance(value, Parameter) or value.requires_grad):
+                kind = "buffer" if buffer else "parameter"
+            else:
+                continue
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            name = _join(prefix, self._torch_key(key) if torch else key)
+            found.append((kind, name, value, self, key))
+            if kind == "module":
+                value._walk(name, torch, found, seen)
+        return found
 
     def named_parameters(self, prefix: str = "") -> list[tuple[str, Tensor]]:
         """``[(dotted.name, tensor), ...]``: every parameter once, in a stable order
         (attribute order, then list/tuple position, then dict insertion order)."""
-        found: list[tuple[str, Tensor]] = []
-        seen: set[int] = set()
-        stack = [(prefix, self)]
-        while stack:
-            name, value = stack.pop()
-            if isinstance(value, Tensor):
-                if id(value) not in seen:
-                    seen.add(id(value))
-                    found.append((name, value))
-                continue
-            if isinstance(value, Module):
-                if id(value) in seen:
-                    continue
-                seen.add(id(value))
-                items = list(value._children())
-            elif isinstance(value, (list, tuple)):
-                items = [(str(i), v) for i, v in enumerate(value)]
-            elif isinstance(value, dict):
-                items = [(str(k), v) for k, v in value.items()]
-            else:
-                continue
-            for key, child in reversed(items):  # reversed: the stack pops them in order
-                stack.append((f"{name}.{key}" if name else key, child))
-        return found
+        return [(name, value) for kind, name, value, _, _ in self._walk(prefix) if kind == "parameter"]
 
     def parameters(self) -> list[Tensor]:
         """Every parameter once, in a stable order."""
         return [p for _, p in self.named_parameters()]
 
+    def named_buffers(self, prefix: str = "") -> list[tuple[str, Tensor]]:
+        """``[(dotted.name, tensor), ...]``: every buffer once (persistent or not)."""
+        return [(name, value) for kind, name, value, _, _ in self._walk(prefix) if kind == "buffer"]
+
+    def buffers(self) -> list[Tensor]:
+        return [b for _, b in self.named_buffers()]
+
+    def named_modules(self, prefix: str = "") -> list[tuple[str, Module]]:
+        """``[(dotted.name, module), ...]``: this module (named ``prefix``) and every
+        sub-module once, depth first."""
+        return [(name, value) for kind, name, value, _, _ in self._walk(prefix) if kind == "module"]
+
     def modules(self) -> list[Module]:
         """This module and every sub-module, each once, depth first."""
-        found, seen, stack = [], set(), [self]
-        while stack:
-            value = stack.pop()
-            if isinstance(value, Module):
-                if id(value) in seen:
-                    continue
+        return [m for _, m in self.named_modules()]
+
+    def named_children(self) -> list[tuple[str, Module]]:
+        """``[(name, module), ...]``: the sub-modules this module holds itself (in
+        attributes, or in their lists and dicts: ``"layers.0"``), each once."""
+        found, seen = [], set()
+        for key, value, _ in self._members():
+            if isinstance(value, Module) and id(value) not in seen:
                 seen.add(id(value))
-                found.append(value)
-                stack.extend(reversed([v for _, v in value._children()]))
-            elif isinstance(value, (list, tuple)):
-                stack.extend(reversed(value))
-            elif isinstance(value, dict):
-                stack.extend(reversed(list(value.values())))
+                found.append((key, value))
         return found
+
+    def children(self) -> list[Module]:
+        return [m for _, m in self.named_children()]
+
+    def apply(self, fn) -> Module:
+        """Call ``fn`` on every sub-module (children first, depth first), then on this
+        module; returns this module (PyTorch's order, as for ``nn.init`` code)."""
+        for child in self.children():
+            child.apply(fn)
+        fn(self)
+        return self
+
+    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
+        """Keep ``tensor`` as the attribute ``name``: a buffer, which ``to`` moves and
+        ``state_dict`` saves (unless ``persistent=False``), but which is never a
+        parameter (optimizers do not see it). ``None`` reserves the name."""
+        if not isinstance(name, str):
+            raise TypeError(f"register_buffer: the name must be a str, got {type(name).__name__}")
+        if "." in name or not name:
+            raise KeyError(f"register_buffer: invalid buffer name {name!r} (empty, or containing '.')")
+        if hasattr(self, name) and name not in self.__dict__.get("_buffers", ()):
+            raise KeyError(f"register_buffer: attribute {name!r} already exists in {type(self).__name__}")
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(f"register_buffer: cannot use a {type(tensor).__name__} as buffer {name!r} "
+                            "(a Tensor or None is required)")
+        buffers = self.__dict__.setdefault("_buffers", {})
+        buffers[name] = bool(persistent)
+        setattr(self, name, tensor)
 
     # ---- modes and devices -------------------------------------------------------
     def zero_grad(self) -> None:
         """Reset every parameter's gradient (it reads as zeros until the next backward)."""
         for p in self.parameters():
             p.grad = None
+
+    def requires_grad_(self, requires_grad: bool = True) -> Module:
+        """Set ``requires_grad`` of every parameter (freeze with ``False``); returns the
+        module. A frozen plain Tensor is no longer a parameter: freeze Parameters."""
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
 
     def train(self, mode: bool = True) -> Module:
         for m in self.modules():
@@ -104,11 +208,11 @@ class Module:
         return self.train(False)
 
     def to(self, device) -> Module:
-        """Move every parameter (and its gradient) to ``device`` in place: the same
-        Tensor objects, so an optimizer made before keeps working."""
+        """Move every parameter (and its gradient) and every buffer to ``device`` in
+        place: the same Tensor objects, so an optimizer made before keeps working."""
         target = get_backend(device)
-        for p in self.parameters():
-            if p.device != target.device:
+        for kind, _, p, _, _ in self._walk():
+            if kind != "module" and p.device != target.device:
                 grad = p.grad if p.has_grad else None
                 moved = p.to(target.device).detach()
                 p.data = moved.data
@@ -116,39 +220,61 @@ class Module:
         return self
 
     # ---- state -------------------------------------------------------------------
-    def state_dict(self) -> dict:
-        """``{name: array}`` for every parameter (the arrays themselves, not copies)."""
-        return {name: p.data for name, p in self.named_parameters()}
+    def _state_entries(self, layout: str) -> dict:
+        """``{key: (tensor, transposed)}`` for the parameters and persistent buffers."""
+        torch = layout == "torch"
+        return {
+            name: (value, torch and key in owner._torch_transposed)
+            for kind, name, value, owner, key in self._walk(torch=torch)
+            if kind == "parameter" or (kind == "buffer" and owner._buffers[key])
+        }
 
-    def load_state_dict(self, state: dict, strict: bool = True) -> IncompatibleKeys:
-        """Copy ``state``'s values into the existing parameters (so an optimizer holding
-        them keeps working). Every key, shape and dtype is checked before anything
-        is copied; ``strict=False`` loads the keys both have and ignores missing and
-        unexpected ones. Returns ``(missing_keys, unexpected_keys)``, as PyTorch."""
+    def state_dict(self, *, layout: str = "leanpass") -> dict:
+        """``{name: array}`` for every parameter and persistent buffer (the arrays
+        themselves, not copies). ``layout="torch"``: PyTorch's names and layouts
+        (``Linear.weight`` transposed to ``(out, in)``, a view)."""
+        _check_layout(layout, "state_dict")
+        state = {}
+        for name, (t, transposed) in self._state_entries(layout).items():
+            data = t.data
+            state[name] = get_backend(t.device).xp.permute_dims(data, (1, 0)) if transposed else data
+        return state
+
+    def load_state_dict(self, state: dict, strict: bool = True, *, layout: str = "leanpass") -> IncompatibleKeys:
+        """Copy ``state``'s values into the existing parameters and buffers (so an
+        optimizer holding them keeps working). Every key, shape and dtype is checked
+        before anything is copied; ``strict=False`` loads the keys both have and
+        ignores missing and unexpected ones. ``layout="torch"`` reads a PyTorch state
+        dict (PyTorch's names; ``Linear.weight`` transposed from ``(out, in)``).
+        Returns ``(missing_keys, unexpected_keys)``, as PyTorch."""
+        _check_layout(layout, "load_state_dict")
         if not isinstance(state, dict):
             raise TypeError(f"load_state_dict: expected a dict of arrays, got {type(state).__name__}")
-        params = dict(self.named_parameters())
-        missing = [k for k in params if k not in state]
-        unexpected = [k for k in state if k not in params]
+        entries = self._state_entries(layout)
+        missing = [k for k in entries if k not in state]
+        unexpected = [k for k in state if k not in entries]
         if strict and (missing or unexpected):
             raise ValueError(
                 f"load_state_dict into {type(self).__name__}: missing keys {missing}, unexpected keys {unexpected}"
             )
         updates = []
-        for name, p in params.items():
+        for name, (p, transposed) in entries.items():
             if name not in state:
                 continue
             value = state[name]
             value = value.data if isinstance(value, Tensor) else value
             shape = tuple(getattr(value, "shape", ()))
-            if shape != p.shape:
+            want = p.shape[::-1] if transposed else p.shape
+            if shape != want:
                 raise ValueError(
-                    f"load_state_dict: {name!r} has shape {shape} in the state but {p.shape} in the model"
+                    f"load_state_dict: {name!r} has shape {shape} in the state but {want} in the model"
+                    + (" (PyTorch layout)" if layout == "torch" else "")
                 )
             have, want = dtype_name(getattr(value, "dtype", "?")), dtype_name(p.dtype)
             if have != want:
                 raise ValueError(f"load_state_dict: {name!r} has dtype {have} in the state but {want} in the model")
-            updates.append((p, as_tensor(value, device=p.device).data))
+            array = as_tensor(value, device=p.device).data
+            updates.append((p, get_backend(p.device).xp.permute_dims(array, (1, 0)) if transposed else array))
         for p, array in updates:  # copies: training must not write into the state's arrays
             p.data = get_backend(p.device).copy(array)
             increment_version(p)
@@ -156,17 +282,137 @@ class Module:
 
     def __repr__(self) -> str:
         lines = [f"{type(self).__name__}("]
-        for name, value in self._children():
-            if isinstance(value, Module):
-                inner = repr(value).replace("\n", "\n  ")
-                lines.append(f"  ({name}): {inner}")
-            elif isinstance(value, (list, tuple)) and value and all(isinstance(v, Module) for v in value):
-                for i, v in enumerate(value):
-                    inner = repr(v).replace("\n", "\n  ")
-                    lines.append(f"  ({name}.{i}): {inner}")
+        for name, value in self.named_children():
+            inner = repr(value).replace("\n", "\n  ")
+            lines.append(f"  ({name}): {inner}")
         if len(lines) == 1:
             return f"{type(self).__name__}({self.extra_repr()})"
         return "\n".join(lines) + "\n)"
 
     def extra_repr(self) -> str:
         return ""
+
+
+def _module(value, op: str) -> Module:
+    if not isinstance(value, Module):
+        raise TypeError(f"{op}: expected a Module, got {type(value).__name__}")
+    return value
+
+
+class ModuleList(Module):
+    """A list of modules whose parameters are named ``"0.weight"``, ``"1.weight"``...
+    as PyTorch's: ``append``, ``extend``, ``insert``, indexing (a slice is a
+    ModuleList), assignment, ``del``, ``len`` and iteration."""
+
+    def __init__(self, modules=None):
+        self._list = [] if modules is None else [_module(m, "ModuleList") for m in modules]
+
+    def _children(self):
+        return ((str(i), m) for i, m in enumerate(self._list))
+
+    def _index(self, index: int, op: str) -> int:
+        if not -len(self._list) <= index < len(self._list):
+            raise IndexError(f"{op}: index {index} is out of range for {len(self._list)} modules")
+        return index % len(self._list)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return ModuleList(self._list[index])
+        return self._list[self._index(index, "ModuleList")]
+
+    def __setitem__(self, index, module) -> None:
+        self._list[self._index(index, "ModuleList")] = _module(module, "ModuleList")
+
+    def __delitem__(self, index) -> None:
+        if isinstance(index, slice):
+            del self._list[index]
+        else:
+            del self._list[self._index(index, "ModuleList")]
+
+    def __len__(self) -> int:
+        return len(self._list)
+
+    def __iter__(self):
+        return iter(self._list)
+
+    def __iadd__(self, modules) -> ModuleList:
+        return self.extend(modules)
+
+    def append(self, module) -> ModuleList:
+        self._list.append(_module(module, "ModuleList.append"))
+        return self
+
+    def extend(self, modules) -> ModuleList:
+        new = [_module(m, "ModuleList.extend") for m in modules]  # all checked before any is added
+        self._list.extend(new)
+        return self
+
+    def insert(self, index: int, module) -> None:
+        self._list.insert(index, _module(module, "ModuleList.insert"))
+
+
+class ModuleDict(Module):
+    """An ordered mapping of names to modules, whose parameters are named
+    ``"<key>.weight"`` as PyTorch's: ``d[key]``, assignment, ``del``, ``in``, ``len``,
+    iteration over the keys, ``keys``, ``values``, ``items``, ``update``, ``pop``,
+    ``clear``."""
+
+    def __init__(self, modules=None):
+        self._dict = {}
+        if modules is not None:
+            self.update(modules)
+
+    def _children(self):
+        return iter(self._dict.items())
+
+    @staticmethod
+    def _key(key) -> str:
+        if not isinstance(key, str):
+            raise TypeError(f"ModuleDict: keys must be str, got {type(key).__name__}")
+        if "." in key or not key:
+            raise KeyError(f"ModuleDict: invalid key {key!r} (empty, or containing '.')")
+        return key
+
+    def __getitem__(self, key) -> Module:
+        return self._dict[key]
+
+    def __setitem__(self, key, module) -> None:
+        self._dict[self._key(key)] = _module(module, f"ModuleDict[{key!r}]")
+
+    def __delitem__(self, key) -> None:
+        del self._dict[key]
+
+    def __contains__(self, key) -> bool:
+        return key in self._dict
+
+    def __len__(self) -> int:
+        return len(self._dict)
+
+    def __iter__(self):
+        return iter(self._dict)
+
+    def keys(self):
+        return self._dict.keys()
+
+    def values(self):
+        return self._dict.values()
+
+    def items(self):
+        return self._dict.items()
+
+    def pop(self, key) -> Module:
+        return self._dict.pop(key)
+
+    def clear(self) -> None:
+        self._dict.clear()
+
+    def update(self, modules) -> None:
+        """Add ``modules``: a mapping, or an iterable of ``(key, module)`` pairs; all are
+        checked before any is added."""
+        pairs = list(modules.items() if hasattr(modules, "items") else modules)
+        checked = []
+        for pair in pairs:
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise TypeError(f"ModuleDict.update: expected (key, module) pairs, got {pair!r}")
+            checked.append((self._key(pair[0]), _module(pair[1], f"ModuleDict[{pair[0]!r}]")))
+        self._dict.update(checked)
