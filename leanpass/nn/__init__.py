@@ -4,7 +4,7 @@ Everything here speaks ``Tensor`` (and, where an array is built, the backend's
 ``xp``), so it runs on every device.
 """
 
-from . import init, parallel, utils
+from . import functional, init, parallel, utils
 from .layers import (
     GELU,
     MLP,
@@ -21,10 +21,12 @@ from .layers import (
 )
 from .losses import binary_cross_entropy_loss, cross_entropy_loss, mse_loss
 from .module import Module, ModuleDict, ModuleList, Parameter
+from .norm import LayerNorm
+from .sparse import Embedding
 
 __all__ = [
-    "Module", "Parameter", "ModuleList", "ModuleDict", "init", "utils", "parallel",
-    "Linear", "MLP", "Sequential", "Dropout", "Flatten",
+    "Module", "Parameter", "ModuleList", "ModuleDict", "init", "utils", "parallel", "functional",
+    "Linear", "MLP", "Sequential", "Dropout", "Flatten", "LayerNorm", "Embedding",
     "ReLU", "Sigmoid", "Tanh", "LeakyReLU", "GELU", "Softmax", "Identity",
     "mse_loss", "cross_entropy_loss", "binary_cross_entropy_loss",
 ]

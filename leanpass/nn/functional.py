@@ -1,0 +1,215 @@
+"""``leanpass.nn.functional``: the layers as functions, as ``torch.nn.functional``.
+
+Thin wrappers over Tensor operations, so each is differentiable (twice too) on
+every device. Two differences from PyTorch: :func:`linear` takes LeanPass's
+weight layout ``(in_features, out_features)`` (PyTorch's is the transpose), and
+:func:`gelu` is the tanh approximation (PyTorch's ``approximate="tanh"``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from .. import ops
+from .._checks import broadcast_shapes
+from .._dtypes import dtype_name
+from .._namespace import ones, reshape, sqrt, take, tril, where
+from ..backends import get_backend, host_array
+from ..tensor import Tensor, apply, as_tensor
+from .layers import Dropout
+from .losses import binary_cross_entropy_loss, cross_entropy_loss, mse_loss
+
+__all__ = [
+    "linear", "relu", "gelu", "sigmoid", "tanh", "softmax", "log_softmax", "dropout",
+    "layer_norm", "embedding", "scaled_dot_product_attention",
+    "mse_loss", "cross_entropy", "binary_cross_entropy_with_logits",
+]
+
+cross_entropy = cross_entropy_loss
+binary_cross_entropy_with_logits = binary_cross_entropy_loss
+
+
+def _tensor(x, op: str, what: str = "input") -> Tensor:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{op}: expected a Tensor as {what}, got {type(x).__name__}; wrap it with leanpass.Tensor(...)")
+    return x
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``x @ weight + bias`` in one graph node. ``weight`` has LeanPass's layout
+    ``(in_features, out_features)`` -- the transpose of ``torch.nn.functional.linear``'s."""
+    _tensor(x, "linear")
+    _tensor(weight, "linear", "weight")
+    if weight.ndim != 2 or x.shape[-1:] != weight.shape[:1]:
+        raise ValueError(f"linear: input of shape {x.shape} does not fit a weight of shape {weight.shape} "
+                         "(in_features, out_features)")
+    if bias is None:
+        return apply(ops.linear, x, weight)
+    if _tensor(bias, "linear", "bias").shape != weight.shape[1:]:
+        raise ValueError(f"linear: bias of shape {bias.shape} does not fit a weight of shape {weight.shape}")
+    return apply(ops.linear, x, weight, bias)
+
+
+def relu(x: Tensor) -> Tensor:
+    """``max(x, 0)``."""
+    return _tensor(x, "relu").relu()
+
+
+def gelu(x: Tensor) -> Tensor:
+    """GELU, tanh approximation (PyTorch's ``gelu(x, approximate="tanh")``)."""
+    return _tensor(x, "gelu").gelu()
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    """``1 / (1 + exp(-x))``."""
+    return _tensor(x, "sigmoid").sigmoid()
+
+
+def tanh(x: Tensor) -> Tensor:
+    """``tanh(x)``."""
+    return _tensor(x, "tanh").tanh()
+
+
+def softmax(x: Tensor, axis: int = -1) -> Tensor:
+    """Softmax along ``axis`` (PyTorch's ``dim``), shifted by the max."""
+    return _tensor(x, "softmax").softmax(axis)
+
+
+def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
+    """``log(softmax(x))`` along ``axis``, computed stably."""
+    return _tensor(x, "log_softmax").log_softmax(axis)
+
+
+def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
+    """Inverted dropout (:class:`leanpass.nn.Dropout`'s masks, seeded by
+    ``leanpass.manual_seed``); ``x`` itself when not ``training`` or ``p == 0``."""
+    _tensor(x, "dropout")
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout: p must be in [0, 1), got {p}")
+    return Dropout(p)(x, training=training)
+
+
+def _normalized_shape(normalized_shape, op: str) -> tuple:
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if not shape or any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in shape):
+        raise ValueError(f"{op}: normalized_shape must be positive integers (at least one), got {normalized_shape!r}")
+    return shape
+
+
+def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: Tensor | None = None,
+               eps: float = 1e-5) -> Tensor:
+    """``(x - mean) / sqrt(var + eps) * weight + bias``, the mean and the biased
+    variance taken over the last ``len(normalized_shape)`` axes, which must be
+    ``normalized_shape``; ``weight`` and ``bias`` (optional) have that shape."""
+    _tensor(x, "layer_norm")
+    shape = _normalized_shape(normalized_shape, "layer_norm")
+    if x.shape[max(x.ndim - len(shape), 0):] != shape or x.ndim < len(shape):
+        raise ValueError(f"layer_norm: input of shape {x.shape} does not end in normalized_shape {shape}")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and _tensor(t, "layer_norm", name).shape != shape:
+            raise ValueError(f"layer_norm: {name} of shape {t.shape} is not normalized_shape {shape}")
+    axes = tuple(range(-len(shape), 0))
+    centered = x - x.mean(axis=axes, keepdims=True)
+    y = centered / sqrt((centered * centered).mean(axis=axes, keepdims=True) + eps)
+    if weight is not None:
+        y = y * weight
+    return y if bias is None else y + bias
+
+
+def _index_tensor(indices, weight: Tensor, op: str) -> Tensor:
+    """``indices`` as an integer Tensor on ``weight``'s device, checked to be in
+    ``[0, rows)`` (IndexError naming ``op``)."""
+    if isinstance(indices, Tensor):
+        if indices.device != weight.device:
+            raise ValueError(f"{op}: indices are on {indices.device} but the weight is on {weight.device}")
+    else:
+        data = host_array(indices, op)
+        if data.dtype.kind not in "iu":
+            raise TypeError(f"{op}: indices must have an integer dtype, got {data.dtype}")
+        indices = as_tensor(data, device=weight.device, dtype=dtype_name(data.dtype))
+    if indices.dtype.kind not in "iu":
+        raise TypeError(f"{op}: indices must have an integer dtype, got {indices.dtype}")
+    rows = weight.shape[0]
+    if indices.size:
+        xp = get_backend(weight.device).xp
+        low, high = int(xp.min(indices.data)), int(xp.max(indices.data))
+        if low < 0 or high >= rows:
+            raise IndexError(f"{op}: indices must be in [0, {rows}) for a table of {rows} rows "
+                             f"(shape {weight.shape}), got values from {low} to {high}")
+    return indices
+
+
+def embedding(indices, weight: Tensor, padding_idx: int | None = None, *, _op: str = "embedding") -> Tensor:
+    """The rows of the 2-D ``weight`` at integer ``indices`` of any shape (a Tensor or
+    array-like): shape ``indices.shape + (weight.shape[1],)``. Repeated indices
+    accumulate their gradients; the row ``padding_idx`` (if given) gets none."""
+    _tensor(weight, _op, "weight")
+    if weight.ndim != 2:
+        raise ValueError(f"{_op}: weight must be 2-D (num_embeddings, embedding_dim), got shape {weight.shape}")
+    indices = _index_tensor(indices, weight, _op)
+    flat = reshape(indices, (-1,))
+    rows = take(weight, flat, axis=0)
+    if padding_idx is not None:
+        padding_idx = _padding_index(padding_idx, weight.shape[0], _op)
+        rows = where(reshape(flat == padding_idx, (-1, 1)), rows.detach(), rows)
+    return reshape(rows, indices.shape + weight.shape[1:])
+
+
+def _padding_index(padding_idx, rows: int, op: str) -> int:
+    """``padding_idx`` in ``[0, rows)`` (a negative one counts from the end, as PyTorch)."""
+    if not -rows <= padding_idx < rows:
+        raise ValueError(f"{op}: padding_idx must be within [{-rows}, {rows}), got {padding_idx}")
+    return int(padding_idx) % rows
+
+
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask=None, dropout_p: float = 0.0,
+                                 is_causal: bool = False, scale: float | None = None) -> Tensor:
+    """``softmax(q @ k^T * scale + mask) @ v``, as PyTorch's: ``q`` of shape
+    ``(..., L, E)``, ``k`` of ``(..., S, E)``, ``v`` of ``(..., S, Ev)``, leading axes
+    broadcasting; the result is ``(..., L, Ev)``. ``scale`` defaults to
+    ``1 / sqrt(E)``. ``attn_mask`` (broadcasting to ``(..., L, S)``) is bool, True
+    where a query may attend to a key, or float, added to the scores;
+    ``is_causal=True`` is the lower-triangular bool mask (not with ``attn_mask``).
+    ``dropout_p > 0`` drops attention weights as :func:`dropout` (always, as PyTorch)."""
+    op = "scaled_dot_product_attention"
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if _tensor(t, op, name).ndim < 2:
+            raise ValueError(f"{op}: {name} must have at least 2 axes (..., length, features), got shape {t.shape}")
+    shapes = f"q of shape {q.shape}, k of shape {k.shape} and v of shape {v.shape}"
+    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"{op}: {shapes} do not fit (..., L, E), (..., S, E), (..., S, Ev)")
+    try:
+        batch = broadcast_shapes(op, q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except ValueError:
+        raise ValueError(f"{op}: the leading axes of {shapes} do not broadcast") from None
+    if is_causal and attn_mask is not None:
+        raise ValueError(f"{op}: give attn_mask or is_causal, not both")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"{op}: dropout_p must be in [0, 1), got {dropout_p}")
+    length, source = q.shape[-2], k.shape[-2]
+    if is_causal:
+        attn_mask = tril(ones((length, source), dtype="bool", device=q.device))
+    elif attn_mask is not None:
+        if not isinstance(attn_mask, Tensor):
+            data = host_array(attn_mask, op)
+            attn_mask = as_tensor(data, device=q.device, dtype=dtype_name(data.dtype))
+        if attn_mask.device != q.device:
+            raise ValueError(f"{op}: attn_mask is on {attn_mask.device} but q is on {q.device}")
+        scores_shape = tuple(batch) + (length, source)
+        try:
+            if broadcast_shapes(op, attn_mask.shape, scores_shape) != scores_shape:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"{op}: attn_mask of shape {attn_mask.shape} does not broadcast to the scores' "
+                             f"shape {scores_shape}") from None
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    scores = (q @ k.mT) * scale
+    if attn_mask is not None:
+        if attn_mask.dtype == "bool":
+            scores = where(attn_mask, scores, -math.inf)
+        else:
+            scores = scores + attn_mask.astype(scores.dtype)
+    weights = scores.softmax(-1)
+    if dropout_p > 0.0:
+        weights = dropout(weights, dropout_p)
+    return weights @ v
