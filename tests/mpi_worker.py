@@ -267,6 +267,22 @@ def robustness():
     dist.barrier()
 
 
+def buffers():
+    """Rank 0's buffers reach every rank at construction and at each forward outside no_sync."""
+    rank = dist.get_rank()
+    model = nn.Linear(2, 2, device=DEVICES[0])
+    model.register_buffer("running", lp.ones(3, device=DEVICES[0]) * (rank + 1))
+    ddp_model = DDP(model)
+    assert model.running.numpy().tolist() == [1.0, 1.0, 1.0]
+    model.running[...] = 7.0 + rank
+    with ddp_model.no_sync(), lp.no_grad():
+        ddp_model(lp.ones((1, 2), device=DEVICES[0]))
+    assert model.running.numpy().tolist() == [7.0 + rank] * 3  # no_sync: no communication
+    with lp.no_grad():
+        ddp_model(lp.ones((1, 2), device=DEVICES[0]))
+    assert model.running.numpy().tolist() == [7.0] * 3
+
+
 def failure():
     """Rank 1 raises while rank 0 waits in a collective: python -m mpi4py aborts both."""
     if dist.get_rank() == 1:

@@ -122,6 +122,12 @@ def test_ddp_unused_everywhere_failing_hooks_local_backward_and_dropped_wrapper(
 
 @pytest.mark.mpi
 @needs_mpi
+def test_ddp_broadcasts_rank_0s_buffers():
+    assert_ok(launch("buffers", 2), "buffers", 2)
+
+
+@pytest.mark.mpi
+@needs_mpi
 def test_a_rank_that_raises_ends_every_rank():
     """Rank 1 raises while rank 0 waits in all_reduce: both exit with an error (no hang;
     the timeout would fail the test)."""
@@ -133,7 +139,8 @@ def test_a_rank_that_raises_ends_every_rank():
 @pytest.mark.mpi
 @needs_mpi
 @pytest.mark.parametrize("processes", [1, 2])
-@pytest.mark.parametrize("scenario", ["collectives", "ddp", "no_sync", "unused", "two_wrappers", "robustness"])
+@pytest.mark.parametrize("scenario", ["collectives", "ddp", "no_sync", "unused", "two_wrappers", "robustness",
+                                      "buffers"])
 def test_nccl_on_gpus(scenario, processes):
     """The same scenarios on cuda tensors over NCCL, one GPU per process (one process
     is a group of one, which still runs every NCCL call)."""
