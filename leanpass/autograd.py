@@ -586,7 +586,6 @@ def backprop(roots, grads, *, create_graph: bool, retain_graph: bool, targets=No
     ``create_graph`` every gradient is a Tensor built by recorded operations."""
     from ._node import leaf
 
-    xp_of = graph_backend if create_graph else (lambda b: b)
     wanted = None if targets is None else {id(t) for t in targets}
     needed = None if targets is None else _needed(roots, wanted)
     pending: dict = {}
@@ -649,7 +648,7 @@ def backprop(roots, grads, *, create_graph: bool, retain_graph: bool, targets=No
                         f"{tuple(node._data.shape)}) cannot be differentiated twice: it is an in-place change "
                         "or a custom operation without a replay; compute it out of place"
                     )
-                _, backward = _replayed(node, replay, xp_of(node._backend), tuple(parents))
+                _, backward = _replayed(node, replay, graph_backend(node._backend), tuple(parents))
                 parent_grads = backward(grad)
             else:
                 guard = node._backend.guard
@@ -735,7 +734,7 @@ def grad(outputs, inputs, grad_outputs=None, *, retain_graph=None, create_graph=
     gradients are Tensors in a graph (differentiable again, also with respect to
     ``grad_outputs``); ``retain_graph`` defaults to ``create_graph``.
     """
-    from ._node import as_tensor
+    from ._node import as_tensor, leaf
     from .tensor import Tensor
 
     outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
@@ -767,7 +766,7 @@ def grad(outputs, inputs, grad_outputs=None, *, retain_graph=None, create_graph=
                     f"{out.shape}: pass grad_outputs"
                 )
             g = backend.ones(out._data.shape, out._data.dtype)
-            seeds.append(_as_leaf(g, backend) if create_graph else g)
+            seeds.append(leaf(g, backend) if create_graph else g)
             continue
         g = g if isinstance(g, Tensor) else as_tensor(g, device=out.device, dtype=str(out.dtype))
         if g.shape != out.shape:
@@ -788,9 +787,3 @@ def grad(outputs, inputs, grad_outputs=None, *, retain_graph=None, create_graph=
     if retain_graph is None:
         retain_graph = create_graph
     return tuple(backprop(outputs, seeds, create_graph=create_graph, retain_graph=retain_graph, targets=inputs))
-
-
-def _as_leaf(array, backend):
-    from ._node import leaf
-
-    return leaf(array, backend)

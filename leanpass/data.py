@@ -28,21 +28,20 @@
 from __future__ import annotations
 
 import math
+import numbers
 import operator
-
-import numpy as np
 
 from . import ops, tensor  # tensor before the graph layer (_node), which imports it
 from ._namespace import asarray, stack
 from ._node import run1
-from .backends import get_backend, host_rng
+from .backends import get_backend, host_generator, host_rng
 
 __all__ = ["TensorDataset", "DataLoader", "DistributedSampler"]
 
 
 def _int(value, op: str, name: str, low: int | None) -> int:
     """``value`` as an int of at least ``low``: ``TypeError`` / ``ValueError`` naming ``op``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{op}: {name} must be an int, got {type(value).__name__} {value!r}")
     if low is not None and value < low:
         raise ValueError(f"{op}: {name} must be at least {low}, got {value}")
@@ -116,7 +115,7 @@ class DataLoader:
             seed = int(host_rng().integers(2**63))
         self.dataset, self.batch_size, self.shuffle = dataset, batch_size, bool(shuffle)
         self.drop_last, self.seed, self.sampler = bool(drop_last), seed, sampler
-        self._rng = np.random.default_rng(seed) if shuffle else None
+        self._rng = host_generator(seed) if shuffle else None
         self._epoch = None
 
     def set_epoch(self, epoch: int) -> None:
@@ -129,17 +128,17 @@ class DataLoader:
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def _order(self):
-        """This epoch's row indices as a host int64 array, or ``None`` for 0, 1, 2, ..."""
+        """This epoch's row indices as a list of ints, or ``None`` for 0, 1, 2, ..."""
         n = len(self.dataset)
         if self.sampler is not None:
-            order = np.fromiter((operator.index(i) for i in self.sampler), dtype=np.int64)
-            if order.size and (order.min() < -n or order.max() >= n):
-                bad = order.min() if order.min() < -n else order.max()
-                raise IndexError(f"DataLoader: the sampler gave index {bad}, out of range for {n} rows")
-            return np.where(order < 0, order + n, order)
+            order = [operator.index(i) for i in self.sampler]
+            bad = [i for i in order if not -n <= i < n]
+            if bad:
+                raise IndexError(f"DataLoader: the sampler gave index {bad[0]}, out of range for {n} rows")
+            return [i + n if i < 0 else i for i in order]
         if self.shuffle:
-            rng = self._rng if self._epoch is None else np.random.default_rng([self.seed, self._epoch])
-            return rng.permutation(n)
+            rng = self._rng if self._epoch is None else host_generator([self.seed, self._epoch])
+            return rng.permutation(n).tolist()
         return None
 
     def __iter__(self):
@@ -166,7 +165,7 @@ class DataLoader:
 
     def _collated_batches(self, order, spans):
         for i, j in spans:
-            rows = range(i, j) if order is None else order[i:j].tolist()
+            rows = range(i, j) if order is None else order[i:j]
             yield _collate([self.dataset[r] for r in rows])
 
 
@@ -225,7 +224,8 @@ class DistributedSampler:
 
     def __iter__(self):
         n = len(self.dataset)
-        rng = np.random.default_rng((self.seed + self.epoch) % 2**64)  # NumPy's seeds are >= 0
-        order = rng.permutation(n) if self.shuffle else np.arange(n)
-        order = np.resize(order, self.total_size)  # repeats from the start to pad, or cuts (drop_last)
-        return iter(order[self.rank:self.total_size:self.num_replicas].tolist())
+        rng = host_generator((self.seed + self.epoch) % 2**64)  # NumPy's seeds are >= 0
+        order = rng.permutation(n).tolist() if self.shuffle else list(range(n))
+        if n:  # repeat from the start to pad, or cut (drop_last)
+            order = (order * -(-self.total_size // n))[:self.total_size]
+        return iter(order[self.rank:self.total_size:self.num_replicas])

@@ -75,6 +75,7 @@ class _MPIGroup:
     never matches a message of the user's own)."""
 
     name = "mpi"
+    lib = np  # the library of the buffers it sends: host (NumPy) arrays
 
     def __init__(self):
         MPI = self.MPI = _mpi()
@@ -94,6 +95,40 @@ class _MPIGroup:
 
     def broadcast(self, buf, src: int) -> None:
         self.comm.Bcast(buf, root=src)
+
+    def average(self, params, offsets, size) -> None:
+        """Average the gradients of ``params`` (one device and dtype; each at its offset
+        in a flat buffer of ``size`` elements) over the processes, in one all-reduce:
+        each gradient divided by the number of processes as it is packed (so the sum is
+        the mean), then one flag per parameter, whether any process has a gradient for
+        it. One that none has keeps ``.grad`` as it was (None), as PyTorch's. This is
+        DistributedDataParallel's bucket."""
+        lib = self.lib
+        flat = lib.empty(size + len(params), dtype=dtype_name(params[0].dtype))
+        flags = flat[size:]
+        scale = 1.0 / self.size
+        for k, (p, start) in enumerate(zip(params, offsets)):
+            part = flat[start:start + p.size]
+            if p.has_grad:
+                g = p.grad
+                lib.multiply(lib.asarray(g.data if isinstance(g, Tensor) else g).reshape(-1), scale, out=part)
+                flags[k] = 1
+            else:  # no gradient here: zeros, so every process sends the same buffer
+                part.fill(0)
+                flags[k] = 0
+        everywhere = all(p.has_grad for p in params)  # then no flag needs reading (a GPU would wait)
+        self.all_reduce(flat, "sum")
+        used = [True] * len(params) if everywhere else (flags > 0).tolist() if lib is np else \
+            (flags > 0).get().tolist()
+        for used_here, p, start in zip(used, params, offsets):
+            if not used_here:
+                continue
+            part = flat[start:start + p.size].reshape(p.shape)
+            g = p.grad if p.has_grad else None
+            if isinstance(g, lib.ndarray):  # the gradient array, written in place
+                lib.copyto(g, part)
+            else:  # no gradient here yet, a Tensor, or a strict array: set (the setter copies)
+                p.grad = part
 
     def all_gather(self, send, recv) -> None:
         self.comm.Allgather(send, recv)
@@ -123,6 +158,7 @@ class _NCCLGroup(_MPIGroup):
                 'pip install "leanpass[cuda12]" or "leanpass[cuda13]" (CuPy with NCCL)'
             ) from None
         self.cupy, self.nccl = cupy, nccl
+        self.lib = cupy
         count = cupy.cuda.runtime.getDeviceCount()
         cupy.cuda.Device(self.local_rank % count).use()  # one GPU per process on each node
         uid = nccl.get_unique_id() if self.rank == 0 else None

@@ -213,21 +213,28 @@ def _tuple(x, name, what):
     return x
 
 
+def _call_with_tangents(f, primals, tangents, name):
+    """``f(*primals)`` with every primal made differentiable, as :func:`_call`, and the
+    tangents (a tuple, one per primal, of its shape) as Tensors."""
+    primals, tangents = _tuple(primals, name, "primals"), _tuple(tangents, name, "tangents")
+    if len(primals) != len(tangents):
+        raise ValueError(f"{name}: {len(primals)} primals but {len(tangents)} tangents")
+    tangents = tuple(_input(t, name, f"tangent {i}") for i, t in enumerate(tangents))
+    result, inputs, nested = _call(f, primals, tuple(range(len(primals))), name)
+    for i, (x, t) in enumerate(zip(inputs, tangents)):
+        if t.shape != x.shape:
+            raise ValueError(f"{name}: tangent {i} has shape {t.shape}, primal {i} {x.shape}")
+    return result, inputs, nested, tangents
+
+
 def jvp(f, primals, tangents):
     """``(f(*primals), J @ tangents)``, as ``torch.func.jvp``: the Jacobian-vector product
     of ``f`` at ``primals`` (a tuple) along ``tangents`` (a tuple of the same shapes).
     Built from two reverse passes: the gradient with respect to a cotangent ``u`` of
     ``<J^T u, tangents>``."""
     name = "jvp"
-    primals, tangents = _tuple(primals, name, "primals"), _tuple(tangents, name, "tangents")
-    if len(primals) != len(tangents):
-        raise ValueError(f"{name}: {len(primals)} primals but {len(tangents)} tangents")
-    result, inputs, nested = _call(f, primals, tuple(range(len(primals))), name)
+    result, inputs, nested, tangents = _call_with_tangents(f, primals, tangents, name)
     outs = _outputs(result, name)
-    tangents = tuple(_input(t, name, f"tangent {i}") for i, t in enumerate(tangents))
-    for i, (x, t) in enumerate(zip(inputs, tangents)):
-        if t.shape != x.shape:
-            raise ValueError(f"{name}: tangent {i} has shape {t.shape}, primal {i} {x.shape}")
     create = nested or _reaches_outer(outs, {id(x) for x in inputs}) or any(t.requires_grad for t in tangents)
     products = []
     for o in outs:
@@ -309,15 +316,8 @@ def hvp(f, primals, tangents):
     ``primals`` (a tuple) along ``tangents`` (a tuple of the same shapes), one tuple
     entry per primal, by reverse-over-reverse: the gradient of ``<grad f, tangents>``."""
     name = "hvp"
-    primals, tangents = _tuple(primals, name, "primals"), _tuple(tangents, name, "tangents")
-    if len(primals) != len(tangents):
-        raise ValueError(f"{name}: {len(primals)} primals but {len(tangents)} tangents")
-    out, inputs, nested = _call(f, primals, tuple(range(len(primals))), name)
+    out, inputs, nested, tangents = _call_with_tangents(f, primals, tangents, name)
     out = _scalar(out, name)
-    tangents = tuple(_input(t, name, f"tangent {i}") for i, t in enumerate(tangents))
-    for i, (x, t) in enumerate(zip(inputs, tangents)):
-        if t.shape != x.shape:
-            raise ValueError(f"{name}: tangent {i} has shape {t.shape}, primal {i} {x.shape}")
     if not out.requires_grad:
         return out, tuple(zeros_like(x) for x in inputs)
     create = nested or _reaches_outer([out], {id(x) for x in inputs}) or any(t.requires_grad for t in tangents)

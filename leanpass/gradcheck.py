@@ -58,6 +58,16 @@ def _number(value, what, positive=False) -> float:
     return value
 
 
+def _inputs(inputs, name):
+    """``inputs`` as a tuple, and the positions of the Tensors in it that require grad
+    (``ValueError`` if there are none)."""
+    inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
+    checked = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
+    if not checked:
+        raise ValueError(f"{name}: no input is a Tensor with requires_grad=True")
+    return inputs, checked
+
+
 def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3) -> bool:
     """Compare ``fn``'s backward with central finite differences, in float64.
 
@@ -70,12 +80,7 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3) -> bool:
     eps = _number(eps, "eps", positive=True)
     atol = _number(atol, "atol")
     rtol = _number(rtol, "rtol")
-    if isinstance(inputs, Tensor):
-        inputs = (inputs,)
-    inputs = tuple(inputs)
-    checked = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
-    if not checked:
-        raise ValueError("gradcheck: no input is a Tensor with requires_grad=True")
+    inputs, checked = _inputs(inputs, "gradcheck")
     wide = [
         Tensor(x.detach(), requires_grad=x.requires_grad, name=x.name, dtype="float64")
         if isinstance(x, Tensor) else x
@@ -128,12 +133,7 @@ def gradgradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3) -> bool:
     :class:`GradcheckError`."""
     from .autograd import enable_grad, grad
 
-    if isinstance(inputs, Tensor):
-        inputs = (inputs,)
-    inputs = tuple(inputs)
-    checked = [i for i, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
-    if not checked:
-        raise ValueError("gradgradcheck: no input is a Tensor with requires_grad=True")
+    inputs, checked = _inputs(inputs, "gradgradcheck")
 
     def first(*xs):
         with enable_grad():

@@ -93,37 +93,23 @@ def test_ddp_steps_as_one_process_with_the_whole_batch(processes):
     assert_ok(launch("ddp", processes), "ddp", processes)
 
 
-@pytest.mark.mpi
-@needs_mpi
-def test_ddp_no_sync_accumulates_then_averages():
-    assert_ok(launch("no_sync", 2), "no_sync", 2)
+# scenario of tests/mpi_worker.py -> what it checks, on 2 processes
+DDP_SCENARIOS = {
+    "no_sync": "no_sync accumulates locally, then the next synced backward averages the sum",
+    "unused": "a parameter unused on one rank counts as zeros there",
+    "two_wrappers": "two wrapped models in one backward each average their own gradients",
+    "robustness": "a parameter no rank uses keeps .grad None; a hook raising once does not stop the "
+                  "averaging; a backward without a forward through the wrapper, or after it is dropped, "
+                  "makes no collective call (rank 0 alone runs one: a hang would hit the timeout)",
+    "buffers": "rank 0's buffers reach every rank at construction and at each forward outside no_sync",
+}
 
 
 @pytest.mark.mpi
 @needs_mpi
-def test_ddp_parameter_unused_on_one_rank_counts_as_zeros():
-    assert_ok(launch("unused", 2), "unused", 2)
-
-
-@pytest.mark.mpi
-@needs_mpi
-def test_ddp_two_wrappers_in_one_backward_each_average_their_own():
-    assert_ok(launch("two_wrappers", 2), "two_wrappers", 2)
-
-
-@pytest.mark.mpi
-@needs_mpi
-def test_ddp_unused_everywhere_failing_hooks_local_backward_and_dropped_wrapper():
-    """A parameter no rank uses keeps .grad None; a hook raising once does not stop the
-    averaging; a backward without a forward through the wrapper, or after it is dropped,
-    makes no collective call (rank 0 alone runs one: a hang would hit the timeout)."""
-    assert_ok(launch("robustness", 2), "robustness", 2)
-
-
-@pytest.mark.mpi
-@needs_mpi
-def test_ddp_broadcasts_rank_0s_buffers():
-    assert_ok(launch("buffers", 2), "buffers", 2)
+@pytest.mark.parametrize("scenario", sorted(DDP_SCENARIOS))
+def test_ddp_scenarios_on_two_processes(scenario):
+    assert_ok(launch(scenario, 2), scenario, 2)
 
 
 @pytest.mark.mpi

@@ -21,6 +21,7 @@ from ._base import (
     dtype_name,
     float_dtype_name,
     host_array,
+    host_generator,
     host_rng,
     reseed_host,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "manual_seed",
     "host_array",
     "host_rng",
+    "host_generator",
     "dtype_name",
     "float_dtype_name",
 ]

@@ -29,6 +29,12 @@ def host_rng() -> np.random.Generator:
     return _host_rng
 
 
+def host_generator(seed) -> np.random.Generator:
+    """A host generator of its own, seeded by ``seed`` (an int >= 0, or a sequence of
+    them): shuffles that one seed makes repeatable on every device."""
+    return np.random.default_rng(seed)
+
+
 def reseed_host(seed: int) -> None:
     global _host_rng
     _host_rng = np.random.default_rng(seed)

@@ -23,10 +23,8 @@ import contextlib
 import itertools
 import weakref
 
-import numpy as np
-
 from .. import autograd, distributed
-from .._dtypes import dtype_name
+from .._dtypes import DTYPES, dtype_name
 from ..tensor import Tensor
 from .module import Module
 
@@ -58,11 +56,6 @@ def _weak_hook(wrapper):
             w._ready(p)
 
     return ready
-
-
-def _values(grad):
-    """A gradient's array (``.grad`` holds a Tensor after ``backward(create_graph=True)``)."""
-    return grad.data if isinstance(grad, Tensor) else grad
 
 
 class _Bucket:
@@ -128,7 +121,6 @@ class DistributedDataParallel(Module):
         self._no_sync = False
         self._round = None  # the backward call (autograd.hook_round) this wrapper last joined
         self._order = next(_created)  # every process makes its wrappers in the same order
-        self._lib = group.cupy if group.name == "nccl" else np
         self._broadcast_state(params)
         self._buckets = self._make_buckets([p for p in params if p.requires_grad])
         ready = _weak_hook(self)
@@ -155,7 +147,7 @@ class DistributedDataParallel(Module):
             key = (p.device, dtype_name(p.dtype))
             members, nbytes = open_.get(key, ([], 0))
             members.append(p)
-            nbytes += p.size * np.dtype(dtype_name(p.dtype)).itemsize
+            nbytes += p.size * DTYPES[dtype_name(p.dtype)].bits // 8
             if nbytes >= cap:
                 buckets.append(_Bucket(members))
                 open_.pop(key, None)
@@ -204,33 +196,8 @@ class DistributedDataParallel(Module):
         (so the sum is the mean), then one flag per parameter: whether any process has a
         gradient for it. One none has keeps ``.grad`` as it was (None), as PyTorch's."""
         self._sync_next = False  # a later backward without a forward through the wrapper is local
-        lib = self._lib
-        scale = 1.0 / self._group.size
         for bucket in self._buckets:
-            p0 = bucket.params[0]
-            flat = lib.empty(bucket.size + len(bucket.params), dtype=dtype_name(p0.dtype))
-            flags = flat[bucket.size:]
-            for k, (p, start) in enumerate(zip(bucket.params, bucket.offsets)):
-                part = flat[start:start + p.size]
-                if p.has_grad:
-                    lib.multiply(lib.asarray(_values(p.grad)).reshape(-1), scale, out=part)
-                    flags[k] = 1
-                else:  # no gradient here: zeros, so every process sends the same bucket
-                    part.fill(0)
-                    flags[k] = 0
-            everywhere = all(p.has_grad for p in bucket.params)  # then no flag needs reading (a GPU wait)
-            self._group.all_reduce(flat, "sum")
-            used = [True] * len(bucket.params) if everywhere else \
-                (flags > 0).tolist() if lib is np else (flags > 0).get().tolist()
-            for k, (p, start) in enumerate(zip(bucket.params, bucket.offsets)):
-                if not used[k]:
-                    continue
-                part = flat[start:start + p.size].reshape(p.shape)
-                g = p.grad if p.has_grad else None
-                if isinstance(g, lib.ndarray):  # the gradient array, written in place
-                    lib.copyto(g, part)
-                else:  # no gradient here yet, or a strict array: set (the setter copies)
-                    p.grad = part
+            self._group.average(bucket.params, bucket.offsets, bucket.size)
 
     def extra_repr(self) -> str:
         sizes = ", ".join(str(b.size) for b in self._buckets)
