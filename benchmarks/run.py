@@ -28,6 +28,11 @@ to the table's first column.
   cost ratio. Before timing, the HVPs must agree with the reference
   (rtol 1e-6 in float64, 1e-3 in float32, relative to each tensor's largest
   entry where entries are near 0) or it raises.
+- W5: one Conv2d forward plus backward (weight and bias gradients; the input is
+  data), batch 64, 1x28x28 -> 32 channels, 3x3, float32 and float64: LeanPass
+  against PyTorch; also 32 -> 64 channels at 14x14 (W5b), to see that the
+  one-channel case is not the only fast one. Before timing, the outputs and
+  gradients must agree (rtol 1e-4 in float32, 1e-10 in float64) or it raises.
 
 Thread pools (OpenBLAS, PyTorch's OpenMP) are limited with threadpoolctl and
 torch.set_num_threads for every contestant alike: pools that spin after a call
@@ -229,6 +234,59 @@ def w3(rounds):
     return {"forward_s": f, "backward_s": b, "ratio": b / f, "peak_bytes": peak}
 
 
+# ---- W5: a convolution layer's forward and backward -------------------------------------
+
+CONV_CASES = {"W5": (64, 1, 28, 32), "W5b": (64, 32, 14, 64)}  # batch, in channels, size, out channels
+CONV_RTOL = {"float32": 1e-4, "float64": 1e-10}
+
+
+def conv_step(case, dtype, framework):
+    """One forward plus backward of a 3x3 Conv2d with the gradient of the output
+    given: returns the step and a function giving (output, weight grad, bias grad)."""
+    batch, cin, size, cout = CONV_CASES[case]
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(batch, cin, size, size)).astype(dtype)
+    g = rng.normal(size=(batch, cout, size - 2, size - 2)).astype(dtype)
+    w = (rng.uniform(-1, 1, size=(cout, cin, 3, 3)) / np.sqrt(cin * 9)).astype(dtype)
+    b = rng.uniform(-0.1, 0.1, size=cout).astype(dtype)
+    if framework == "pytorch":
+        layer = torch.nn.Conv2d(cin, cout, 3, dtype=getattr(torch, dtype))
+        with torch.no_grad():
+            layer.weight.copy_(torch.tensor(w))
+            layer.bias.copy_(torch.tensor(b))
+        x, g = torch.tensor(x), torch.tensor(g)
+    else:
+        layer = leanpass.nn.Conv2d(cin, cout, 3, dtype=dtype)
+        layer.load_state_dict({"weight": w, "bias": b}, layout="torch")
+        x, g = Tensor(x), Tensor(g)
+    out = []
+
+    def step():
+        layer.weight.grad = layer.bias.grad = None
+        y = layer(x)
+        y.backward(g)
+        out[:] = [y]
+
+    def result():
+        step()
+        return [np.asarray(t.detach().numpy() if framework == "pytorch" else t.data)
+                for t in (out[0], layer.weight.grad, layer.bias.grad)]
+
+    return step, result
+
+
+def w5(case, dtype, rounds, n_threads):
+    names = (["pytorch"] if torch else []) + ["leanpass"]
+    with threads(n_threads):
+        steps = {name: conv_step(case, dtype, name) for name in names}
+        if torch:
+            for got, ref in zip(steps["leanpass"][1](), steps["pytorch"][1]()):
+                if not np.allclose(got, ref, rtol=CONV_RTOL[dtype], atol=CONV_RTOL[dtype] * np.abs(ref).max()):
+                    raise RuntimeError(f"{case}: leanpass disagrees with pytorch, max error {np.abs(got - ref).max()}")
+        medians = interleaved({name: s[0] for name, s in steps.items()}, rounds, repeat=5)
+    return {name: t * 1e3 for name, t in medians.items()}
+
+
 # ---- W7: a Hessian-vector product of an MLP loss ----------------------------------------
 
 HVP_RTOL = {"float64": 1e-6, "float32": 1e-3}
@@ -344,7 +402,7 @@ def machine():
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", nargs="*", default=["W1", "W2", "W3", "W4", "W7"])
+    p.add_argument("--only", nargs="*", default=["W1", "W2", "W3", "W4", "W5", "W5b", "W7"])
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--threads", nargs="*", type=int, default=[1, 2], help="thread counts (first is the headline)")
     p.add_argument("--json", default=None, help="also write the figures here")
@@ -392,6 +450,21 @@ def main(argv=None):
                  f"{v['leanpass'] / v['by hand']:.2f}x"] for dtype, v in r.items()]
         print("## W4: peak memory of one W1 step (tracemalloc)")
         print(table(["dtype", "by hand MiB", "leanpass MiB", "ratio"], rows), end="\n\n")
+
+    for case in ("W5", "W5b"):
+        if case not in args.only:
+            continue
+        results[case] = {}
+        rows = []
+        for dtype in ("float32", "float64"):
+            for n in args.threads:
+                r = results[case][f"{dtype}/{n}"] = w5(case, dtype, args.rounds, n)
+                base = next(iter(r.values()))
+                rows.append([dtype, n] + [f"{v:.3f} ({v / base:.2f}x)" for v in r.values()])
+        batch, cin, size, cout = CONV_CASES[case]
+        print(f"## {case}: Conv2d forward + backward (weight and bias gradients), batch {batch}, "
+              f"{cin}x{size}x{size} -> {cout} channels, 3x3, ms per step")
+        print(table(["dtype", "threads", *[f"{k} ms (ratio)" for k in r]], rows), end="\n\n")
 
     if "W7" in args.only:
         results["W7"] = {}

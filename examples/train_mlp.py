@@ -44,15 +44,15 @@ from leanpass import distributed as dist  # noqa: E402
 from leanpass.backends import get_backend  # noqa: E402
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def arg_parser(description: str) -> argparse.ArgumentParser:
+    """The options every training script here takes (train_cnn.py adds its own)."""
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or strict (default: cpu)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-3, help="Adam's learning rate")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--hidden", default="128", help="hidden layer sizes, comma-separated (default: 128)")
     p.add_argument("--data", default=None, help="MNIST folder (IDX files) or mnist.npz; default: digits")
     p.add_argument("--plot", default=None, metavar="PNG", help="write loss and accuracy curves here")
     p.add_argument("--checkpoint", default=None, metavar="NPZ", help="save model and optimizer here each epoch")
@@ -60,11 +60,22 @@ def parse_args(argv=None):
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--distributed", action="store_true",
                    help="data parallel over the processes mpiexec started (MPI on cpu, NCCL on cuda)")
-    args = p.parse_args(argv)
+    return p
+
+
+def sizes_option(p: argparse.ArgumentParser, option: str, text: str) -> list:
+    """``text`` like ``"256,128"`` as a list of positive ints, maybe empty (a usage error otherwise)."""
     try:
-        args.hidden = [int(n) for n in str(args.hidden).split(",") if n.strip()]
+        sizes = [int(n) for n in str(text).split(",") if n.strip()]
     except ValueError:
-        p.error(f"--hidden takes sizes like 256,128, got {args.hidden!r}")
+        sizes = [0]
+    if min(sizes, default=1) < 1:
+        p.error(f"{option} takes positive sizes like 256,128, got {text!r}")
+    return sizes
+
+
+def checked(p: argparse.ArgumentParser, args) -> argparse.Namespace:
+    """The checks every script makes once its own options are read."""
     if args.resume and not args.checkpoint:
         p.error("--resume needs --checkpoint PATH")
     try:  # before loading any data: a device that cannot be used is a one-line error, not a traceback
@@ -76,6 +87,20 @@ def parse_args(argv=None):
     except (ValueError, RuntimeError) as exc:
         p.exit(2, f"{p.prog}: error: {exc}\n")
     return args
+
+
+def parse_args(argv=None):
+    p = arg_parser(__doc__)
+    p.add_argument("--hidden", default="128", help="hidden layer sizes, comma-separated (default: 128)")
+    args = p.parse_args(argv)
+    args.hidden = sizes_option(p, "--hidden", args.hidden)
+    return checked(p, args)
+
+
+def build_mlp(args, data, device):
+    """The model and how the first line describes it."""
+    sizes = [data.features, *args.hidden, data.classes]
+    return nn.MLP(sizes, device=device, dtype=args.dtype), f"MLP {sizes}"
 
 
 def batches(n, batch_size):
@@ -131,16 +156,17 @@ def plot(history, path):
     plt.close(fig)
 
 
-def main(argv=None):
-    args = parse_args(argv)
+def main(argv=None, parse=parse_args, build=build_mlp):
+    args = parse(argv)
     try:
-        return train(args)
+        return train(args, build)
     finally:
         if args.distributed:
             dist.destroy_process_group()
 
 
-def train(args):
+def train(args, build=build_mlp):
+    """Train ``build(args, data, device)``'s model; the history of each epoch's figures."""
     rank, processes = (dist.get_rank(), dist.get_world_size()) if args.distributed else (0, 1)
     say = print if rank == 0 else (lambda *a, **k: None)  # rank 0 alone prints
     data = load_mnist(args.data) if args.data else load_digits(seed=args.seed)
@@ -150,10 +176,9 @@ def train(args):
     y_train = Tensor(data.y_train, device=device, dtype=args.dtype)
     x_test = Tensor(data.x_test, device=device, dtype=args.dtype)
     y_test = Tensor(data.y_test, device=device, dtype=args.dtype)
-    sizes = [data.features, *args.hidden, data.classes]
 
     leanpass.manual_seed(args.seed)
-    model = nn.MLP(sizes, device=device, dtype=args.dtype)
+    model, described = build(args, data, device)
     optimizer = optim.Adam(model.parameters(), lr=args.lr)
     net = nn.parallel.DistributedDataParallel(model) if args.distributed else model  # what the steps call
     history = {"train_loss": [], "test_loss": [], "test_accuracy": [], "samples_per_s": []}
@@ -169,7 +194,7 @@ def train(args):
             net._broadcast_state(model.parameters())
 
     shares = f", {processes} processes x batch {args.batch_size}" if args.distributed else ""
-    say(f"{data.name}: {len(data.y_train)} train / {len(data.y_test)} held out, MLP {sizes}, "
+    say(f"{data.name}: {len(data.y_train)} train / {len(data.y_test)} held out, {described}, "
         f"{args.dtype} on {device}{shares}")
     n = len(data.y_train)
     if args.distributed:  # each epoch, every process takes its share of one shuffle
@@ -219,7 +244,7 @@ def train(args):
             f"accuracy {accuracy:.4f}  {seen / seconds:,.0f} samples/s")
         if args.checkpoint and rank == 0:  # the model without the wrapper: resumes on any number of processes
             leanpass.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                           "epoch": epoch, "history": history, "sizes": sizes}, args.checkpoint)
+                           "epoch": epoch, "history": history, "model_description": described}, args.checkpoint)
     if args.plot and history["train_loss"] and rank == 0:
         plot(history, args.plot)
         say(f"curves written to {args.plot}")

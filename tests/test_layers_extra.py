@@ -300,3 +300,13 @@ def test_functional_linear_bad_shapes(device):
         F.dropout(x, 1.0)
     with pytest.raises(TypeError, match="relu: expected a Tensor"):
         F.relu([1.0])
+
+
+def test_gelu_takes_torchs_approximate_option():
+    """``nn.GELU(approximate="tanh")`` is PyTorch's spelling of what LeanPass computes;
+    the exact form (PyTorch's default, ``"none"``) is refused by name."""
+    x = leanpass.asarray([-2.0, -0.5, 0.0, 1.5])
+    assert bool(leanpass.all(nn.GELU(approximate="tanh")(x) == x.gelu()))
+    assert repr(nn.GELU()) == "GELU(approximate='tanh')"
+    with pytest.raises(ValueError, match="GELU: .*tanh approximation only.*'none'"):
+        nn.GELU(approximate="none")

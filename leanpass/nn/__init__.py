@@ -5,6 +5,8 @@ Everything here speaks ``Tensor`` (and, where an array is built, the backend's
 """
 
 from . import functional, init, parallel, utils
+from .attention import MultiheadAttention
+from .conv import Conv1d, Conv2d
 from .layers import (
     GELU,
     MLP,
@@ -21,12 +23,15 @@ from .layers import (
 )
 from .losses import binary_cross_entropy_loss, cross_entropy_loss, mse_loss
 from .module import Module, ModuleDict, ModuleList, Parameter
-from .norm import LayerNorm
+from .norm import BatchNorm1d, BatchNorm2d, LayerNorm
+from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from .sparse import Embedding
 
 __all__ = [
     "Module", "Parameter", "ModuleList", "ModuleDict", "init", "utils", "parallel", "functional",
-    "Linear", "MLP", "Sequential", "Dropout", "Flatten", "LayerNorm", "Embedding",
+    "Linear", "MLP", "Sequential", "Dropout", "Flatten", "LayerNorm", "Embedding", "Conv1d", "Conv2d",
     "ReLU", "Sigmoid", "Tanh", "LeakyReLU", "GELU", "Softmax", "Identity",
     "mse_loss", "cross_entropy_loss", "binary_cross_entropy_loss",
+    "BatchNorm1d", "BatchNorm2d", "MultiheadAttention",
+    "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d",
 ]

@@ -14,15 +14,20 @@ from .. import ops
 from .._checks import broadcast_shapes
 from .._dtypes import dtype_name
 from .._namespace import ones, reshape, sqrt, take, tril, where
+from ..autograd import no_grad
 from ..backends import get_backend, host_array
 from ..tensor import Tensor, apply, as_tensor
+from .conv import conv1d, conv2d
 from .layers import Dropout
 from .losses import binary_cross_entropy_loss, cross_entropy_loss, mse_loss
+from .pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 
 __all__ = [
     "linear", "relu", "gelu", "sigmoid", "tanh", "softmax", "log_softmax", "dropout",
-    "layer_norm", "embedding", "scaled_dot_product_attention",
+    "layer_norm", "embedding", "scaled_dot_product_attention", "conv1d", "conv2d",
     "mse_loss", "cross_entropy", "binary_cross_entropy_with_logits",
+    "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d",
+    "batch_norm",
 ]
 
 cross_entropy = cross_entropy_loss
@@ -213,3 +218,58 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask=None
     if dropout_p > 0.0:
         weights = dropout(weights, dropout_p)
     return weights @ v
+
+
+def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | None, weight: Tensor | None = None,
+               bias: Tensor | None = None, training: bool = False, momentum=0.1, eps: float = 1e-5, *,
+               _op: str = "batch_norm") -> Tensor:
+    """Batch normalisation of ``x`` of shape ``(N, C, ...)`` per channel (axis 1), as
+    ``torch.nn.functional.batch_norm``: ``(x - mean) / sqrt(var + eps) * weight + bias``.
+    ``training``: the batch's mean and biased variance (one graph node), and the
+    running statistics given are updated in place, outside the graph:
+    ``running = (1 - momentum) * running + momentum * batch`` with the *unbiased*
+    variance (``momentum`` may be a 0-d Tensor). Otherwise ``running_mean`` and
+    ``running_var`` are used."""
+    _tensor(x, _op)
+    if x.ndim < 2:
+        raise ValueError(f"{_op}: input must have at least 2 axes (N, C, ...), got shape {x.shape}")
+    channels = x.shape[1]
+    for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
+                    ("bias", bias)):
+        if t is None:
+            continue
+        if _tensor(t, _op, name).shape != (channels,):
+            raise ValueError(f"{_op}: {name} of shape {t.shape} does not fit an input of shape {x.shape} "
+                             f"({channels} channels on axis 1)")
+        if t.device != x.device:
+            raise ValueError(f"{_op}: {name} is on {t.device} but the input is on {x.device}")
+    axes = (0,) + tuple(range(2, x.ndim))
+    count = math.prod(x.shape[a] for a in axes)
+    shape = (1, channels) + (1,) * (x.ndim - 2)
+    if not training:
+        if running_mean is None or running_var is None:
+            raise ValueError(f"{_op}: running_mean and running_var are needed when not training")
+        scale = 1.0 / sqrt(running_var + eps)
+        if weight is not None:
+            scale = scale * weight
+        shift = -running_mean * scale
+        if bias is not None:
+            shift = shift + bias
+        return x * reshape(scale, shape) + reshape(shift, shape)
+    if count == 1:
+        raise ValueError(f"{_op}: Expected more than 1 value per channel when training, got input of shape {x.shape}")
+    if weight is None and bias is not None:
+        weight = ones((channels,), dtype=dtype_name(bias.dtype), device=x.device)
+    stats = [] if running_mean is not None or running_var is not None else None
+    inputs = (x,) if weight is None else (x, weight) if bias is None else (x, weight, bias)
+    y = apply(ops.batch_norm, *inputs, axes=axes, eps=float(eps), stats=stats)
+    if stats:
+        with no_grad():
+            mean, var = (as_tensor(a, device=x.device) for a in stats)
+            if running_mean is not None:
+                running_mean *= 1 - momentum
+                running_mean += mean * momentum
+            if running_var is not None:
+                running_var *= 1 - momentum
+                running_var += var * (momentum * (count / (count - 1)))
+    return y

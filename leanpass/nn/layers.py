@@ -97,7 +97,17 @@ class Tanh(Module):
 
 
 class GELU(Module):
-    """GELU, tanh approximation."""
+    """GELU, tanh approximation: PyTorch's ``GELU(approximate="tanh")`` (the array API
+    has no ``erf`` for the exact form, PyTorch's default)."""
+
+    def __init__(self, approximate: str = "tanh"):
+        if approximate != "tanh":
+            raise ValueError(f"GELU: LeanPass computes the tanh approximation only (approximate='tanh'), "
+                             f"got approximate={approximate!r}")
+        self.approximate = approximate
+
+    def extra_repr(self) -> str:
+        return f"approximate={self.approximate!r}"
 
     def forward(self, x):
         _check_input(x, self)

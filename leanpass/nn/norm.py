@@ -1,14 +1,16 @@
-"""``LayerNorm``: normalisation over the last axes, as ``torch.nn.LayerNorm``."""
+"""``LayerNorm``: normalisation over the last axes, as ``torch.nn.LayerNorm``;
+``BatchNorm1d`` and ``BatchNorm2d``: per channel over the batch, as PyTorch's."""
 
 from __future__ import annotations
 
+from ..autograd import no_grad
 from ..backends import get_backend
 from ..tensor import Tensor
 from . import functional as F
 from .layers import _check_input, _parameter_dtype
 from .module import Module, Parameter
 
-__all__ = ["LayerNorm"]
+__all__ = ["LayerNorm", "BatchNorm1d", "BatchNorm2d"]
 
 
 class LayerNorm(Module):
@@ -40,3 +42,77 @@ class LayerNorm(Module):
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+
+class _BatchNorm(Module):
+    """Per-channel normalisation of ``(N, C, ...)`` inputs (see :func:`functional.batch_norm`).
+    ``weight`` (ones) and ``bias`` (zeros) are Parameters of shape ``(C,)`` (absent
+    without ``affine``). With ``track_running_stats`` the buffers ``running_mean``
+    (zeros), ``running_var`` (ones) and ``num_batches_tracked`` (int64 0) are updated
+    in place by every forward in training mode (``momentum=None``: the cumulative
+    average) and used in eval mode; without, every forward uses the batch's statistics."""
+
+    _ranks: tuple = ()
+    _layout: str = ""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, *, device=None, dtype=None):
+        name = type(self).__name__
+        if not isinstance(num_features, int) or isinstance(num_features, bool) or num_features < 1:
+            raise ValueError(f"{name}: num_features must be a positive integer, got {num_features!r}")
+        dtype = _parameter_dtype(dtype, name)
+        backend = get_backend(device)
+        self.num_features = num_features
+        self.eps = float(eps)
+        self.momentum = None if momentum is None else float(momentum)
+        self.affine = bool(affine)
+        self.track_running_stats = bool(track_running_stats)
+        self.weight = self.bias = None
+        shape, kind = (num_features,), backend.dtype(dtype)
+        if affine:
+            self.weight = Parameter(backend.ones(shape, kind), name="weight", device=backend.device)
+            self.bias = Parameter(backend.zeros(shape, kind), name="bias", device=backend.device)
+        tracked = (("running_mean", backend.zeros(shape, kind), dtype),
+                   ("running_var", backend.ones(shape, kind), dtype),
+                   ("num_batches_tracked", backend.zeros((), backend.dtype("int64")), "int64"))
+        for key, array, kind in tracked:
+            buffer = Tensor(array, device=backend.device, dtype=kind) if track_running_stats else None
+            self.register_buffer(key, buffer)
+
+    def forward(self, x: Tensor) -> Tensor:
+        _check_input(x, self)
+        name = type(self).__name__
+        if x.ndim not in self._ranks:
+            raise ValueError(f"{name}: expected a {self._layout} input, got shape {x.shape}")
+        if x.shape[1] != self.num_features:
+            raise ValueError(f"{name}({self.num_features}): input of shape {x.shape} has {x.shape[1]} channels "
+                             f"on axis 1, expected {self.num_features}")
+        update = self.training and self.running_mean is not None
+        momentum = self.momentum
+        if update and momentum is None:  # the cumulative average, without reading the count on the host
+            with no_grad():
+                momentum = 1.0 / (self.num_batches_tracked.astype(self.running_mean.dtype) + 1)
+        y = F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                         self.training or self.running_mean is None, momentum, self.eps, _op=name)
+        if update:
+            with no_grad():
+                self.num_batches_tracked += 1
+        return y
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"track_running_stats={self.track_running_stats}")
+
+
+class BatchNorm1d(_BatchNorm):
+    """Batch normalisation of ``(N, C)`` or ``(N, C, L)`` inputs, as ``torch.nn.BatchNorm1d``."""
+
+    _ranks = (2, 3)
+    _layout = "2-D (N, C) or 3-D (N, C, L)"
+
+
+class BatchNorm2d(_BatchNorm):
+    """Batch normalisation of ``(N, C, H, W)`` inputs, as ``torch.nn.BatchNorm2d``."""
+
+    _ranks = (4,)
+    _layout = "4-D (N, C, H, W)"

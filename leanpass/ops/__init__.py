@@ -8,6 +8,7 @@ modules is also reachable here by its Python name: ``ops.exp``, ``ops.linear``.
 """
 
 from . import (
+    conv,
     conversion,
     creation,
     elementwise,
@@ -16,6 +17,8 @@ from . import (
     linalg,
     manipulation,
     nn,
+    norm,
+    pool,
     searching,
     sets,
     sorting,
@@ -23,8 +26,8 @@ from . import (
 )
 from ._op import ALL, Op, op
 
-MODULES = (conversion, creation, elementwise, fft, indexing, linalg, manipulation, nn, searching, sets, sorting,
-           statistical)
+MODULES = (conv, conversion, creation, elementwise, fft, indexing, linalg, manipulation, nn, norm, pool, searching,
+           sets, sorting, statistical)
 
 __all__ = ["Op", "op", "ALL", "MODULES", *(m.__name__.rsplit(".", 1)[1] for m in MODULES)]
 for _module in MODULES:

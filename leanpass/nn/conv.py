@@ -1,0 +1,191 @@
+"""Convolutions: ``Conv1d``, ``Conv2d`` and their functions ``conv1d``, ``conv2d``,
+as PyTorch's (same arguments, same weight layout ``(out, in / groups, *kernel)``)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+from .. import ops
+from .._namespace import broadcast_to, concat, flip
+from ..backends import get_backend
+from ..tensor import Tensor, apply
+from .layers import _check_input, _parameter_dtype
+from .module import Module, Parameter
+
+__all__ = ["Conv1d", "Conv2d", "conv1d", "conv2d"]
+
+_PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
+
+
+def _ints(value, dims: int, what: str, name: str, low: int) -> tuple:
+    """``value`` (an int, or a tuple of ``dims`` ints) as a tuple of ``dims`` ints ``>= low``."""
+    values = (value,) * dims if isinstance(value, numbers.Integral) else value
+    if (not isinstance(values, (tuple, list)) or len(values) != dims
+            or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in values)):
+        raise TypeError(f"{name}: {what} must be an int or a tuple of {dims} ints, got {value!r}")
+    if any(v < low for v in values):
+        raise ValueError(f"{name}: {what} must be {'positive' if low else 'non-negative'}, got {value!r}")
+    return tuple(int(v) for v in values)
+
+
+def _padding(padding, kernel, stride, dilation, name: str) -> tuple:
+    """One ``(before, after)`` pair per spatial axis; ``"same"`` puts the odd one after, as PyTorch."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return ((0, 0),) * len(kernel)
+        if padding != "same":
+            raise ValueError(f"{name}: padding {padding!r} must be 'valid', 'same', an int or a tuple of ints")
+        if any(s != 1 for s in stride):
+            raise ValueError(f"{name}: padding='same' is not supported for strided convolutions (stride {stride})")
+        totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
+        return tuple((t // 2, t - t // 2) for t in totals)
+    return tuple((p, p) for p in _ints(padding, len(kernel), "padding", name, 0))
+
+
+def _part(x: Tensor, axis: int, start: int, stop: int) -> Tensor:
+    return x[(slice(None),) * axis + (slice(start, stop), ...)]
+
+
+def _pad(x: Tensor, padding, mode: str) -> Tensor:
+    """``x`` ``(N, C, *S)`` padded by ``mode`` ("reflect", "replicate", "circular") with Tensor operations."""
+    for axis, (lo, hi) in enumerate(padding, start=2):
+        n = x.shape[axis]
+        if mode == "circular":
+            pieces = [_part(x, axis, n - lo, n), x, _part(x, axis, 0, hi)]
+        elif mode == "reflect":
+            pieces = [flip(_part(x, axis, 1, lo + 1), axis=axis), x,
+                      flip(_part(x, axis, n - 1 - hi, n - 1), axis=axis)]
+        else:  # replicate
+            pieces = [broadcast_to(_part(x, axis, i, i + 1), x.shape[:axis] + (count,) + x.shape[axis + 1:])
+                      for i, count in ((0, lo), (n - 1, hi))]
+            pieces.insert(1, x)
+        x = concat([p for p in pieces if p.shape[axis]], axis=axis)
+    return x
+
+
+def _conv(x, weight, bias, stride, padding, dilation, groups, dims: int, name: str, padding_mode="zeros"):
+    """The checked convolution of ``x`` ``(N, C, *S)`` or ``(C, *S)`` with ``dims`` spatial axes."""
+    for value, what in ((x, "input"), (weight, "weight")) + (((bias, "bias"),) if bias is not None else ()):
+        if not isinstance(value, Tensor):
+            raise TypeError(f"{name}: expected a Tensor as {what}, got {type(value).__name__}")
+    shapes = f"input of shape {x.shape}, weight of shape {weight.shape}"
+    if weight.ndim != dims + 2:
+        raise ValueError(f"{name}: weight must have {dims + 2} axes (out, in / groups, *kernel); {shapes}")
+    if x.ndim not in (dims + 1, dims + 2):
+        raise ValueError(f"{name}: input must have {dims + 1} (unbatched) or {dims + 2} (batched) axes; {shapes}")
+    if not isinstance(groups, numbers.Integral) or isinstance(groups, bool) or groups < 1:
+        raise ValueError(f"{name}: groups must be a positive int, got {groups!r}")
+    channels, kernel = weight.shape[0], weight.shape[2:]
+    if channels % groups:
+        raise ValueError(f"{name}: out channels {channels} are not divisible by groups {groups}; {shapes}")
+    if x.shape[-dims - 1] != weight.shape[1] * groups:
+        raise ValueError(f"{name}: input has {x.shape[-dims - 1]} channels, the weight expects "
+                         f"{weight.shape[1] * groups} (in / groups {weight.shape[1]} times groups {groups}); {shapes}")
+    if bias is not None and bias.shape != (channels,):
+        raise ValueError(f"{name}: bias of shape {bias.shape} must be ({channels},); {shapes}")
+    stride = _ints(stride, dims, "stride", name, 1)
+    dilation = _ints(dilation, dims, "dilation", name, 1)
+    pads = _padding(padding, kernel, stride, dilation, name)
+    size = x.shape[-dims:]
+    for n, k, d, (lo, hi) in zip(size, kernel, dilation, pads):
+        if n + lo + hi < d * (k - 1) + 1:
+            raise ValueError(f"{name}: the kernel (dilated: {d * (k - 1) + 1}) is larger than the padded input "
+                             f"({n + lo + hi}); {shapes}, padding {padding!r}, dilation {dilation}")
+        if padding_mode == "reflect" and max(lo, hi) >= n or padding_mode == "circular" and max(lo, hi) > n:
+            raise ValueError(f"{name}: padding {padding!r} is too large for padding_mode {padding_mode!r} "
+                             f"and an input of shape {x.shape}")
+    batched = x.ndim == dims + 2
+    if not batched:
+        x = x.reshape((1, *x.shape))
+    if padding_mode != "zeros":
+        x, pads = _pad(x, pads, padding_mode), ((0, 0),) * dims
+    inputs = (x, weight) if bias is None else (x, weight, bias)
+    out = apply(ops.convolution, *inputs, stride=stride, padding=pads, dilation=dilation, groups=int(groups))
+    return out if batched else out.reshape(out.shape[1:])
+
+
+def conv1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,
+           groups: int = 1) -> Tensor:
+    """``torch.nn.functional.conv1d``: ``x`` ``(N, C, L)`` or ``(C, L)``, ``weight``
+    ``(out, C / groups, k)``; ``padding`` an int, a 1-tuple, ``"valid"`` or ``"same"``."""
+    return _conv(x, weight, bias, stride, padding, dilation, groups, 1, "conv1d")
+
+
+def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,
+           groups: int = 1) -> Tensor:
+    """``torch.nn.functional.conv2d``: ``x`` ``(N, C, H, W)`` or ``(C, H, W)``, ``weight``
+    ``(out, C / groups, kH, kW)``; ``padding`` an int, a pair, ``"valid"`` or ``"same"``."""
+    return _conv(x, weight, bias, stride, padding, dilation, groups, 2, "conv2d")
+
+
+class _ConvNd(Module):
+    """A convolution layer with ``dims`` spatial axes (see :class:`Conv2d`)."""
+
+    dims = 0
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
+                 groups: int = 1, bias: bool = True, padding_mode: str = "zeros", *, device=None, dtype=None):
+        name, dims = type(self).__name__, self.dims
+        sizes = (in_channels, out_channels, groups)
+        if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0 for v in sizes):
+            raise ValueError(f"{name}: in_channels, out_channels and groups must be positive ints, got {sizes}")
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"{name}: in_channels {in_channels} and out_channels {out_channels} must both be "
+                             f"divisible by groups {groups}")
+        if padding_mode not in _PADDING_MODES:
+            raise ValueError(f"{name}: padding_mode {padding_mode!r} must be one of {_PADDING_MODES}")
+        kernel = _ints(kernel_size, dims, "kernel_size", name, 1)
+        self.stride = _ints(stride, dims, "stride", name, 1)
+        self.dilation = _ints(dilation, dims, "dilation", name, 1)
+        _padding(padding, kernel, self.stride, self.dilation, name)  # checked here, applied per input
+        dtype = _parameter_dtype(dtype, name)
+        backend = get_backend(device)
+        self.in_channels, self.out_channels, self.kernel_size = int(in_channels), int(out_channels), kernel
+        self.padding = padding if isinstance(padding, str) else _ints(padding, dims, "padding", name, 0)
+        self.groups = int(groups)
+        self.padding_mode = padding_mode
+        # kaiming_uniform_(a=sqrt(5)), as PyTorch: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), the bias too
+        bound = 1.0 / math.sqrt(in_channels // groups * math.prod(kernel))
+        shape = (out_channels, in_channels // groups, *kernel)
+        self.weight = Parameter(backend.init_uniform(shape, -bound, bound, dtype), name="weight",
+                                device=backend.device)
+        self.bias = (Parameter(backend.init_uniform((out_channels,), -bound, bound, dtype), name="bias",
+                               device=backend.device) if bias else None)
+
+    def forward(self, x: Tensor) -> Tensor:
+        _check_input(x, self)
+        return _conv(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups, self.dims,
+                     type(self).__name__, self.padding_mode)
+
+    def extra_repr(self) -> str:
+        s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
+             f"padding={self.padding!r}")
+        if self.dilation != (1,) * self.dims:
+            s += f", dilation={self.dilation}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        if self.bias is None:
+            s += ", bias=False"
+        if self.padding_mode != "zeros":
+            s += f", padding_mode={self.padding_mode!r}"
+        return s
+
+
+class Conv1d(_ConvNd):
+    """``torch.nn.Conv1d``: input ``(N, C, L)`` or ``(C, L)``, ``weight`` ``(out, in /
+    groups, k)`` and ``bias`` ``(out,)`` drawn from ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``
+    (``fan_in = in / groups * k``) on the host, as PyTorch's default initialisation."""
+
+    dims = 1
+
+
+class Conv2d(_ConvNd):
+    """``torch.nn.Conv2d``: input ``(N, C, H, W)`` or ``(C, H, W)``, ``weight`` ``(out,
+    in / groups, kH, kW)`` (PyTorch's layout: ``state_dict(layout="torch")`` needs no
+    transpose) and ``bias`` ``(out,)``, both drawn from ``U(-1/sqrt(fan_in),
+    1/sqrt(fan_in))`` (``fan_in = in / groups * kH * kW``) on the host, as PyTorch's
+    default initialisation. ``padding``: an int, a pair, ``"valid"`` or ``"same"``
+    (stride 1); ``padding_mode``: ``"zeros"``, ``"reflect"``, ``"replicate"`` or ``"circular"``."""
+
+    dims = 2

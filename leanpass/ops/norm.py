@@ -1,0 +1,53 @@
+"""Batch normalisation in training mode as one node: the forward with the batch's
+statistics, and its closed-form backward."""
+
+from __future__ import annotations
+
+import math
+
+from ._op import op
+
+
+@op("batch_norm", saves=(1,), saves_out=False, needs=True)
+def batch_norm(be, x, weight=None, bias=None, axes=(0,), eps=1e-5, stats=None, needs=(True, True, True)):
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` with the mean and the biased
+    variance over ``axes`` (every axis but the channels, axis 1); ``weight`` and
+    ``bias`` (optional) have one value per channel. With ``stats`` (a list) the
+    per-channel mean and biased variance are put in it, for the running statistics.
+
+    With ``w = weight * inv_std``, ``s_g = sum(g)`` and ``s_gx = sum(g * xhat)`` over
+    ``axes`` and ``n`` values per channel, the gradients are ``bias: s_g``, ``weight:
+    s_gx`` and ``x: w * (g - s_g / n - xhat * s_gx / n)``.
+    """
+    xp = be.xp
+    channels = x.shape[1]
+    shape = (1, channels) + (1,) * (x.ndim - 2)  # one value per channel, broadcasting over x
+    n = math.prod(x.shape[a] for a in axes)
+    mean = xp.mean(x, axis=axes, keepdims=True)
+    centered = x - mean
+    var = xp.mean(centered * centered, axis=axes, keepdims=True)
+    inv_std = 1.0 / xp.sqrt(var + eps)
+    xhat = centered * inv_std
+    out = xhat if weight is None else xhat * xp.reshape(weight, shape)
+    if bias is not None:
+        out = out + xp.reshape(bias, shape)
+    if stats is not None:
+        stats[:] = (xp.reshape(mean, (channels,)), xp.reshape(var, (channels,)))
+    need_x, need_w = needs[0], weight is not None and needs[1]
+    need_b = bias is not None and needs[2 if weight is not None else 1]
+
+    def backward(g):
+        sum_g = xp.sum(g, axis=axes, keepdims=True) if need_x or need_b else None
+        sum_gx = xp.sum(g * xhat, axis=axes, keepdims=True) if need_x or need_w else None
+        gx = None
+        if need_x:
+            scale = inv_std if weight is None else inv_std * xp.reshape(weight, shape)
+            gx = scale * (g - sum_g / n - xhat * (sum_gx / n))
+        grads = [gx]
+        if weight is not None:
+            grads.append(xp.reshape(sum_gx, (channels,)) if need_w else None)
+        if bias is not None:
+            grads.append(xp.reshape(sum_g, (channels,)) if need_b else None)
+        return tuple(grads)
+
+    return out, backward

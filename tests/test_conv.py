@@ -1,0 +1,231 @@
+"""Conv1d, Conv2d, conv1d, conv2d and the unfold / fold operations: PyTorch's values
+and gradients, second derivatives, adjointness, the torch state_dict layout, and
+errors that change nothing."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import leanpass
+from leanpass import Tensor, nn, ops
+from leanpass.nn import functional as F
+from leanpass.tensor import apply
+
+RTOL = 1e-10
+
+
+def torch_or_skip():
+    return pytest.importorskip("torch", reason="the comparison with PyTorch needs torch")
+
+
+def host(a):
+    if isinstance(a, Tensor):
+        a = a.data
+    return a.detach().numpy() if hasattr(a, "detach") else np.asarray(a)
+
+
+def close(a, b, rtol=RTOL):
+    np.testing.assert_allclose(host(a), host(b), rtol=rtol, atol=1e-12)
+
+
+# (stride, padding, dilation, groups, bias) for 2-D; the 1-D cases take each tuple's first entry
+CASES = [
+    (1, 0, 1, 1, True),
+    (2, 1, 1, 1, False),
+    ((2, 1), (0, 2), (1, 2), 1, True),
+    (1, "same", (2, 1), 2, True),
+    (1, "valid", 1, 3, False),
+    ((1, 3), (2, 1), 2, 6, True),
+]
+
+
+def first(v):
+    return v[0] if isinstance(v, tuple) else v
+
+
+@pytest.mark.parametrize("dims", [1, 2])
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("batched", [True, False])
+def test_conv_matches_torch(device, dims, case, batched):
+    torch = torch_or_skip()
+    stride, padding, dilation, groups, bias = case if dims == 2 else tuple(map(first, case))
+    rng = np.random.default_rng(0)
+    kernel = (3, 2) if dims == 2 else (3,)  # non-square
+    size = (9, 8) if dims == 2 else (11,)
+    x = rng.normal(size=((2,) if batched else ()) + (6, *size))
+    w = rng.normal(size=(12, 6 // groups, *kernel))
+    b = rng.normal(size=12) if bias else None
+    arrays = [a for a in (x, w, b) if a is not None]
+    ours = [Tensor(a, requires_grad=True, device=device) for a in arrays]
+    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+    f = F.conv2d if dims == 2 else F.conv1d
+    tf = torch.nn.functional.conv2d if dims == 2 else torch.nn.functional.conv1d
+    y = f(*ours, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    with warnings.catch_warnings():  # torch warns that "same" with an even kernel pads a copy
+        warnings.simplefilter("ignore", UserWarning)
+        ty = tf(*theirs, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    assert y.shape == tuple(ty.shape)
+    close(y, ty)
+    g = rng.normal(size=y.shape)
+    y.backward(Tensor(g, device=device))
+    ty.backward(torch.tensor(g))
+    for a, t in zip(ours, theirs):
+        close(a.grad, t.grad)
+
+
+@pytest.mark.parametrize("mode", ["zeros", "reflect", "replicate", "circular"])
+@pytest.mark.parametrize("dims", [1, 2])
+def test_layer_matches_torch_with_its_seeded_initialisation_and_padding_modes(device, mode, dims):
+    torch = torch_or_skip()
+    cls, tcls = (nn.Conv2d, torch.nn.Conv2d) if dims == 2 else (nn.Conv1d, torch.nn.Conv1d)
+    leanpass.manual_seed(3)
+    layer = cls(4, 6, 3, padding=2, groups=2, padding_mode=mode, device=device, dtype="float64")
+    fan_in = 2 * 3 ** dims
+    for p in (layer.weight, layer.bias):  # U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+        assert float(np.abs(host(p)).max()) <= fan_in ** -0.5
+    leanpass.manual_seed(3)
+    again = cls(4, 6, 3, padding=2, groups=2, padding_mode=mode, device=device, dtype="float64")
+    close(again.weight, layer.weight, rtol=0)
+    ref = tcls(4, 6, 3, padding=2, groups=2, padding_mode=mode, dtype=torch.float64)
+    ref.load_state_dict({k: torch.tensor(host(v)) for k, v in layer.state_dict(layout="torch").items()})
+    x = np.random.default_rng(1).normal(size=(2, 4) + (7,) * dims)
+    ours, theirs = Tensor(x, requires_grad=True, device=device), torch.tensor(x, requires_grad=True)
+    y, ty = layer(ours), ref(theirs)
+    close(y, ty)
+    y.sum().backward()
+    ty.sum().backward()
+    close(ours.grad, theirs.grad)
+    close(layer.weight.grad, ref.weight.grad)
+    close(layer.bias.grad, ref.bias.grad)
+
+
+def test_state_dict_torch_layout_round_trip(device):
+    torch = torch_or_skip()
+    ref = torch.nn.Conv2d(3, 4, (3, 2), dtype=torch.float64)
+    layer = nn.Conv2d(3, 4, (3, 2), device=device, dtype="float64")
+    layer.load_state_dict({k: v.detach().numpy() for k, v in ref.state_dict().items()}, layout="torch")
+    state = layer.state_dict(layout="torch")
+    assert set(state) == {"weight", "bias"} and tuple(state["weight"].shape) == (4, 3, 3, 2)
+    for k, v in ref.state_dict().items():
+        close(state[k], v, rtol=0)
+    back = torch.nn.Conv2d(3, 4, (3, 2), dtype=torch.float64)
+    back.load_state_dict({k: torch.tensor(host(v)) for k, v in state.items()})
+    x = np.random.default_rng(2).normal(size=(1, 3, 6, 5))
+    close(layer(Tensor(x, device=device)), back(torch.tensor(x)))
+
+
+@pytest.mark.parametrize("dims", [1, 2])
+def test_gradcheck_and_gradgradcheck(device, dims):
+    rng = np.random.default_rng(4)
+    size = (5, 4) if dims == 2 else (6,)
+    x = Tensor(rng.normal(size=(2, 2, *size)), requires_grad=True, device=device)
+    w = Tensor(rng.normal(size=(2, 1) + (2,) * dims), requires_grad=True, device=device)
+    b = Tensor(rng.normal(size=2), requires_grad=True, device=device)
+    f = F.conv2d if dims == 2 else F.conv1d
+
+    def fn(x, w, b):
+        return f(x, w, b, stride=2, padding=1, dilation=1, groups=2).tanh()  # tanh: a non-zero Hessian
+
+    assert leanpass.gradcheck(fn, (x, w, b))
+    assert leanpass.gradgradcheck(fn, (x, w, b))
+
+
+@pytest.mark.parametrize("dims", [1, 2])
+def test_unfold_and_fold_are_adjoint_and_match_torch(device, dims):
+    rng = np.random.default_rng(5)
+    size = (7, 6) if dims == 2 else (9,)
+    kernel, stride, dilation = (2,) * dims, (2,) * dims, (1,) + (2,) * (dims - 1)
+    padding = ((1, 1),) * dims
+    x = Tensor(rng.normal(size=(2, 3, *size)), requires_grad=True, device=device)
+    cols = apply(ops.unfold, x, kernel=kernel, stride=stride, padding=padding, dilation=dilation)
+    c = Tensor(rng.normal(size=cols.shape), requires_grad=True, device=device)
+    folded = apply(ops.fold, c, size=size, kernel=kernel, stride=stride, padding=padding, dilation=dilation)
+    assert folded.shape == x.shape
+    # <unfold(x), c> == <x, fold(c)>
+    np.testing.assert_allclose(float(leanpass.sum(cols * c)), float(leanpass.sum(x * folded)), rtol=1e-12)
+    # each one's backward is the other
+    (cols * c).sum().backward()
+    close(x.grad, folded)
+    c2 = Tensor(host(c), requires_grad=True, device=device)
+    again = apply(ops.fold, c2, size=size, kernel=kernel, stride=stride, padding=padding, dilation=dilation)
+    (again * x).sum().backward()
+    close(c2.grad, cols)
+    assert leanpass.gradgradcheck(
+        lambda x: apply(ops.unfold, x, kernel=kernel, stride=stride, padding=padding, dilation=dilation) ** 2, (x,))
+    if dims == 2:
+        torch = torch_or_skip()
+        tx = torch.tensor(host(x))
+        close(cols, torch.nn.functional.unfold(tx, kernel, dilation=dilation, padding=1, stride=stride))
+        close(folded, torch.nn.functional.fold(torch.tensor(host(c)), size, kernel, dilation=dilation, padding=1,
+                                               stride=stride))
+
+
+def test_conv_layer_trains_in_a_sequential(device):
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1, device=device), nn.ReLU(), nn.Flatten(),
+                          nn.Linear(4 * 6 * 6, 2, device=device))
+    x = Tensor(np.random.default_rng(6).normal(size=(5, 1, 6, 6)), device=device)
+    labels = leanpass.asarray(np.array([0, 1, 0, 1, 1]), device=device)
+    opt = leanpass.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for _ in range(5):
+        loss = nn.cross_entropy_loss(model(x), labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    assert losses[-1] < losses[0]
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: nn.Conv2d(3, 4, 3, groups=2), "divisible by groups"),
+    (lambda: nn.Conv2d(4, 6, 3, groups=4), "divisible by groups"),
+    (lambda: nn.Conv2d(2, 4, 3, stride=0), "stride must be positive"),
+    (lambda: nn.Conv1d(2, 4, 3, dilation=-1), "dilation must be positive"),
+    (lambda: nn.Conv2d(2, 4, 3, padding=-1), "padding must be non-negative"),
+    (lambda: nn.Conv2d(2, 4, 3, stride=2, padding="same"), "strided"),
+    (lambda: nn.Conv2d(2, 4, 3, padding_mode="mirror"), "padding_mode"),
+    (lambda: nn.Conv2d(0, 4, 3), "positive"),
+])
+def test_bad_construction_raises_value_error(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+@pytest.mark.parametrize("shape, message", [
+    ((3, 8), "input must have 3 .* or 4"),  # wrong rank
+    ((2, 1, 3, 8, 8), "input must have 3 .* or 4"),
+    ((2, 2, 8, 8), "input has 2 channels, the weight expects 3"),
+    ((2, 3, 2, 8), "larger than the padded input"),
+])
+def test_bad_input_raises_naming_the_layer_and_changes_nothing(device, shape, message):
+    layer = nn.Conv2d(3, 4, 3, dilation=(2, 1), padding=(1, 0), device=device, dtype="float64")
+    before = {k: host(v).copy() for k, v in layer.state_dict().items()}
+    x = Tensor(np.ones(shape), requires_grad=True, device=device)
+    with pytest.raises(ValueError, match=message) as info:
+        layer(x)
+    text = str(info.value)
+    assert text.startswith("Conv2d:") and str(tuple(shape)) in text and "(4, 3, 3, 3)" in text
+    assert not x.has_grad and not layer.weight.has_grad
+    for k, v in layer.state_dict().items():
+        close(v, before[k], rtol=0)
+
+
+def test_functional_bad_arguments(device):
+    x = Tensor(np.ones((1, 4, 6)), device=device)
+    w = Tensor(np.ones((6, 2, 3)), device=device)
+    with pytest.raises(ValueError, match="conv1d: out channels 6 are not divisible by groups 4"):
+        F.conv1d(x, w, groups=4)
+    with pytest.raises(ValueError, match="conv1d: stride must be positive"):
+        F.conv1d(x, w, stride=0, groups=2)
+    with pytest.raises(ValueError, match="conv1d: padding must be non-negative"):
+        F.conv1d(x, w, padding=-2, groups=2)
+    with pytest.raises(ValueError, match=r"conv1d: bias of shape \(5,\)"):
+        F.conv1d(x, w, Tensor(np.ones(5), device=device), groups=2)
+    with pytest.raises(ValueError, match="conv2d: weight must have 4 axes"):
+        F.conv2d(x, w)
+    with pytest.raises(TypeError, match="conv1d: expected a Tensor as weight"):
+        F.conv1d(x, np.ones((6, 2, 3)))
+    assert F.conv1d(x, w, groups=2).shape == (1, 6, 4)

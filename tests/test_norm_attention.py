@@ -1,0 +1,383 @@
+"""BatchNorm1d/2d, functional.batch_norm and MultiheadAttention: PyTorch's values,
+gradients and running statistics, state dicts in PyTorch's layout, second
+derivatives, and errors that change nothing."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import leanpass
+from leanpass import Tensor, nn
+from leanpass.nn import functional as F
+
+RTOL = 1e-10
+
+
+def torch_or_skip():
+    return pytest.importorskip("torch", reason="the comparison with PyTorch needs torch")
+
+
+def host(a):
+    if isinstance(a, Tensor):
+        a = a.data
+    return a.detach().numpy() if hasattr(a, "detach") else np.asarray(a)
+
+
+def close(a, b, rtol=RTOL):
+    np.testing.assert_allclose(host(a), host(b), rtol=rtol, atol=1e-12)
+
+
+def snapshot(module):
+    return {k: np.asarray(v).copy() for k, v in module.state_dict().items()}
+
+
+def same_state(module, before):
+    after = module.state_dict()
+    return after.keys() == before.keys() and all(np.array_equal(np.asarray(after[k]), before[k]) for k in before)
+
+
+# ---- BatchNorm ----------------------------------------------------------------------------------
+
+BN_CASES = [("BatchNorm1d", (5, 3)), ("BatchNorm1d", (4, 3, 6)), ("BatchNorm2d", (4, 3, 5, 2))]
+
+
+def bn_pair(torch, name, device, rng, **kwargs):
+    ours = getattr(nn, name)(3, device=device, dtype="float64", **kwargs)
+    theirs = getattr(torch.nn, name)(3, dtype=torch.float64, **kwargs)
+    if ours.affine:
+        state = {"weight": rng.normal(size=3), "bias": rng.normal(size=3)}
+        ours.load_state_dict(state, strict=False)
+        theirs.load_state_dict({k: torch.tensor(v) for k, v in state.items()}, strict=False)
+    return ours, theirs
+
+
+def bn_step(torch, ours, theirs, shape, device, rng):
+    """One forward and backward of both; checks outputs and gradients."""
+    data, g = rng.normal(size=shape) * 2 + 1, rng.normal(size=shape)
+    x, tx = Tensor(data, requires_grad=True, device=device), torch.tensor(data, requires_grad=True)
+    y, ty = ours(x), theirs(tx)
+    close(y, ty)
+    (y * Tensor(g, device=device)).sum().backward()
+    (ty * torch.tensor(g)).sum().backward()
+    close(x.grad, tx.grad)
+    for p, tp in zip(ours.parameters(), theirs.parameters()):
+        close(p.grad, tp.grad)
+    ours.zero_grad()
+    theirs.zero_grad()
+
+
+def close_buffers(ours, theirs):
+    mine, torch_state = ours.state_dict(layout="torch"), theirs.state_dict()
+    assert list(mine) == list(torch_state)
+    for key in mine:
+        close(mine[key], torch_state[key])
+
+
+@pytest.mark.parametrize("name,shape", BN_CASES)
+@pytest.mark.parametrize("momentum", [0.1, 0.3, None])
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm_matches_torch_in_training_then_eval(device, name, shape, momentum, affine):
+    torch = torch_or_skip()
+    rng = np.random.default_rng(0)
+    ours, theirs = bn_pair(torch, name, device, rng, momentum=momentum, affine=affine, eps=1e-3)
+    assert (ours.weight is None) == (not affine) and len(ours.parameters()) == (2 if affine else 0)
+    for _ in range(3):
+        bn_step(torch, ours, theirs, shape, device, rng)
+        close_buffers(ours, theirs)
+    assert int(ours.num_batches_tracked) == 3 and ours.num_batches_tracked.dtype == "int64"
+    ours.eval()
+    theirs.eval()
+    bn_step(torch, ours, theirs, shape, device, rng)
+    close_buffers(ours, theirs)  # eval changes no buffer
+    assert int(ours.num_batches_tracked) == 3
+
+
+@pytest.mark.parametrize("name,shape", BN_CASES)
+def test_batch_norm_without_running_stats_uses_the_batch_always(device, name, shape):
+    torch = torch_or_skip()
+    rng = np.random.default_rng(1)
+    ours, theirs = bn_pair(torch, name, device, rng, track_running_stats=False)
+    assert ours.running_mean is None and ours.running_var is None and ours.num_batches_tracked is None
+    assert ours.buffers() == [] and list(ours.state_dict()) == ["weight", "bias"]
+    bn_step(torch, ours, theirs, shape, device, rng)
+    ours.eval()
+    theirs.eval()
+    bn_step(torch, ours, theirs, shape, device, rng)
+
+
+def test_batch_norm_buffers_update_in_place_and_are_not_parameters(device):
+    bn = nn.BatchNorm2d(2, momentum=0.5, device=device)
+    mean, var, count = bn.running_mean, bn.running_var, bn.num_batches_tracked
+    assert [n for n, _ in bn.named_buffers()] == ["running_mean", "running_var", "num_batches_tracked"]
+    assert [n for n, _ in bn.named_parameters()] == ["weight", "bias"]
+    data = np.arange(16, dtype=np.float32).reshape(2, 2, 2, 2)
+    bn(Tensor(data, device=device))
+    assert bn.running_mean is mean and bn.running_var is var and bn.num_batches_tracked is count
+    per_channel = data.transpose(1, 0, 2, 3).reshape(2, -1)
+    np.testing.assert_allclose(host(mean), 0.5 * per_channel.mean(1), rtol=1e-6)
+    np.testing.assert_allclose(host(var), 0.5 + 0.5 * per_channel.var(1, ddof=1), rtol=1e-6)
+    assert int(count) == 1 and not mean.requires_grad
+    assert repr(bn) == "BatchNorm2d(2, eps=1e-05, momentum=0.5, affine=True, track_running_stats=True)"
+
+
+def test_batch_norm_functional_matches_torch(device):
+    torch = torch_or_skip()
+    rng = np.random.default_rng(2)
+    data = rng.normal(size=(4, 3, 5))
+    for weight, bias in ((True, True), (True, False), (False, True), (False, False)):
+        x, tx = Tensor(data, requires_grad=True, device=device), torch.tensor(data, requires_grad=True)
+        params = [(Tensor(v, requires_grad=True, device=device), torch.tensor(v, requires_grad=True)) if on
+                  else (None, None) for on, v in ((weight, rng.normal(size=3)), (bias, rng.normal(size=3)))]
+        mean, var = rng.normal(size=3), rng.uniform(0.5, 2, size=3)
+        rm, rv = Tensor(mean, device=device), Tensor(var, device=device)
+        trm, trv = torch.tensor(mean), torch.tensor(var)
+        for training in (True, False):
+            y = F.batch_norm(x, rm, rv, params[0][0], params[1][0], training=training, momentum=0.2, eps=1e-4)
+            ty = torch.nn.functional.batch_norm(tx, trm, trv, params[0][1], params[1][1], training=training,
+                                                momentum=0.2, eps=1e-4)
+            close(y, ty)
+            close(rm, trm)
+            close(rv, trv)
+            y.sum().backward()
+            ty.sum().backward()
+            close(x.grad, tx.grad)
+            for p, tp in params:
+                if p is not None:
+                    close(p.grad, tp.grad)
+        y = F.batch_norm(x, None, None, training=True)
+        close(y, torch.nn.functional.batch_norm(tx, None, None, training=True))
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm_state_dict_round_trip_with_torch(device, affine):
+    torch = torch_or_skip()
+    rng = np.random.default_rng(3)
+    theirs = torch.nn.BatchNorm1d(4, affine=affine, dtype=torch.float64)
+    theirs(torch.tensor(rng.normal(size=(6, 4))))  # running statistics that are not the initial ones
+    ours = nn.BatchNorm1d(4, affine=affine, device=device, dtype="float64")
+    ours.load_state_dict({k: v.numpy() for k, v in theirs.state_dict().items()}, layout="torch")
+    close_buffers(ours, theirs)
+    back = torch.nn.BatchNorm1d(4, affine=affine, dtype=torch.float64)
+    back.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in ours.state_dict(layout="torch").items()})
+    data = rng.normal(size=(3, 4))
+    ours.eval()
+    back.eval()
+    close(ours(Tensor(data, device=device)), back(torch.tensor(data)))
+
+
+@pytest.mark.parametrize("shape", [(3, 2), (3, 2, 4), (2, 2, 2, 3)])
+def test_batch_norm_training_second_derivatives(device, shape):
+    rng = np.random.default_rng(4)
+    x = Tensor(rng.normal(size=shape), requires_grad=True, device=device)
+    w = Tensor(rng.normal(size=2), requires_grad=True, device=device)
+    b = Tensor(rng.normal(size=2), requires_grad=True, device=device)
+    fn = lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True)  # noqa: E731
+    assert leanpass.gradcheck(fn, (x, w, b))
+    assert leanpass.gradgradcheck(fn, (x, w, b))
+    only_bias = lambda x, b: F.batch_norm(x, None, None, None, b, training=True, eps=1e-3)  # noqa: E731
+    assert leanpass.gradcheck(only_bias, (x, b))
+    assert leanpass.gradgradcheck(only_bias, (x, b))
+    bn = nn.BatchNorm1d(2, device=device, dtype="float64") if len(shape) < 4 else \
+        nn.BatchNorm2d(2, device=device, dtype="float64")
+    assert leanpass.gradgradcheck(lambda x: bn(x), (x,))
+
+
+def test_batch_norm_bad_input_changes_nothing(device):
+    bn = nn.BatchNorm2d(3, device=device)
+    bn(Tensor(np.random.default_rng(5).normal(size=(2, 3, 2, 2)), device=device))
+    before = snapshot(bn)
+    x = Tensor(np.ones((2, 4, 2, 2)), requires_grad=True, device=device)
+    with pytest.raises(ValueError, match=r"BatchNorm2d\(3\): input of shape \(2, 4, 2, 2\) has 4 channels"):
+        bn(x)
+    with pytest.raises(ValueError, match=r"BatchNorm2d: expected a 4-D \(N, C, H, W\) input, got shape \(2, 3, 2\)"):
+        bn(Tensor(np.ones((2, 3, 2)), device=device))
+    with pytest.raises(ValueError, match=r"BatchNorm2d: Expected more than 1 value per channel when training, "
+                                         r"got input of shape \(1, 3, 1, 1\)"):
+        bn(Tensor(np.ones((1, 3, 1, 1)), device=device))
+    with pytest.raises(ValueError, match=r"BatchNorm1d: expected a 2-D \(N, C\) or 3-D \(N, C, L\) input"):
+        nn.BatchNorm1d(3, device=device)(Tensor(np.ones((2, 3, 2, 2)), device=device))
+    with pytest.raises(ValueError, match=r"batch_norm: weight of shape \(2,\) does not fit an input of shape"):
+        F.batch_norm(x, None, None, Tensor(np.ones(2), device=device), training=True)
+    with pytest.raises(ValueError, match="batch_norm: running_mean and running_var are needed when not training"):
+        F.batch_norm(x, None, None)
+    with pytest.raises(ValueError, match="BatchNorm1d: num_features must be a positive integer"):
+        nn.BatchNorm1d(0)
+    with pytest.raises(TypeError, match="BatchNorm2d: expected a Tensor"):
+        bn(np.ones((2, 3, 2, 2)))
+    assert same_state(bn, before) and not x.has_grad and not bn.weight.has_grad
+    bn.eval()
+    bn(Tensor(np.ones((1, 3, 1, 1)), device=device))  # one value per channel is fine in eval mode
+    assert same_state(bn, before)
+
+
+# ---- MultiheadAttention -------------------------------------------------------------------------
+
+E, HEADS, L, S, N = 6, 2, 3, 4, 2
+
+
+def mha_pair(torch, device, rng, **kwargs):
+    """Ours and PyTorch's with the same random parameters, loaded from PyTorch's state dict."""
+    theirs = torch.nn.MultiheadAttention(E, HEADS, dtype=torch.float64, **kwargs)
+    theirs.load_state_dict({k: torch.tensor(rng.normal(size=tuple(v.shape))) for k, v in theirs.state_dict().items()})
+    ours = nn.MultiheadAttention(E, HEADS, device=device, dtype="float64", **kwargs)
+    ours.load_state_dict({k: v.numpy() for k, v in theirs.state_dict().items()}, layout="torch")
+    return ours, theirs
+
+
+def mask_case(kind, rng, batched, length, source):
+    """``{argument: host array}`` of one kind of mask (bool: True where NOT allowed)."""
+    kpm_shape = (N, source) if batched else (source,)
+    padding = np.zeros(kpm_shape, bool)
+    padding[..., -1] = True
+    causal = np.triu(np.ones((length, source), bool), 1)
+    scattered = rng.uniform(size=((N if batched else 1) * HEADS, length, source)) < 0.4
+    scattered[..., 0] = False  # every query may attend to some key (else NaN rows, in PyTorch too)
+    return {
+        "none": {},
+        "bool": {"attn_mask": causal},
+        "float": {"attn_mask": rng.normal(size=(length, source))},
+        "float 3-D": {"attn_mask": rng.normal(size=((N if batched else 1) * HEADS, length, source))},
+        "bool 3-D": {"attn_mask": scattered},
+        "padding": {"key_padding_mask": padding},
+        "float padding": {"key_padding_mask": rng.normal(size=kpm_shape)},
+        "both": {"attn_mask": causal, "key_padding_mask": padding},
+    }[kind]
+
+
+@pytest.mark.parametrize("layout,self_attention", [("seq first", True), ("seq first", False),
+                                                   ("batch first", False), ("unbatched", True)])
+@pytest.mark.parametrize("mask", ["none", "bool", "float", "float 3-D", "bool 3-D", "padding", "float padding",
+                                  "both"])
+@pytest.mark.parametrize("weights", ["averaged", "per head", "none"])
+def test_multihead_attention_matches_torch(device, layout, self_attention, mask, weights):
+    torch = torch_or_skip()
+    rng = np.random.default_rng(6)
+    batch_first, batched = layout == "batch first", layout != "unbatched"
+    ours, theirs = mha_pair(torch, device, rng, batch_first=batch_first)
+    source = L if self_attention else S
+
+    def shape(length):
+        return ((N, length, E) if batch_first else (length, N, E)) if batched else (length, E)
+
+    arrays = [rng.normal(size=shape(L))] if self_attention else [rng.normal(size=shape(n)) for n in (L, S, S)]
+    xs = [Tensor(a, requires_grad=True, device=device) for a in arrays]
+    txs = [torch.tensor(a, requires_grad=True) for a in arrays]
+    masks = mask_case(mask, rng, batched, L, source)
+    kwargs = {"need_weights": weights != "none", "average_attn_weights": weights == "averaged"}
+    y, w = ours(*(xs * 3 if self_attention else xs), **kwargs,
+                **{k: leanpass.asarray(v, device=device) for k, v in masks.items()})
+    ty, tw = theirs(*(txs * 3 if self_attention else txs), **kwargs, **{k: torch.tensor(v) for k, v in masks.items()})
+    close(y, ty)
+    if weights == "none":
+        assert w is None and tw is None
+    else:
+        assert w.shape == tuple(tw.shape)
+        close(w, tw)
+    g = rng.normal(size=y.shape)
+    (y * Tensor(g, device=device)).sum().backward()
+    (ty * torch.tensor(g)).sum().backward()
+    for x, tx in zip(xs, txs):
+        close(x.grad, tx.grad)
+    close(ours.in_proj_weight.grad, theirs.in_proj_weight.grad.T)
+    close(ours.in_proj_bias.grad, theirs.in_proj_bias.grad)
+    close(ours.out_proj.weight.grad, theirs.out_proj.weight.grad.T)
+    close(ours.out_proj.bias.grad, theirs.out_proj.bias.grad)
+
+
+def test_multihead_attention_is_causal_is_a_hint_as_torch(device):
+    torch = torch_or_skip()
+    rng = np.random.default_rng(7)
+    ours, theirs = mha_pair(torch, device, rng, batch_first=True)
+    data = rng.normal(size=(N, L, E))
+    causal = np.triu(np.ones((L, L), bool), 1)
+    x, tx = Tensor(data, device=device), torch.tensor(data)
+    for need_weights in (True, False):
+        y, _ = ours(x, x, x, attn_mask=leanpass.asarray(causal, device=device), is_causal=True,
+                    need_weights=need_weights)
+        ty, _ = theirs(tx, tx, tx, attn_mask=torch.tensor(causal), is_causal=True, need_weights=need_weights)
+        close(y, ty)
+    with pytest.raises(RuntimeError, match="is_causal is a hint that attn_mask is the causal mask"):
+        ours(x, x, x, is_causal=True)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_multihead_attention_parameters_and_torch_state_dict(device, bias):
+    torch = torch_or_skip()
+    leanpass.manual_seed(8)
+    torch.manual_seed(8)
+    ours = nn.MultiheadAttention(8, 2, bias=bias, device=device, dtype="float32")
+    theirs = torch.nn.MultiheadAttention(8, 2, bias=bias)
+    names = ["in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"] if bias else \
+        ["in_proj_weight", "out_proj.weight"]
+    assert [n for n, _ in ours.named_parameters()] == names
+    assert list(ours.state_dict(layout="torch")) == list(theirs.state_dict()) == names
+    assert ours.in_proj_weight.shape == (8, 24)  # LeanPass's Linear layout; PyTorch's is (24, 8)
+    assert ours.state_dict(layout="torch")["in_proj_weight"].shape == (24, 8)
+    bound = math.sqrt(6 / (8 + 24))
+    w = host(ours.in_proj_weight)
+    assert np.abs(w).max() <= bound and np.abs(w).max() > 0.8 * bound and abs(w.std() - bound / math.sqrt(3)) < 0.03
+    if bias:
+        assert not host(ours.in_proj_bias).any() and not host(ours.out_proj.bias).any()
+    # PyTorch -> ours -> PyTorch gives the same arrays and the same outputs
+    ours.load_state_dict({k: v.numpy() for k, v in theirs.state_dict().items()}, layout="torch")
+    back = torch.nn.MultiheadAttention(8, 2, bias=bias)
+    back.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in ours.state_dict(layout="torch").items()})
+    for key, value in theirs.state_dict().items():
+        assert np.array_equal(value.numpy(), back.state_dict()[key].numpy())
+    data = np.random.default_rng(8).normal(size=(3, 2, 8)).astype(np.float32)
+    np.testing.assert_allclose(host(ours(*[Tensor(data, device=device)] * 3)[0]),
+                               host(back(*[torch.tensor(data)] * 3)[0]), rtol=1e-5, atol=1e-6)
+
+
+def test_multihead_attention_dropout_only_in_training(device):
+    leanpass.manual_seed(9)
+    mha = nn.MultiheadAttention(E, HEADS, dropout=0.5, batch_first=True, device=device, dtype="float64")
+    x = Tensor(np.random.default_rng(9).normal(size=(N, L, E)), device=device)
+    mha.eval()
+    plain = nn.MultiheadAttention(E, HEADS, batch_first=True, device=device, dtype="float64")
+    plain.load_state_dict(mha.state_dict())
+    close(mha(x, x, x)[0], plain(x, x, x)[0])
+    mha.train()
+    _, weights = mha(x, x, x, average_attn_weights=False)
+    dropped = host(weights)
+    assert (dropped == 0).any() and np.all((dropped == 0) | (dropped > 0))
+    assert not np.allclose(dropped.sum(-1), 1.0)  # the weights returned are the dropped ones, as PyTorch's
+
+
+def test_multihead_attention_second_derivatives(device):
+    rng = np.random.default_rng(10)
+    mha = nn.MultiheadAttention(4, 2, batch_first=True, device=device, dtype="float64")
+    q = Tensor(rng.normal(size=(1, 2, 4)), requires_grad=True, device=device)
+    kv = Tensor(rng.normal(size=(1, 3, 4)), requires_grad=True, device=device)
+    mask = leanpass.asarray(np.array([[False, False, True], [False, True, False]]), device=device)
+    fn = lambda q, kv: mha(q, kv, kv, attn_mask=mask)[0]  # noqa: E731
+    assert leanpass.gradcheck(fn, (q, kv))
+    assert leanpass.gradgradcheck(fn, (q, kv))
+
+
+def test_multihead_attention_bad_input_changes_nothing(device):
+    mha = nn.MultiheadAttention(E, HEADS, device=device)
+    before = snapshot(mha)
+    q = Tensor(np.ones((L, N, E)), requires_grad=True, device=device)
+    kv = Tensor(np.ones((S, N, E)), device=device)
+    with pytest.raises(ValueError, match="MultiheadAttention: embed_dim 6 is not divisible by num_heads 4"):
+        nn.MultiheadAttention(6, 4)
+    with pytest.raises(NotImplementedError, match="MultiheadAttention: kdim=3 other than embed_dim=6"):
+        nn.MultiheadAttention(6, 2, kdim=3)
+    with pytest.raises(ValueError, match=r"MultiheadAttention: query of shape \(3, 2, 5\).* must end in embed_dim 6"):
+        mha(Tensor(np.ones((L, N, 5)), device=device), kv, kv)
+    with pytest.raises(ValueError, match="must all be 3-D"):
+        mha(q, Tensor(np.ones((S, E)), device=device), kv)
+    with pytest.raises(ValueError, match=r"one batch size"):
+        mha(q, Tensor(np.ones((S, 3, E)), device=device), Tensor(np.ones((S, 3, E)), device=device))
+    with pytest.raises(ValueError, match=r"MultiheadAttention: attn_mask of shape \(4, 3\) does not fit a query of "
+                                         r"shape \(3, 2, 6\) \(expected \(3, 4\) or \(4, 3, 4\)\)"):
+        mha(q, kv, kv, attn_mask=np.zeros((S, L), bool))
+    with pytest.raises(ValueError, match=r"MultiheadAttention: key_padding_mask of shape \(4,\) does not fit"):
+        mha(q, kv, kv, key_padding_mask=np.zeros(S, bool))
+    with pytest.raises(TypeError, match="MultiheadAttention: attn_mask must be bool or floating, got dtype int64"):
+        mha(q, kv, kv, attn_mask=np.zeros((L, S), np.int64))
+    assert same_state(mha, before) and not q.has_grad and not mha.in_proj_weight.has_grad

@@ -1,0 +1,207 @@
+"""MaxPool2d, AvgPool2d, AdaptiveAvgPool2d and their function forms: PyTorch's values,
+indices and input gradients (ties included), second derivatives, and bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from leanpass import Tensor, gradcheck, gradgradcheck, nn
+from leanpass.nn import functional as F
+
+TOL = 1e-10
+
+
+def torch_or_skip():
+    return pytest.importorskip("torch", reason="the comparison with PyTorch needs torch")
+
+
+def host(a):
+    if isinstance(a, Tensor):
+        a = a.data
+    return a.detach().numpy() if hasattr(a, "detach") else np.asarray(a)
+
+
+def close(a, b):
+    np.testing.assert_allclose(host(a), host(b), rtol=TOL, atol=TOL)
+
+
+def compare(torch, ours_fn, theirs_fn, array, device, seed=0):
+    """Output and input gradient (for random output weights) of ours and PyTorch's."""
+    x = Tensor(array, requires_grad=True, device=device)
+    tx = torch.tensor(array, requires_grad=True)
+    out, tout = ours_fn(x), theirs_fn(tx)
+    if isinstance(tout, tuple):
+        (out, index), (tout, tindex) = out, tout
+        assert index.dtype == "int64"
+        np.testing.assert_array_equal(host(index), host(tindex))
+    assert out.shape == tuple(tout.shape)
+    close(out, tout)
+    weights = np.random.default_rng(seed).normal(size=out.shape)
+    (out * Tensor(weights, device=device)).sum().backward()
+    (tout * torch.tensor(weights)).sum().backward()
+    close(x.grad, tx.grad)
+
+
+def inputs(rng, shape, ties):
+    """Normal values, or small integers as floats (many ties in every window)."""
+    return rng.integers(0, 3, size=shape).astype(np.float64) if ties else rng.normal(size=shape)
+
+
+MAX_GRID = [  # kernel_size, stride, padding, dilation, ceil_mode
+    (2, None, 0, 1, False),
+    (3, 1, 1, 1, False),  # overlapping windows
+    (3, 2, 1, 1, True),
+    ((3, 2), (2, 1), (1, 0), (1, 2), False),
+    (2, 3, 1, 1, True),  # ceil_mode: the last window starts in the input, ends past it
+    ((2, 3), 1, (1, 1), 2, True),
+    (4, 3, 2, 1, True),
+    (1, 2, 0, 1, False),
+]
+
+
+@pytest.mark.parametrize("kernel_size, stride, padding, dilation, ceil_mode", MAX_GRID)
+@pytest.mark.parametrize("shape", [(2, 3, 7, 8), (3, 5, 9)], ids=["batched", "unbatched"])
+@pytest.mark.parametrize("ties", [False, True], ids=["distinct", "ties"])
+def test_max_pool2d_matches_torch(device, kernel_size, stride, padding, dilation, ceil_mode, shape, ties):
+    torch = torch_or_skip()
+    array = inputs(np.random.default_rng(1), shape, ties)
+    kwargs = dict(kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation, ceil_mode=ceil_mode)
+    compare(torch, lambda x: F.max_pool2d(x, return_indices=True, **kwargs),
+            lambda t: torch.nn.functional.max_pool2d(t, return_indices=True, **kwargs), array, device)
+    compare(torch, nn.MaxPool2d(**kwargs), torch.nn.MaxPool2d(**kwargs), array, device)
+
+
+def test_max_pool2d_nan_minus_inf_and_integers_as_torch(device):
+    torch = torch_or_skip()
+    array = np.array([[[np.nan, 1.0, 2.0], [np.nan, 5.0, -np.inf], [-np.inf, -np.inf, -np.inf]]])
+    for kwargs in (dict(kernel_size=2), dict(kernel_size=2, stride=1, padding=1), dict(kernel_size=3, padding=1)):
+        out, index = F.max_pool2d(Tensor(array, device=device), return_indices=True, **kwargs)
+        tout, tindex = torch.nn.functional.max_pool2d(torch.tensor(array), return_indices=True, **kwargs)
+        np.testing.assert_array_equal(host(out), host(tout))
+        np.testing.assert_array_equal(host(index), host(tindex))
+    ints = np.random.default_rng(2).integers(-5, 5, size=(2, 5, 6))
+    out = F.max_pool2d(Tensor(ints, dtype="int64", device=device), 3, 2, 1)
+    assert out.dtype == "int64"
+    np.testing.assert_array_equal(host(out), host(torch.nn.functional.max_pool2d(torch.tensor(ints), 3, 2, 1)))
+
+
+AVG_GRID = [  # kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+    (2, None, 0, False, True, None),
+    (3, 1, 1, False, True, None),
+    (3, 1, 1, False, False, None),
+    (3, 2, 1, True, True, None),
+    (3, 2, 1, True, False, None),
+    ((3, 2), (2, 1), (1, 0), True, False, None),
+    (2, 3, 1, True, True, None),
+    (2, 3, 1, True, False, None),
+    (3, 2, 1, True, True, 4),
+    ((2, 4), 1, (1, 2), False, False, -3),
+]
+
+
+@pytest.mark.parametrize("kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override", AVG_GRID)
+@pytest.mark.parametrize("shape", [(2, 3, 7, 8), (3, 5, 9)], ids=["batched", "unbatched"])
+def test_avg_pool2d_matches_torch(device, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                  divisor_override, shape):
+    torch = torch_or_skip()
+    array = np.random.default_rng(3).normal(size=shape)
+    args = (kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+    compare(torch, lambda x: F.avg_pool2d(x, *args), lambda t: torch.nn.functional.avg_pool2d(t, *args),
+            array, device)
+    compare(torch, nn.AvgPool2d(*args), torch.nn.AvgPool2d(*args), array, device)
+
+
+@pytest.mark.parametrize("output_size", [1, 3, 4, (None, 3), (5, None), (7, 8), (2, 5), (6, 7), (9, 11)])
+@pytest.mark.parametrize("shape", [(2, 3, 7, 8), (3, 7, 8)], ids=["batched", "unbatched"])
+def test_adaptive_avg_pool2d_matches_torch(device, output_size, shape):
+    torch = torch_or_skip()
+    array = np.random.default_rng(4).normal(size=shape)
+    compare(torch, lambda x: F.adaptive_avg_pool2d(x, output_size),
+            lambda t: torch.nn.functional.adaptive_avg_pool2d(t, output_size), array, device)
+    compare(torch, nn.AdaptiveAvgPool2d(output_size), torch.nn.AdaptiveAvgPool2d(output_size), array, device)
+
+
+def tie_free(shape, device):
+    """Distinct values at least 0.1 apart, so a finite-difference step moves no maximum."""
+    values = np.random.default_rng(5).permutation(int(np.prod(shape))).reshape(shape) * 0.1
+    return Tensor(values, requires_grad=True, device=device)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: F.max_pool2d(x, 2, 1),
+    lambda x: F.max_pool2d(x, 3, 2, 1, 1, True),
+    lambda x: F.max_pool2d(x, (2, 3), 1, (1, 0), (2, 1)),
+], ids=["max-overlap", "max-ceil-padded", "max-dilated"])
+def test_max_pool2d_gradcheck_and_gradgradcheck(device, fn):
+    x = tie_free((1, 4, 5), device)
+    assert gradcheck(fn, (x,))
+    assert gradgradcheck(lambda x: fn(x) * fn(x), (x,))  # a nonzero second derivative through the pool
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: F.avg_pool2d(x, 2, 1),
+    lambda x: F.avg_pool2d(x, 3, 2, 1, True, False),
+    lambda x: F.avg_pool2d(x, (2, 3), 1, (1, 1), False, True, 5),
+    lambda x: F.adaptive_avg_pool2d(x, (3, 4)),
+    lambda x: F.adaptive_avg_pool2d(x, (None, 2)),
+], ids=["avg-overlap", "avg-ceil-padded", "avg-divisor", "adaptive-bins", "adaptive-reshape"])
+def test_avg_pools_gradcheck_and_gradgradcheck(device, fn):
+    x = Tensor(np.random.default_rng(6).normal(size=(1, 4, 5)), requires_grad=True, device=device)
+    assert gradcheck(fn, (x,))
+    assert gradgradcheck(lambda x: fn(x) * fn(x), (x,))
+
+
+def test_layers_repr_and_return_indices(device):
+    pool = nn.MaxPool2d(2, return_indices=True)
+    out, index = pool(Tensor(np.arange(16.0).reshape(1, 4, 4), device=device))
+    assert host(out).tolist() == [[[5.0, 7.0], [13.0, 15.0]]]
+    assert host(index).tolist() == [[[5, 7], [13, 15]]]
+    assert not index.requires_grad
+    assert repr(nn.MaxPool2d(3, 1)) == "MaxPool2d(kernel_size=3, stride=1, padding=0, dilation=1, ceil_mode=False)"
+    assert repr(nn.AvgPool2d(2)) == "AvgPool2d(kernel_size=2, stride=2, padding=0)"
+    assert repr(nn.AdaptiveAvgPool2d((None, 3))) == "AdaptiveAvgPool2d(output_size=(None, 3))"
+
+
+BAD = [  # layer, input shape, message part
+    (nn.MaxPool2d(2), (4, 4), "MaxPool2d: expected an input of shape (N, C, H, W) or (C, H, W)"),
+    (nn.AvgPool2d(2), (1, 1, 1, 4, 4), "AvgPool2d: expected an input of shape (N, C, H, W) or (C, H, W)"),
+    (nn.AdaptiveAvgPool2d(2), (3, 0, 4), "AdaptiveAvgPool2d: expected an input"),
+    (nn.MaxPool2d(5), (1, 4, 4), "MaxPool2d: kernel_size (5, 5) with dilation (1, 1) is larger than the input"),
+    (nn.MaxPool2d(3, dilation=2), (1, 4, 4), "MaxPool2d: kernel_size (3, 3) with dilation (2, 2) is larger"),
+    (nn.AvgPool2d(4, padding=1), (1, 1, 1, 7), "AvgPool2d: kernel_size (4, 4) with dilation (1, 1) is larger"),
+    (nn.MaxPool2d(3, padding=2), (1, 8, 8), "MaxPool2d: padding (2, 2) must be at most half of kernel_size (3, 3)"),
+    (nn.AvgPool2d((2, 4), padding=(1, 3)), (1, 8, 8), "AvgPool2d: padding (1, 3) must be at most half"),
+    (nn.MaxPool2d(0), (1, 4, 4), "MaxPool2d: kernel_size must be a positive int"),
+    (nn.MaxPool2d(2, stride=(1, 0)), (1, 4, 4), "MaxPool2d: stride must be a positive int"),
+    (nn.AvgPool2d(2, stride=-1), (1, 4, 4), "AvgPool2d: stride must be a positive int"),
+    (nn.MaxPool2d(2, dilation=0), (1, 4, 4), "MaxPool2d: dilation must be a positive int"),
+    (nn.MaxPool2d(2, padding=-1), (1, 4, 4), "MaxPool2d: padding must be a non-negative int"),
+    (nn.AvgPool2d(2, divisor_override=0), (1, 4, 4), "AvgPool2d: divisor_override must be a non-zero int"),
+    (nn.AdaptiveAvgPool2d(0), (1, 4, 4), "AdaptiveAvgPool2d: output_size must be a positive int"),
+    (nn.AdaptiveAvgPool2d((2, 2, 2)), (1, 4, 4), "AdaptiveAvgPool2d: output_size must be"),
+]
+
+
+@pytest.mark.parametrize("layer, shape, message", BAD, ids=[str(i) for i in range(len(BAD))])
+def test_bad_input_raises_and_changes_nothing(device, layer, shape, message):
+    x = Tensor(np.ones(shape), requires_grad=True, device=device)
+    with pytest.raises(ValueError) as info:
+        layer(x)
+    assert message in str(info.value)
+    assert str(shape) in str(info.value)  # the input's shape is named
+    assert not x.has_grad and host(x).tolist() == np.ones(shape).tolist()
+
+
+def test_bad_input_types_and_function_names(device):
+    with pytest.raises(TypeError, match="max_pool2d: expected a Tensor"):
+        F.max_pool2d(np.ones((1, 4, 4)), 2)
+    with pytest.raises(TypeError, match="avg_pool2d: expected a floating-point input, got dtype int64"):
+        F.avg_pool2d(Tensor(np.ones((1, 4, 4)), dtype="int64", device=device), 2)
+    with pytest.raises(TypeError, match="AdaptiveAvgPool2d: expected a floating-point input"):
+        nn.AdaptiveAvgPool2d(2)(Tensor(np.ones((1, 4, 4)), dtype="int64", device=device))
+    with pytest.raises(ValueError, match=r"avg_pool2d: padding \(2, 2\) must be at most half"):
+        F.avg_pool2d(Tensor(np.ones((1, 4, 4)), device=device), 3, padding=2)
+    with pytest.raises(ValueError, match=r"adaptive_avg_pool2d: expected an input .* got shape \(4,\)"):
+        F.adaptive_avg_pool2d(Tensor(np.ones(4), device=device), 2)
+
