@@ -33,6 +33,16 @@ to the table's first column.
   against PyTorch; also 32 -> 64 channels at 14x14 (W5b), to see that the
   one-channel case is not the only fast one. Before timing, the outputs and
   gradients must agree (rtol 1e-4 in float32, 1e-10 in float64) or it raises.
+- W5c: one training step of benchmarks/models.py's CNN (two 3x3 conv + BatchNorm +
+  ReLU blocks, a 2x2 max-pool, global average pool, Linear) on a (64, 1, 28, 28)
+  batch: forward, cross-entropy, backward, SGD; PyTorch's initial weights loaded
+  into LeanPass, and the first step's losses must agree (same tolerances).
+- W6: one transformer block's forward plus backward (the gradients of its input
+  and of all its parameters): GPT-2's pre-LayerNorm block with causal
+  ``MultiheadAttention`` (4 heads) and a 4x GELU MLP, batch 16, sequence 128,
+  width 128, float32 and float64 (``benchmarks/models.py``), LeanPass with
+  PyTorch's weights against PyTorch. Before timing, the outputs and input
+  gradients must agree as in W5 or it raises.
 
 Thread pools (OpenBLAS, PyTorch's OpenMP) are limited with threadpoolctl and
 torch.set_num_threads for every contestant alike: pools that spin after a call
@@ -61,6 +71,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from models import transformer_block  # noqa: E402
 from steps import HandStep, LeanPassStep, TorchStep, make_problem  # noqa: E402
 
 import leanpass  # noqa: E402
@@ -287,6 +298,109 @@ def w5(case, dtype, rounds, n_threads):
     return {name: t * 1e3 for name, t in medians.items()}
 
 
+# ---- W6: a transformer block's forward and backward -------------------------------------
+
+BLOCK = (16, 128, 128, 4)  # batch, sequence, width, heads
+
+
+def block_step(dtype, framework):
+    """One forward plus backward of :func:`models.transformer_block` with the gradient
+    of its output given, PyTorch's weights (seed 0) in both frameworks: returns the
+    step and a function giving (output, input gradient)."""
+    batch, length, width, heads = BLOCK
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(batch, length, width)).astype(dtype)
+    g = rng.normal(size=(batch, length, width)).astype(dtype)
+    above = np.triu(np.ones((length, length), dtype=bool), 1)  # where a position may not look
+    torch.manual_seed(0)
+    reference = transformer_block(torch.nn, width, heads, dtype=getattr(torch, dtype))
+    if framework == "pytorch":
+        block, x, g, mask = reference, torch.tensor(x, requires_grad=True), torch.tensor(g), torch.tensor(above)
+    else:
+        block = transformer_block(leanpass.nn, width, heads, dtype=dtype)
+        block.load_state_dict({k: v.detach().numpy() for k, v in reference.state_dict().items()}, layout="torch")
+        x, g, mask = Tensor(x, requires_grad=True), Tensor(g), leanpass.asarray(above)
+    params = list(block.parameters())
+    out = []
+
+    def step():
+        x.grad = None
+        for p in params:
+            p.grad = None
+        y = block(x, mask)
+        y.backward(g)
+        out[:] = [y]
+
+    def result():
+        step()
+        return [np.asarray(t.detach().numpy() if framework == "pytorch" else t.data) for t in (out[0], x.grad)]
+
+    return step, result
+
+
+def compared(make, case, dtype, rounds, n_threads):
+    """Milliseconds per step of PyTorch's (when installed) and LeanPass's ``make(framework)``
+    = (step, result), interleaved, after checking that their results agree."""
+    names = (["pytorch"] if torch else []) + ["leanpass"]
+    with threads(n_threads):
+        steps = {name: make(name) for name in names}
+        if torch:
+            for got, ref in zip(steps["leanpass"][1](), steps["pytorch"][1]()):
+                if not np.allclose(got, ref, rtol=CONV_RTOL[dtype], atol=CONV_RTOL[dtype] * np.abs(ref).max()):
+                    raise RuntimeError(f"{case}: leanpass disagrees with pytorch, max error {np.abs(got - ref).max()}")
+        medians = interleaved({name: s[0] for name, s in steps.items()}, rounds, repeat=5)
+    return {name: t * 1e3 for name, t in medians.items()}
+
+
+def w6(dtype, rounds, n_threads):
+    return compared(lambda name: block_step(dtype, name), "W6", dtype, rounds, n_threads)
+
+
+def cnn_step(dtype, framework):
+    """One SGD training step of ``models.cnn`` on a fixed batch: returns the step and
+    a function giving the loss of one step (for the agreement check)."""
+    import models
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 1, 28, 28)).astype(dtype)
+    labels = rng.integers(0, 10, size=64)
+    torch.manual_seed(0)
+    reference = models.cnn(torch.nn, dtype=getattr(torch, dtype))
+    if framework == "pytorch":
+        model, nn_f, optim = reference, torch.nn.functional, torch.optim
+        x, labels = torch.tensor(x), torch.tensor(labels)
+    else:
+        model, nn_f, optim = models.cnn(leanpass.nn, dtype=dtype), leanpass.nn.functional, leanpass.optim
+        model.load_state_dict({k: v.numpy() for k, v in reference.state_dict().items()}, layout="torch")
+        x, labels = Tensor(x), Tensor(labels)
+    opt = optim.SGD(model.parameters(), lr=0.01)
+    losses = []
+
+    def step():
+        opt.zero_grad()
+        loss = nn_f.cross_entropy(model(x), labels)
+        loss.backward()
+        opt.step()
+        losses[:] = [loss]
+
+    def first_loss():
+        step()
+        return float(losses[0].item() if framework == "pytorch" else losses[0])
+
+    return step, first_loss
+
+
+def w5c(dtype, rounds, n_threads):
+    names = ["pytorch", "leanpass"]
+    with threads(n_threads):
+        steps = {name: cnn_step(dtype, name) for name in names}
+        got, ref = steps["leanpass"][1](), steps["pytorch"][1]()
+        if not np.isclose(got, ref, rtol=CONV_RTOL[dtype]):
+            raise RuntimeError(f"W5c: leanpass's loss {got} disagrees with pytorch's {ref}")
+        medians = interleaved({name: s[0] for name, s in steps.items()}, rounds, repeat=3)
+    return {name: t * 1e3 for name, t in medians.items()}
+
+
 # ---- W7: a Hessian-vector product of an MLP loss ----------------------------------------
 
 HVP_RTOL = {"float64": 1e-6, "float32": 1e-3}
@@ -402,7 +516,7 @@ def machine():
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", nargs="*", default=["W1", "W2", "W3", "W4", "W5", "W5b", "W7"])
+    p.add_argument("--only", nargs="*", default=["W1", "W2", "W3", "W4", "W5", "W5b", "W6", "W7"])
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--threads", nargs="*", type=int, default=[1, 2], help="thread counts (first is the headline)")
     p.add_argument("--json", default=None, help="also write the figures here")
@@ -464,6 +578,32 @@ def main(argv=None):
         batch, cin, size, cout = CONV_CASES[case]
         print(f"## {case}: Conv2d forward + backward (weight and bias gradients), batch {batch}, "
               f"{cin}x{size}x{size} -> {cout} channels, 3x3, ms per step")
+        print(table(["dtype", "threads", *[f"{k} ms (ratio)" for k in r]], rows), end="\n\n")
+
+    if "W6" in args.only and torch is None:
+        print("## W6: left out (it needs PyTorch, whose weights it loads)\n")
+    elif "W6" in args.only:
+        results["W6"] = {}
+        rows = []
+        for dtype in ("float32", "float64"):
+            for n in args.threads:
+                r = results["W6"][f"{dtype}/{n}"] = w6(dtype, args.rounds, n)
+                rows.append([dtype, n] + [f"{v:.3f} ({v / r['pytorch']:.2f}x)" for v in r.values()])
+        batch, length, width, heads = BLOCK
+        print(f"## W6: transformer block forward + backward (pre-LayerNorm, causal MultiheadAttention with {heads} "
+              f"heads, 4x GELU MLP), batch {batch}, sequence {length}, width {width}, ms per step")
+        print(table(["dtype", "threads", *[f"{k} ms (ratio)" for k in r]], rows), end="\n\n")
+
+    if "W5c" in args.only and torch:
+        results["W5c"] = {}
+        rows = []
+        for dtype in ("float32", "float64"):
+            for n in args.threads:
+                r = results["W5c"][f"{dtype}/{n}"] = w5c(dtype, args.rounds, n)
+                base = next(iter(r.values()))
+                rows.append([dtype, n] + [f"{v:.3f} ({v / base:.2f}x)" for v in r.values()])
+        print("## W5c: one CNN training step (benchmarks/models.py's cnn, batch 64, 1x28x28, cross-entropy, SGD), "
+              "ms per step")
         print(table(["dtype", "threads", *[f"{k} ms (ratio)" for k in r]], rows), end="\n\n")
 
     if "W7" in args.only:

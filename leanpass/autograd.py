@@ -521,7 +521,7 @@ class GraphBackend:
         self.guard = None
         self.syncs_cheaply = base.syncs_cheaply
         self.array_type = Tensor
-        for name in ("zeros", "ones", "arange", "create", "index_add", "index_set", "index_get"):
+        for name in ("zeros", "ones", "arange", "create", "matmul", "index_add", "index_set", "index_get"):
             setattr(self, name, getattr(Backend, name).__get__(self))
 
     def copy(self, t):

@@ -243,6 +243,15 @@ class Backend:
     def arange(self, n, dtype):
         return self.xp.arange(n, dtype=dtype, device=self.xp_device)
 
+    def matmul(self, a, b):
+        """``a @ b``, with a stack of rows times one matrix, ``(..., m, k) @ (k, n)``,
+        done as one 2-D product of the rows (a reshape): BLAS libraries run that far
+        faster than the same product broadcast over the stack."""
+        if b.ndim == 2 and a.ndim > 2:
+            rows = self.xp.reshape(a, (-1, a.shape[-1])) @ b
+            return self.xp.reshape(rows, a.shape[:-1] + (b.shape[1],))
+        return a @ b
+
     def create(self, name: str, *args, **kwargs):
         """``xp.<name>(*args, **kwargs)`` (a creation function) making its array on this device."""
         with self.context():

@@ -42,7 +42,7 @@ def _right_solve(be, x, r):
 def matmul(be, a, b, needs=(True, True)):
     """``xp.matmul`` with 1-D and batched N-D operands; the engine sums batch broadcasts."""
     xp = be.xp
-    out = a @ b  # the operator: standard, and without the namespace's wrapper
+    out = be.matmul(a, b)
     a_vec = a.ndim == 1
     b_vec = b.ndim == 1
     need_a, need_b = needs
@@ -54,8 +54,8 @@ def matmul(be, a, b, needs=(True, True)):
             g = xp.expand_dims(g, axis=-2 if g.ndim else 0)
         if b_vec:
             g = xp.expand_dims(g, axis=-1)
-        ga = g @ _transpose(xp, B) if need_a else None
-        gb = _transpose(xp, A) @ g if need_b else None
+        ga = be.matmul(g, _transpose(xp, B)) if need_a else None
+        gb = be.matmul(_transpose(xp, A), g) if need_b else None
         if a_vec and ga is not None:
             ga = ga[..., 0, :]
         if b_vec and gb is not None:

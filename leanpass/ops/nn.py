@@ -174,26 +174,35 @@ def cross_entropy_index(be, logits, index, axis, bad=None):
 @op("linear", saves=(0, 1), saves_out=False, needs=True)
 def linear(be, x, w, b=None, needs=(True, True, True)):
     """``x @ w + b`` in one node (a layer's forward): ``x`` of shape ``(..., in)``,
-    ``w`` of ``(in, out)``, ``b`` of ``(out,)`` or absent. The bias is added in
-    place to the fresh product, and the gradients of ``w`` and ``b`` sum over all
-    leading axes of ``x`` in one product and one sum."""
+    ``w`` of ``(in, out)``, ``b`` of ``(out,)`` or absent. The leading axes of ``x``
+    are one axis of rows for every product (one 2-D BLAS call each: a product
+    broadcast over a stack is many times slower); the bias is added in place to the
+    fresh product, and the gradients of ``w`` and ``b`` sum over all the rows."""
     xp = be.xp
-    out = x @ w
+    flat = x.ndim != 2
+    rows = xp.reshape(x, (-1, x.shape[-1])) if flat else x
+    out = rows @ w
     if b is not None:
         if b.dtype == out.dtype:
             out += b
         else:
             out = out + b
+    if flat:
+        out = xp.reshape(out, x.shape[:-1] + (w.shape[1],))
     need_x, need_w = needs[0], needs[1]
     need_b = b is not None and needs[2]
 
     def backward(g):
-        gx = g @ w.T if need_x else None
-        rows = g if g.ndim == 2 else xp.reshape(g, (-1, g.shape[-1]))
-        gw = (x if x.ndim == 2 else xp.reshape(x, (-1, x.shape[-1]))).T @ rows if need_w else None
+        grows = xp.reshape(g, (-1, g.shape[-1])) if flat else g
+        gx = None
+        if need_x:
+            gx = grows @ w.T
+            if flat:
+                gx = xp.reshape(gx, x.shape)
+        gw = rows.T @ grows if need_w else None
         if b is None:
             return gx, gw
-        return gx, gw, (xp.sum(rows, axis=0) if need_b else None)
+        return gx, gw, (xp.sum(grows, axis=0) if need_b else None)
 
     return out, backward
 
