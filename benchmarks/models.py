@@ -7,6 +7,7 @@ LeanPass with ``load_state_dict(..., layout="torch")``.
   (2x2 max-pooling after the first), a global average pool and a Linear head.
 - ``transformer_block(nn, ...)``: pre-LayerNorm causal self-attention and a GELU
   MLP (4x wide), each with its residual connection (GPT-2's block).
+- ``transformer(nn, ...)``: blocks of those, a final LayerNorm and a Linear head.
 """
 
 from __future__ import annotations
@@ -46,3 +47,23 @@ def transformer_block(nn, width=128, heads=4, *, device=None, dtype=None):
             return x + self.mlp(self.ln2(x))
 
     return Block()
+
+
+def transformer(nn, width=128, heads=4, depth=2, classes=64, *, device=None, dtype=None):
+    """``depth`` of :func:`transformer_block` then a final LayerNorm and a Linear head
+    to ``classes`` logits per position: call it with ``(x, mask)`` as a block."""
+
+    class Transformer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([transformer_block(nn, width, heads, device=device, dtype=dtype)
+                                         for _ in range(depth)])
+            self.norm = nn.LayerNorm(width, device=device, dtype=dtype)
+            self.head = nn.Linear(width, classes, device=device, dtype=dtype)
+
+        def forward(self, x, mask):
+            for block in self.blocks:
+                x = block(x, mask)
+            return self.head(self.norm(x))
+
+    return Transformer()

@@ -7,6 +7,10 @@ integer labels, plain SGD), written three ways so they can be timed side by side
 - ``TorchStep``: PyTorch eager (when installed).
 
 All three start from the same weights and data, so their losses agree.
+
+``model_steps`` makes the same kind of step (cross-entropy, backward, SGD) for
+``benchmarks/models.py``'s CNN or transformer, in LeanPass and PyTorch, with
+PyTorch's initial weights loaded into LeanPass.
 """
 
 from __future__ import annotations
@@ -147,6 +151,82 @@ class TorchStep(_FrameworkStep):
     def sync(self):
         if self.cuda:
             self.torch.cuda.synchronize()
+
+
+class ModelStep(_FrameworkStep):
+    """A training step of a model that takes several inputs (a transformer's mask)."""
+
+    def __init__(self, name, model, inputs, labels, loss, optimizer, sync):
+        self.name, self.model, self.inputs, self.labels = name, model, inputs, labels
+        self._loss, self.optimizer, self.sync = loss, optimizer, sync
+
+    def __call__(self):
+        self.optimizer.zero_grad()
+        logits = self.model(*self.inputs)
+        loss = self._loss(logits.reshape((-1, logits.shape[-1])), self.labels)
+        loss.backward()
+        self.optimizer.step()
+        return loss
+
+
+def model_steps(kind, batch, device="cpu", dtype="float32", lr=0.01, seed=0, width=32, depth=2, frameworks=None):
+    """``{framework: ModelStep}`` for ``kind`` "cnn" (``benchmarks/models.py``'s CNN
+    on ``(batch, 1, 28, 28)`` images, channels ``width`` and ``2 * width``) or
+    "transformer" (``depth`` blocks of ``width`` with 4 heads on sequences of 128,
+    one label per position), LeanPass and PyTorch (where installed), from the same
+    weights and data."""
+    import models
+
+    import leanpass
+
+    rng = np.random.default_rng(seed)
+    if kind == "cnn":
+        shape, label_shape, classes = (batch, 1, 28, 28), (batch,), 10
+
+        def build(nn, **kw):
+            return models.cnn(nn, channels=(width, 2 * width), classes=classes, **kw)
+    else:
+        length, classes = 128, 64
+        shape, label_shape = (batch, length, width), (batch * length,)
+
+        def build(nn, **kw):
+            return models.transformer(nn, width, 4, depth, classes, **kw)
+    x = rng.normal(size=shape)
+    labels = rng.integers(0, classes, size=label_shape)
+    above = np.triu(np.ones((128, 128), dtype=bool), 1)  # the transformer's causal mask
+    steps = {}
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None and device.startswith("cuda") and not torch.cuda.is_available():
+        torch = None
+    reference = None
+    if torch is not None:
+        torch.manual_seed(seed)
+        reference = build(torch.nn, dtype=getattr(torch, dtype))
+    if reference is not None and device.startswith(("cpu", "cuda")):  # elsewhere PyTorch gives the weights only
+        reference.to(device)
+        inputs = [torch.tensor(x, dtype=getattr(torch, dtype), device=device)]
+        if kind == "transformer":
+            inputs.append(torch.tensor(above, device=device))
+        cuda = device.startswith("cuda")
+        steps["pytorch"] = ModelStep("pytorch", reference, inputs, torch.tensor(labels, device=device),
+                                     torch.nn.functional.cross_entropy,
+                                     torch.optim.SGD(reference.parameters(), lr=lr),
+                                     torch.cuda.synchronize if cuda else (lambda: None))
+    model = build(leanpass.nn, device=device, dtype=dtype)
+    if reference is not None:
+        model.load_state_dict({k: v.detach().cpu().numpy() for k, v in reference.state_dict().items()},
+                              layout="torch")
+    inputs = [leanpass.Tensor(x, device=device, dtype=dtype)]
+    if kind == "transformer":
+        inputs.append(leanpass.asarray(above, device=device))
+    backend = leanpass.backends.get_backend(device)
+    steps["leanpass"] = ModelStep("leanpass", model, inputs, leanpass.asarray(labels, device=device),
+                                  leanpass.nn.cross_entropy_loss,
+                                  leanpass.optim.SGD(model.parameters(), lr=lr), backend.synchronize)
+    return {name: steps[name] for name in (frameworks or steps) if name in steps}
 
 
 def available_contestants(device):

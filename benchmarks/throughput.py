@@ -1,15 +1,24 @@
-"""Training throughput of a wide MLP on synthetic data, on any device.
+"""Training throughput on synthetic data, on any device: a wide MLP, a CNN or a transformer.
 
     python benchmarks/throughput.py --device cuda                  # LeanPass, PyTorch, CuPy by hand
     python benchmarks/throughput.py --device cpu --width 1024 --steps 10
     python benchmarks/throughput.py --device cuda --only leanpass --dtype float64
+    python benchmarks/throughput.py --device cuda --model cnn      # LeanPass and PyTorch
+    python benchmarks/throughput.py --device cuda --model transformer --width 256 --depth 4
 
-One step is forward, cross-entropy, backward and an SGD update of an MLP with
-``--depth`` hidden layers of ``--width`` units. Each contestant (LeanPass, the
-same step written by hand with the device's array library, and PyTorch where
-installed) runs ``--steps`` steps per round, with the device synchronised
-before the clock stops; rounds interleave the contestants, and the table gives
-medians and the ratio to LeanPass.
+One step is forward, cross-entropy, backward and an SGD update of:
+- ``--model mlp`` (default): an MLP with ``--depth`` hidden layers of ``--width``
+  units (default 4 x 4096, batch 1024), against the same step written by hand with
+  the device's array library too;
+- ``--model cnn``: ``benchmarks/models.py``'s CNN (3x3 convolutions of ``--width``
+  and twice as many channels, BatchNorm, pooling) on 28x28 images (default width
+  32, batch 256);
+- ``--model transformer``: ``--depth`` causal GPT-2 blocks of ``--width`` with 4
+  heads on sequences of 128, one label per position (default 2 x 128, batch 32).
+Each contestant (LeanPass, PyTorch where installed, and for the MLP the step by
+hand) runs ``--steps`` steps per round, with the device synchronised before the
+clock stops; rounds interleave the contestants, and the table gives medians and
+the ratio to LeanPass.
 """
 
 from __future__ import annotations
@@ -22,11 +31,16 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from steps import HandStep, LeanPassStep, TorchStep, available_contestants  # noqa: E402
+from steps import HandStep, LeanPassStep, TorchStep, available_contestants, model_steps  # noqa: E402
 
 from leanpass.backends import get_backend  # noqa: E402
 
 NAMES = {"leanpass": LeanPassStep, "hand": HandStep, "torch": TorchStep}
+DEFAULTS = {  # model: (width, depth, batch size)
+    "mlp": (4096, 4, 1024),
+    "cnn": (32, None, 256),
+    "transformer": (128, 2, 32),
+}
 
 
 def measure(steps: dict, n_steps: int, rounds: int, warmup: int) -> dict:
@@ -48,15 +62,30 @@ def measure(steps: dict, n_steps: int, rounds: int, warmup: int) -> dict:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def mlp_steps(args):
+    """The MLP's contestants, its FLOPs per step and its description."""
+    sizes = [args.features] + [args.width] * args.depth + [args.classes]
+    classes = [NAMES[n] for n in args.only] if args.only else available_contestants(args.device)
+    steps = {}
+    for cls in classes:
+        try:
+            steps[cls.name] = cls(sizes, args.batch_size, device=args.device, dtype=args.dtype)
+        except ImportError as exc:
+            print(f"({cls.name} left out: {exc})")
+    flops = 6 * args.batch_size * sum(a * b for a, b in zip(sizes[:-1], sizes[1:]))
+    return steps, flops, f"MLP {sizes}"
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--model", default="mlp", choices=list(DEFAULTS))
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    p.add_argument("--width", type=int, default=4096)
-    p.add_argument("--depth", type=int, default=4, help="hidden layers")
-    p.add_argument("--features", type=int, default=1024)
-    p.add_argument("--classes", type=int, default=10)
-    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--width", type=int, default=None, help="units, channels or embedding width")
+    p.add_argument("--depth", type=int, default=None, help="hidden layers or transformer blocks")
+    p.add_argument("--features", type=int, default=1024, help="the MLP's inputs")
+    p.add_argument("--classes", type=int, default=10, help="the MLP's classes")
+    p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--steps", type=int, default=20, help="steps per round")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--warmup", type=int, default=3)
@@ -67,24 +96,31 @@ def main(argv=None):
     except (ValueError, RuntimeError) as exc:
         p.exit(2, f"{p.prog}: error: {exc}\n")
 
-    sizes = [args.features] + [args.width] * args.depth + [args.classes]
-    classes = [NAMES[n] for n in args.only] if args.only else available_contestants(args.device)
-    steps = {}
-    for cls in classes:
-        try:
-            steps[cls.name] = cls(sizes, args.batch_size, device=args.device, dtype=args.dtype)
-        except ImportError as exc:
-            print(f"({cls.name} left out: {exc})")
+    width, depth, batch = DEFAULTS[args.model]
+    args.width, args.depth = args.width or width, args.depth or depth
+    args.batch_size = args.batch_size or batch
+    if args.model == "mlp":
+        steps, flops, described = mlp_steps(args)
+    else:
+        if args.only and "hand" in args.only:
+            p.error(f"--only hand: there is no step by hand for --model {args.model}")
+        names = {"leanpass": "leanpass", "torch": "pytorch"}
+        frameworks = [names[n] for n in args.only] if args.only else None
+        steps = model_steps(args.model, args.batch_size, device=args.device, dtype=args.dtype, width=args.width,
+                            depth=args.depth or 2, frameworks=frameworks)
+        flops = None
+        described = (f"CNN of {args.width} and {2 * args.width} channels on 28x28 images" if args.model == "cnn"
+                     else f"transformer of {args.depth} blocks x width {args.width}, sequences of 128")
     losses = {name: step.loss_value(step()) for name, step in steps.items()}
     medians = measure(steps, args.steps, args.rounds, args.warmup)
-    flops = 6 * args.batch_size * sum(a * b for a, b in zip(sizes[:-1], sizes[1:]))
     first = medians.get("leanpass", next(iter(medians.values())))
-    print(f"MLP {sizes}, batch {args.batch_size}, {args.dtype} on {args.device}; "
+    print(f"{described}, batch {args.batch_size}, {args.dtype} on {args.device}; "
           f"{args.rounds} rounds of {args.steps} steps, medians")
     print("| contestant | samples/s | ms/step | TFLOP/s | vs leanpass | first loss |")
     print("|---|---|---|---|---|---|")
     for name, seconds in medians.items():
-        print(f"| {name} | {args.batch_size / seconds:,.0f} | {seconds * 1e3:.2f} | {flops / seconds / 1e12:.2f} "
+        tflops = f"{flops / seconds / 1e12:.2f}" if flops else "-"
+        print(f"| {name} | {args.batch_size / seconds:,.0f} | {seconds * 1e3:.2f} | {tflops} "
               f"| {first / seconds:.2f}x | {losses[name]:.5f} |")
     return medians
 

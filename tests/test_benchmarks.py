@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from steps import HandStep, LeanPassStep, TorchStep, available_contestants  # noqa: E402
+from steps import HandStep, LeanPassStep, TorchStep, available_contestants, model_steps  # noqa: E402
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -42,6 +42,31 @@ def test_throughput_script_runs(capsys):
     assert [c.name for c in available_contestants("strict")] == ["leanpass"]
     assert list(throughput.main(["--device", "strict", "--width", "8", "--depth", "1", "--features", "4",
                                  "--batch-size", "8", "--steps", "1", "--rounds", "1"])) == ["leanpass"]
+
+
+@pytest.mark.parametrize("kind", ["cnn", "transformer"])
+def test_model_steps_compute_the_same_step(kind):
+    """The CNN and the transformer the benchmarks time: LeanPass, loaded with
+    PyTorch's initial weights, gives PyTorch's losses step after step."""
+    pytest.importorskip("torch", reason="the comparison needs PyTorch")
+    steps = model_steps(kind, 4, dtype="float64", width=8, depth=1)
+    assert list(steps) == ["pytorch", "leanpass"]
+    for _ in range(3):
+        losses = [s.loss_value(s()) for s in steps.values()]
+        assert abs(losses[0] - losses[1]) <= 1e-10 * abs(losses[0]), losses
+    assert list(model_steps(kind, 2, device="strict", width=4, depth=1)) == ["leanpass"]
+
+
+@pytest.mark.parametrize("model", ["cnn", "transformer"])
+def test_throughput_script_runs_the_cnn_and_the_transformer(model, capsys):
+    import throughput
+
+    medians = throughput.main(["--model", model, "--width", "8", "--depth", "1", "--batch-size", "2", "--steps", "1",
+                               "--rounds", "1", "--warmup", "0", "--only", "leanpass"])
+    assert list(medians) == ["leanpass"]
+    assert "samples/s" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        throughput.main(["--model", model, "--only", "hand"])
 
 
 def test_benchmark_runner_runs_and_reports_its_fields(tmp_path, capsys):
