@@ -41,15 +41,20 @@ import argparse
 import glob
 import math
 import os
+import sys
 import time
 
 import numpy as np
 
-import leanpass
-from leanpass import Tensor, nn, no_grad, optim
-from leanpass import distributed as dist
-from leanpass.backends import get_backend
-from leanpass.nn import functional as F
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import train_mlp  # noqa: E402
+
+import leanpass  # noqa: E402
+from leanpass import Tensor, nn, no_grad, optim  # noqa: E402
+from leanpass import distributed as dist  # noqa: E402
+from leanpass.backends import get_backend  # noqa: E402
+from leanpass.nn import functional as F  # noqa: E402
 
 LN2 = math.log(2.0)
 
@@ -103,20 +108,10 @@ def parse_args(argv=None):
         p.error(f"--temperature must be > 0, got {args.temperature}")
     if not args.lr > 0 or not args.corpus_mb > 0:
         p.error(f"--lr and --corpus-mb must be > 0, got {args.lr} and {args.corpus_mb}")
-    if args.resume and not args.checkpoint:
-        p.error("--resume needs --checkpoint PATH")
     if args.data is not None and not os.path.isfile(args.data):
         p.error(f"--data {args.data!r} is not a file")
-    try:  # before reading any data: a device that cannot be used is a one-line error, not a traceback
-        if args.distributed:
-            dist.init_process_group(device=args.device)
-            if args.device.startswith("cuda"):  # one GPU per process
-                args.device = f"cuda:{dist.get_local_rank()}"
-        get_backend(args.device)
-    except (ValueError, RuntimeError) as exc:
-        p.exit(2, f"{p.prog}: error: {exc}\n")
     args.error = p.error
-    return args
+    return train_mlp.checked(p, args)  # --resume needs --checkpoint; the device must be usable
 
 
 # ---- data ----------------------------------------------------------------------------------

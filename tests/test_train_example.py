@@ -128,7 +128,8 @@ def test_bad_arguments():
         run("--resume")
 
 
-@pytest.mark.parametrize("script", ["examples/train_mlp.py", "benchmarks/throughput.py"])
+@pytest.mark.parametrize("script", ["examples/train_mlp.py", "examples/train_cnn.py", "examples/train_transformer.py",
+                                    "benchmarks/throughput.py"])
 def test_unusable_device_is_a_one_line_error(script):
     """`--device cuda` where CUDA cannot be used: LeanPass's reason on one line of
     stderr and exit status 2 (a bad argument), no traceback, nothing trained."""
