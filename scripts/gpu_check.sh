@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The GPU check, within one deadline (GPU_CHECK_DEADLINE seconds, default 450): install the
-# wheels of .whl/, a smoke test, the whole test suite on `cuda`, the training script for a few
-# epochs on digits, and the wide-MLP throughput of LeanPass-cuda against PyTorch-cuda and CuPy
-# by hand. It always ends with a table `| step | PASS/FAIL/TIMEOUT/SKIP | seconds | detail |`
+# The GPU check, within one deadline (GPU_CHECK_DEADLINE seconds, default 540): install the
+# wheels of .whl/, a smoke test, the whole test suite on `cuda`, the three training scripts
+# (MLP and CNN a few epochs on digits, the transformer 300 steps), and the throughput of
+# LeanPass-cuda against PyTorch-cuda (and CuPy by hand for the MLP) for the wide MLP, the CNN
+# and the transformer. It always ends with a table `| step | PASS/FAIL/TIMEOUT/SKIP | seconds | detail |`
 # and the first failing test ids, and exits nonzero unless every step passed.
 #
 # Each step gets its share of the time left when it starts: training and throughput a fixed
@@ -24,10 +25,11 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-deadline=${GPU_CHECK_DEADLINE:-450}
+deadline=${GPU_CHECK_DEADLINE:-540}
 python=${GPU_CHECK_PYTHON:-python3}
 device=${GPU_CHECK_DEVICE:-cuda}
-TRAIN_S=45 THROUGHPUT_S=60 GRACE_S=20 SUMMARY_S=10
+TRAIN_S=40 THROUGHPUT_S=40 GRACE_S=20 SUMMARY_S=10  # each of 3 trainings, each of 3 throughputs
+LATER_S=$(( 3 * TRAIN_S + 3 * THROUGHPUT_S ))
 WARM_FILE=tests/test_elementwise.py  # run again with a warm kernel cache: run time without compiling
 
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
@@ -119,18 +121,21 @@ def tests_detail(cold):
     return text
 
 
-def training_detail():
-    return next((line for line in reversed(read("training.log")) if "accuracy" in line), "")
+def training_detail(name):
+    return next((line for line in reversed(read(f"{name}.log")) if "accuracy" in line or "bits/char" in line), "")
 
 
-def throughput_detail():
-    rows = [line.split("|") for line in read("throughput.log") if line.startswith("| ") and "contestant" not in line]
+def throughput_detail(name):
+    rows = [line.split("|") for line in read(f"{name}.log") if line.startswith("| ") and "contestant" not in line]
     rows = [r for r in rows if len(r) > 3]
     return ("ms/step: " + ", ".join(f"{r[1].strip()} {r[3].strip()}" for r in rows)) if rows else ""
 
 
 cold = cases("junit-cuda.xml")
-extra = {"tests": tests_detail(cold), "training": training_detail(), "throughput": throughput_detail()}
+extra = {"tests": tests_detail(cold)}
+for model in ("mlp", "cnn", "transformer"):
+    extra[f"train_{model}"] = training_detail(f"train_{model}")
+    extra[f"throughput_{model}"] = throughput_detail(f"throughput_{model}")
 steps = [line.split("\t") for line in read("steps.tsv") if line.count("\t") == 3]
 print("| step | status | seconds | detail |")
 print("|---|---|---|---|")
@@ -200,23 +205,36 @@ print("smoke test on", t.device, "ok")
 PY
 then
     before=$(kernels)
-    LEANPASS_TEST_DEVICES=$device run_step tests $(( $(left) - TRAIN_S - THROUGHPUT_S - GRACE_S - SUMMARY_S )) \
+    LEANPASS_TEST_DEVICES=$device run_step tests $(( $(left) - LATER_S - GRACE_S - SUMMARY_S )) \
         "$python" -m pytest -q -p no:cacheprovider --junitxml "$results/junit-cuda.xml" tests
     echo "$(( $(kernels) - before )) kernels compiled (CUPY_NVRTC_USE_PCH=$CUPY_NVRTC_USE_PCH)" >"$results/kernels.txt"
     # with time to spare, one test file again on the warm kernel cache: its run time without compiling
-    spare=$(( $(left) - TRAIN_S - THROUGHPUT_S - SUMMARY_S ))
+    spare=$(( $(left) - LATER_S - SUMMARY_S ))
     if (( spare >= 20 )) && [[ -f $WARM_FILE ]]; then
         LEANPASS_TEST_DEVICES=$device timeout -s INT -k 5 "$(min 40 $(( spare - 5 )))" "$python" -m pytest -q \
             -p no:cacheprovider --junitxml "$results/junit-warm.xml" "$WARM_FILE" >"$results/warm.log" 2>&1
     fi
 
-    run_step training "$(min "$TRAIN_S" $(( $(left) - THROUGHPUT_S - SUMMARY_S )))" \
+    # each later step: its share, or what is left after the shares of the steps after it
+    share() { min "$1" $(( $(left) - $2 - SUMMARY_S )); }
+    run_step train_mlp "$(share "$TRAIN_S" $(( LATER_S - TRAIN_S )))" \
         "$python" examples/train_mlp.py --device "$device" --epochs 5 --quiet
-    run_step throughput "$(min "$THROUGHPUT_S" $(( $(left) - SUMMARY_S )))" \
+    run_step train_cnn "$(share "$TRAIN_S" $(( LATER_S - 2 * TRAIN_S )))" \
+        "$python" examples/train_cnn.py --device "$device" --epochs 10 --quiet
+    run_step train_transformer "$(share "$TRAIN_S" $(( 3 * THROUGHPUT_S )))" \
+        "$python" examples/train_transformer.py --device "$device" --steps 300 --quiet --sample 200
+    run_step throughput_mlp "$(share "$THROUGHPUT_S" $(( 2 * THROUGHPUT_S )))" \
         "$python" benchmarks/throughput.py --device "$device" --dtype float32 --width 4096 --depth 4 \
         --batch-size 1024 --steps 20 --rounds 5
+    run_step throughput_cnn "$(share "$THROUGHPUT_S" "$THROUGHPUT_S")" \
+        "$python" benchmarks/throughput.py --device "$device" --model cnn --batch-size 256 --steps 10 --rounds 5
+    run_step throughput_transformer "$(share "$THROUGHPUT_S" 0)" \
+        "$python" benchmarks/throughput.py --device "$device" --model transformer --batch-size 32 --steps 10 \
+        --rounds 5
 else
-    for step in tests training throughput; do record "$step" SKIP 0 "the smoke test failed"; done
+    for step in tests train_mlp train_cnn train_transformer throughput_mlp throughput_cnn throughput_transformer; do
+        record "$step" SKIP 0 "the smoke test failed"
+    done
 fi
 
 echo "== summary (wall time $(( ($(now_ms) - start_ms) / 1000 )) s of $deadline s)"

@@ -43,7 +43,7 @@ def test_script_syntax(script):
 
 def test_summary_table_lists_steps_and_first_failing_ids(tmp_path):
     rows = [("install", "PASS", "1.0"), ("smoke", "PASS", "4.2"), ("tests", "FAIL", "250.3"),
-            ("training", "PASS", "9.9"), ("throughput", "TIMEOUT", "60.0")]
+            ("train_mlp", "PASS", "9.9"), ("train_transformer", "PASS", "35.0"), ("throughput_cnn", "TIMEOUT", "40.0")]
     (tmp_path / "steps.tsv").write_text("".join(f"{n}\t{s}\t{t}\texit 0, limit 60 s\n" for n, s, t in rows))
     cases = [("tests.test_nn", "test_ok[cuda]", "passed"), ("tests.test_nn", "test_skip[cuda]", "skipped")]
     cases += [("tests.test_nn.TestLinear", f"test_f{i}[cuda]", "failure") for i in range(11)]
@@ -51,8 +51,9 @@ def test_summary_table_lists_steps_and_first_failing_ids(tmp_path):
     (tmp_path / "junit-cuda.xml").write_text(junit(cases))
     (tmp_path / "junit-warm.xml").write_text(junit(cases[:1]))
     (tmp_path / "kernels.txt").write_text("812 kernels compiled (CUPY_NVRTC_USE_PCH=1)\n")
-    (tmp_path / "training.log").write_text("epoch 5 ...\nfinal held-out accuracy 0.9611\n")
-    (tmp_path / "throughput.log").write_text(
+    (tmp_path / "train_mlp.log").write_text("epoch 5 ...\nfinal held-out accuracy 0.9611\n")
+    (tmp_path / "train_transformer.log").write_text("step 300 ...\nheld-out bits/char: 2.41\n")
+    (tmp_path / "throughput_cnn.log").write_text(
         "MLP ...\n"
         "| contestant | samples/s | ms/step | TFLOP/s | vs leanpass | first loss |\n"
         "|---|---|---|---|---|---|\n"
@@ -66,8 +67,9 @@ def test_summary_table_lists_steps_and_first_failing_ids(tmp_path):
     tests_row = next(line for line in lines if line.startswith("| tests |"))
     assert "1 passed, 12 failed, 1 skipped; 812 kernels compiled (CUPY_NVRTC_USE_PCH=1)" in tests_row
     assert "1 of them warm 0.5 s, cold 0.5 s" in tests_row
-    assert "final held-out accuracy 0.9611" in next(line for line in lines if line.startswith("| training |"))
-    assert "leanpass 3.41, torch 3.30" in next(line for line in lines if line.startswith("| throughput |"))
+    assert "final held-out accuracy 0.9611" in next(line for line in lines if line.startswith("| train_mlp |"))
+    assert "held-out bits/char: 2.41" in next(line for line in lines if line.startswith("| train_transformer |"))
+    assert "leanpass 3.41, torch 3.30" in next(line for line in lines if line.startswith("| throughput_cnn |"))
     assert "first failing tests (10 of 12):" in lines
     ids = [line.strip() for line in lines if line.startswith("  ")]
     assert ids == [f"tests/test_nn.py::TestLinear::test_f{i}[cuda]" for i in range(10)]
