@@ -133,6 +133,28 @@ def test_gradcheck_and_gradgradcheck(device, dims):
     assert leanpass.gradgradcheck(fn, (x, w, b))
 
 
+@pytest.mark.parametrize("wanted", ["x", "w", "b", "x and b"])
+def test_gradients_of_some_inputs_only_and_a_non_contiguous_incoming_gradient_match_torch(device, wanted):
+    # the conv node skips the input's (or the weight's) gradient when nobody needs it, and
+    # the gradient arriving may be any strided view (here a transpose's)
+    torch = torch_or_skip()
+    rng = np.random.default_rng(6)
+    arrays = rng.normal(size=(3, 4, 7, 6)), rng.normal(size=(6, 2, 3, 2)), rng.normal(size=6)
+    ours = [Tensor(a, requires_grad=name in wanted, device=device) for a, name in zip(arrays, "xwb")]
+    theirs = [torch.tensor(a, requires_grad=name in wanted) for a, name in zip(arrays, "xwb")]
+    g = rng.normal(size=(3, 6, 7, 4))
+    y = F.conv2d(*ours, stride=(1, 2), padding=1, groups=2)
+    leanpass.sum(leanpass.permute_dims(y, (3, 1, 2, 0)) * Tensor(g.transpose(3, 1, 2, 0), device=device)).backward()
+    ty = torch.nn.functional.conv2d(*theirs, stride=(1, 2), padding=1, groups=2)
+    close(y, ty)
+    ty.backward(torch.tensor(g))
+    for a, t, name in zip(ours, theirs, "xwb"):
+        if name in wanted:
+            close(a.grad, t.grad)
+        else:
+            assert a.grad is None
+
+
 @pytest.mark.parametrize("dims", [1, 2])
 def test_unfold_and_fold_are_adjoint_and_match_torch(device, dims):
     rng = np.random.default_rng(5)

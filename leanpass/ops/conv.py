@@ -103,40 +103,40 @@ def convolution(be, x, w, b=None, *, stride, padding, dilation, groups, needs=(T
     """A convolution layer in one node: ``x`` of shape ``(N, C, *S)``, ``w`` of
     ``(out, C / groups, *kernel)`` (PyTorch's layout), ``b`` of ``(out,)`` or absent.
 
-    The batch goes next to the pixels: the patches are taken from ``x`` with its
-    first two axes swapped, as a ``(C * K, N * pixels)`` matrix per group, so the
-    forward is one matrix product per group (one BLAS call, not one per sample),
-    and so are the weight's gradient and the input's (then :func:`fold`'s scatter).
-    The output is a ``(N, out, *O)`` view of the ``(out, N, *O)`` product."""
+    The patches of each sample form a ``(C / groups * K, pixels)`` matrix per group,
+    ``(N, groups, rows, pixels)`` in all, so the forward is one batched matrix product
+    (one BLAS call per sample and group, never per pixel) whose result is already the
+    output's ``(N, out, *O)`` layout: no transposed copy of the output, nor of its
+    gradient in the backward. The weight's gradient is the per-sample products
+    summed over the batch, the input's the weight's transpose times the gradient,
+    then :func:`fold`'s scatter."""
     xp = be.xp
     kernel, spatial = w.shape[2:], tuple(range(2, x.ndim))
     size = tuple(n + lo + hi for n, (lo, hi) in zip(x.shape[2:], padding))
-    cols = _im2col(be, _pad(be, xp.permute_dims(x, (1, 0, *spatial)), padding), kernel, stride, dilation, axis=1)
-    c, k, n = cols.shape[:3]  # (C, K, N, *O)
+    cols = _im2col(be, _pad(be, x, padding), kernel, stride, dilation)  # (N, C, K, *O)
+    n, c, k = cols.shape[:3]
     out_shape = cols.shape[3:]
-    pixels, channels, rows = n * math.prod(out_shape), w.shape[0], c // groups * k
-    cols = xp.reshape(cols, (groups, rows, pixels))
+    pixels, channels, rows = math.prod(out_shape), w.shape[0], c // groups * k
+    cols = xp.reshape(cols, (n, groups, rows, pixels))
     wm = xp.reshape(w, (groups, channels // groups, rows))
-    out = wm @ cols
+    out = wm @ cols  # (N, groups, out / groups, pixels)
     if b is not None:  # in place: the product is fresh
         out += xp.reshape(b, (groups, channels // groups, 1))
-    out = xp.reshape(out, (channels, n, *out_shape))
     need_x, need_w = needs[0], needs[1]
     need_b = b is not None and needs[2]
     if not need_w:
         cols = None  # not kept alive by the backward
 
     def backward(g):
-        gm = xp.reshape(xp.permute_dims(g, (1, 0, *spatial)), (groups, channels // groups, pixels))
+        gm = xp.reshape(g, (n, groups, channels // groups, pixels))
         gx = gw = None
         if need_x:
-            patches = xp.reshape(xp.matrix_transpose(wm) @ gm, (c, k, n, *out_shape))
-            gx = xp.permute_dims(_col2im(be, patches, size, kernel, stride, dilation, axis=1), (1, 0, *spatial))
-            gx = _unpad(gx, padding)
+            patches = xp.reshape(xp.matrix_transpose(wm) @ gm, (n, c, k, *out_shape))
+            gx = _unpad(_col2im(be, patches, size, kernel, stride, dilation), padding)
         if need_w:
-            gw = xp.reshape(gm @ xp.matrix_transpose(cols), w.shape)
+            gw = xp.reshape(xp.sum(gm @ xp.matrix_transpose(cols), axis=0), w.shape)
         if b is None:
             return gx, gw
         return gx, gw, (xp.sum(g, axis=(0, *spatial)) if need_b else None)
 
-    return xp.permute_dims(out, (1, 0, *spatial)), backward
+    return xp.reshape(out, (n, channels, *out_shape)), backward
