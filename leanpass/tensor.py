@@ -384,7 +384,8 @@ class Tensor:
                     f"backward: gradient of shape {tuple(grad.shape)} does not match the "
                     f"tensor of shape {self.shape}"
                 )
-            grad = backend.copy(grad)
+            if not self._prev:  # a leaf keeps it as .grad: the caller's array must not become it
+                grad = backend.copy(grad)
         if create_graph:
             if not isinstance(grad, Tensor):
                 grad = make(grad, backend, "leaf", (), None, False)

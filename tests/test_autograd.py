@@ -665,3 +665,21 @@ def test_a_failing_backward_runs_no_hook():
     with pytest.raises(RuntimeError):
         loss.backward()  # the graph was released
     assert len(seen) == 1 and w.grad.tolist() == [2.0]
+
+
+def test_backward_never_aliases_the_callers_gradient():
+    """``t.backward(g)`` copies ``g`` only where it could become a ``.grad`` itself (a
+    leaf): through a graph, the ops' rules never write into an incoming gradient, and
+    the engine copies what it keeps. Changing the results then leaves ``g`` alone."""
+    g = np.ones(3)
+    x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+    x.backward(g)
+    assert x.grad is not g
+    y = x + x  # the rule passes the incoming gradient on, unchanged, to both inputs
+    y.retain_grad()
+    y.backward(g)
+    assert y.grad is not g and x.grad is not g
+    y.grad[0] = 7.0
+    x.grad[1] = 5.0
+    np.testing.assert_array_equal(g, np.ones(3))
+    np.testing.assert_array_equal(x.grad, [3.0, 5.0, 3.0])
