@@ -72,7 +72,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from models import transformer_block  # noqa: E402
-from steps import HandStep, LeanPassStep, TorchStep, make_problem  # noqa: E402
+from steps import HandStep, LeanPassStep, TorchStep, make_problem, model_steps  # noqa: E402
 
 import leanpass  # noqa: E402
 from leanpass import Tensor  # noqa: E402
@@ -286,16 +286,22 @@ def conv_step(case, dtype, framework):
     return step, result
 
 
-def w5(case, dtype, rounds, n_threads):
+def compared(make, case, dtype, rounds, n_threads):
+    """Milliseconds per step of PyTorch's (when installed) and LeanPass's ``make(framework)``
+    = (step, result), interleaved, after checking that their results agree."""
     names = (["pytorch"] if torch else []) + ["leanpass"]
     with threads(n_threads):
-        steps = {name: conv_step(case, dtype, name) for name in names}
+        steps = {name: make(name) for name in names}
         if torch:
             for got, ref in zip(steps["leanpass"][1](), steps["pytorch"][1]()):
                 if not np.allclose(got, ref, rtol=CONV_RTOL[dtype], atol=CONV_RTOL[dtype] * np.abs(ref).max()):
                     raise RuntimeError(f"{case}: leanpass disagrees with pytorch, max error {np.abs(got - ref).max()}")
         medians = interleaved({name: s[0] for name, s in steps.items()}, rounds, repeat=5)
     return {name: t * 1e3 for name, t in medians.items()}
+
+
+def w5(case, dtype, rounds, n_threads):
+    return compared(lambda name: conv_step(case, dtype, name), case, dtype, rounds, n_threads)
 
 
 # ---- W6: a transformer block's forward and backward -------------------------------------
@@ -338,66 +344,19 @@ def block_step(dtype, framework):
     return step, result
 
 
-def compared(make, case, dtype, rounds, n_threads):
-    """Milliseconds per step of PyTorch's (when installed) and LeanPass's ``make(framework)``
-    = (step, result), interleaved, after checking that their results agree."""
-    names = (["pytorch"] if torch else []) + ["leanpass"]
-    with threads(n_threads):
-        steps = {name: make(name) for name in names}
-        if torch:
-            for got, ref in zip(steps["leanpass"][1](), steps["pytorch"][1]()):
-                if not np.allclose(got, ref, rtol=CONV_RTOL[dtype], atol=CONV_RTOL[dtype] * np.abs(ref).max()):
-                    raise RuntimeError(f"{case}: leanpass disagrees with pytorch, max error {np.abs(got - ref).max()}")
-        medians = interleaved({name: s[0] for name, s in steps.items()}, rounds, repeat=5)
-    return {name: t * 1e3 for name, t in medians.items()}
-
-
 def w6(dtype, rounds, n_threads):
     return compared(lambda name: block_step(dtype, name), "W6", dtype, rounds, n_threads)
 
 
-def cnn_step(dtype, framework):
-    """One SGD training step of ``models.cnn`` on a fixed batch: returns the step and
-    a function giving the loss of one step (for the agreement check)."""
-    import models
-
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(64, 1, 28, 28)).astype(dtype)
-    labels = rng.integers(0, 10, size=64)
-    torch.manual_seed(0)
-    reference = models.cnn(torch.nn, dtype=getattr(torch, dtype))
-    if framework == "pytorch":
-        model, nn_f, optim = reference, torch.nn.functional, torch.optim
-        x, labels = torch.tensor(x), torch.tensor(labels)
-    else:
-        model, nn_f, optim = models.cnn(leanpass.nn, dtype=dtype), leanpass.nn.functional, leanpass.optim
-        model.load_state_dict({k: v.numpy() for k, v in reference.state_dict().items()}, layout="torch")
-        x, labels = Tensor(x), Tensor(labels)
-    opt = optim.SGD(model.parameters(), lr=0.01)
-    losses = []
-
-    def step():
-        opt.zero_grad()
-        loss = nn_f.cross_entropy(model(x), labels)
-        loss.backward()
-        opt.step()
-        losses[:] = [loss]
-
-    def first_loss():
-        step()
-        return float(losses[0].item() if framework == "pytorch" else losses[0])
-
-    return step, first_loss
-
-
 def w5c(dtype, rounds, n_threads):
-    names = ["pytorch", "leanpass"]
+    """ms per training step of ``benchmarks/models.py``'s CNN (``steps.model_steps``),
+    after checking that the first step's losses agree."""
     with threads(n_threads):
-        steps = {name: cnn_step(dtype, name) for name in names}
-        got, ref = steps["leanpass"][1](), steps["pytorch"][1]()
-        if not np.isclose(got, ref, rtol=CONV_RTOL[dtype]):
-            raise RuntimeError(f"W5c: leanpass's loss {got} disagrees with pytorch's {ref}")
-        medians = interleaved({name: s[0] for name, s in steps.items()}, rounds, repeat=3)
+        steps = model_steps("cnn", 64, dtype=dtype, width=32)
+        losses = {name: step.loss_value(step()) for name, step in steps.items()}
+        if not np.isclose(losses["leanpass"], losses["pytorch"], rtol=CONV_RTOL[dtype]):
+            raise RuntimeError(f"W5c: leanpass's loss {losses['leanpass']} is not pytorch's {losses['pytorch']}")
+        medians = interleaved(steps, rounds, repeat=3)
     return {name: t * 1e3 for name, t in medians.items()}
 
 
@@ -491,6 +450,20 @@ def w7(dtype, rounds, n_threads):
 
 # ---- report ---------------------------------------------------------------------------
 
+def ms_table(results, case, measure, thread_counts, title):
+    """Run ``measure(dtype, threads)`` -> {contestant: ms} for both dtypes and each
+    thread count into ``results[case]``, and print the table, ratios to the first."""
+    results[case] = {}
+    rows = []
+    for dtype in ("float32", "float64"):
+        for n in thread_counts:
+            r = results[case][f"{dtype}/{n}"] = measure(dtype, n)
+            base = next(iter(r.values()))
+            rows.append([dtype, n] + [f"{v:.3f} ({v / base:.2f}x)" for v in r.values()])
+    print(f"## {case}: {title}, ms per step")
+    print(table(["dtype", "threads", *[f"{k} ms (ratio)" for k in r]], rows), end="\n\n")
+
+
 def table(header, rows):
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
     line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
@@ -566,45 +539,22 @@ def main(argv=None):
         print(table(["dtype", "by hand MiB", "leanpass MiB", "ratio"], rows), end="\n\n")
 
     for case in ("W5", "W5b"):
-        if case not in args.only:
-            continue
-        results[case] = {}
-        rows = []
-        for dtype in ("float32", "float64"):
-            for n in args.threads:
-                r = results[case][f"{dtype}/{n}"] = w5(case, dtype, args.rounds, n)
-                base = next(iter(r.values()))
-                rows.append([dtype, n] + [f"{v:.3f} ({v / base:.2f}x)" for v in r.values()])
-        batch, cin, size, cout = CONV_CASES[case]
-        print(f"## {case}: Conv2d forward + backward (weight and bias gradients), batch {batch}, "
-              f"{cin}x{size}x{size} -> {cout} channels, 3x3, ms per step")
-        print(table(["dtype", "threads", *[f"{k} ms (ratio)" for k in r]], rows), end="\n\n")
-
-    if "W6" in args.only and torch is None:
-        print("## W6: left out (it needs PyTorch, whose weights it loads)\n")
-    elif "W6" in args.only:
-        results["W6"] = {}
-        rows = []
-        for dtype in ("float32", "float64"):
-            for n in args.threads:
-                r = results["W6"][f"{dtype}/{n}"] = w6(dtype, args.rounds, n)
-                rows.append([dtype, n] + [f"{v:.3f} ({v / r['pytorch']:.2f}x)" for v in r.values()])
-        batch, length, width, heads = BLOCK
-        print(f"## W6: transformer block forward + backward (pre-LayerNorm, causal MultiheadAttention with {heads} "
-              f"heads, 4x GELU MLP), batch {batch}, sequence {length}, width {width}, ms per step")
-        print(table(["dtype", "threads", *[f"{k} ms (ratio)" for k in r]], rows), end="\n\n")
-
-    if "W5c" in args.only and torch:
-        results["W5c"] = {}
-        rows = []
-        for dtype in ("float32", "float64"):
-            for n in args.threads:
-                r = results["W5c"][f"{dtype}/{n}"] = w5c(dtype, args.rounds, n)
-                base = next(iter(r.values()))
-                rows.append([dtype, n] + [f"{v:.3f} ({v / base:.2f}x)" for v in r.values()])
-        print("## W5c: one CNN training step (benchmarks/models.py's cnn, batch 64, 1x28x28, cross-entropy, SGD), "
-              "ms per step")
-        print(table(["dtype", "threads", *[f"{k} ms (ratio)" for k in r]], rows), end="\n\n")
+        if case in args.only:
+            batch, cin, size, cout = CONV_CASES[case]
+            ms_table(results, case, lambda dtype, n, case=case: w5(case, dtype, args.rounds, n), args.threads,
+                     f"Conv2d forward + backward (weight and bias gradients), batch {batch}, {cin}x{size}x{size} -> "
+                     f"{cout} channels, 3x3")
+    if "W5c" in args.only or "W6" in args.only:
+        if torch is None:
+            print("## W5c, W6: left out (they need PyTorch, whose weights they load)\n")
+        if "W5c" in args.only and torch:
+            ms_table(results, "W5c", lambda dtype, n: w5c(dtype, args.rounds, n), args.threads,
+                     "one CNN training step (benchmarks/models.py's cnn, batch 64, 1x28x28, cross-entropy, SGD)")
+        if "W6" in args.only and torch:
+            batch, length, width, heads = BLOCK
+            ms_table(results, "W6", lambda dtype, n: w6(dtype, args.rounds, n), args.threads,
+                     f"transformer block forward + backward (pre-LayerNorm, causal MultiheadAttention with {heads} "
+                     f"heads, 4x GELU MLP), batch {batch}, sequence {length}, width {width}")
 
     if "W7" in args.only:
         results["W7"] = {}
