@@ -310,3 +310,21 @@ def test_gelu_takes_torchs_approximate_option():
     assert repr(nn.GELU()) == "GELU(approximate='tanh')"
     with pytest.raises(ValueError, match="GELU: .*tanh approximation only.*'none'"):
         nn.GELU(approximate="none")
+
+
+def test_embedding_on_a_device_that_waits_for_reads_makes_bad_rows_nan(device, monkeypatch):
+    """Where a host read would make the device wait (a GPU: ``syncs_cheaply`` False),
+    a Tensor of indices is not read back: out-of-range ones are clipped and their rows
+    are NaN (the others, and the gradient of the table, as usual). Host data is still
+    checked, for free, before it moves."""
+    monkeypatch.setattr(leanpass.backends.get_backend(device), "syncs_cheaply", False)
+    e = nn.Embedding(4, 2, device=device)
+    index = Tensor(np.array([1, 4, -1, 3]), dtype="int64", device=device)
+    y = e(index)
+    rows = host(y)
+    table = host(e.weight)
+    assert np.isnan(rows[1:3]).all() and np.array_equal(rows[[0, 3]], table[[1, 3]])
+    y[[0, 3]].sum().backward()
+    assert host(e.weight.grad).tolist() == [[0, 0], [1, 1], [0, 0], [1, 1]]
+    with pytest.raises(IndexError, match=r"Embedding: indices must be in \[0, 4\)"):
+        e([0, 4])

@@ -514,3 +514,91 @@ def test_cross_entropy_refuses_a_target_on_another_device(device, kind):
     with pytest.raises(ValueError, match=rf"cross_entropy_loss: (?=.*\b{re.escape(device)}\b)(?=.*\b{other}\b)"):
         nn.cross_entropy_loss(logits, target)
     assert target.device == other and not logits.has_grad
+
+
+# ---- the fused layer_norm op --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("normalized_shape", [(5,), (3, 5), (2, 3, 5)])
+@pytest.mark.parametrize("affine", ["none", "weight", "bias", "both"])
+def test_layer_norm_is_one_node_matching_torch_twice_differentiable(device, normalized_shape, affine):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(12)
+    data = rng.normal(size=(2, 3, 5)) * 2 + 1
+    params = {name: rng.normal(size=normalized_shape) for name in ("weight", "bias") if affine in (name, "both")}
+    x = Tensor(data, requires_grad=True, device=device)
+    ps = {k: Tensor(v, requires_grad=True, device=device) for k, v in params.items()}
+    tx = torch.tensor(data, requires_grad=True)
+    tps = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
+    y = nn.functional.layer_norm(x, normalized_shape, **ps, eps=1e-3)
+    ty = torch.nn.functional.layer_norm(tx, normalized_shape, **tps, eps=1e-3)
+    assert y._op == "layer_norm" and y._prev[0] is x  # one node on the input, whatever the parameters
+    g = rng.normal(size=data.shape)
+    np.testing.assert_allclose(host(device, y.data), ty.detach().numpy(), rtol=1e-10, atol=1e-12)
+    (y * Tensor(g, device=device)).sum().backward()
+    (ty * torch.tensor(g)).sum().backward()
+    for ours, theirs in [(x, tx)] + [(ps[k], tps[k]) for k in ps]:
+        np.testing.assert_allclose(host(device, ours.grad), theirs.grad.numpy(), rtol=1e-10, atol=1e-12)
+    names = list(ps)
+    fn = lambda x, *p: nn.functional.layer_norm(x, normalized_shape, **dict(zip(names, p)))  # noqa: E731
+    small = (Tensor(data if len(normalized_shape) == 3 else data[:1], requires_grad=True, device=device),)
+    assert gradcheck(fn, small + tuple(ps.values()))
+    assert leanpass.gradgradcheck(fn, small + tuple(ps.values()))
+
+
+def test_layer_norm_output_changed_in_place_leaves_the_gradient_right(device):
+    """Without weight the output is the normalised input, which backward reads: it
+    must be a copy, so an in-place change of the output cannot reach it."""
+    data = np.random.default_rng(13).normal(size=(3, 4))
+    x = Tensor(data, requires_grad=True, device=device)
+    y = nn.functional.layer_norm(x, 4)
+    y[:, :2].sum().backward()  # a slice saves nothing: only layer_norm's own saved arrays matter
+    expected = host(device, x.grad).copy()
+    x.grad = None
+    y = nn.functional.layer_norm(x, 4)
+    z = y[:, :2].sum()
+    with leanpass.no_grad():
+        y *= 100.0
+    z.backward()
+    np.testing.assert_allclose(host(device, x.grad), expected, rtol=1e-12)
+
+
+# ---- the fused scaled_dot_product_attention op -----------------------------------------------------
+
+
+@pytest.mark.parametrize("mask", [None, "bool", "float"])
+def test_attention_is_one_node_matching_torch_twice_differentiable(device, mask):
+    """One node for scores, mask, softmax and weights @ v; a float mask gets its
+    gradient (as PyTorch's), a bool one none."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(15)
+    arrays = [rng.normal(size=s) for s in ((2, 1, 4, 3), (3, 5, 3), (1, 5, 2))]
+    masks = {None: None, "bool": rng.random((4, 5)) < 0.7, "float": rng.normal(size=(2, 3, 4, 5))}
+    if mask == "bool":
+        masks["bool"][:, 0] = True
+    ours = [Tensor(a, requires_grad=True, device=device) for a in arrays]
+    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+    if mask is not None:
+        ours.append(Tensor(masks[mask], requires_grad=mask == "float", device=device,
+                           dtype="bool" if mask == "bool" else "float64"))
+        theirs.append(torch.tensor(masks[mask], requires_grad=mask == "float"))
+    y = nn.functional.scaled_dot_product_attention(*ours[:3], attn_mask=ours[3] if mask else None)
+    ty = torch.nn.functional.scaled_dot_product_attention(*theirs[:3], attn_mask=theirs[3] if mask else None)
+    assert y._op == "scaled_dot_product_attention" and y._prev[:3] == tuple(ours[:3])
+    np.testing.assert_allclose(host(device, y.data), ty.detach().numpy(), rtol=1e-10, atol=1e-12)
+    g = rng.normal(size=y.shape)
+    (y * Tensor(g, device=device)).sum().backward()
+    (ty * torch.tensor(g)).sum().backward()
+    for a, ta in zip(ours, theirs):
+        if ta.requires_grad:
+            np.testing.assert_allclose(host(device, a.grad), ta.grad.numpy(), rtol=1e-10, atol=1e-12)
+        else:
+            assert not a.has_grad
+    rest = ours[3:] if mask == "float" else []
+    fixed = ours[3] if mask == "bool" else None
+
+    def fn(q, k, v, *m):
+        return nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m[0] if m else fixed)
+
+    assert gradcheck(fn, tuple(ours[:3]) + tuple(rest))
+    assert leanpass.gradgradcheck(fn, tuple(ours[:3]) + tuple(rest))

@@ -185,6 +185,31 @@ def test_batch_norm_training_second_derivatives(device, shape):
     assert leanpass.gradgradcheck(lambda x: bn(x), (x,))
 
 
+@pytest.mark.parametrize("shape", [(64, 4), (16, 4, 10), (8, 4, 12, 12)])
+@pytest.mark.parametrize("input_grad", [True, False], ids=["all-grads", "parameter-grads"])
+def test_batch_norm_float32_far_from_zero_matches_torch(device, shape, input_grad):
+    """float32 values of mean 1000 and spread 1, within float32 rounding of PyTorch: the
+    variance of the centred values (a one-pass E[x^2] - mean^2 loses it), the
+    per-channel dot products of the backward, and the gradients of the parameters alone."""
+    torch = torch_or_skip()
+    rng = np.random.default_rng(6)
+    data = (rng.normal(size=shape) + 1000).astype(np.float32)
+    g = rng.normal(size=shape).astype(np.float32)
+    w, b = rng.normal(size=4).astype(np.float32), rng.normal(size=4).astype(np.float32)
+    mine = [Tensor(a, requires_grad=i > 0 or input_grad, device=device) for i, a in enumerate((data, w, b))]
+    theirs = [torch.tensor(a, requires_grad=i > 0 or input_grad) for i, a in enumerate((data, w, b))]
+    rm, trm = Tensor(np.zeros(4, np.float32), device=device), torch.zeros(4)
+    rv, trv = Tensor(np.ones(4, np.float32), device=device), torch.ones(4)
+    y = F.batch_norm(mine[0], rm, rv, mine[1], mine[2], training=True, momentum=1.0)
+    ty = torch.nn.functional.batch_norm(theirs[0], trm, trv, theirs[1], theirs[2], training=True, momentum=1.0)
+    (y * Tensor(g, device=device)).sum().backward()
+    (ty * torch.tensor(g)).sum().backward()
+    grads = [(t.grad, tt.grad) for t, tt in zip(mine, theirs) if tt.requires_grad]
+    for a, b in [(y, ty), (rm, trm), (rv, trv)] + grads:
+        np.testing.assert_allclose(host(a), host(b), rtol=1e-3, atol=1e-3)
+    assert mine[0].has_grad == input_grad
+
+
 def test_batch_norm_bad_input_changes_nothing(device):
     bn = nn.BatchNorm2d(3, device=device)
     bn(Tensor(np.random.default_rng(5).normal(size=(2, 3, 2, 2)), device=device))
@@ -381,3 +406,26 @@ def test_multihead_attention_bad_input_changes_nothing(device):
     with pytest.raises(TypeError, match="MultiheadAttention: attn_mask must be bool or floating, got dtype int64"):
         mha(q, kv, kv, attn_mask=np.zeros((L, S), np.int64))
     assert same_state(mha, before) and not q.has_grad and not mha.in_proj_weight.has_grad
+
+
+def graph_ops(t):
+    """The operation names of the nodes that ``t`` was made from (a multiset, as a list)."""
+    names, seen, stack = [], set(), [t]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node._prev:
+            names.append(str(node._op))
+        stack.extend(node._prev)
+    return names
+
+
+def test_multihead_self_attention_makes_one_input_projection(device):
+    """Self-attention's q, k and v come from ONE product with in_proj_weight (the
+    three projections together), not one product per projection."""
+    mha = nn.MultiheadAttention(E, HEADS, batch_first=True, device=device, dtype="float64")
+    x = Tensor(np.random.default_rng(11).normal(size=(N, L, E)), requires_grad=True, device=device)
+    y, _ = mha(x, x, x, need_weights=False)
+    assert graph_ops(y).count("linear") == 2  # in_proj and out_proj

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from .._dtypes import dtype_name
-from .._namespace import permute_dims, reshape, where, zeros
+from .._namespace import permute_dims, reshape, unstack, where, zeros
 from ..backends import get_backend, host_array
 from ..tensor import Tensor, as_tensor
 from . import functional as F
@@ -93,20 +93,20 @@ class MultiheadAttention(Module):
         if attn is not None:
             mask = attn if mask is None else mask + attn
 
-        def heads(t):  # (N, L, E) from the input's layout, then (N, H, L, D)
+        def heads(t, parts=1):  # (N, L, parts * E) from the input's layout, then parts x (N, H, L, D): views
             if not batched:
                 t = reshape(t, (1,) + t.shape)
             elif not self.batch_first:
                 t = permute_dims(t, (1, 0, 2))
-            return permute_dims(reshape(t, t.shape[:2] + (H, self.head_dim)), (0, 2, 1, 3))
+            return unstack(permute_dims(reshape(t, t.shape[:2] + (parts, H, self.head_dim)), (2, 0, 3, 1, 4)))
 
         weight, bias = self.in_proj_weight, self.in_proj_bias
         if query is key and key is value:  # self-attention: one product for q, k and v
-            q, k, v = (F.linear(query, weight, bias)[..., i * E:(i + 1) * E] for i in range(3))
+            q, k, v = heads(F.linear(query, weight, bias), 3)
         else:
-            q, k, v = (F.linear(t, weight[:, i * E:(i + 1) * E], None if bias is None else bias[i * E:(i + 1) * E])
-                       for i, t in enumerate((query, key, value)))
-        q, k, v = heads(q), heads(k), heads(v)
+            (q,), (k,), (v,) = (heads(F.linear(t, weight[:, i * E:(i + 1) * E],
+                                               None if bias is None else bias[i * E:(i + 1) * E]))
+                                for i, t in enumerate((query, key, value)))
         p = self.dropout if self.training else 0.0
         weights = None
         if need_weights:

@@ -105,7 +105,8 @@ def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: 
                eps: float = 1e-5) -> Tensor:
     """``(x - mean) / sqrt(var + eps) * weight + bias``, the mean and the biased
     variance taken over the last ``len(normalized_shape)`` axes, which must be
-    ``normalized_shape``; ``weight`` and ``bias`` (optional) have that shape."""
+    ``normalized_shape``; ``weight`` and ``bias`` (optional) have that shape. One graph
+    node, with a closed-form backward."""
     _tensor(x, "layer_norm")
     shape = _normalized_shape(normalized_shape, "layer_norm")
     if x.shape[max(x.ndim - len(shape), 0):] != shape or x.ndim < len(shape):
@@ -113,50 +114,64 @@ def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: 
     for name, t in (("weight", weight), ("bias", bias)):
         if t is not None and _tensor(t, "layer_norm", name).shape != shape:
             raise ValueError(f"layer_norm: {name} of shape {t.shape} is not normalized_shape {shape}")
-    axes = tuple(range(-len(shape), 0))
-    centered = x - x.mean(axis=axes, keepdims=True)
-    y = centered / sqrt((centered * centered).mean(axis=axes, keepdims=True) + eps)
-    if weight is not None:
-        y = y * weight
-    return y if bias is None else y + bias
+    if weight is None and bias is not None:
+        weight = ones(shape, dtype=dtype_name(bias.dtype), device=bias.device)
+    inputs = (x,) if weight is None else (x, weight) if bias is None else (x, weight, bias)
+    return apply(ops.layer_norm, *inputs, count=len(shape), eps=float(eps))
 
 
-def _index_tensor(indices, weight: Tensor, op: str) -> Tensor:
-    """``indices`` as an integer Tensor on ``weight``'s device, checked to be in
-    ``[0, rows)`` (IndexError naming ``op``)."""
-    if isinstance(indices, Tensor):
-        if indices.device != weight.device:
-            raise ValueError(f"{op}: indices are on {indices.device} but the weight is on {weight.device}")
-    else:
-        data = host_array(indices, op)
-        if data.dtype.kind not in "iu":
-            raise TypeError(f"{op}: indices must have an integer dtype, got {data.dtype}")
-        indices = as_tensor(data, device=weight.device, dtype=dtype_name(data.dtype))
-    if indices.dtype.kind not in "iu":
-        raise TypeError(f"{op}: indices must have an integer dtype, got {indices.dtype}")
+def _index_tensor(indices, weight: Tensor, op: str):
+    """``(indices, bad)``: ``indices`` as an integer Tensor on ``weight``'s device, in
+    ``[0, rows)``. Host data, and a Tensor where a host read costs little, are checked
+    (IndexError naming ``op``) and ``bad`` is None; on a device where the check would
+    make it wait (a GPU) the indices are clipped into range and ``bad`` is a bool
+    Tensor, True where one was out of range (its row is then NaN)."""
     rows = weight.shape[0]
-    if indices.size:
-        xp = get_backend(weight.device).xp
-        low, high = int(xp.min(indices.data)), int(xp.max(indices.data))
-        if low < 0 or high >= rows:
-            raise IndexError(f"{op}: indices must be in [0, {rows}) for a table of {rows} rows "
-                             f"(shape {weight.shape}), got values from {low} to {high}")
-    return indices
+    host = not isinstance(indices, Tensor)
+    if host:
+        data = host_array(indices, op)
+        dtype = data.dtype
+    elif indices.device != weight.device:
+        raise ValueError(f"{op}: indices are on {indices.device} but the weight is on {weight.device}")
+    else:
+        data, dtype = indices.data, indices.dtype
+    if dtype.kind not in "iu":
+        raise TypeError(f"{op}: indices must have an integer dtype, got {dtype}")
+    backend = get_backend(weight.device)
+    xp = backend.xp if not host else get_backend("cpu").xp
+    if host or backend.syncs_cheaply:
+        if math.prod(data.shape):
+            low, high = int(xp.min(data)), int(xp.max(data))
+            if low < 0 or high >= rows:
+                raise IndexError(f"{op}: indices must be in [0, {rows}) for a table of {rows} rows "
+                                 f"(shape {weight.shape}), got values from {low} to {high}")
+        if host:
+            indices = as_tensor(data, device=weight.device, dtype=dtype_name(data.dtype))
+        return indices, None
+    with backend.context():
+        bad = (data < 0) | (data >= rows)
+        clipped = xp.clip(data, 0, rows - 1)
+    return (as_tensor(clipped, device=weight.device, dtype=dtype_name(dtype)),
+            as_tensor(bad, device=weight.device, dtype="bool"))
 
 
 def embedding(indices, weight: Tensor, padding_idx: int | None = None, *, _op: str = "embedding") -> Tensor:
     """The rows of the 2-D ``weight`` at integer ``indices`` of any shape (a Tensor or
     array-like): shape ``indices.shape + (weight.shape[1],)``. Repeated indices
-    accumulate their gradients; the row ``padding_idx`` (if given) gets none."""
+    accumulate their gradients; the row ``padding_idx`` (if given) gets none.
+    Indices out of range raise IndexError, except for a Tensor of them on a device
+    where checking would make it wait (a GPU): their rows are NaN there."""
     _tensor(weight, _op, "weight")
     if weight.ndim != 2:
         raise ValueError(f"{_op}: weight must be 2-D (num_embeddings, embedding_dim), got shape {weight.shape}")
-    indices = _index_tensor(indices, weight, _op)
+    indices, bad = _index_tensor(indices, weight, _op)
     flat = reshape(indices, (-1,))
     rows = take(weight, flat, axis=0)
     if padding_idx is not None:
         padding_idx = _padding_index(padding_idx, weight.shape[0], _op)
         rows = where(reshape(flat == padding_idx, (-1, 1)), rows.detach(), rows)
+    if bad is not None:
+        rows = where(reshape(bad, (-1, 1)), math.nan, rows)
     return reshape(rows, indices.shape + weight.shape[1:])
 
 
@@ -208,16 +223,18 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask=None
             raise ValueError(f"{op}: attn_mask of shape {attn_mask.shape} does not broadcast to the scores' "
                              f"shape {scores_shape}") from None
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if dropout_p == 0.0:  # one node, with a closed-form backward
+        if attn_mask is not None and attn_mask.dtype != "bool":
+            attn_mask = attn_mask.astype(q.dtype)
+        inputs = (q, k, v) if attn_mask is None else (q, k, v, attn_mask)
+        return apply(ops.attention, *inputs, scale=scale)
     scores = (q @ k.mT) * scale
     if attn_mask is not None:
         if attn_mask.dtype == "bool":
             scores = where(attn_mask, scores, -math.inf)
         else:
             scores = scores + attn_mask.astype(scores.dtype)
-    weights = scores.softmax(-1)
-    if dropout_p > 0.0:
-        weights = dropout(weights, dropout_p)
-    return weights @ v
+    return dropout(scores.softmax(-1), dropout_p) @ v
 
 
 def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | None, weight: Tensor | None = None,

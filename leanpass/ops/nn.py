@@ -1,5 +1,5 @@
 """Operations of neural networks that the standard does not have: activations,
-softmax along an axis, the fused linear layer and cross-entropy."""
+softmax along an axis, the fused linear layer, layer normalisation and cross-entropy."""
 
 from __future__ import annotations
 
@@ -74,13 +74,34 @@ def softplus(be, a):
 
 @op("gelu", saves=(0,), saves_out=False)
 def gelu(be, a):
-    """GELU, tanh approximation (the array API has no erf)."""
-    t = be.xp.tanh(_SQRT_2_OVER_PI * (a + _GELU_K * a * a * a))
-    out = 0.5 * a * (1.0 + t)
+    """GELU, tanh approximation (the array API has no erf):
+    ``0.5 a (1 + tanh(c (a + k a^3)))``, with ``c = sqrt(2 / pi)`` and ``k = 0.044715``.
+    Each full-size temporary is fresh and changed in place (never the output of
+    ``tanh``, which its own backward reads when this rule is replayed on Tensors)."""
+    xp = be.xp
+    inner = a * a
+    inner *= _SQRT_2_OVER_PI * _GELU_K
+    inner += _SQRT_2_OVER_PI
+    inner *= a  # c (a + k a^3)
+    t = xp.tanh(inner)
+    out = t + 1.0
+    out *= a
+    out *= 0.5
 
     def backward(g):
-        inner_grad = _SQRT_2_OVER_PI * (1.0 + 3.0 * _GELU_K * a * a)
-        return (g * (0.5 * (1.0 + t) + 0.5 * a * (1.0 - t * t) * inner_grad),)
+        # d/da = 0.5 (1 + t) + 0.5 c a (1 + 3 k a^2) (1 - t^2)
+        slope = a * a
+        slope *= 1.5 * _GELU_K * _SQRT_2_OVER_PI
+        slope += 0.5 * _SQRT_2_OVER_PI
+        slope *= a  # 0.5 c a (1 + 3 k a^2)
+        squared = t * t
+        squared -= 1.0
+        slope *= squared  # -0.5 c a (1 + 3 k a^2) (1 - t^2)
+        grad = t + 1.0
+        grad *= 0.5
+        grad -= slope
+        grad *= g
+        return (grad,)
 
     return out, backward
 
@@ -92,7 +113,9 @@ def softmax(be, a, axis):
     out = e / xp.sum(e, axis=axis, keepdims=True)
 
     def backward(g):
-        return (out * (g - xp.sum(g * out, axis=axis, keepdims=True)),)
+        grad = g - xp.sum(g * out, axis=axis, keepdims=True)
+        grad *= out
+        return (grad,)
 
     return out, backward
 
@@ -218,5 +241,97 @@ def linear_relu(be, x, w, b=None, needs=(True, True, True)):
     def backward(g):
         g = fused(g, out) if fused is not None else g * be.xp.astype(out > 0, g.dtype)
         return linear_backward(g)
+
+    return out, backward
+
+
+@op("layer_norm", saves=(1,), saves_out=False, needs=True)
+def layer_norm(be, x, weight=None, bias=None, count=1, eps=1e-5, needs=(True, True, True)):
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` in one node, the mean and the
+    biased variance over the last ``count`` axes of ``x``; ``weight`` and ``bias`` (if
+    given: ``bias`` only with ``weight``) have the shape of those axes.
+
+    With ``xhat`` the normalised input, ``gw = g * weight``, ``n`` values per row and
+    the means ``m_g = mean(gw)``, ``m_gx = mean(gw * xhat)`` over a row, the gradients
+    are ``x: (gw - m_g - xhat * m_gx) / std``, ``weight: sum(g * xhat)`` and ``bias:
+    sum(g)``, these two over the leading axes."""
+    xp = be.xp
+    axes = tuple(range(x.ndim - count, x.ndim))
+    lead = tuple(range(x.ndim - count))
+    centered = x - xp.mean(x, axis=axes, keepdims=True)
+    inv_std = 1.0 / xp.sqrt(xp.mean(centered * centered, axis=axes, keepdims=True) + eps)
+    xhat = centered * inv_std
+    if weight is None:
+        out = be.copy(xhat)  # backward reads xhat: a change of the output in place must not reach it
+    else:
+        out = xhat * weight
+        if bias is not None:
+            if bias.dtype == out.dtype:
+                out += bias
+            else:
+                out = out + bias
+    need_x = needs[0]
+    need_w = weight is not None and needs[1]
+    need_b = bias is not None and needs[2]
+
+    def lead_sum(t):
+        return xp.sum(t, axis=lead) if lead else t
+
+    def backward(g):
+        grads = [None]
+        if need_x:
+            gw = g if weight is None else g * weight
+            shift = xhat * xp.mean(gw * xhat, axis=axes, keepdims=True)
+            shift += xp.mean(gw, axis=axes, keepdims=True)
+            gx = gw - shift
+            gx *= inv_std
+            grads[0] = gx
+        if weight is not None:
+            grads.append(lead_sum(g * xhat) if need_w else None)
+        if bias is not None:
+            grads.append(lead_sum(g) if need_b else None)
+        return tuple(grads)
+
+    return out, backward
+
+
+@op("scaled_dot_product_attention", saves=(0, 1, 2), saves_out=False, needs=True)
+def attention(be, q, k, v, mask=None, scale=1.0, needs=(True, True, True, True)):
+    """``softmax(q @ k^T * scale + mask) @ v`` in one node: ``mask`` (optional) is bool,
+    True where a query may look (the scores elsewhere are -inf), or float, added to
+    the scores. With ``w`` the weights and ``gw = g @ v^T``, the scores' gradient is
+    ``gs = w * (gw - sum(gw * w))`` (along the keys), and then ``q: gs @ k * scale``,
+    ``k: gs^T @ q * scale``, ``v: w^T @ g``, a float mask: ``gs``."""
+    xp = be.xp
+    scores = be.matmul(q, xp.matrix_transpose(k))
+    scores *= scale
+    if mask is not None:
+        if mask.dtype == xp.bool:
+            scores = xp.where(mask, scores, -math.inf)
+        elif mask.shape == scores.shape and mask.dtype == scores.dtype:
+            scores += mask
+        else:
+            scores = scores + mask
+    e = xp.exp(scores - xp.max(scores, axis=-1, keepdims=True))
+    weights = e / xp.sum(e, axis=-1, keepdims=True)
+    out = be.matmul(weights, v)
+    need_q, need_k, need_v = needs[:3]
+    need_mask = mask is not None and mask.dtype != xp.bool and needs[3]
+
+    def backward(g):
+        gs = None
+        if need_q or need_k or need_mask:
+            gw = be.matmul(g, xp.matrix_transpose(v))
+            gs = gw - xp.sum(gw * weights, axis=-1, keepdims=True)
+            gs *= weights
+        gq = gk = None
+        if need_q:
+            gq = be.matmul(gs, k)
+            gq *= scale
+        if need_k:
+            gk = be.matmul(xp.matrix_transpose(gs), q)
+            gk *= scale
+        gv = be.matmul(xp.matrix_transpose(weights), g) if need_v else None
+        return (gq, gk, gv) if mask is None else (gq, gk, gv, gs if need_mask else None)
 
     return out, backward
