@@ -86,6 +86,65 @@ def test_max_pool2d_nan_minus_inf_and_integers_as_torch(device):
     np.testing.assert_array_equal(host(out), host(torch.nn.functional.max_pool2d(torch.tensor(ints), 3, 2, 1)))
 
 
+@pytest.mark.parametrize("kernel_size, shape", [(2, (2, 3, 8, 6)), ((2, 3), (3, 6, 9)), (2, (1, 2, 7, 6))],
+                         ids=["tiled", "tiled-rect", "disjoint-leftover-row"])
+@pytest.mark.parametrize("values", ["distinct", "ties", "nan-inf"])
+def test_max_pool2d_disjoint_windows_match_torch(device, kernel_size, shape, values):
+    """Windows that do not overlap: the backward writes each window's gradient into
+    place (into an uninitialised buffer where the windows tile the input): ties go to
+    the first maximum, NaNs to the last NaN, -inf windows to their first -inf."""
+    torch = torch_or_skip()
+    rng = np.random.default_rng(7)
+    array = inputs(rng, shape, values != "distinct")
+    if values == "nan-inf":
+        array[rng.random(shape) < 0.2] = np.nan
+        array[rng.random(shape) < 0.3] = -np.inf
+    compare(torch, lambda x: F.max_pool2d(x, kernel_size, return_indices=True),
+            lambda t: torch.nn.functional.max_pool2d(t, kernel_size, return_indices=True), array, device)
+
+
+@pytest.mark.parametrize("kwargs", [dict(kernel_size=2), dict(kernel_size=2, stride=1, padding=1),
+                                    dict(kernel_size=3, padding=1), dict(kernel_size=(2, 3), stride=1)])
+def test_max_pool2d_gradient_of_nan_and_minus_inf_windows_as_torch(device, kwargs):
+    """The gradient goes to a window's last NaN, or its first -inf (never the padding)."""
+    torch = torch_or_skip()
+    array = np.array([[[np.nan, 1.0, np.nan], [np.nan, 5.0, -np.inf], [-np.inf, -np.inf, -np.inf]],
+                      [[-np.inf, -np.inf, 2.0], [-np.inf, -np.inf, 2.0], [np.nan, 0.0, np.nan]]])
+    compare(torch, lambda x: F.max_pool2d(x, return_indices=True, **kwargs),
+            lambda t: torch.nn.functional.max_pool2d(t, return_indices=True, **kwargs), array, device)
+
+
+def test_max_pool2d_output_is_its_own_array(device):
+    """A 1x1 window's output is no view of the input, and changing the output in
+    place changes neither the input nor the gradient (the backward keeps its own
+    copy of the maxima)."""
+    torch = torch_or_skip()
+    array = np.random.default_rng(8).normal(size=(2, 4, 6))
+    x = Tensor(array, requires_grad=True, device=device)
+    y = F.max_pool2d(x, 1, 2)
+    y += 1.0
+    assert host(x).tolist() == array.tolist()
+    h = x * 1.0
+    z = F.max_pool2d(h, 2)
+    z *= 3.0
+    (z * z).sum().backward()
+    tx = torch.tensor(array, requires_grad=True)
+    tz = torch.nn.functional.max_pool2d(tx * 1.0, 2)
+    tz.mul_(3.0)
+    (tz * tz).sum().backward()
+    close(x.grad, tx.grad)
+
+
+def test_max_pool2d_input_changed_in_place_after_forward_raises(device):
+    """The backward reads the input (as PyTorch's saves it): a later in-place change raises."""
+    x = Tensor(np.random.default_rng(9).normal(size=(1, 4, 4)), requires_grad=True, device=device)
+    h = x * 1.0
+    y = F.max_pool2d(h, 2)
+    h += 1.0
+    with pytest.raises(RuntimeError, match="max_pool2d"):
+        y.sum().backward()
+
+
 AVG_GRID = [  # kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
     (2, None, 0, False, True, None),
     (3, 1, 1, False, True, None),
@@ -132,7 +191,9 @@ def tie_free(shape, device):
     lambda x: F.max_pool2d(x, 2, 1),
     lambda x: F.max_pool2d(x, 3, 2, 1, 1, True),
     lambda x: F.max_pool2d(x, (2, 3), 1, (1, 0), (2, 1)),
-], ids=["max-overlap", "max-ceil-padded", "max-dilated"])
+    lambda x: F.max_pool2d(x, 2),
+    lambda x: F.max_pool2d(x, (2, 5)),
+], ids=["max-overlap", "max-ceil-padded", "max-dilated", "max-disjoint", "max-tiled"])
 def test_max_pool2d_gradcheck_and_gradgradcheck(device, fn):
     x = tie_free((1, 4, 5), device)
     assert gradcheck(fn, (x,))

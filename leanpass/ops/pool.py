@@ -46,52 +46,78 @@ def _scatter(be, g_parts, keys, shape, dtype, inner):
     return buf[inner]
 
 
+def _inside(be, padding, size, extent):
+    """The bool mask over the padded buffer's last two axes of where the input is."""
+    rows = [padding[0] <= r < padding[0] + size[0] for r in range(extent[0])]
+    cols = [padding[1] <= c < padding[1] + size[1] for c in range(extent[1])]
+    return be.create("asarray", [[r and c for c in cols] for r in rows], dtype=be.xp.bool)
+
+
 def _window_max(be, a, kernel, stride, padding, dilation, out):
-    """The windows' maxima and, per window, the offset of its first maximum in
-    row-major order (a NaN counts as larger, the last one winning, as PyTorch's)."""
+    """The windows' maxima (NaN where a window holds one), a running maximum over
+    the offsets' slices; also the padded buffer, the keys, the key of ``a`` in the
+    buffer and the mask of where ``a`` is in it (``None`` without padding)."""
     xp = be.xp
     size = a.shape[-2:]
     extent = tuple(_extent(n, k, s, d, o, p) for n, k, s, d, o, p in zip(size, kernel, stride, dilation, out, padding))
-    floating = xp.isdtype(a.dtype, "real floating")
-    fill = -float("inf") if floating else xp.iinfo(a.dtype).min
+    fill = -float("inf") if xp.isdtype(a.dtype, "real floating") else xp.iinfo(a.dtype).min
     buf, inner = _padded(be, a, padding, extent, fill)
     keys = _keys(kernel, stride, dilation, out)
-    inside = None
-    if buf is not a:  # padding never wins, even against an input of -inf
-        rows = [padding[0] <= r < padding[0] + size[0] for r in range(extent[0])]
-        cols = [padding[1] <= c < padding[1] + size[1] for c in range(extent[1])]
-        inside = be.create("asarray", [[r and c for c in cols] for r in rows], dtype=xp.bool)
-    best = index = padded_best = None
-    for k, key in enumerate(keys):
-        v = buf[key]
-        if best is None:
-            best, index = v, be.zeros(v.shape, xp.int32)
-            if inside is not None:
-                padded_best = ~inside[key[1:]]
-            continue
-        better = v > best
-        if floating:
-            better = better | xp.isnan(v)
+    best = be.copy(buf[keys[0]]) if len(keys) == 1 else xp.maximum(buf[keys[0]], buf[keys[1]])
+    for key in keys[2:]:
+        best = xp.maximum(best, buf[key])
+    inside = None if buf is a else _inside(be, padding, size, extent)
+    return best, buf, keys, inner, inside
+
+
+def _winners(be, buf, best, keys, inside):
+    """Per kernel offset, the bool mask of the windows whose maximum ``best`` it
+    holds: the first maximum in row-major order, but the last NaN of a window with
+    NaNs (a NaN counts as larger, as PyTorch's); padding never wins, even against
+    an input of -inf. ``free``: the windows no offset has won yet."""
+    xp = be.xp
+    hits, free = [], None
+    for key in keys:
+        hit = buf[key] == best
         if inside is not None:
-            better = better | (padded_best & inside[key[1:]])
-            padded_best = padded_best & ~better
-        best = xp.where(better, v, best)
-        index = xp.where(better, k, index)
-    return best, index, keys, buf.shape, inner
+            hit = hit & inside[key[1:]]
+        if free is None:
+            free = ~hit
+        else:
+            hit = hit & free
+            free = free ^ hit
+        hits.append(hit)
+    floating = xp.isdtype(best.dtype, "real floating")
+    if floating and (not be.syncs_cheaply or bool(xp.any(xp.isnan(best)))):  # windows with a NaN are still free
+        for k in reversed(range(len(keys))):
+            nan = xp.isnan(buf[keys[k]]) & free
+            free = free ^ nan
+            hits[k] = hits[k] | nan
+    return hits
 
 
-@op("max_pool2d", saves=(), saves_out=False)
+@op("max_pool2d", saves=(0,), saves_out=False)
 def max_pool2d(be, a, kernel, stride, padding, dilation, out):
     """The maximum of each window over the last two axes (padding never wins); the
     gradient of a window goes to its first maximum in row-major order, summed where
-    windows overlap, as PyTorch's."""
+    windows overlap, as PyTorch's. The forward is a running maximum alone; the
+    backward finds the winners (:func:`_winners`) against a copy of the output."""
     xp = be.xp
-    best, index, keys, shape, inner = _window_max(be, a, kernel, stride, padding, dilation, out)
-    dtype = a.dtype
+    best, buf, keys, inner, inside = _window_max(be, a, kernel, stride, padding, dilation, out)
+    saved = be.copy(best)  # the output may be changed in place; the input may not (saves=(0,))
+    shape, dtype = buf.shape, a.dtype
+    disjoint = all((k - 1) * d < s for k, d, s in zip(kernel, dilation, stride))
+    tiled = disjoint and all(k == s and d == 1 and n == o * s
+                             for k, s, d, n, o in zip(kernel, stride, dilation, shape[-2:], out))
 
     def backward(g):
-        parts = (g * xp.astype(index == k, g.dtype) for k in range(len(keys)))
-        return (_scatter(be, parts, keys, shape, dtype, inner),)
+        parts = (g * xp.astype(hit, g.dtype) for hit in _winners(be, buf, saved, keys, inside))
+        if not disjoint:
+            return (_scatter(be, parts, keys, shape, dtype, inner),)
+        grad = be.create("empty", shape, dtype=dtype) if tiled else be.zeros(shape, dtype)
+        for part, key in zip(parts, keys):  # each input element is in one window at most
+            grad[key] = part
+        return (grad[inner],)
 
     return best, backward
 
@@ -101,8 +127,11 @@ def max_pool2d_indices(be, a, kernel, stride, padding, dilation, out):
     """Where each window's maximum is (as :func:`max_pool2d` picks it): its flat
     index into the input's last two axes, as PyTorch's ``return_indices=True``."""
     xp = be.xp
-    _, index, _, _, _ = _window_max(be, a, kernel, stride, padding, dilation, out)
-    index = xp.astype(index, xp.int64)
+    best, buf, keys, _, inside = _window_max(be, a, kernel, stride, padding, dilation, out)
+    index = be.zeros(best.shape, xp.int64)
+    for k, hit in enumerate(_winners(be, buf, best, keys, inside)):
+        if k:
+            index = index + xp.astype(hit, xp.int64) * k
     kw = kernel[1]
     rows = xp.reshape(be.arange(out[0], xp.int64) * stride[0] - padding[0], (-1, 1)) + (index // kw) * dilation[0]
     cols = be.arange(out[1], xp.int64) * stride[1] - padding[1] + (index % kw) * dilation[1]
