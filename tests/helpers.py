@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import contextlib
 
-from leanpass import backends, optim
+import numpy as np
+import pytest
+
+from leanpass import Tensor, backends, optim
 from leanpass.backends import register_backend
 
 # The optimizers whose fused kernels are compared with the generic path
@@ -29,3 +32,23 @@ def registered(device_type: str, backend_class, library: str):
         backends._LIBRARIES.pop(library)
         for key in [k for k, b in backends._INSTANCES.items() if b.device_type == device_type]:
             del backends._INSTANCES[key]
+
+
+# ---- comparisons with PyTorch (the layers' tests) ----------------------------------------
+
+
+def torch_or_skip():
+    """PyTorch, or skip the test that compares with it."""
+    return pytest.importorskip("torch", reason="the comparison with PyTorch needs torch")
+
+
+def host(a):
+    """A Tensor, a torch tensor or a device array as a NumPy array."""
+    if isinstance(a, Tensor):
+        a = a.data
+    return a.detach().numpy() if hasattr(a, "detach") else np.asarray(a)
+
+
+def close(a, b, rtol=1e-10, atol=1e-12):
+    """``a`` and ``b`` (each any of :func:`host`'s kinds) agree to ``rtol``/``atol``."""
+    np.testing.assert_allclose(host(a), host(b), rtol=rtol, atol=atol)

@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers import close, host, torch_or_skip
 
 import leanpass
 from leanpass import Tensor, nn, ops
@@ -16,19 +17,6 @@ from leanpass.tensor import apply
 
 RTOL = 1e-10
 
-
-def torch_or_skip():
-    return pytest.importorskip("torch", reason="the comparison with PyTorch needs torch")
-
-
-def host(a):
-    if isinstance(a, Tensor):
-        a = a.data
-    return a.detach().numpy() if hasattr(a, "detach") else np.asarray(a)
-
-
-def close(a, b, rtol=RTOL):
-    np.testing.assert_allclose(host(a), host(b), rtol=rtol, atol=1e-12)
 
 
 # (stride, padding, dilation, groups, bias) for 2-D; the 1-D cases take each tuple's first entry

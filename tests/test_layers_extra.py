@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import close, host, torch_or_skip
 
 import leanpass
 from leanpass import Tensor, nn
@@ -12,20 +13,6 @@ from leanpass.nn import functional as F
 
 RTOL = 1e-10
 
-
-def torch_or_skip():
-    return pytest.importorskip("torch", reason="the comparison with PyTorch needs torch")
-
-
-def host(a):
-    """A Tensor, a torch tensor or a device array as a NumPy array."""
-    if isinstance(a, Tensor):
-        a = a.data
-    return a.detach().numpy() if hasattr(a, "detach") else np.asarray(a)
-
-
-def close(a, b, rtol=RTOL):
-    np.testing.assert_allclose(host(a), host(b), rtol=rtol, atol=1e-12)
 
 
 def pair(torch, array, device, requires_grad=True):

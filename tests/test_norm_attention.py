@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from helpers import close, host, torch_or_skip
 
 import leanpass
 from leanpass import Tensor, nn
@@ -15,19 +16,6 @@ from leanpass.nn import functional as F
 
 RTOL = 1e-10
 
-
-def torch_or_skip():
-    return pytest.importorskip("torch", reason="the comparison with PyTorch needs torch")
-
-
-def host(a):
-    if isinstance(a, Tensor):
-        a = a.data
-    return a.detach().numpy() if hasattr(a, "detach") else np.asarray(a)
-
-
-def close(a, b, rtol=RTOL):
-    np.testing.assert_allclose(host(a), host(b), rtol=rtol, atol=1e-12)
 
 
 def snapshot(module):

@@ -3,8 +3,10 @@ indices and input gradients (ties included), second derivatives, and bad input."
 
 from __future__ import annotations
 
+import helpers
 import numpy as np
 import pytest
+from helpers import host, torch_or_skip
 
 from leanpass import Tensor, gradcheck, gradgradcheck, nn
 from leanpass.nn import functional as F
@@ -12,18 +14,9 @@ from leanpass.nn import functional as F
 TOL = 1e-10
 
 
-def torch_or_skip():
-    return pytest.importorskip("torch", reason="the comparison with PyTorch needs torch")
-
-
-def host(a):
-    if isinstance(a, Tensor):
-        a = a.data
-    return a.detach().numpy() if hasattr(a, "detach") else np.asarray(a)
-
-
 def close(a, b):
-    np.testing.assert_allclose(host(a), host(b), rtol=TOL, atol=TOL)
+    helpers.close(a, b, rtol=TOL, atol=TOL)
+
 
 
 def compare(torch, ours_fn, theirs_fn, array, device, seed=0):

@@ -60,7 +60,7 @@ def _col2im(be, cols, size, kernel, stride, dilation, axis=2):
     out = be.zeros((a, b, *size), cols.dtype)
     lead = (slice(None),) * axis
     for k, index in enumerate(_slices(kernel, stride, dilation, cols.shape[3:])):
-        out[index] = out[index] + cols[(*lead, k, ...)]
+        out[index] += cols[(*lead, k, ...)]
     return out
 
 
