@@ -417,3 +417,41 @@ def test_multihead_self_attention_makes_one_input_projection(device):
     x = Tensor(np.random.default_rng(11).normal(size=(N, L, E)), requires_grad=True, device=device)
     y, _ = mha(x, x, x, need_weights=False)
     assert graph_ops(y).count("linear") == 2  # in_proj and out_proj
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_multi_head_attention_forward_is_torchs_function_with_leanpass_layouts(device, batched):
+    """``F.multi_head_attention_forward`` takes PyTorch's arguments (sequence-first
+    inputs, bool masks True = masked) with LeanPass's weight layouts, the transposes
+    of PyTorch's: outputs, weights and gradients as PyTorch's to 1e-10."""
+    torch = torch_or_skip()
+    torch.manual_seed(1)
+    E, H, L, S, N = 8, 2, 5, 4, 3
+    ref = torch.nn.MultiheadAttention(E, H, dtype=torch.float64)
+    rng = np.random.default_rng(2)
+    q = rng.normal(size=(L, N, E) if batched else (L, E))
+    k = rng.normal(size=(S, N, E) if batched else (S, E))
+    mask = rng.random((L, S)) > 0.7
+    mask[:, 0] = False  # every query sees a key
+    tq = torch.tensor(q, requires_grad=True)
+    tk = torch.tensor(k)
+    out, weights = torch.nn.functional.multi_head_attention_forward(
+        tq, tk, tk, E, H, ref.in_proj_weight, ref.in_proj_bias, None, None, False, 0.0, ref.out_proj.weight,
+        ref.out_proj.bias, attn_mask=torch.tensor(mask))
+    out.sum().backward()
+    lq = Tensor(q, requires_grad=True, device=device)
+    lk = Tensor(k, device=device)
+    w_in = Tensor(host(ref.in_proj_weight).T.copy(), requires_grad=True, device=device)
+    w_out = Tensor(host(ref.out_proj.weight).T.copy(), device=device)
+    ours, our_weights = F.multi_head_attention_forward(
+        lq, lk, lk, E, H, w_in, Tensor(host(ref.in_proj_bias), device=device), None, None, False, 0.0, w_out,
+        Tensor(host(ref.out_proj.bias), device=device), attn_mask=leanpass.asarray(mask, device=device))
+    ours.sum().backward()
+    close(ours, out)
+    close(our_weights, weights)
+    close(lq.grad, tq.grad)
+    close(w_in.grad, ref.in_proj_weight.grad.T)
+    with pytest.raises(NotImplementedError, match="multi_head_attention_forward: bias_k is not supported"):
+        F.multi_head_attention_forward(lq, lk, lk, E, H, w_in, None, w_out[0], None, False, 0.0, w_out, None)
+    with pytest.raises(ValueError, match=r"in_proj_weight of shape \(24, 8\).*\(8, 24\)"):
+        F.multi_head_attention_forward(lq, lk, lk, E, H, w_in.mT, None, None, None, False, 0.0, w_out, None)

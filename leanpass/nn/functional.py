@@ -27,7 +27,7 @@ __all__ = [
     "layer_norm", "embedding", "scaled_dot_product_attention", "conv1d", "conv2d",
     "mse_loss", "cross_entropy", "binary_cross_entropy_with_logits",
     "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d",
-    "batch_norm",
+    "batch_norm", "multi_head_attention_forward",
 ]
 
 cross_entropy = cross_entropy_loss
@@ -290,3 +290,7 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
                 running_var *= 1 - momentum
                 running_var += var * (momentum * (count / (count - 1)))
     return y
+
+
+# MultiheadAttention's function form lives with the module, which uses this module's functions
+from .attention import multi_head_attention_forward  # noqa: E402
