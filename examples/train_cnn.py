@@ -8,8 +8,8 @@
 
 The network: blocks of 3x3 convolution, batch normalisation and ReLU, one per
 --channels entry, with 2x2 max-pooling after the first; then the average over each
-quarter of the image (AdaptiveAvgPool2d(2): where a feature is still counts) and one
-Linear layer to the class logits.
+quarter of the image (AdaptiveAvgPool2d(2), which keeps where in the image a feature
+was) and one Linear layer to the class logits.
 
 It takes train_mlp.py's options and data (scikit-learn's 8x8 digits by default, no
 download; --data: MNIST files) and trains with the same loop: see that script for

@@ -384,8 +384,7 @@ class Tensor:
                     f"backward: gradient of shape {tuple(grad.shape)} does not match the "
                     f"tensor of shape {self.shape}"
                 )
-            if not self._prev:  # a leaf keeps it as .grad: the caller's array must not become it
-                grad = backend.copy(grad)
+            grad = backend.copy(grad)  # the engine's own: no .grad may become the caller's array
         if create_graph:
             if not isinstance(grad, Tensor):
                 grad = make(grad, backend, "leaf", (), None, False)

@@ -668,9 +668,9 @@ def test_a_failing_backward_runs_no_hook():
 
 
 def test_backward_never_aliases_the_callers_gradient():
-    """``t.backward(g)`` copies ``g`` only where it could become a ``.grad`` itself (a
-    leaf): through a graph, the ops' rules never write into an incoming gradient, and
-    the engine copies what it keeps. Changing the results then leaves ``g`` alone."""
+    """``t.backward(g)`` works on its own copy of ``g``: no ``.grad`` is ``g`` or a
+    view of it (an operation's rule may pass its incoming gradient on unchanged, and
+    ``layer_norm``'s bias gradient did). Changing the results leaves ``g`` alone."""
     g = np.ones(3)
     x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
     x.backward(g)
@@ -683,3 +683,11 @@ def test_backward_never_aliases_the_callers_gradient():
     x.grad[1] = 5.0
     np.testing.assert_array_equal(g, np.ones(3))
     np.testing.assert_array_equal(x.grad, [3.0, 5.0, 3.0])
+    norm = leanpass.nn.LayerNorm(3)
+    out = norm(x.detach())  # unbatched: the bias gradient sums over no axis
+    out.backward(g)
+    g[:] = 7.0
+    np.testing.assert_array_equal(norm.bias.grad, np.ones(3))
+    norm.zero_grad()
+    norm(x.detach()).sum().backward()  # sum's rule broadcasts its gradient: a read-only view
+    norm.bias.grad *= 2.0  # the leaf's gradient is its own, writable array

@@ -4,6 +4,7 @@ errors that change nothing."""
 
 from __future__ import annotations
 
+import tracemalloc
 import warnings
 
 import numpy as np
@@ -239,3 +240,138 @@ def test_functional_bad_arguments(device):
     with pytest.raises(TypeError, match="conv1d: expected a Tensor as weight"):
         F.conv1d(x, np.ones((6, 2, 3)))
     assert F.conv1d(x, w, groups=2).shape == (1, 6, 4)
+
+
+@pytest.mark.parametrize("dtypes", [("float32", "float32", "float64"), ("float64", "float64", "float32"),
+                                    ("float32", "float64", "float32"), ("float32", "float32", "float32")])
+def test_mixed_dtypes_promote_as_the_standard_bias_included(device, dtypes):
+    # the bias was added in place: a wider bias gave the narrower dtype on cpu and a raw TypeError on strict
+    rng = np.random.default_rng(7)
+    arrays = [rng.normal(size=(2, 4, 5, 6)), rng.normal(size=(6, 2, 3, 3)), rng.normal(size=6)]
+    ours = [Tensor(a.astype(d), requires_grad=True, device=device) for a, d in zip(arrays, dtypes)]
+    y = F.conv2d(*ours, padding=1, groups=2)
+    expected = np.result_type(*dtypes)  # float32 with float64 is float64, as in the array API standard
+    assert str(np.dtype(host(y).dtype)) == str(expected)
+    wide = F.conv2d(*(Tensor(a, device=device) for a in arrays), padding=1, groups=2)
+    close(y, wide, rtol=1e-5 if expected == np.float32 else 1e-6, atol=1e-5)
+    y.sum().backward()
+    for t, d in zip(ours, dtypes):
+        assert str(np.dtype(host(t.grad).dtype)) == d
+
+
+def test_the_weight_gradient_of_many_channels_over_few_pixels_needs_no_batch_sized_temporary():
+    # (N, out, C * K) products summed over N: N times the weight's size; one contraction over N and the
+    # pixels needs only a copy of the patches (here 16x smaller)
+    torch = torch_or_skip()
+    rng = np.random.default_rng(8)
+    x, w = rng.normal(size=(128, 32, 2, 2)), rng.normal(size=(64, 32, 3, 3))
+    ours = Tensor(w, requires_grad=True)
+    y = F.conv2d(Tensor(x), ours, padding=1)  # 4 pixels, 64 channels
+    g = Tensor(rng.normal(size=y.shape))
+    tracemalloc.start()
+    try:
+        y.backward(g)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < x.shape[0] * w.nbytes / 4
+    tw = torch.tensor(w, requires_grad=True)
+    torch.nn.functional.conv2d(torch.tensor(x), tw, padding=1).backward(torch.tensor(host(g)))
+    close(ours.grad, tw.grad)
+
+
+@pytest.mark.parametrize("groups, size", [(1, (2, 1)), (2, (2, 2)), (4, (1, 1))])  # 4, 6, 2 pixels
+def test_weight_gradients_of_more_channels_than_pixels_match_torch(device, groups, size):
+    torch = torch_or_skip()
+    rng = np.random.default_rng(9)
+    x, w, b = rng.normal(size=(3, 8, *size)), rng.normal(size=(16, 8 // groups, 3, 2)), rng.normal(size=16)
+    ours = [Tensor(a, requires_grad=True, device=device) for a in (x, w, b)]
+    theirs = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
+    y = F.conv2d(*ours, padding=(1, 1), groups=groups)
+    ty = torch.nn.functional.conv2d(*theirs, padding=(1, 1), groups=groups)
+    close(y, ty)
+    g = rng.normal(size=y.shape)
+    y.backward(Tensor(g, device=device))
+    ty.backward(torch.tensor(g))
+    for a, t in zip(ours, theirs):
+        close(a.grad, t.grad)
+    if groups == 2:  # second derivatives too (small: one output pixel, 3 channels a group)
+        small = [Tensor(rng.normal(size=s), requires_grad=True, device=device) for s in ((2, 4, 1, 2), (6, 2, 1, 2))]
+        assert leanpass.gradgradcheck(lambda x, w: F.conv2d(x, w, groups=2).tanh(), small)
+
+
+def test_an_in_place_change_of_the_input_after_the_forward_makes_backward_raise_as_torch(device):
+    # torch's convolution saves its input; so does ours (a second derivative replays the forward on it)
+    rng = np.random.default_rng(10)
+    a = Tensor(rng.normal(size=(1, 2, 5, 5)), requires_grad=True, device=device)
+    x = a * 1.0
+    y = F.conv2d(x, Tensor(rng.normal(size=(3, 2, 3, 3)), device=device))
+    x += 1.0
+    with pytest.raises(RuntimeError, match="'conv': its input 0 .* changed in place"):
+        y.sum().backward()
+
+
+# (kernel_size, dilation, padding, stride) with the spatial size (H, W)
+FOLD_CASES = [
+    (2, 1, 0, 1, (5, 6)),
+    ((3, 2), (1, 2), (1, 0), (2, 1), (7, 6)),
+    (3, 2, 2, 3, (6, 5)),
+    ((1, 4), 1, (0, 2), (1, 3), (4, 4)),
+]
+
+
+@pytest.mark.parametrize("case", FOLD_CASES)
+@pytest.mark.parametrize("batched", [True, False])
+def test_functional_unfold_and_fold_match_torch(device, case, batched):
+    torch = torch_or_skip()
+    kernel_size, dilation, padding, stride, size = case
+    kw = dict(dilation=dilation, padding=padding, stride=stride)
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=((2,) if batched else ()) + (3, *size))
+    ours, theirs = Tensor(x, requires_grad=True, device=device), torch.tensor(x, requires_grad=True)
+    cols, tcols = F.unfold(ours, kernel_size, **kw), torch.nn.functional.unfold(theirs, kernel_size, **kw)
+    assert cols.shape == tuple(tcols.shape)
+    close(cols, tcols)
+    g = rng.normal(size=cols.shape)
+    cols.backward(Tensor(g, device=device))
+    tcols.backward(torch.tensor(g))
+    close(ours.grad, theirs.grad)
+    c = rng.normal(size=cols.shape)
+    ours, theirs = Tensor(c, requires_grad=True, device=device), torch.tensor(c, requires_grad=True)
+    folded = F.fold(ours, size, kernel_size, **kw)
+    tfolded = torch.nn.functional.fold(theirs, size, kernel_size, **kw)
+    assert folded.shape == tuple(tfolded.shape) == x.shape
+    close(folded, tfolded)
+    g = rng.normal(size=folded.shape)
+    folded.backward(Tensor(g, device=device))
+    tfolded.backward(torch.tensor(g))
+    close(ours.grad, theirs.grad)
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda t: F.unfold(t((3, 4)), 2), ValueError, r"unfold: input must have 3 .* or 4 .*\(3, 4\)"),
+    (lambda t: F.unfold(t((1, 3, 3, 4)), 4), ValueError, r"unfold: .*larger than the padded input"),
+    (lambda t: F.unfold(t((1, 0, 4, 4)), 2), ValueError, r"unfold: .*non-zero"),
+    (lambda t: F.unfold(t((1, 3, 4, 4)), 2, padding=-1), ValueError, "unfold: padding must be non-negative"),
+    (lambda t: F.unfold(t((1, 3, 4, 4)), 2, stride=0), ValueError, "unfold: stride must be positive"),
+    (lambda t: F.unfold(t((1, 3, 4, 4)), (2, 2, 2)), TypeError, "unfold: kernel_size must be an int or a tuple"),
+    (lambda t: F.unfold(np.ones((1, 3, 4, 4)), 2), TypeError, "unfold: expected a Tensor as input"),
+    (lambda t: F.fold(t((12,)), (4, 5), 2), ValueError, r"fold: input must have 2 .* or 3 .*\(12,\)"),
+    (lambda t: F.fold(t((1, 10, 12)), (4, 5), 2), ValueError, r"fold: .*\(10, .*divisible .*\(2, 2\)"),
+    (lambda t: F.fold(t((1, 12, 10)), (4, 5), 2), ValueError, r"fold: .*3 \* 4 = 12 .* 10"),
+    (lambda t: F.fold(t((1, 12, 1)), (1, 5), 2), ValueError, r"fold: .*larger than the padded output"),
+    (lambda t: F.fold(t((1, 12, 12)), (4, 5), 2, dilation=0), ValueError, "fold: dilation must be positive"),
+    (lambda t: F.fold(t((1, 12, 12)), 4.0, 2), TypeError, "fold: output_size must be an int or a tuple"),
+])
+def test_functional_unfold_and_fold_bad_arguments_raise_naming_the_function(device, call, error, message):
+    made = []
+
+    def t(shape):
+        made.append(Tensor(np.ones(shape), requires_grad=True, device=device))
+        return made[-1]
+
+    with pytest.raises(error, match=message):
+        call(t)
+    for a in made:  # nothing changed
+        assert not a.has_grad
+        close(a, np.ones(a.shape), rtol=0)

@@ -213,6 +213,34 @@ def test_attention_second_derivatives(device):
         assert leanpass.gradgradcheck(fn, (q, k, v))
 
 
+@pytest.mark.parametrize("kind", ["bool", "float"])
+@pytest.mark.parametrize("dropout_p", [0.0, 0.5])
+def test_attention_query_masked_everywhere_gets_zeros_as_torch(device, kind, dropout_p):
+    """A query whose every key is masked gets weights 0 (PyTorch's safe softmax),
+    not NaN, with and without dropout; the gradients stay finite (a NaN row would
+    make every key's and value's gradient NaN), and with no dropout equal PyTorch's."""
+    torch = torch_or_skip()
+    rng = np.random.default_rng(3)
+    arrays = [rng.normal(size=s) for s in ((2, 3, 4), (2, 5, 4), (2, 5, 4))]
+    allowed = rng.random((3, 5)) > 0.4
+    allowed[:, 0] = True
+    allowed[1] = False  # the second query may look nowhere
+    mask = allowed if kind == "bool" else np.where(allowed, 0.0, -np.inf)
+    ours = [Tensor(a, requires_grad=True, device=device) for a in arrays]
+    leanpass.manual_seed(0)
+    y = F.scaled_dot_product_attention(*ours, attn_mask=leanpass.asarray(mask, device=device), dropout_p=dropout_p)
+    y.sum().backward()
+    assert np.all(host(y)[:, 1] == 0.0)
+    assert all(np.isfinite(host(t.grad)).all() for t in ours)
+    if dropout_p == 0.0:
+        theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+        ty = torch.nn.functional.scaled_dot_product_attention(*theirs, attn_mask=torch.tensor(mask))
+        ty.sum().backward()
+        close(y, ty)
+        for t, tt in zip(ours, theirs):
+            close(t.grad, tt.grad)
+
+
 def test_attention_dropout_uses_the_seeded_dropout_masks(device):
     rng = np.random.default_rng(7)
     q, k, v = (Tensor(rng.normal(size=(3, 4)), device=device) for _ in range(3))
@@ -297,6 +325,9 @@ def test_gelu_takes_torchs_approximate_option():
     assert repr(nn.GELU()) == "GELU(approximate='tanh')"
     with pytest.raises(ValueError, match="GELU: .*tanh approximation only.*'none'"):
         nn.GELU(approximate="none")
+    assert bool(leanpass.all(F.gelu(x, approximate="tanh") == x.gelu()))
+    with pytest.raises(ValueError, match="gelu: .*tanh approximation only.*'none'"):
+        F.gelu(x, approximate="none")
 
 
 def test_embedding_on_a_device_that_waits_for_reads_makes_bad_rows_nan(device, monkeypatch):

@@ -413,3 +413,22 @@ def test_mixed_devices_name_both(device, name):
         call()
     assert device in str(info.value) and other in str(info.value)
     assert not np.any(host(device, a.grad))
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [((2, 3, 0), (0, 4)), ((2, 3, 4), (4, 0)), ((0, 3, 4), (4, 5))])
+def test_stacked_products_with_an_empty_axis(device, a_shape, b_shape):
+    """A stack of rows times a matrix is one 2-D product (a reshape); with an empty
+    axis it still gives PyTorch's shapes and zero gradients, for ``@`` and ``F.linear``."""
+    from leanpass.nn import functional as F
+
+    for product in (lambda a, b: a @ b, F.linear):
+        a = Tensor(np.ones(a_shape), requires_grad=True, device=device)
+        b = Tensor(np.ones(b_shape), requires_grad=True, device=device)
+        out = product(a, b)
+        assert out.shape == a_shape[:-1] + b_shape[1:]
+        out.sum().backward()
+        ones = np.ones(a_shape[:-1] + b_shape[1:])
+        np.testing.assert_array_equal(lp.asarray(a.grad).numpy(), ones @ np.ones(b_shape).T)
+        rows = math.prod(a_shape[:-1])
+        np.testing.assert_array_equal(lp.asarray(b.grad).numpy(),
+                                      np.ones((a_shape[-1], rows)) @ ones.reshape(rows, b_shape[1]))

@@ -380,6 +380,9 @@ def test_multihead_attention_bad_input_changes_nothing(device):
         nn.MultiheadAttention(6, 4)
     with pytest.raises(NotImplementedError, match="MultiheadAttention: kdim=3 other than embed_dim=6"):
         nn.MultiheadAttention(6, 2, kdim=3)
+    with pytest.raises(NotImplementedError, match="MultiheadAttention: add_bias_kv=True is not supported"):
+        nn.MultiheadAttention(6, 2, 0.0, True, True)  # PyTorch's positional order: add_bias_kv fifth
+    assert nn.MultiheadAttention(6, 2, 0.0, True, False, False, None, None, True).batch_first
     with pytest.raises(ValueError, match=r"MultiheadAttention: query of shape \(3, 2, 5\).* must end in embed_dim 6"):
         mha(Tensor(np.ones((L, N, 5)), device=device), kv, kv)
     with pytest.raises(ValueError, match="must all be 3-D"):
@@ -455,3 +458,15 @@ def test_multi_head_attention_forward_is_torchs_function_with_leanpass_layouts(d
         F.multi_head_attention_forward(lq, lk, lk, E, H, w_in, None, w_out[0], None, False, 0.0, w_out, None)
     with pytest.raises(ValueError, match=r"in_proj_weight of shape \(24, 8\).*\(8, 24\)"):
         F.multi_head_attention_forward(lq, lk, lk, E, H, w_in.mT, None, None, None, False, 0.0, w_out, None)
+
+
+def test_batch_norm_bias_of_another_dtype_promotes(device):
+    """A float64 bias on float32 data gives float64, as ``F.linear`` does (the
+    standard's promotion), on every device; it used to be added in place (float32
+    on cpu, a raw TypeError on strict)."""
+    x = Tensor(np.random.default_rng(0).normal(size=(4, 3, 2)), device=device, dtype="float32")
+    weight = Tensor(np.ones(3), device=device, dtype="float32")
+    bias = Tensor(np.arange(3.0), device=device, dtype="float64")
+    y = F.batch_norm(x, None, None, weight, bias, training=True)
+    assert y.dtype == "float64"
+    close(y.mean(axis=(0, 2)), np.arange(3.0), atol=1e-6)

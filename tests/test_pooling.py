@@ -223,17 +223,9 @@ BAD = [  # layer, input shape, message part
     (nn.AdaptiveAvgPool2d(2), (3, 0, 4), "AdaptiveAvgPool2d: expected an input"),
     (nn.MaxPool2d(5), (1, 4, 4), "MaxPool2d: kernel_size (5, 5) with dilation (1, 1) is larger than the input"),
     (nn.MaxPool2d(3, dilation=2), (1, 4, 4), "MaxPool2d: kernel_size (3, 3) with dilation (2, 2) is larger"),
-    (nn.AvgPool2d(4, padding=1), (1, 1, 1, 7), "AvgPool2d: kernel_size (4, 4) with dilation (1, 1) is larger"),
+    (nn.AvgPool2d(4, padding=1), (1, 1, 1, 7), "AvgPool2d: kernel_size (4, 4) is larger than the input"),  # no dilation
     (nn.MaxPool2d(3, padding=2), (1, 8, 8), "MaxPool2d: padding (2, 2) must be at most half of kernel_size (3, 3)"),
     (nn.AvgPool2d((2, 4), padding=(1, 3)), (1, 8, 8), "AvgPool2d: padding (1, 3) must be at most half"),
-    (nn.MaxPool2d(0), (1, 4, 4), "MaxPool2d: kernel_size must be a positive int"),
-    (nn.MaxPool2d(2, stride=(1, 0)), (1, 4, 4), "MaxPool2d: stride must be a positive int"),
-    (nn.AvgPool2d(2, stride=-1), (1, 4, 4), "AvgPool2d: stride must be a positive int"),
-    (nn.MaxPool2d(2, dilation=0), (1, 4, 4), "MaxPool2d: dilation must be a positive int"),
-    (nn.MaxPool2d(2, padding=-1), (1, 4, 4), "MaxPool2d: padding must be a non-negative int"),
-    (nn.AvgPool2d(2, divisor_override=0), (1, 4, 4), "AvgPool2d: divisor_override must be a non-zero int"),
-    (nn.AdaptiveAvgPool2d(0), (1, 4, 4), "AdaptiveAvgPool2d: output_size must be a positive int"),
-    (nn.AdaptiveAvgPool2d((2, 2, 2)), (1, 4, 4), "AdaptiveAvgPool2d: output_size must be"),
 ]
 
 
@@ -245,6 +237,58 @@ def test_bad_input_raises_and_changes_nothing(device, layer, shape, message):
     assert message in str(info.value)
     assert str(shape) in str(info.value)  # the input's shape is named
     assert not x.has_grad and host(x).tolist() == np.ones(shape).tolist()
+
+
+BAD_ARGS = [  # layer, error, message part: the op and the argument are named
+    (nn.MaxPool2d(0), ValueError, "MaxPool2d: kernel_size must be positive"),
+    (nn.MaxPool2d(2, stride=(1, 0)), ValueError, "MaxPool2d: stride must be positive"),
+    (nn.AvgPool2d(2, stride=-1), ValueError, "AvgPool2d: stride must be positive"),
+    (nn.MaxPool2d(2, dilation=0), ValueError, "MaxPool2d: dilation must be positive"),
+    (nn.MaxPool2d(2, padding=-1), ValueError, "MaxPool2d: padding must be non-negative"),
+    (nn.AvgPool2d(2, divisor_override=0), ValueError, "AvgPool2d: divisor_override must be a non-zero int"),
+    (nn.AdaptiveAvgPool2d(0), ValueError, "AdaptiveAvgPool2d: output_size must be positive"),
+    (nn.AdaptiveAvgPool2d((2, 2, 2)), TypeError, "AdaptiveAvgPool2d: output_size must be"),
+    (nn.MaxPool2d(2.0), TypeError, "MaxPool2d: kernel_size must be an int or a tuple of 2 ints, got 2.0"),
+    (nn.MaxPool2d((2, 2, 2)), TypeError, "MaxPool2d: kernel_size must be an int or a tuple of 2 ints"),
+    (nn.MaxPool2d(True), TypeError, "MaxPool2d: kernel_size must be an int"),
+    (nn.MaxPool2d(2, stride="2"), TypeError, "MaxPool2d: stride must be an int"),
+    (nn.MaxPool2d(3, padding=(1, 0.5)), TypeError, "MaxPool2d: padding must be an int"),
+    (nn.MaxPool2d(2, dilation=1.0), TypeError, "MaxPool2d: dilation must be an int"),
+    (nn.AvgPool2d(np.float64(2)), TypeError, "AvgPool2d: kernel_size must be an int"),
+    (nn.AvgPool2d(2, divisor_override=2.0), TypeError, "AvgPool2d: divisor_override must be an int or None"),
+    (nn.AdaptiveAvgPool2d(2.0), TypeError, "AdaptiveAvgPool2d: output_size must be an int"),
+    (nn.AdaptiveAvgPool2d((2, 1.5)), TypeError, "AdaptiveAvgPool2d: output_size must be an int"),
+]
+
+
+@pytest.mark.parametrize("layer, error, message", BAD_ARGS, ids=[str(i) for i in range(len(BAD_ARGS))])
+def test_bad_arguments_raise_naming_op_and_argument(device, layer, error, message):
+    """A wrong type is a TypeError, a wrong value a ValueError, both naming the op
+    and the argument (never Python's ``'float' object is not iterable``)."""
+    x = Tensor(np.ones((1, 4, 4)), requires_grad=True, device=device)
+    with pytest.raises(error) as info:
+        layer(x)
+    assert message in str(info.value)
+    assert not x.has_grad and host(x).tolist() == np.ones((1, 4, 4)).tolist()
+
+
+def test_numpy_integer_arguments_as_torch(device):
+    """NumPy integers are ints for every argument, as PyTorch takes them."""
+    torch = torch_or_skip()
+    array = np.random.default_rng(10).normal(size=(2, 7, 8))
+    i = np.int64
+    max_args = (i(3), (i(2), 1), i(1), (1, i(2)), True)
+    compare(torch, lambda x: F.max_pool2d(x, *max_args, return_indices=True),
+            lambda t: torch.nn.functional.max_pool2d(t, *max_args, return_indices=True), array, device)
+    compare(torch, nn.MaxPool2d(i(2)), torch.nn.MaxPool2d(i(2)), array, device)
+    avg_args = ((i(3), np.int32(2)), i(2), i(1), True, False, i(5))
+    compare(torch, lambda x: F.avg_pool2d(x, *avg_args), lambda t: torch.nn.functional.avg_pool2d(t, *avg_args),
+            array, device)
+    compare(torch, nn.AvgPool2d(*avg_args), torch.nn.AvgPool2d(*avg_args), array, device)
+    compare(torch, lambda x: F.adaptive_avg_pool2d(x, i(3)),  # torch's takes a Python int only
+            lambda t: torch.nn.functional.adaptive_avg_pool2d(t, 3), array, device)
+    compare(torch, lambda x: F.adaptive_avg_pool2d(x, (i(3), None)),
+            lambda t: torch.nn.functional.adaptive_avg_pool2d(t, (3, None)), array, device)
 
 
 def test_bad_input_types_and_function_names(device):

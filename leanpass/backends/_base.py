@@ -11,6 +11,7 @@ speak NumPy directly.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 from dataclasses import dataclass, fields
 
@@ -248,7 +249,7 @@ class Backend:
         done as one 2-D product of the rows (a reshape): BLAS libraries run that far
         faster than the same product broadcast over the stack."""
         if b.ndim == 2 and a.ndim > 2:
-            rows = self.xp.reshape(a, (-1, a.shape[-1])) @ b
+            rows = self.xp.reshape(a, (math.prod(a.shape[:-1]), a.shape[-1])) @ b  # not -1: a may be empty
             return self.xp.reshape(rows, a.shape[:-1] + (b.shape[1],))
         return a @ b
 

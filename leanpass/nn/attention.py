@@ -25,18 +25,23 @@ class MultiheadAttention(Module):
     :class:`Linear` whose bias is zeros. ``in_proj_weight`` is stored as ``(E, 3E)``
     (LeanPass's Linear layout, one product for the three projections); PyTorch's is
     the transpose, ``(3E, E)``, which ``state_dict(layout="torch")`` gives and
-    ``load_state_dict(..., layout="torch")`` takes. ``kdim``/``vdim`` other than
-    ``embed_dim`` are not supported."""
+    ``load_state_dict(..., layout="torch")`` takes. The arguments are PyTorch's, in
+    its order; ``add_bias_kv``, ``add_zero_attn`` and ``kdim``/``vdim`` other than
+    ``embed_dim`` are not supported (``NotImplementedError``)."""
 
     _torch_transposed = ("in_proj_weight",)
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
-                 batch_first: bool = False, kdim=None, vdim=None, *, device=None, dtype=None):
+                 add_bias_kv: bool = False, add_zero_attn: bool = False, kdim=None, vdim=None,
+                 batch_first: bool = False, device=None, dtype=None):
         for what, n in (("embed_dim", embed_dim), ("num_heads", num_heads)):
             if not isinstance(n, int) or isinstance(n, bool) or n < 1:
                 raise ValueError(f"MultiheadAttention: {what} must be a positive integer, got {n!r}")
         if embed_dim % num_heads:
             raise ValueError(f"MultiheadAttention: embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
+        for what, given in (("add_bias_kv", add_bias_kv), ("add_zero_attn", add_zero_attn)):
+            if given:
+                raise NotImplementedError(f"MultiheadAttention: {what}=True is not supported")
         for what, n in (("kdim", kdim), ("vdim", vdim)):
             if n is not None and n != embed_dim:
                 raise NotImplementedError(f"MultiheadAttention: {what}={n} other than embed_dim={embed_dim} "

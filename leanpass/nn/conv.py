@@ -13,7 +13,7 @@ from ..tensor import Tensor, apply
 from .layers import _check_input, _parameter_dtype
 from .module import Module, Parameter
 
-__all__ = ["Conv1d", "Conv2d", "conv1d", "conv2d"]
+__all__ = ["Conv1d", "Conv2d", "conv1d", "conv2d", "unfold", "fold"]
 
 _PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 
@@ -117,6 +117,68 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
     """``torch.nn.functional.conv2d``: ``x`` ``(N, C, H, W)`` or ``(C, H, W)``, ``weight``
     ``(out, C / groups, kH, kW)``; ``padding`` an int, a pair, ``"valid"`` or ``"same"``."""
     return _conv(x, weight, bias, stride, padding, dilation, groups, 2, "conv2d")
+
+
+def _sliding(name: str, x, batched_ndim: int, kernel_size, dilation, padding, stride) -> tuple:
+    """The checked arguments of :func:`unfold` and :func:`fold`: ``x`` must be a Tensor of
+    ``batched_ndim`` or one fewer axes, no empty one but the batch; two ints per argument."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name}: expected a Tensor as input, got {type(x).__name__}")
+    if x.ndim not in (batched_ndim - 1, batched_ndim):
+        raise ValueError(f"{name}: input must have {batched_ndim - 1} (unbatched) or {batched_ndim} (batched) "
+                         f"axes, got shape {x.shape}")
+    if not all(x.shape[x.ndim - batched_ndim + 1:]):
+        raise ValueError(f"{name}: every axis of the input but the batch must be non-zero, got shape {x.shape}")
+    kernel = _ints(kernel_size, 2, "kernel_size", name, 1)
+    dilation = _ints(dilation, 2, "dilation", name, 1)
+    pads = tuple((p, p) for p in _ints(padding, 2, "padding", name, 0))
+    stride = _ints(stride, 2, "stride", name, 1)
+    return kernel, dilation, pads, stride
+
+
+def _blocks(name: str, size, kernel, dilation, pads, stride, what: str) -> tuple:
+    """The number of sliding blocks along each axis of ``size`` (padded by ``pads``), at least one."""
+    for n, k, d, (lo, hi) in zip(size, kernel, dilation, pads):
+        if n + lo + hi < d * (k - 1) + 1:
+            raise ValueError(f"{name}: the kernel {kernel} (dilation {dilation}) is larger than the padded {what} "
+                             f"(size {tuple(size)}, padding {tuple(lo for lo, _ in pads)})")
+    return tuple((n + lo + hi - d * (k - 1) - 1) // s + 1
+                 for n, k, d, (lo, hi), s in zip(size, kernel, dilation, pads, stride))
+
+
+def unfold(input: Tensor, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
+    """``torch.nn.functional.unfold`` (im2col): the sliding ``kernel_size`` blocks of
+    ``input`` ``(N, C, H, W)`` (or unbatched ``(C, H, W)``) as columns, ``(N, C * kH *
+    kW, L)`` (or ``(C * kH * kW, L)``), ``L`` the number of blocks; zero ``padding`` on
+    both sides of each axis. Each argument is an int or a pair. Its gradient is :func:`fold`."""
+    kernel, dilation, pads, stride = _sliding("unfold", input, 4, kernel_size, dilation, padding, stride)
+    _blocks("unfold", input.shape[-2:], kernel, dilation, pads, stride, "input")
+    batched = input.ndim == 4
+    x = input if batched else input.reshape((1, *input.shape))
+    out = apply(ops.unfold, x, kernel=kernel, stride=stride, padding=pads, dilation=dilation)
+    return out if batched else out.reshape(out.shape[1:])
+
+
+def fold(input: Tensor, output_size, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
+    """``torch.nn.functional.fold`` (col2im), the adjoint of :func:`unfold`: columns
+    ``(N, C * kH * kW, L)`` (or unbatched ``(C * kH * kW, L)``) summed back into ``(N, C,
+    *output_size)`` (or ``(C, *output_size)``), where overlapping blocks add up. ``L``
+    must be the number of blocks :func:`unfold` takes from that size."""
+    kernel, dilation, pads, stride = _sliding("fold", input, 3, kernel_size, dilation, padding, stride)
+    size = _ints(output_size, 2, "output_size", "fold", 1)
+    rows, length = input.shape[-2:]
+    if rows % math.prod(kernel):
+        raise ValueError(f"fold: the input's axis -2 ({rows}, shape {input.shape}) must be divisible by the "
+                         f"product of kernel_size {kernel}")
+    blocks = _blocks("fold", size, kernel, dilation, pads, stride, "output")
+    if length != math.prod(blocks):
+        raise ValueError(f"fold: output_size {size}, kernel_size {kernel}, dilation {dilation}, padding "
+                         f"{tuple(lo for lo, _ in pads)} and stride {stride} make {blocks[0]} * {blocks[1]} = "
+                         f"{math.prod(blocks)} blocks, but the input (shape {input.shape}) has {length}")
+    batched = input.ndim == 3
+    cols = input if batched else input.reshape((1, *input.shape))
+    out = apply(ops.fold, cols, size=size, kernel=kernel, stride=stride, padding=pads, dilation=dilation)
+    return out if batched else out.reshape(out.shape[1:])
 
 
 class _ConvNd(Module):

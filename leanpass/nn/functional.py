@@ -17,14 +17,15 @@ from .._namespace import ones, reshape, sqrt, take, tril, where
 from ..autograd import no_grad
 from ..backends import get_backend, host_array
 from ..tensor import Tensor, apply, as_tensor
-from .conv import conv1d, conv2d
-from .layers import Dropout
+from .conv import conv1d, conv2d, fold, unfold
+from .layers import Dropout, _tanh_only
 from .losses import binary_cross_entropy_loss, cross_entropy_loss, mse_loss
 from .pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 
 __all__ = [
     "linear", "relu", "gelu", "sigmoid", "tanh", "softmax", "log_softmax", "dropout",
     "layer_norm", "embedding", "scaled_dot_product_attention", "conv1d", "conv2d",
+    "unfold", "fold",
     "mse_loss", "cross_entropy", "binary_cross_entropy_with_logits",
     "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d",
     "batch_norm", "multi_head_attention_forward",
@@ -60,9 +61,13 @@ def relu(x: Tensor) -> Tensor:
     return _tensor(x, "relu").relu()
 
 
-def gelu(x: Tensor) -> Tensor:
-    """GELU, tanh approximation (PyTorch's ``gelu(x, approximate="tanh")``)."""
-    return _tensor(x, "gelu").gelu()
+def gelu(x: Tensor, approximate: str = "tanh") -> Tensor:
+    """GELU, tanh approximation (PyTorch's ``gelu(x, approximate="tanh")``); the exact
+    form (``approximate="none"``, PyTorch's default) needs erf, which the array API
+    lacks, and is refused by name."""
+    _tensor(x, "gelu")
+    _tanh_only(approximate, "gelu")
+    return x.gelu()
 
 
 def sigmoid(x: Tensor) -> Tensor:
@@ -229,12 +234,15 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask=None
         inputs = (q, k, v) if attn_mask is None else (q, k, v, attn_mask)
         return apply(ops.attention, *inputs, scale=scale)
     scores = (q @ k.mT) * scale
-    if attn_mask is not None:
-        if attn_mask.dtype == "bool":
-            scores = where(attn_mask, scores, -math.inf)
-        else:
-            scores = scores + attn_mask.astype(scores.dtype)
-    return dropout(scores.softmax(-1), dropout_p) @ v
+    if attn_mask is None:
+        return dropout(scores.softmax(-1), dropout_p) @ v
+    if attn_mask.dtype == "bool":
+        scores = where(attn_mask, scores, -math.inf)
+    else:
+        scores = scores + attn_mask.astype(scores.dtype)
+    live = scores.detach().max(axis=-1, keepdims=True) > -math.inf  # rows with a key to look at
+    weights = where(live, where(live, scores, 0.0).softmax(-1), 0.0)  # a fully masked row: zeros, as PyTorch's
+    return dropout(weights, dropout_p) @ v
 
 
 def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | None, weight: Tensor | None = None,

@@ -96,15 +96,20 @@ class Tanh(Module):
         return x.tanh()
 
 
+def _tanh_only(approximate: str, op: str) -> str:
+    """GELU's ``approximate`` option: "tanh", the only form LeanPass computes."""
+    if approximate != "tanh":
+        raise ValueError(f"{op}: LeanPass computes the tanh approximation only (approximate='tanh'), "
+                         f"got approximate={approximate!r}")
+    return approximate
+
+
 class GELU(Module):
     """GELU, tanh approximation: PyTorch's ``GELU(approximate="tanh")`` (the array API
     has no ``erf`` for the exact form, PyTorch's default)."""
 
     def __init__(self, approximate: str = "tanh"):
-        if approximate != "tanh":
-            raise ValueError(f"GELU: LeanPass computes the tanh approximation only (approximate='tanh'), "
-                             f"got approximate={approximate!r}")
-        self.approximate = approximate
+        self.approximate = _tanh_only(approximate, "GELU")
 
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"

@@ -3,22 +3,15 @@ forms, as PyTorch's, over inputs ``(N, C, H, W)`` or unbatched ``(C, H, W)``."""
 
 from __future__ import annotations
 
+import numbers
+
 from .. import ops
 from .._namespace import asarray
 from ..tensor import Tensor, apply
+from .conv import _ints
 from .module import Module
 
 __all__ = ["MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d"]
-
-
-def _pair(value, what: str, op: str, low: int, x) -> tuple:
-    """``value`` (an int or two) as a pair of ints of at least ``low``."""
-    pair = (value, value) if isinstance(value, int) else tuple(value)
-    if len(pair) != 2 or any(not isinstance(v, int) or isinstance(v, bool) or v < low for v in pair):
-        bound = "positive" if low > 0 else "non-negative"
-        raise ValueError(f"{op}: {what} must be a {bound} int or a pair of them, got {value!r} "
-                         f"(input of shape {x.shape})")
-    return pair
 
 
 def _check_tensor(x, op: str, floating: bool) -> None:
@@ -44,19 +37,23 @@ def _out_size(size, kernel, stride, padding, dilation, ceil_mode) -> int:
 
 
 def _geometry(x, op, kernel_size, stride, padding, dilation, ceil_mode):
-    """The checked ``(kernel, stride, padding, dilation, out)`` pairs of a pooling of ``x``."""
-    kernel = _pair(kernel_size, "kernel_size", op, 1, x)
-    stride = kernel if stride is None or stride == () or stride == [] else _pair(stride, "stride", op, 1, x)
-    padding = _pair(padding, "padding", op, 0, x)
-    dilation = _pair(dilation, "dilation", op, 1, x)
+    """The checked ``(kernel, stride, padding, dilation, out)`` pairs of a pooling of
+    ``x``; ``dilation`` ``None`` (avg_pool2d's) is 1, left out of the messages."""
+    kernel = _ints(kernel_size, 2, "kernel_size", op, 1)
+    empty = stride is None or isinstance(stride, (tuple, list)) and not stride  # torch's default is []
+    stride = kernel if empty else _ints(stride, 2, "stride", op, 1)
+    padding = _ints(padding, 2, "padding", op, 0)
+    dilated = dilation is not None
+    dilation = _ints(dilation, 2, "dilation", op, 1) if dilated else (1, 1)
     if any(p > k // 2 for p, k in zip(padding, kernel)):
         raise ValueError(f"{op}: padding {padding} must be at most half of kernel_size {kernel} "
                          f"(input of shape {x.shape})")
     out = tuple(_out_size(n, k, s, p, d, ceil_mode)
                 for n, k, s, p, d in zip(x.shape[-2:], kernel, stride, padding, dilation))
     if min(out) < 1:
-        raise ValueError(f"{op}: kernel_size {kernel} with dilation {dilation} is larger than the input of shape "
-                         f"{x.shape} padded by {padding} (output size {out})")
+        with_dilation = f" with dilation {dilation}" if dilated else ""
+        raise ValueError(f"{op}: kernel_size {kernel}{with_dilation} is larger than the input of shape {x.shape} "
+                         f"padded by {padding} (output size {out})")
     return kernel, stride, padding, dilation, out
 
 
@@ -73,7 +70,7 @@ def max_pool2d(input: Tensor, kernel_size, stride=None, padding=0, dilation=1, c
     geometry = {"kernel": kernel, "stride": stride, "padding": padding, "dilation": dilation, "out": out}
     result = apply(ops.max_pool2d, input, **geometry)
     if return_indices:
-        return result, apply(ops.max_pool2d_indices, input, **geometry)
+        return result, apply(ops.max_pool2d_indices, input, result, **geometry)
     return result
 
 
@@ -83,22 +80,29 @@ def avg_pool2d(input: Tensor, kernel_size, stride=None, padding=0, ceil_mode: bo
     ``torch.nn.functional.avg_pool2d``: the zero ``padding`` counts in the divisor
     with ``count_include_pad``; ``divisor_override`` (a non-zero int) replaces it."""
     _check_tensor(input, _op, floating=True)
-    if divisor_override is not None and (not isinstance(divisor_override, int) or isinstance(divisor_override, bool)
-                                         or divisor_override == 0):
-        raise ValueError(f"{_op}: divisor_override must be a non-zero int or None, got {divisor_override!r} "
-                         f"(input of shape {input.shape})")
-    kernel, stride, padding, _, out = _geometry(input, _op, kernel_size, stride, padding, 1, bool(ceil_mode))
+    if divisor_override is not None:
+        if not isinstance(divisor_override, numbers.Integral) or isinstance(divisor_override, bool):
+            raise TypeError(f"{_op}: divisor_override must be an int or None, got {divisor_override!r}")
+        if divisor_override == 0:
+            raise ValueError(f"{_op}: divisor_override must be a non-zero int or None, got {divisor_override!r}")
+        divisor_override = int(divisor_override)
+    kernel, stride, padding, _, out = _geometry(input, _op, kernel_size, stride, padding, None, bool(ceil_mode))
     return apply(ops.avg_pool2d, input, kernel=kernel, stride=stride, padding=padding, out=out,
                  count_include_pad=bool(count_include_pad), divisor_override=divisor_override)
 
 
 def _adaptive_size(output_size, x, op: str) -> tuple:
-    pair = (output_size, output_size) if output_size is None or isinstance(output_size, int) else tuple(output_size)
-    if len(pair) != 2 or any(v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1)
-                             for v in pair):
-        raise ValueError(f"{op}: output_size must be a positive int, None or a pair of them, got {output_size!r} "
-                         f"(input of shape {x.shape})")
-    return tuple(n if v is None else v for v, n in zip(pair, x.shape[-2:]))
+    """``output_size`` (an int, ``None`` or a pair of them) as a pair of ints, ``None``
+    the input's size; checked as :func:`leanpass.nn.conv._ints` checks its ints."""
+    pair = output_size
+    if output_size is None or isinstance(output_size, numbers.Integral):
+        pair = (output_size, output_size)
+    if (not isinstance(pair, (tuple, list)) or len(pair) != 2
+            or not all(v is None or isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in pair)):
+        raise TypeError(f"{op}: output_size must be an int, None or a tuple of 2 of them, got {output_size!r}")
+    if any(v is not None and v < 1 for v in pair):
+        raise ValueError(f"{op}: output_size must be positive, got {output_size!r}")
+    return tuple(n if v is None else int(v) for v, n in zip(pair, x.shape[-2:]))
 
 
 def _adaptive_axis(x: Tensor, axis: int, size: int) -> Tensor:

@@ -108,8 +108,11 @@ def convolution(be, x, w, b=None, *, stride, padding, dilation, groups, needs=(T
     (one BLAS call per sample and group, never per pixel) whose result is already the
     output's ``(N, out, *O)`` layout: no transposed copy of the output, nor of its
     gradient in the backward. The weight's gradient is the per-sample products
-    summed over the batch, the input's the weight's transpose times the gradient,
-    then :func:`fold`'s scatter."""
+    summed over the batch (one contraction over samples and pixels instead where
+    the ``(N, *weight)`` products would outgrow the patches), the input's the
+    weight's transpose times the gradient, then ``_col2im``'s scatter (:func:`fold`'s).
+    The input is saved, as PyTorch's (an in-place change of it after the forward
+    makes backward raise): a second derivative runs the forward on it again."""
     xp = be.xp
     kernel, spatial = w.shape[2:], tuple(range(2, x.ndim))
     size = tuple(n + lo + hi for n, (lo, hi) in zip(x.shape[2:], padding))
@@ -120,8 +123,12 @@ def convolution(be, x, w, b=None, *, stride, padding, dilation, groups, needs=(T
     cols = xp.reshape(cols, (n, groups, rows, pixels))
     wm = xp.reshape(w, (groups, channels // groups, rows))
     out = wm @ cols  # (N, groups, out / groups, pixels)
-    if b is not None:  # in place: the product is fresh
-        out += xp.reshape(b, (groups, channels // groups, 1))
+    if b is not None:  # in place where the dtypes agree: the product is fresh
+        bias = xp.reshape(b, (groups, channels // groups, 1))
+        if b.dtype == out.dtype:
+            out += bias
+        else:
+            out = out + bias
     need_x, need_w = needs[0], needs[1]
     need_b = b is not None and needs[2]
     if not need_w:
@@ -133,8 +140,12 @@ def convolution(be, x, w, b=None, *, stride, padding, dilation, groups, needs=(T
         if need_x:
             patches = xp.reshape(xp.matrix_transpose(wm) @ gm, (n, c, k, *out_shape))
             gx = _unpad(_col2im(be, patches, size, kernel, stride, dilation), padding)
-        if need_w:
+        if need_w and channels // groups <= pixels:  # per-sample products summed: fast for small layers
             gw = xp.reshape(xp.sum(gm @ xp.matrix_transpose(cols), axis=0), w.shape)
+        elif need_w:  # one contraction over samples and pixels: no (N, *weight) temporary
+            gn = xp.reshape(xp.permute_dims(gm, (1, 2, 0, 3)), (groups, channels // groups, n * pixels))
+            cn = xp.reshape(xp.permute_dims(cols, (1, 0, 3, 2)), (groups, n * pixels, rows))
+            gw = xp.reshape(gn @ cn, w.shape)
         if b is None:
             return gx, gw
         return gx, gw, (xp.sum(g, axis=(0, *spatial)) if need_b else None)

@@ -203,7 +203,7 @@ def linear(be, x, w, b=None, needs=(True, True, True)):
     fresh product, and the gradients of ``w`` and ``b`` sum over all the rows."""
     xp = be.xp
     flat = x.ndim != 2
-    rows = xp.reshape(x, (-1, x.shape[-1])) if flat else x
+    rows = xp.reshape(x, (math.prod(x.shape[:-1]), x.shape[-1])) if flat else x  # not -1: x may be empty
     out = rows @ w
     if b is not None:
         if b.dtype == out.dtype:
@@ -216,7 +216,7 @@ def linear(be, x, w, b=None, needs=(True, True, True)):
     need_b = b is not None and needs[2]
 
     def backward(g):
-        grows = xp.reshape(g, (-1, g.shape[-1])) if flat else g
+        grows = xp.reshape(g, rows.shape[:1] + g.shape[-1:]) if flat else g
         gx = None
         if need_x:
             gx = grows @ w.T
@@ -274,8 +274,8 @@ def layer_norm(be, x, weight=None, bias=None, count=1, eps=1e-5, needs=(True, Tr
     need_w = weight is not None and needs[1]
     need_b = bias is not None and needs[2]
 
-    def lead_sum(t):
-        return xp.sum(t, axis=lead) if lead else t
+    def lead_sum(t):  # a new array, also without leading axes (the op's gradients are fresh)
+        return xp.sum(t, axis=lead) if lead else be.copy(t)
 
     def backward(g):
         grads = [None]
@@ -299,7 +299,8 @@ def layer_norm(be, x, weight=None, bias=None, count=1, eps=1e-5, needs=(True, Tr
 def attention(be, q, k, v, mask=None, scale=1.0, needs=(True, True, True, True)):
     """``softmax(q @ k^T * scale + mask) @ v`` in one node: ``mask`` (optional) is bool,
     True where a query may look (the scores elsewhere are -inf), or float, added to
-    the scores. With ``w`` the weights and ``gw = g @ v^T``, the scores' gradient is
+    the scores; a query that may look nowhere gets weights 0 (PyTorch's safe softmax).
+    With ``w`` the weights and ``gw = g @ v^T``, the scores' gradient is
     ``gs = w * (gw - sum(gw * w))`` (along the keys), and then ``q: gs @ k * scale``,
     ``k: gs^T @ q * scale``, ``v: w^T @ g``, a float mask: ``gs``."""
     xp = be.xp
@@ -312,8 +313,14 @@ def attention(be, q, k, v, mask=None, scale=1.0, needs=(True, True, True, True))
             scores += mask
         else:
             scores = scores + mask
-    e = xp.exp(scores - xp.max(scores, axis=-1, keepdims=True))
-    weights = e / xp.sum(e, axis=-1, keepdims=True)
+    top = xp.max(scores, axis=-1, keepdims=True)
+    if mask is not None:  # a row masked everywhere (scores all -inf) gets weights 0, as PyTorch's
+        top = xp.where(top == -math.inf, 0.0, top)
+    e = xp.exp(scores - top)
+    total = xp.sum(e, axis=-1, keepdims=True)
+    if mask is not None:
+        total = xp.where(total == 0.0, 1.0, total)
+    weights = e / total
     out = be.matmul(weights, v)
     need_q, need_k, need_v = needs[:3]
     need_mask = mask is not None and mask.dtype != xp.bool and needs[3]

@@ -12,7 +12,7 @@ from ._op import op
 def batch_norm(be, x, weight=None, bias=None, axes=(0,), eps=1e-5, stats=None, needs=(True, True, True)):
     """``(x - mean) / sqrt(var + eps) * weight + bias`` with the mean and the biased
     variance over ``axes`` (every axis but the channels, axis 1); ``weight`` and
-    ``bias`` (optional) have one value per channel. With ``stats`` (a list) the
+    ``bias`` (optional; ``bias`` only with ``weight``) have one value per channel. With ``stats`` (a list) the
     per-channel mean and biased variance are put in it, for the running statistics.
 
     The forward is ``centered * scale (+ bias)`` with ``centered = x - mean`` and the
@@ -32,12 +32,16 @@ def batch_norm(be, x, weight=None, bias=None, axes=(0,), eps=1e-5, stats=None, n
     inv_std = 1.0 / xp.sqrt(var + eps)
     scale = inv_std if weight is None else inv_std * xp.reshape(weight, shape)
     out = centered * scale
-    if bias is not None:
-        out += xp.reshape(bias, shape)
+    if bias is not None:  # in place where the dtypes agree: the product is fresh
+        b = xp.reshape(bias, shape)
+        if b.dtype == out.dtype:
+            out += b
+        else:
+            out = out + b
     if stats is not None:
         stats[:] = (xp.reshape(mean, (channels,)), xp.reshape(var, (channels,)))
     need_x, need_w = needs[0], weight is not None and needs[1]
-    need_b = bias is not None and needs[2 if weight is not None else 1]
+    need_b = bias is not None and needs[2]
 
     def backward(g):
         sum_g = xp.sum(g, axis=axes, keepdims=True) if need_x or need_b else None

@@ -9,6 +9,7 @@ The callers (``leanpass.nn.pooling``) check the arguments and give the output si
 from __future__ import annotations
 
 from ._op import op
+from .conv import _slices
 
 
 def _extent(size, kernel, stride, dilation, out, padding):
@@ -19,10 +20,8 @@ def _extent(size, kernel, stride, dilation, out, padding):
 
 def _keys(kernel, stride, dilation, out):
     """One slicing key per kernel offset, in row-major order: the offset's element
-    of every window."""
-    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = kernel, stride, dilation, out
-    return [(..., slice(i * dh, i * dh + sh * (oh - 1) + 1, sh), slice(j * dw, j * dw + sw * (ow - 1) + 1, sw))
-            for i in range(kh) for j in range(kw)]
+    of every window (:func:`leanpass.ops.conv._slices` over the last two axes)."""
+    return [(..., *key[2:]) for key in _slices(kernel, stride, dilation, out)]
 
 
 def _padded(be, a, padding, extent, fill):
@@ -42,32 +41,32 @@ def _scatter(be, g_parts, keys, shape, dtype, inner):
     cropped to ``inner``."""
     buf = be.zeros(shape, dtype)
     for part, key in zip(g_parts, keys):
-        buf[key] = buf[key] + part
+        buf[key] += part
     return buf[inner]
 
 
 def _inside(be, padding, size, extent):
-    """The bool mask over the padded buffer's last two axes of where the input is."""
-    rows = [padding[0] <= r < padding[0] + size[0] for r in range(extent[0])]
-    cols = [padding[1] <= c < padding[1] + size[1] for c in range(extent[1])]
-    return be.create("asarray", [[r and c for c in cols] for r in rows], dtype=be.xp.bool)
+    """The bool mask over the padded buffer's last two axes of where the input is:
+    one vector per axis, combined."""
+    xp = be.xp
+    axes = []
+    for p, n, e in zip(padding, size, extent):
+        i = be.arange(e, xp.int64)
+        axes.append((i >= p) & (i < p + n))
+    return xp.reshape(axes[0], (-1, 1)) & axes[1]
 
 
-def _window_max(be, a, kernel, stride, padding, dilation, out):
-    """The windows' maxima (NaN where a window holds one), a running maximum over
-    the offsets' slices; also the padded buffer, the keys, the key of ``a`` in the
-    buffer and the mask of where ``a`` is in it (``None`` without padding)."""
+def _windows(be, a, kernel, stride, padding, dilation, out):
+    """``a`` padded with its dtype's smallest value, the keys of the windows'
+    elements in it, the key of ``a`` in it and the mask of where ``a`` is in it
+    (``None`` without padding)."""
     xp = be.xp
     size = a.shape[-2:]
     extent = tuple(_extent(n, k, s, d, o, p) for n, k, s, d, o, p in zip(size, kernel, stride, dilation, out, padding))
     fill = -float("inf") if xp.isdtype(a.dtype, "real floating") else xp.iinfo(a.dtype).min
     buf, inner = _padded(be, a, padding, extent, fill)
-    keys = _keys(kernel, stride, dilation, out)
-    best = be.copy(buf[keys[0]]) if len(keys) == 1 else xp.maximum(buf[keys[0]], buf[keys[1]])
-    for key in keys[2:]:
-        best = xp.maximum(best, buf[key])
     inside = None if buf is a else _inside(be, padding, size, extent)
-    return best, buf, keys, inner, inside
+    return buf, _keys(kernel, stride, dilation, out), inner, inside
 
 
 def _winners(be, buf, best, keys, inside):
@@ -103,7 +102,10 @@ def max_pool2d(be, a, kernel, stride, padding, dilation, out):
     windows overlap, as PyTorch's. The forward is a running maximum alone; the
     backward finds the winners (:func:`_winners`) against a copy of the output."""
     xp = be.xp
-    best, buf, keys, inner, inside = _window_max(be, a, kernel, stride, padding, dilation, out)
+    buf, keys, inner, inside = _windows(be, a, kernel, stride, padding, dilation, out)
+    best = be.copy(buf[keys[0]]) if len(keys) == 1 else xp.maximum(buf[keys[0]], buf[keys[1]])
+    for key in keys[2:]:  # the windows' maxima (NaN where a window holds one)
+        best = xp.maximum(best, buf[key])
     saved = be.copy(best)  # the output may be changed in place; the input may not (saves=(0,))
     shape, dtype = buf.shape, a.dtype
     disjoint = all((k - 1) * d < s for k, d, s in zip(kernel, dilation, stride))
@@ -123,11 +125,12 @@ def max_pool2d(be, a, kernel, stride, padding, dilation, out):
 
 
 @op("max_pool2d_indices", differentiable=False)
-def max_pool2d_indices(be, a, kernel, stride, padding, dilation, out):
+def max_pool2d_indices(be, a, best, kernel, stride, padding, dilation, out):
     """Where each window's maximum is (as :func:`max_pool2d` picks it): its flat
-    index into the input's last two axes, as PyTorch's ``return_indices=True``."""
+    index into the input's last two axes, as PyTorch's ``return_indices=True``.
+    ``best``: :func:`max_pool2d`'s output for ``a``, the maxima not found again."""
     xp = be.xp
-    best, buf, keys, _, inside = _window_max(be, a, kernel, stride, padding, dilation, out)
+    buf, keys, _, inside = _windows(be, a, kernel, stride, padding, dilation, out)
     index = be.zeros(best.shape, xp.int64)
     for k, hit in enumerate(_winners(be, buf, best, keys, inside)):
         if k:
@@ -138,30 +141,22 @@ def max_pool2d_indices(be, a, kernel, stride, padding, dilation, out):
     return rows * a.shape[-1] + cols, None
 
 
-def _avg_scale(size, kernel, stride, padding, out, count_include_pad, divisor_override):
-    """``1 / divisor`` per output pixel (0 for a window wholly in the padding), as
-    PyTorch's ``avg_pool2d`` counts: the window clipped to the padded input with
-    ``count_include_pad``, to the input without; ``divisor_override`` replaces both."""
+def _avg_scale(be, size, kernel, stride, padding, out, count_include_pad, divisor_override, dtype):
+    """``1 / divisor`` per output pixel, as PyTorch's ``avg_pool2d`` counts: the
+    window clipped to the padded input with ``count_include_pad``, to the input
+    without (a window always holds one input element at least: the callers' checks);
+    ``divisor_override`` replaces both. The count is the product of the window's
+    extents along the two axes: one vector per axis, their outer product."""
     if divisor_override is not None:
-        return [[1.0 / divisor_override] * out[1] for _ in range(out[0])]
+        return 1.0 / divisor_override
     counts = []
     for n, k, s, p, o in zip(size, kernel, stride, padding, out):
-        axis = []
-        for i in range(o):
-            start = i * s - p
-            end = min(start + k, n + p)
-            axis.append((end - start, min(end, n) - max(start, 0)))
-        counts.append(axis)
-    scale = []
-    for padded_h, real_h in counts[0]:
-        row = []
-        for padded_w, real_w in counts[1]:
-            if real_h <= 0 or real_w <= 0:
-                row.append(0.0)
-            else:
-                row.append(1.0 / (padded_h * padded_w if count_include_pad else real_h * real_w))
-        scale.append(row)
-    return scale
+        starts = [i * s - p for i in range(o)]
+        ends = [min(start + k, n + p) for start in starts]
+        if not count_include_pad:
+            starts, ends = [max(start, 0) for start in starts], [min(end, n) for end in ends]
+        counts.append(be.create("asarray", [end - start for start, end in zip(starts, ends)], dtype=dtype))
+    return 1.0 / (be.xp.reshape(counts[0], (-1, 1)) * counts[1])
 
 
 @op("avg_pool2d", saves=(), saves_out=False)
@@ -172,9 +167,7 @@ def avg_pool2d(be, a, kernel, stride, padding, out, count_include_pad, divisor_o
     extent = tuple(_extent(n, k, s, 1, o, p) for n, k, s, o, p in zip(size, kernel, stride, out, padding))
     buf, inner = _padded(be, a, padding, extent, 0.0)
     keys = _keys(kernel, stride, (1, 1), out)
-    scale = be.create(
-        "asarray", _avg_scale(size, kernel, stride, padding, out, count_include_pad, divisor_override), dtype=a.dtype
-    )
+    scale = _avg_scale(be, size, kernel, stride, padding, out, count_include_pad, divisor_override, a.dtype)
     total = None
     for key in keys:
         total = buf[key] if total is None else total + buf[key]
