@@ -19,6 +19,17 @@ from leanpass.tensor import apply
 RTOL = 1e-10
 
 
+def same_outputs_and_gradients(torch, y, ty, ours, theirs, rng, device):
+    """``y`` and PyTorch's ``ty`` agree, and so do the inputs' gradients after one
+    random output gradient goes back through both."""
+    close(y, ty)
+    g = rng.normal(size=y.shape)
+    y.backward(Tensor(g, device=device))
+    ty.backward(torch.tensor(g))
+    for a, t in zip(ours, theirs):
+        close(a.grad, t.grad)
+
+
 
 # (stride, padding, dilation, groups, bias) for 2-D; the 1-D cases take each tuple's first entry
 CASES = [
@@ -57,12 +68,7 @@ def test_conv_matches_torch(device, dims, case, batched):
         warnings.simplefilter("ignore", UserWarning)
         ty = tf(*theirs, stride=stride, padding=padding, dilation=dilation, groups=groups)
     assert y.shape == tuple(ty.shape)
-    close(y, ty)
-    g = rng.normal(size=y.shape)
-    y.backward(Tensor(g, device=device))
-    ty.backward(torch.tensor(g))
-    for a, t in zip(ours, theirs):
-        close(a.grad, t.grad)
+    same_outputs_and_gradients(torch, y, ty, ours, theirs, rng, device)
 
 
 @pytest.mark.parametrize("mode", ["zeros", "reflect", "replicate", "circular"])
@@ -289,12 +295,7 @@ def test_weight_gradients_of_more_channels_than_pixels_match_torch(device, group
     theirs = [torch.tensor(a, requires_grad=True) for a in (x, w, b)]
     y = F.conv2d(*ours, padding=(1, 1), groups=groups)
     ty = torch.nn.functional.conv2d(*theirs, padding=(1, 1), groups=groups)
-    close(y, ty)
-    g = rng.normal(size=y.shape)
-    y.backward(Tensor(g, device=device))
-    ty.backward(torch.tensor(g))
-    for a, t in zip(ours, theirs):
-        close(a.grad, t.grad)
+    same_outputs_and_gradients(torch, y, ty, ours, theirs, rng, device)
     if groups == 2:  # second derivatives too (small: one output pixel, 3 channels a group)
         small = [Tensor(rng.normal(size=s), requires_grad=True, device=device) for s in ((2, 4, 1, 2), (6, 2, 1, 2))]
         assert leanpass.gradgradcheck(lambda x, w: F.conv2d(x, w, groups=2).tanh(), small)
