@@ -32,7 +32,7 @@ tensor's version goes up, so a backward that saved its old values raises.
 
 from __future__ import annotations
 
-import numpy as np
+import numbers
 
 from . import backends
 from ._dtypes import dtype_name
@@ -75,9 +75,9 @@ class _MPIGroup:
     never matches a message of the user's own)."""
 
     name = "mpi"
-    lib = np  # the library of the buffers it sends: host (NumPy) arrays
 
     def __init__(self):
+        self.lib = backends.get_backend("cpu").module  # the library of its buffers: host (NumPy) arrays
         MPI = self.MPI = _mpi()
         self.comm = MPI.COMM_WORLD.Dup()
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
@@ -118,8 +118,7 @@ class _MPIGroup:
                 flags[k] = 0
         everywhere = all(p.has_grad for p in params)  # then no flag needs reading (a GPU would wait)
         self.all_reduce(flat, "sum")
-        used = [True] * len(params) if everywhere else (flags > 0).tolist() if lib is np else \
-            (flags > 0).get().tolist()
+        used = [True] * len(params) if everywhere else (flags > 0).tolist()
         for used_here, p, start in zip(used, params, offsets):
             if not used_here:
                 continue
@@ -295,18 +294,19 @@ def _checked(name: str, t):
 
 class _Buffer:
     """A tensor's data as a buffer the group can send and receive: the array itself
-    when it is a contiguous NumPy (``mpi``) or CuPy (``nccl``) array, else a contiguous
-    copy that :meth:`write_back` copies into the tensor."""
+    when it is a contiguous, writable array of the group's library (NumPy for ``mpi``,
+    CuPy for ``nccl``), else a contiguous copy that :meth:`write_back` copies into the
+    tensor."""
 
     def __init__(self, group, backend, t: Tensor):
         self.t, self.backend = t, backend
-        data = t.data
-        if group.name == "nccl":
-            self.array = group.cupy.ascontiguousarray(data)
-        elif isinstance(data, np.ndarray) and data.flags.c_contiguous and data.flags.writeable:
+        data, lib = t.data, group.lib
+        if type(data) is lib.ndarray and data.flags.c_contiguous and data.flags.writeable:
             self.array = data
-        else:  # strict (or a view): through a NumPy copy
-            self.array = np.array(np.asarray(data), copy=True, order="C")
+        elif group.name == "nccl":  # a view: a contiguous copy on the same GPU
+            self.array = lib.ascontiguousarray(data)
+        else:  # strict, or a view: through a host copy
+            self.array = lib.ascontiguousarray(backend.to_host(data))
         self.copied = self.array is not data
 
     def write_back(self) -> None:
@@ -340,7 +340,7 @@ def broadcast(tensor: Tensor, src: int = 0) -> Tensor:
     """Copy process ``src``'s ``tensor`` into every other process's, in place (each
     process gives a tensor of the same shape and dtype). Returns the tensor."""
     group, backend = _checked("broadcast", tensor)
-    if not isinstance(src, (int, np.integer)) or isinstance(src, bool) or not 0 <= src < group.size:
+    if not isinstance(src, numbers.Integral) or isinstance(src, bool) or not 0 <= src < group.size:
         raise ValueError(f"broadcast: src must be a rank in [0, {group.size}), got {src!r}")
     buf = _Buffer(group, backend, tensor)
     group.broadcast(buf.array, int(src))
@@ -365,10 +365,7 @@ def all_gather(tensor_list: list, tensor: Tensor) -> list:
                 f"the tensor has shape {tensor.shape}, dtype {tensor.dtype} on {tensor.device}"
             )
     send = _Buffer(group, backend, tensor).array
-    if group.name == "nccl":
-        recv = backend.xp.empty((group.size, *send.shape), dtype=send.dtype)
-    else:
-        recv = np.empty((group.size, *send.shape), dtype=send.dtype)
+    recv = group.lib.empty((group.size, *send.shape), dtype=send.dtype)
     group.all_gather(send, recv)
     xp = backend.xp
     for r, out in enumerate(tensor_list):

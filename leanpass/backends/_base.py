@@ -179,6 +179,7 @@ class Backend:
     fused: FusedKernels = NO_FUSED
     xp = None  # the array namespace (array-API compatible)
     array_type: type = object  # the library's array class
+    module = None  # the library itself, for code that handles its buffers (the process groups)
 
     def as_array(self, value):
         """A library scalar (NumPy returns one for 0-d results) as a 0-d array."""

@@ -69,6 +69,7 @@ class CupyBackend(Backend):
     linalg = xp_cupy.linalg
     fft = xp_cupy.fft
     array_type = cupy.ndarray
+    module = cupy
 
     def __init__(self, index=0):
         super().__init__(index)

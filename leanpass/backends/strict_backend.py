@@ -29,6 +29,7 @@ class StrictBackend(Backend):
     linalg = array_api_strict.linalg
     fft = array_api_strict.fft
     array_type = _ARRAY
+    module = array_api_strict
 
     def __init__(self, index=0):
         super().__init__(index)
