@@ -39,7 +39,7 @@ import weakref
 
 __all__ = [
     "no_grad", "enable_grad", "is_grad_enabled", "run_backward", "zero_graph_grads",
-    "Version", "increment_version", "Released", "grad_lock", "queue_callback",
+    "Version", "increment_version", "increment_versions", "Released", "grad_lock", "queue_callback",
 ]
 
 
@@ -287,6 +287,15 @@ def increment_version(tensor) -> None:
     version_of(tensor).bump()
 
 
+def increment_versions(tensors) -> None:
+    """:func:`increment_version` of each tensor (an optimizer's step)."""
+    for t in tensors:
+        vc = t._vc
+        if vc is None:
+            vc = t._vc = Version()
+        vc.bump()
+
+
 def _stale(node, parent, seq):
     """``parent`` (an input of ``node``) changed in place after ``node`` was made:
     raise if ``node``'s backward reads its array, else return the state of
@@ -456,7 +465,11 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
         for node, g in retained:
             _store(node, g, fresh=False)
         for leaf, (g, fresh) in leaves.items():
-            _store(leaf, g, fresh)
+            if fresh and leaf._grad is None and type(g) is leaf._backend.array_type and g.dtype == leaf._data.dtype:
+                leaf._grad = g  # the common case of _store: a first gradient, made by the graph
+                leaf._read_zeros = False
+            else:
+                _store(leaf, g, fresh)
     if not retain_graph:
         _release(done, leaves, retained)
     if _hooks_registered:
@@ -521,7 +534,8 @@ class GraphBackend:
         self.guard = None
         self.syncs_cheaply = base.syncs_cheaply
         self.array_type = Tensor
-        for name in ("zeros", "ones", "arange", "create", "matmul", "index_add", "index_set", "index_get"):
+        for name in ("zeros", "ones", "arange", "create", "matmul", "index_add", "index_set", "index_get",
+                     "take_rows", "sub_at_rows", "all_in_range"):
             setattr(self, name, getattr(Backend, name).__get__(self))
 
     def copy(self, t):

@@ -21,9 +21,9 @@ import math
 import numbers
 import sys
 
-from .autograd import increment_version
+from .autograd import increment_versions
 from .backends import FLOAT_DTYPES, backend_of_array, dtype_name, get_backend
-from .tensor import Tensor, as_tensor
+from .tensor import Tensor, as_tensor, with_gradients
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "lr_scheduler"]
 
@@ -139,37 +139,45 @@ class Optimizer:
         has the data's shape (state moves to the data's device and dtype when they
         changed, as after ``model.to``)."""
         self._stepped = True
-        layouts = self._layouts
-        todo = []
+        layouts, states = self._layouts, self.state
+        work = []
         for group in self.param_groups:
-            for p in group["params"]:
-                if not p.has_grad:  # no gradient since zero_grad (PyTorch skips these too)
-                    continue
-                data, grad = p.data, p.grad
-                if isinstance(grad, Tensor):  # from backward(create_graph=True): its values
-                    grad = grad.data
-                backend = get_backend(p.device)
-                if (grad.shape != data.shape or getattr(grad, "device", None) != getattr(data, "device", None)
-                        or grad.dtype != data.dtype or backend.read_only(data)):
+            items = []
+            # only the parameters with a gradient since zero_grad (PyTorch skips the others too)
+            for p, data, grad, backend in with_gradients(group["params"]):
+                shape, dtype = data.shape, data.dtype
+                if (grad.shape != shape or grad.dtype != dtype or backend.read_only(data)
+                        or getattr(grad, "device", None) != getattr(data, "device", None)):
                     self._refuse(p, data, grad)
-                layout = (backend, data.shape, data.dtype)
-                # first step, or the data changed device, dtype or shape since the last
-                moved = None if layouts.get(id(p)) == layout else self._relayout(p, data, backend)
-                todo.append((p, data, grad, group, backend, layout, moved))
-        for p, data, grad, group, backend, layout, moved in todo:
-            key = id(p)
-            state = self.state.get(key)
-            if state is None:
-                state = self.state[key] = {}
-            if moved is not None:
-                state.update(moved)
-                layouts[key] = layout
+                key = id(p)
+                layout = (backend, shape, dtype)
+                state = states.get(key) if layouts.get(key) == layout else None
+                if state is None:  # first step, or the data changed device, dtype or shape since the last
+                    state = (key, layout, self._relayout(p, data, backend))
+                items.append((p, data, grad, state, backend))
+            if items:
+                work.append((group, items))
+        for group, items in work:  # everything is checked: now change
+            for k, (p, data, grad, state, backend) in enumerate(items):
+                if type(state) is tuple:
+                    key, layout, moved = state
+                    state = states.setdefault(key, {})
+                    state.update(moved)
+                    layouts[key] = layout
+                    items[k] = (p, data, grad, state, backend)
+            self._update_group(items, group)
+            # a graph that saved the old values can no longer backpropagate
+            increment_versions([item[0] for item in items])
+
+    def _update_group(self, items: list, group: dict) -> None:
+        """Update the parameters ``items`` of ``group``: ``(tensor, data, gradient,
+        state, backend)`` each, all checked; one :meth:`_update` each, on its device."""
+        for p, data, grad, state, backend in items:
             if backend.guard is None:
                 self._update(backend, data, grad, state, group)
             else:  # cuda:N on a machine of several GPUs: run where the data is
                 with backend.guard:
                     self._update(backend, data, grad, state, group)
-            increment_version(p)  # a graph that saved the old values can no longer backpropagate
 
     def _where(self, p) -> str:
         index = next(i for i, q in enumerate(self._params()) if q is p)
@@ -313,6 +321,16 @@ class SGD(Optimizer):
         if nesterov and group["momentum"] <= 0:
             raise ValueError("SGD: nesterov momentum needs momentum > 0")
         return group
+
+    def _update_group(self, items, group):
+        if group["momentum"] or group["weight_decay"]:
+            return super()._update_group(items, group)
+        lr = group["lr"]
+        for p, data, grad, state, backend in items:  # plain SGD: data -= lr * grad
+            if backend.guard is not None or backend.fused.sgd is not None:
+                super()._update_group([(p, data, grad, state, backend)], group)
+            else:
+                data -= lr * grad
 
     def _update(self, backend, data, grad, state, group):
         wd, momentum = group["weight_decay"], group["momentum"]

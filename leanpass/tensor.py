@@ -423,6 +423,22 @@ class Tensor:
             setitem(self, index, value)
 
 
+def with_gradients(params) -> list:
+    """``(tensor, data, gradient, backend)`` for each tensor in ``params`` that has a
+    gradient (:attr:`Tensor.has_grad`): its array, its gradient as an array (the
+    values of one made with ``create_graph=True``) and its backend. For optimizers,
+    once per parameter group and step: one plain loop, no property calls."""
+    found = []
+    for p in params:
+        grad = p._grad
+        if grad is None or getattr(p, "_read_zeros", False):
+            continue
+        if type(grad) is Tensor:
+            grad = grad._data
+        found.append((p, p._data, grad, p._backend))
+    return found
+
+
 def _looks_like_dtype(value) -> bool:
     if isinstance(value, str):
         return value in DTYPES

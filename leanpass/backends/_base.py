@@ -286,6 +286,31 @@ class Backend:
         return self.xp.fft
 
     # ---- what the standard lacks ---------------------------------------------
+    def take_rows(self, rows, index):
+        """``rows[i, index[i]]`` for every row ``i`` of the 2-D ``rows`` (``index``: one
+        integer per row, in range): a class's value in each row of logits.
+
+        Generic version: one ``take`` from the flat rows."""
+        xp = self.xp
+        n, width = rows.shape
+        return xp.take(xp.reshape(rows, (-1,)), index + self.arange(n, index.dtype) * width)
+
+    def sub_at_rows(self, buf, index, value):
+        """``buf[i, index[i]] -= value`` for every row ``i`` of the 2-D ``buf`` (a fresh
+        array the caller owns; ``index`` as in :meth:`take_rows`); returns the result
+        (``buf`` itself where the library writes in place).
+
+        Generic version: subtract a one-hot mask made by comparison."""
+        xp = self.xp
+        hot = xp.reshape(index, (-1, 1)) == xp.reshape(self.arange(buf.shape[1], index.dtype), (1, -1))
+        return buf - xp.astype(hot, buf.dtype) * value
+
+    def all_in_range(self, index, high: int) -> bool:
+        """Whether every value of the integer array ``index`` lies in ``[0, high)``
+        (reads one value back to the host)."""
+        xp = self.xp
+        return bool(xp.all((index >= 0) & (index < high)))
+
     def index_add(self, buf, index, values, axis: int = 0):
         """``buf[..., index[j], ...] += values[..., j, ...]`` along ``axis``, with
         repeated indices accumulating; returns the result (in place where the

@@ -2,16 +2,59 @@
 
 from __future__ import annotations
 
+import types
+
 import array_api_compat.numpy as xp_numpy
 import numpy as np
 
 from ._base import Backend
 
 
+def _reduction(ufunc):
+    def reduce(x, /, *, axis=None, dtype=None, keepdims=False):
+        return ufunc.reduce(x, axis=axis, dtype=dtype, keepdims=keepdims)
+
+    return reduce
+
+
+def _extremum(ufunc):
+    def reduce(x, /, *, axis=None, keepdims=False):
+        return ufunc.reduce(x, axis=axis, keepdims=keepdims)
+
+    return reduce
+
+
+def _astype(x, dtype, /, *, copy=True, device=None):
+    if device is not None and device != "cpu":
+        return xp_numpy.astype(x, dtype, copy=copy, device=device)  # its error for a foreign device
+    return x.astype(dtype, copy=copy)
+
+
+def _namespace():
+    """``array_api_compat.numpy`` (which is NumPy's own functions where NumPy 2
+    conforms), with the reductions on the training step's path calling NumPy's
+    ufuncs directly: ``np.sum`` and the like pass through Python-level dispatch
+    (``numpy/_core/fromnumeric.py``) that costs more than reducing a small array,
+    and more again when a large product has just evicted it from the caches. Same
+    results (``np.sum`` is ``np.add.reduce`` once dispatched), same dtypes."""
+    ns = types.ModuleType("leanpass.backends.numpy_xp", _namespace.__doc__)
+    ns.__dict__.update({k: v for k, v in vars(xp_numpy).items() if k not in ("__name__", "__doc__", "__spec__",
+                                                                             "__loader__", "__package__")})
+    ns.sum, ns.prod = _reduction(np.add), _reduction(np.multiply)
+    ns.max, ns.min = _extremum(np.maximum), _extremum(np.minimum)
+    ns.all, ns.any = _extremum(np.logical_and), _extremum(np.logical_or)
+    ns.astype = _astype
+    return ns
+
+
+# each signed integer dtype's unsigned twin, for range checks in one reduction
+_UNSIGNED = {np.dtype(f"i{n}"): np.dtype(f"u{n}") for n in (1, 2, 4, 8)}
+
+
 class NumpyBackend(Backend):
     device_type = "cpu"
     library = "numpy"
-    xp = xp_numpy
+    xp = _namespace()
     linalg = xp_numpy.linalg
     fft = xp_numpy.fft
     array_type = np.ndarray
@@ -34,6 +77,12 @@ class NumpyBackend(Backend):
     def copy(self, array):
         return np.array(array, copy=True)
 
+    def zeros(self, shape, dtype):
+        return np.zeros(shape, dtype=dtype)  # NumPy's own: the wrapper's device check costs more than a small array
+
+    def ones(self, shape, dtype):
+        return np.ones(shape, dtype=dtype)
+
     def matmul(self, a, b):
         """As :meth:`Backend.matmul`; a stacked right operand whose rows are not
         contiguous (a transposed view, ``k.mT``) is copied first: NumPy's batched
@@ -41,6 +90,21 @@ class NumpyBackend(Backend):
         if b.ndim > 2 and b.strides[-1] != b.itemsize:
             b = np.ascontiguousarray(b)
         return super().matmul(a, b)
+
+    def take_rows(self, rows, index):
+        return rows[np.arange(rows.shape[0]), index]
+
+    def sub_at_rows(self, buf, index, value):
+        buf[np.arange(buf.shape[0]), index] -= value  # one (i, index[i]) per row: no repeats
+        return buf
+
+    def all_in_range(self, index, high: int) -> bool:
+        if index.size == 0:
+            return True
+        unsigned = _UNSIGNED.get(index.dtype)
+        if unsigned is None:
+            return int(index.min()) >= 0 and int(index.max()) < high
+        return int(index.view(unsigned).max()) < high  # negative values read as unsigned are above any high
 
     def from_dlpack(self, x, copy=None):
         return np.from_dlpack(x, copy=copy)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import ops
-from .._dtypes import dtype_name
+from .._dtypes import as_dtype, dtype_name
 from ..backends import get_backend, host_array
 from ..tensor import Tensor, apply, as_tensor
 
@@ -89,12 +89,14 @@ def _class_indices(logits: Tensor, target, classes: int):
     make the device wait, a 0-d bool array on the device that says whether any
     index was invalid (invalid ones are then clipped into range)."""
     if isinstance(target, Tensor):
-        if target.device != logits.device:
+        device = target.device
+        if device != logits.device:
             raise ValueError(
                 f"cross_entropy_loss: logits are on {logits.device} but the class indices are on "
-                f"{target.device}; move one with .to({logits.device!r})"
+                f"{device}; move one with .to({logits.device!r})"
             )
-        backend, data, kind = get_backend(target.device), target.data, target.dtype.kind
+        backend, data = get_backend(device), target.data
+        kind = as_dtype(data.dtype).kind
     else:  # host data: checked here, for free, before it moves
         backend, data = None, host_array(target, "cross_entropy_loss")
         kind = data.dtype.kind
@@ -103,13 +105,16 @@ def _class_indices(logits: Tensor, target, classes: int):
             f"cross_entropy_loss: class indices must be integers or whole floats, got dtype {data.dtype}"
         )
     if backend is None:
-        return _index_tensor(logits, _checked(get_backend("cpu").xp, data, kind, classes)), None
+        return _index_tensor(logits, _checked(get_backend("cpu"), data, kind, classes)), None
+    if backend.syncs_cheaply:
+        if backend.guard is None:
+            index = _checked(backend, data, kind, classes)
+        else:
+            with backend.guard:
+                index = _checked(backend, data, kind, classes)
+        return (target if index is data else _index_tensor(logits, index)), None
     xp = backend.xp
-    with backend.context():
-        if backend.syncs_cheaply:
-            index = _checked(xp, data, kind, classes)
-            return (target if index is data else _index_tensor(logits, index)), None
-        # a GPU: no check (it would wait for the device), but NaN for an invalid index
+    with backend.context():  # a GPU: no check (it would wait for the device), but NaN for an invalid index
         bad = xp.any((data < 0) | (data >= classes))
         if kind == "f":
             index = xp.astype(data, xp.int64)
@@ -121,14 +126,17 @@ def _index_tensor(logits: Tensor, index) -> Tensor:
     return as_tensor(index, device=logits.device, dtype=dtype_name(index.dtype))
 
 
-def _checked(xp, data, kind: str, classes: int):
+def _checked(backend, data, kind: str, classes: int):
     """``data`` as integer class indices (itself if it is integer), raising
     ValueError unless every value is a whole number in ``[0, classes)``."""
-    index = data
-    valid = bool(xp.all((data >= 0) & (data < classes)))  # False for NaN
-    if valid and kind == "f":
-        index = xp.astype(data, xp.int64)
-        valid = bool(xp.all(xp.astype(index, data.dtype) == data))
+    xp = backend.xp
+    if kind == "f":
+        valid = bool(xp.all((data >= 0) & (data < classes)))  # False for NaN
+        index = xp.astype(data, xp.int64) if valid else data
+        valid = valid and bool(xp.all(xp.astype(index, data.dtype) == data))
+    else:
+        index = data
+        valid = backend.all_in_range(data, classes)
     if not valid:
         raise ValueError(
             f"cross_entropy_loss: class indices must be whole numbers in [0, {classes}), "

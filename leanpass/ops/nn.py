@@ -159,8 +159,9 @@ def cross_entropy(be, logits, probs, axis, needs=(True, False)):
 def cross_entropy_index(be, logits, index, axis, bad=None):
     """Mean of ``-log_softmax(logits)`` at the class ``index`` along ``axis`` (an
     integer array of the logits' shape without ``axis``), in one node. The forward
-    picks one value per row with a flat ``take``; the backward is
-    ``(softmax - one_hot) / count``, the one-hot rows made there, by comparison.
+    picks one value per row (``be.take_rows``); the backward is ``(softmax -
+    one_hot) / count``, the one subtracted in place where the library allows it
+    (``be.sub_at_rows``).
 
     The indices must lie in ``[0, classes)``. Where checking them would make the
     device wait, ``bad`` is a 0-d bool array that says whether any was invalid
@@ -173,23 +174,23 @@ def cross_entropy_index(be, logits, index, axis, bad=None):
     e = xp.exp(z)
     total = xp.sum(e, axis=axis, keepdims=True)
     count = math.prod(index.shape)
-    rows = z if last else xp.moveaxis(z, axis, -1)  # the class axis last, each row contiguous
-    flat = xp.reshape(index, (-1,)) + be.arange(count, index.dtype) * classes
-    picked = xp.take(xp.reshape(rows, (-1,)), flat)
+    flat = index if index.ndim == 1 else xp.reshape(index, (count,))
+    rows = z if last else xp.moveaxis(z, axis, -1)  # the class axis last
+    picked = be.take_rows(rows if rows.ndim == 2 else xp.reshape(rows, (count, classes)), flat)
     out = (xp.sum(xp.log(total)) - xp.sum(picked)) / (count or math.nan)  # NaN for no rows, as PyTorch
     if bad is not None:
         out = xp.where(bad, xp.asarray(math.nan, dtype=out.dtype, device=be.xp_device), out)
 
     def backward(g):
         scale = g / (count or math.nan)
-        grad = e * (scale / total)
-        column = list(index.shape)
-        column.insert(axis, 1)
-        shape = [1] * logits.ndim
-        shape[axis] = classes
-        hot = xp.reshape(index, tuple(column)) == xp.reshape(be.arange(classes, index.dtype), tuple(shape))
-        grad -= xp.astype(hot, grad.dtype) * scale
-        return grad, None
+        grad = e * (scale / total)  # softmax / count, a fresh array
+        if last and grad.ndim == 2:
+            return be.sub_at_rows(grad, flat, scale), None
+        rows = grad if last else xp.moveaxis(grad, axis, -1)
+        shape = rows.shape
+        rows = be.sub_at_rows(xp.reshape(rows, (count, classes)), flat, scale)
+        rows = xp.reshape(rows, shape)
+        return (rows if last else xp.moveaxis(rows, -1, axis)), None
 
     return out, backward
 
