@@ -123,7 +123,7 @@ MUTANTS = [
     Mutant("optim-nan-lr", "leanpass/optim.py", "if not 0.0 <= value < math.inf:", "if value < 0:",
            ("tests/test_optim.py",)),
     Mutant("optim-read-only-unchecked", "leanpass/optim.py",
-           'getattr(data, "device", None) or backend.read_only(data)):', 'getattr(data, "device", None)):',
+           "or grad.dtype != dtype or backend.read_only(data)\n", "or grad.dtype != dtype\n",
            ("tests/test_optim.py",)),
     Mutant("sgd-momentum-decay", "leanpass/optim.py",
            "                buf *= momentum\n", "", ("tests/test_optim.py",)),
