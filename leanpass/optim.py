@@ -23,7 +23,7 @@ import sys
 
 from .autograd import increment_versions
 from .backends import FLOAT_DTYPES, backend_of_array, dtype_name, get_backend
-from .tensor import Tensor, as_tensor, with_gradients
+from .tensor import Tensor, as_tensor, clear_gradients, with_gradients
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "lr_scheduler"]
 
@@ -127,8 +127,8 @@ class Optimizer:
 
     def zero_grad(self) -> None:
         """Reset every parameter's gradient; it reads as zeros until the next backward."""
-        for p in self._params():
-            p.grad = None
+        for group in self.param_groups:
+            clear_gradients(group["params"])
 
     # ---- step -----------------------------------------------------------------------
     def step(self) -> None:
@@ -172,7 +172,7 @@ class Optimizer:
     def _update_group(self, items: list, group: dict) -> None:
         """Update the parameters ``items`` of ``group``: ``(tensor, data, gradient,
         state, backend)`` each, all checked; one :meth:`_update` each, on its device."""
-        for p, data, grad, state, backend in items:
+        for _, data, grad, state, backend in items:
             if backend.guard is None:
                 self._update(backend, data, grad, state, group)
             else:  # cuda:N on a machine of several GPUs: run where the data is

@@ -439,6 +439,13 @@ def with_gradients(params) -> list:
     return found
 
 
+def clear_gradients(params) -> None:
+    """``p.grad = None`` for each tensor in ``params`` (an optimizer's ``zero_grad``)."""
+    for p in params:
+        p._grad = None
+        p._read_zeros = False
+
+
 def _looks_like_dtype(value) -> bool:
     if isinstance(value, str):
         return value in DTYPES

@@ -216,6 +216,7 @@ def test_grad_closing_over_a_parameter_stays_differentiable(device):
 FUSED = {
     "linear": lambda x, w, b: apply(ops.linear, x, w, b),
     "linear_relu": lambda x, w, b: apply(ops.linear_relu, x, w, b),
+    "mlp": lambda x, w, b: apply(ops.nn.mlp(2), x, w, w.mT, b, x[0]),
     "relu": lambda x, w, b: (x @ w + b).relu(),
     "gelu": lambda x, w, b: (x @ w + b).gelu(),
     "sigmoid": lambda x, w, b: (x @ w + b).sigmoid(),

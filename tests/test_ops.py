@@ -66,24 +66,78 @@ def test_linear_node_gradcheck(device, x_shape, bias, name):
     assert gradcheck(lambda *t: apply(op, *t), inputs)
 
 
-def test_mlp_fuses_linear_and_relu_as_two_nodes_would():
-    """An MLP's hidden layer with a stock ReLU is one ``linear_relu`` node; its output
-    and gradients are those of Linear then ReLU, zero gradient where the sum is 0."""
+def _numpy_mlp(x, weights, biases):
+    h = x
+    for i, (w, b) in enumerate(zip(weights, biases)):
+        h = h @ w + b
+        if i < len(weights) - 1:
+            h = np.maximum(h, 0.0)
+    return h
+
+
+@pytest.mark.parametrize("x_shape", [(6, 3), (2, 4, 3), (3,)])
+@pytest.mark.parametrize("frozen", [(), ("x",), ("x", "w1"), ("x", "w0"), ("x", "w0", "b0"), ("w2", "b2")])
+def test_mlp_node_matches_numpy_and_gradcheck(device, x_shape, frozen):
+    """The one-node MLP: its output is the layers', and gradcheck passes for every input
+    that requires grad, whichever do not (``frozen``: those the backward may skip)."""
+    from leanpass.tensor import apply
+
+    sizes = [3, 5, 4, 2]
+    names = ["x"] + [f"w{i}" for i in range(3)] + [f"b{i}" for i in range(3)]
+    rng = np.random.default_rng(0)  # its own draws: each case has hidden sums of both signs
+    shapes = [x_shape] + list(zip(sizes[:-1], sizes[1:])) + [(b,) for b in sizes[1:]]
+    arrays = [rng.uniform(-2.0, 2.0, size=shape) for shape in shapes]
+    inputs = [Tensor(a, requires_grad=name not in frozen, device=device) for name, a in zip(names, arrays)]
+    op = ops.nn.mlp(3)
+    out = apply(op, *inputs)
+    assert out._op == "mlp"
+    expected = _numpy_mlp(arrays[0], arrays[1:4], arrays[4:])
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-12)
+    hidden = arrays[0] @ arrays[1] + arrays[4]
+    assert (hidden < 0).any() and (hidden > 0).any()  # both sides of ReLU's kink
+    live = [i for i, name in enumerate(names) if name not in frozen]
+
+    def f(*tensors):
+        full = list(inputs)
+        for i, t in zip(live, tensors):
+            full[i] = t
+        return apply(op, *full)
+
+    assert gradcheck(f, [inputs[i] for i in live])
+
+
+def test_mlp_is_one_node_with_the_gradients_of_its_layers():
+    """A stock MLP (Linear with biases, ReLU) is one ``mlp`` node; its output and
+    gradients are those of its layers run one by one, zero gradient where a hidden sum
+    is 0 (ReLU's kink, as PyTorch); any other activation or a layer without bias runs
+    layer by layer."""
     leanpass.manual_seed(0)
-    mlp = leanpass.nn.MLP([3, 4, 2], dtype="float64")
+    mlp = leanpass.nn.MLP([3, 4, 4, 2], dtype="float64")
     x = Tensor(rand(5, 3))
-    x.data[0] = 0.0  # hidden sums equal to the bias (0): ReLU's kink, gradient 0 as PyTorch
-    hidden = mlp.layers[0](x)
-    assert mlp.layers[0]._forward(x, ops.linear_relu)._op == "linear_relu"
+    x.data[0] = 0.0  # hidden sums equal to the bias (0): ReLU's kink
     fused = mlp(x)
+    assert fused._op == "mlp" and all(p._op == "leaf" for p in fused._prev[1:])
     fused.sum().backward()
     fused_grads = [p.grad.copy() for p in mlp.parameters()]
     mlp.zero_grad()
-    apart = mlp.layers[1](mlp.activations[0](hidden))
+    h = x
+    for i, layer in enumerate(mlp.layers):
+        h = layer(h)
+        if i < len(mlp.layers) - 1:
+            h = mlp.activations[i](h)
+    apart = h
+    assert apart._op == "linear"
     apart.sum().backward()
     np.testing.assert_array_equal(fused.numpy(), apart.numpy())
     for got, want in zip(fused_grads, (p.grad for p in mlp.parameters())):
         np.testing.assert_allclose(got, want, rtol=1e-15)
+    assert leanpass.nn.MLP([3, 4, 2], activation="tanh")(x)._op == "linear"
+    no_bias = leanpass.nn.MLP([3, 4, 2])
+    no_bias.layers[1] = leanpass.nn.Linear(4, 2, bias=False)
+    assert no_bias(x)._op == "linear"
+    with pytest.raises(ValueError, match=r"Linear\(3, 4\): input of shape \(5, 2\)"):
+        mlp(Tensor(rand(5, 2)))  # the layer-by-layer path names the layer
+
 
 SCALAR = {
     "add_scalar": (lambda a: a + 1.5, lambda x: x + 1.5),

@@ -232,8 +232,12 @@ class MLP(Module):
 
     def forward(self, x):
         _check_input(x, self)
-        last = len(self.layers) - 1
-        for i, layer in enumerate(self.layers):
+        layers = self.layers
+        fused = self._fused_params(x)
+        if fused is not None:  # stock Linear + ReLU layers: the whole MLP is one graph node
+            return apply(ops.nn.mlp(len(layers)), x, *fused)
+        last = len(layers) - 1
+        for i, layer in enumerate(layers):
             if i == last:
                 return layer(x)
             activation = self.activations[i]
@@ -241,6 +245,26 @@ class MLP(Module):
                 x = layer._forward(x, ops.linear_relu)
             else:
                 x = activation(layer(x))
+
+    def _fused_params(self, x):
+        """The weights then the biases, when this MLP can run as one ``mlp`` node: two
+        or more stock ``Linear`` layers with biases, of matching sizes, stock ``ReLU``
+        between them, and an input of the first layer's width; else None."""
+        layers, activations = self.layers, self.activations
+        if len(layers) < 2 or len(activations) != len(layers) - 1 or x.shape[-1:] != (layers[0].in_features,):
+            return None
+        weights, biases = [], []
+        width = layers[0].in_features
+        for layer in layers:
+            if type(layer) is not Linear or layer.bias is None or layer.in_features != width:
+                return None
+            width = layer.out_features
+            weights.append(layer.weight)
+            biases.append(layer.bias)
+        for activation in activations:
+            if type(activation) is not ReLU:
+                return None
+        return weights + biases
 
     def _torch_key(self, key: str) -> str:
         """As ``torch.nn.Sequential(Linear, act, Linear, ...)``: layer i is ``2i``,

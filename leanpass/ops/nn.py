@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from ._op import op
+from ._op import Op, op
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _GELU_K = 0.044715
@@ -244,6 +244,70 @@ def linear_relu(be, x, w, b=None, needs=(True, True, True)):
         return linear_backward(g)
 
     return out, backward
+
+
+def _mlp(be, x, *params, needs):
+    """``relu(... relu(x @ w0 + b0) ...) @ w_last + b_last`` in one node: ``params``
+    are the weights (``(in, out)`` each), then as many biases; ReLU between the
+    layers, none after the last. The forward keeps each layer's input (the ReLU
+    outputs: where they are positive, the gradient passes); the backward runs the
+    layers in reverse, as :func:`linear_relu` does one, and stops at the first
+    layer below which nothing needs a gradient."""
+    xp = be.xp
+    depth = len(params) // 2
+    weights, biases = params[:depth], params[depth:]
+    flat = x.ndim != 2
+    h = xp.reshape(x, (math.prod(x.shape[:-1]), x.shape[-1])) if flat else x  # not -1: x may be empty
+    inputs = []
+    for i in range(depth):
+        inputs.append(h)
+        out = h @ weights[i]
+        b = biases[i]
+        if b.dtype == out.dtype:
+            out += b
+        else:
+            out = out + b
+        h = xp.maximum(out, 0.0) if i < depth - 1 else out
+    out = xp.reshape(h, x.shape[:-1] + (h.shape[-1],)) if flat else h
+    # below layer i, does anything need a gradient? (x, or a weight or bias of a layer < i)
+    below = [bool(needs[0])]
+    for i in range(depth):
+        below.append(below[-1] or bool(needs[1 + i]) or bool(needs[1 + depth + i]))
+    fused = be.fused.relu_backward  # g * (out > 0) in one GPU kernel, where offered
+
+    def backward(g):
+        grads = [None] * (1 + 2 * depth)
+        g = xp.reshape(g, (inputs[0].shape[0], g.shape[-1])) if flat else g
+        for i in range(depth - 1, -1, -1):
+            if needs[1 + i]:
+                grads[1 + i] = inputs[i].T @ g
+            if needs[1 + depth + i]:
+                grads[1 + depth + i] = xp.sum(g, axis=0)
+            if not below[i]:
+                break
+            g = g @ weights[i].T
+            if i:
+                relu_out = inputs[i]
+                g = fused(g, relu_out) if fused is not None else g * xp.astype(relu_out > 0, g.dtype)
+            elif flat:
+                g = xp.reshape(g, x.shape)
+        if needs[0]:
+            grads[0] = g
+        return tuple(grads)
+
+    return out, backward
+
+
+_MLP_OPS: dict = {}
+
+
+def mlp(depth: int) -> Op:
+    """The one-node MLP of ``depth`` layers (see :func:`_mlp`): inputs ``x``, the
+    weights, the biases; its backward reads ``x`` and the weights."""
+    found = _MLP_OPS.get(depth)
+    if found is None:
+        found = _MLP_OPS[depth] = Op("mlp", _mlp, saves=range(depth + 1), saves_out=False, needs=True)
+    return found
 
 
 @op("layer_norm", saves=(1,), saves_out=False, needs=True)
