@@ -436,6 +436,7 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
         else:  # cuda:N on a machine of several GPUs: run where the data is
             with guard:
                 parent_grads = backward(grad)
+        fresh_op = node._op.fresh
         for parent, pgrad in zip(node._prev, parent_grads):
             vc = parent._vc
             if vc is not None and vc.last > seq:
@@ -443,11 +444,10 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
             if pgrad is None or not parent._rg:
                 continue
             shape = parent._data.shape
+            fresh = fresh_op
             if pgrad.shape != shape:
                 pgrad = _unbroadcast(parent._backend.xp, pgrad, shape)
                 fresh = True
-            else:
-                fresh = None  # decided below, for leaves only
             if parent._prev:
                 old = grads.get(parent)
                 if old is None:
@@ -457,10 +457,7 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
                     grads[parent] = old + pgrad
             else:
                 old = leaves.get(parent)
-                if old is None:
-                    leaves[parent] = (pgrad, fresh or node._op.fresh)
-                else:
-                    leaves[parent] = (old[0] + pgrad, True)
+                leaves[parent] = (pgrad, fresh) if old is None else (old[0] + pgrad, True)
     with grad_lock:
         for node, g in retained:
             _store(node, g, fresh=False)

@@ -61,25 +61,26 @@ def cross_entropy_loss(logits: Tensor, target, axis: int = -1) -> Tensor:
     GPU wait for the host at every step.
     """
     _check_input(logits, "cross_entropy_loss", "logits")
-    ndim = logits.ndim
+    logits_shape = logits.shape
+    ndim = len(logits_shape)
     if ndim == 0:
         raise ValueError("cross_entropy_loss: logits must have a class axis, got a 0-d tensor")
     if not -ndim <= axis < ndim:
-        raise IndexError(f"cross_entropy_loss: axis {axis} is out of range for logits of shape {logits.shape}")
+        raise IndexError(f"cross_entropy_loss: axis {axis} is out of range for logits of shape {logits_shape}")
     axis %= ndim
     if not isinstance(target, Tensor) and not hasattr(target, "shape"):  # Python data: read it once, here
         target = host_array(target, "cross_entropy_loss")
     shape = tuple(target.shape)
-    if shape == logits.shape:  # probabilities, or one-hot rows
+    if shape == logits_shape:  # probabilities, or one-hot rows
         target = _target(logits, target, "cross_entropy_loss")
         return apply(ops.cross_entropy, logits, target, axis=axis)
-    expected = logits.shape[:axis] + logits.shape[axis + 1:]
+    expected = logits_shape[:axis] + logits_shape[axis + 1:]
     if shape != expected:
         raise ValueError(
             f"cross_entropy_loss: target of shape {shape} is neither the logits' shape "
-            f"{logits.shape} (probabilities) nor {expected} (class indices)"
+            f"{logits_shape} (probabilities) nor {expected} (class indices)"
         )
-    index, bad = _class_indices(logits, target, logits.shape[axis])
+    index, bad = _class_indices(logits, target, logits_shape[axis])
     return apply(ops.cross_entropy_index, logits, index, axis=axis, bad=bad)
 
 
