@@ -51,6 +51,22 @@ def _namespace():
 _UNSIGNED = {np.dtype(f"i{n}"): np.dtype(f"u{n}") for n in (1, 2, 4, 8)}
 
 
+_ROWS: dict = {}
+
+
+def _row_numbers(n: int):
+    """``np.arange(n)``, read-only and kept for the next call (a batch size recurs at
+    every step); at most 64 sizes are kept."""
+    rows = _ROWS.get(n)
+    if rows is None:
+        if len(_ROWS) >= 64:
+            _ROWS.clear()
+        rows = np.arange(n)
+        rows.flags.writeable = False
+        _ROWS[n] = rows
+    return rows
+
+
 class NumpyBackend(Backend):
     device_type = "cpu"
     library = "numpy"
@@ -97,10 +113,10 @@ class NumpyBackend(Backend):
         return not array.flags.writeable
 
     def take_rows(self, rows, index):
-        return rows[np.arange(rows.shape[0]), index]
+        return rows[_row_numbers(rows.shape[0]), index]
 
     def sub_at_rows(self, buf, index, value):
-        buf[np.arange(buf.shape[0]), index] -= value  # one (i, index[i]) per row: no repeats
+        buf[_row_numbers(buf.shape[0]), index] -= value  # one (i, index[i]) per row: no repeats
         return buf
 
     def all_in_range(self, index, high: int) -> bool:

@@ -177,7 +177,8 @@ def cross_entropy_index(be, logits, index, axis, bad=None):
     flat = index if index.ndim == 1 else xp.reshape(index, (count,))
     rows = z if last else xp.moveaxis(z, axis, -1)  # the class axis last
     picked = be.take_rows(rows if rows.ndim == 2 else xp.reshape(rows, (count, classes)), flat)
-    out = (xp.sum(xp.log(total)) - xp.sum(picked)) / (count or math.nan)  # NaN for no rows, as PyTorch
+    # mean of log(total) - picked; NaN for no rows, as PyTorch
+    out = xp.sum(xp.log(xp.reshape(total, (count,))) - picked) * (1.0 / count if count else math.nan)
     if bad is not None:
         out = xp.where(bad, xp.asarray(math.nan, dtype=out.dtype, device=be.xp_device), out)
 
