@@ -139,6 +139,30 @@ def test_mlp_is_one_node_with_the_gradients_of_its_layers():
         mlp(Tensor(rand(5, 2)))  # the layer-by-layer path names the layer
 
 
+def test_mlp_node_follows_replaced_layers_weights_and_activations():
+    """Whether an MLP is one node is decided at each call: replacing a weight, a layer
+    or an activation afterwards is seen at the next call."""
+    leanpass.manual_seed(0)
+    mlp = leanpass.nn.MLP([3, 4, 2], dtype="float64")
+    x = Tensor(rand(5, 3))
+    assert mlp(x)._op == "mlp"
+    new_weight = rand(4, 2)
+    mlp.layers[1].weight = leanpass.nn.Parameter(new_weight)
+    out = mlp(x)
+    assert out._op == "mlp"
+    first = mlp.layers[0]
+    hidden = np.maximum(x.numpy() @ first.weight.numpy() + first.bias.numpy(), 0.0)
+    np.testing.assert_allclose(out.numpy(), hidden @ new_weight + mlp.layers[1].bias.numpy(), rtol=1e-12)
+    mlp.layers[1].bias = None
+    assert mlp(x)._op == "linear"
+    mlp.layers[1] = leanpass.nn.Linear(4, 2, dtype="float64")
+    assert mlp(x)._op == "mlp"
+    mlp.activations[0] = leanpass.nn.Tanh()
+    assert mlp(x)._op == "linear"
+    mlp.activations[0] = leanpass.nn.ReLU()
+    assert mlp(x)._op == "mlp"
+
+
 SCALAR = {
     "add_scalar": (lambda a: a + 1.5, lambda x: x + 1.5),
     "radd_scalar": (lambda a: 1.5 + a, lambda x: 1.5 + x),
