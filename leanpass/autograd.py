@@ -36,6 +36,7 @@ import inspect
 import itertools
 import threading
 import weakref
+from collections import deque
 
 __all__ = [
     "no_grad", "enable_grad", "is_grad_enabled", "run_backward", "zero_graph_grads",
@@ -238,7 +239,7 @@ class Version:
         self.count = 0
         self.changed = -1  # when the array last changed in place
         self.last = -1  # when anything last happened: a change, or views made anew after one
-        self.times = []
+        self.times = deque(maxlen=64)  # enough to name the version a node saw; the rest is history
         self.views = []  # weak references to the tensors that view this memory
 
     def remade(self) -> None:
@@ -256,11 +257,8 @@ class Version:
 
     def bump(self) -> None:
         self.count += 1
-        self.changed = self.last = next(sequence)
-        times = self.times
-        times.append(self.last)
-        if len(times) > 64:  # enough to name the version a node saw; the rest is history
-            del times[:32]
+        self.changed = self.last = now = next(sequence)
+        self.times.append(now)
 
     def at(self, seq: int) -> str:
         """The version the array had when the node numbered ``seq`` was made."""

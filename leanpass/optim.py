@@ -141,6 +141,7 @@ class Optimizer:
         self._stepped = True
         layouts, states = self._layouts, self.state
         work = []
+        relaid = []  # (items, position, key, layout, moved): state to move once all is checked
         for group in self.param_groups:
             items = []
             # only the parameters with a gradient since zero_grad (PyTorch skips the others too)
@@ -153,18 +154,16 @@ class Optimizer:
                 layout = (backend, shape, dtype)
                 state = states.get(key) if layouts.get(key) == layout else None
                 if state is None:  # first step, or the data changed device, dtype or shape since the last
-                    state = (key, layout, self._relayout(p, data, backend))
+                    relaid.append((items, len(items), key, layout, self._relayout(p, data, backend)))
                 items.append((p, data, grad, state, backend))
             if items:
                 work.append((group, items))
-        for group, items in work:  # everything is checked: now change
-            for k, (p, data, grad, state, backend) in enumerate(items):
-                if type(state) is tuple:
-                    key, layout, moved = state
-                    state = states.setdefault(key, {})
-                    state.update(moved)
-                    layouts[key] = layout
-                    items[k] = (p, data, grad, state, backend)
+        for items, k, key, layout, moved in relaid:  # everything is checked: now change
+            state = states.setdefault(key, {})
+            state.update(moved)
+            layouts[key] = layout
+            items[k] = items[k][:3] + (state, items[k][4])
+        for group, items in work:
             self._update_group(items, group)
             # a graph that saved the old values can no longer backpropagate
             increment_versions([item[0] for item in items])
