@@ -363,3 +363,40 @@ def test_reregistering_drops_cached_backends_of_any_spelling():
         assert get_backend(" strict:1") is not old
     finally:
         backends._TYPES["strict"] = entry
+
+
+@pytest.mark.parametrize("name", ["sum", "prod", "max", "min", "all", "any"])
+@pytest.mark.parametrize("dtype", ["bool", "int8", "uint8", "int32", "int64", "float32", "float64", "complex64"])
+def test_numpy_namespace_reductions_are_numpys(name, dtype):
+    """The cpu namespace calls ufunc.reduce directly for its reductions: same values and
+    result dtypes as array_api_compat.numpy's (NumPy's own) for every axis form, and
+    the same error for an empty max/min."""
+    import array_api_compat.numpy as compat
+
+    if name in ("max", "min") and dtype.startswith("complex"):
+        pytest.skip("the standard has no max/min of complex numbers")
+    fast, slow = getattr(get_backend("cpu").xp, name), getattr(compat, name)
+    x = np.random.default_rng(3).normal(size=(2, 3, 4)) * 3
+    x = (x > 0) if dtype == "bool" else np.abs(x).astype(dtype) if dtype.startswith("uint") else x.astype(dtype)
+    x[0, 0, 0] = 0
+    for axis in (None, 0, -1, (0, 2), ()):
+        for keepdims in (False, True):
+            got, want = fast(x, axis=axis, keepdims=keepdims), slow(x, axis=axis, keepdims=keepdims)
+            assert np.asarray(got).dtype == np.asarray(want).dtype, (axis, keepdims)
+            np.testing.assert_array_equal(got, want)
+    assert np.asarray(fast(x[0, 0, :1])).shape == ()
+    if name in ("max", "min"):
+        with pytest.raises(ValueError, match="zero-size array"):
+            fast(np.zeros((0, 3), dtype=dtype))
+    if name in ("sum", "prod") and not dtype.startswith("complex"):
+        np.testing.assert_array_equal(fast(x, dtype=np.float64), slow(x, dtype=np.float64))
+
+
+def test_numpy_namespace_astype_copies_unless_told_not_to():
+    xp = get_backend("cpu").xp
+    x = np.arange(4.0)
+    assert xp.astype(x, np.float64) is not x and xp.astype(x, np.float64, copy=False) is x
+    assert xp.astype(x, np.float32).dtype == np.float32
+    assert xp.astype(x, np.float64, device="cpu") is not x
+    with pytest.raises(ValueError):
+        xp.astype(x, np.float64, device="cuda:0")
