@@ -288,10 +288,7 @@ def increment_version(tensor) -> None:
 def increment_versions(tensors) -> None:
     """:func:`increment_version` of each tensor (an optimizer's step)."""
     for t in tensors:
-        vc = t._vc
-        if vc is None:
-            vc = t._vc = Version()
-        vc.bump()
+        version_of(t).bump()
 
 
 def _stale(node, parent, seq):
@@ -460,11 +457,7 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
         for node, g in retained:
             _store(node, g, fresh=False)
         for leaf, (g, fresh) in leaves.items():
-            if fresh and leaf._grad is None and type(g) is leaf._backend.array_type and g.dtype == leaf._data.dtype:
-                leaf._grad = g  # the common case of _store: a first gradient, made by the graph
-                leaf._read_zeros = False
-            else:
-                _store(leaf, g, fresh)
+            _store(leaf, g, fresh)
     if not retain_graph:
         _release(done, leaves, retained)
     if _hooks_registered:

@@ -141,7 +141,7 @@ class Optimizer:
         self._stepped = True
         layouts, states = self._layouts, self.state
         work = []
-        relaid = []  # (items, position, key, layout, moved): state to move once all is checked
+        relaid = []  # (key, layout, state, moved): state to change once every parameter is checked
         for group in self.param_groups:
             items = []
             # only the parameters with a gradient since zero_grad (PyTorch skips the others too)
@@ -152,17 +152,18 @@ class Optimizer:
                     self._refuse(p, data, grad)
                 key = id(p)
                 layout = (backend, shape, dtype)
-                state = states.get(key) if layouts.get(key) == layout else None
-                if state is None:  # first step, or the data changed device, dtype or shape since the last
-                    relaid.append((items, len(items), key, layout, self._relayout(p, data, backend)))
+                state = states.get(key)
+                if state is None or layouts.get(key) != layout:
+                    # first step, or the data changed device, dtype or shape since the last
+                    state = {} if state is None else state
+                    relaid.append((key, layout, state, self._relayout(p, data, backend)))
                 items.append((p, data, grad, state, backend))
             if items:
                 work.append((group, items))
-        for items, k, key, layout, moved in relaid:  # everything is checked: now change
-            state = states.setdefault(key, {})
+        for key, layout, state, moved in relaid:  # everything is checked: now change
             state.update(moved)
+            states[key] = state
             layouts[key] = layout
-            items[k] = items[k][:3] + (state, items[k][4])
         for group, items in work:
             self._update_group(items, group)
             # a graph that saved the old values can no longer backpropagate

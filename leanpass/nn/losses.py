@@ -108,11 +108,8 @@ def _class_indices(logits: Tensor, target, classes: int):
     if backend is None:
         return _index_tensor(logits, _checked(get_backend("cpu"), data, kind, classes)), None
     if backend.syncs_cheaply:
-        if backend.guard is None:
+        with backend.context():
             index = _checked(backend, data, kind, classes)
-        else:
-            with backend.guard:
-                index = _checked(backend, data, kind, classes)
         return (target if index is data else _index_tensor(logits, index)), None
     xp = backend.xp
     with backend.context():  # a GPU: no check (it would wait for the device), but NaN for an invalid index

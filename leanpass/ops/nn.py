@@ -253,7 +253,9 @@ def _mlp(be, x, *params, needs):
     layers, none after the last. The forward keeps each layer's input (the ReLU
     outputs: where they are positive, the gradient passes); the backward runs the
     layers in reverse, as :func:`linear_relu` does one, and stops at the first
-    layer below which nothing needs a gradient."""
+    layer below which nothing needs a gradient. The layers are written out here
+    rather than chained through ``linear_relu.fn``: one closure for the node
+    instead of one per layer, measured about 1% of a W1 step."""
     xp = be.xp
     depth = len(params) // 2
     weights, biases = params[:depth], params[depth:]
