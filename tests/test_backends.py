@@ -400,3 +400,45 @@ def test_numpy_namespace_astype_copies_unless_told_not_to():
     assert xp.astype(x, np.float64, device="cpu") is not x
     with pytest.raises(ValueError):
         xp.astype(x, np.float64, device="cuda:0")
+
+
+def test_numpy_namespace_reshape_is_numpys():
+    """The cpu namespace's reshape calls the array method when no copy is asked for:
+    a view where NumPy's is one, and NumPy's own copy rules and errors otherwise."""
+    import array_api_compat.numpy as compat
+
+    xp = get_backend("cpu").xp
+    x = np.arange(12.0).reshape(3, 4)
+    for shape in ((12,), (4, 3), (-1, 2), (2, 2, 3), (1, 12, 1)):
+        got = xp.reshape(x, shape)
+        np.testing.assert_array_equal(got, compat.reshape(x, shape))
+        assert np.shares_memory(got, x)
+    assert not np.shares_memory(xp.reshape(x, (12,), copy=True), x)
+    assert np.shares_memory(xp.reshape(x, (12,), copy=False), x)
+    transposed = x.T  # not contiguous: flattening it needs a copy
+    assert not np.shares_memory(xp.reshape(transposed, (12,)), x)
+    with pytest.raises(ValueError):
+        xp.reshape(transposed, (12,), copy=False)
+    with pytest.raises(ValueError):
+        xp.reshape(x, (5,))
+    assert xp.reshape(np.float64(2.0), (1,)).shape == (1,)  # a NumPy scalar, as np.reshape takes it
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64", "uint8", "uint64"])
+def test_all_in_range_reads_every_index(device, dtype):
+    """Backend.all_in_range over 1-D and 2-D index arrays (a sequence model's class
+    indices) agrees with NumPy's own comparison on every device, wherever the bad
+    value sits, and for empty ones."""
+    be = get_backend(device)
+    rng = np.random.default_rng(0)
+    for shape in ((7,), (3, 5), (2, 1, 4), (0,), (2, 0)):
+        base = rng.integers(0, 5, size=shape).astype(dtype)
+        cases = [base]
+        if base.size:
+            for bad in ([5, 100] + ([-1] if dtype.startswith("int") else [])):
+                changed = base.copy()
+                changed.reshape(-1)[-1] = bad  # in the last row: a check of the first axis alone misses it
+                cases.append(changed)
+        for host in cases:
+            want = bool(np.all((host.astype(np.int64) >= 0) & (host.astype(np.int64) < 5)))
+            assert be.all_in_range(be.from_host(host), 5) is want, (shape, host.ravel().tolist())

@@ -89,7 +89,9 @@ def test_benchmark_runner_runs_and_reports_its_fields(tmp_path, capsys):
 
 
 
-@pytest.mark.filterwarnings("ignore:.*torch.jit.script.*:DeprecationWarning")  # torch.func's jvp, on first use
+# torch.func's jvp, on first use: a DeprecationWarning in PyTorch 2.13, a FutureWarning in 2.14
+@pytest.mark.filterwarnings("ignore:.*torch.jit.script.*:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:.*torch.jit.script.*:FutureWarning")
 def test_hvp_benchmark_runs_checks_and_reports_its_fields(tmp_path, capsys):
     """W7 runs (its contestants' HVPs agree, or it raises) and reports HVP and plain
     gradient times per contestant; PyTorch's columns only where PyTorch is installed."""

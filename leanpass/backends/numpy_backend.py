@@ -30,10 +30,17 @@ def _astype(x, dtype, /, *, copy=True, device=None):
     return x.astype(dtype, copy=copy)
 
 
+def _reshape(x, /, shape, *, copy=None):
+    if copy is None and type(x) is np.ndarray:
+        return x.reshape(shape)  # the method: np.reshape is Python-level dispatch around it
+    return np.reshape(x, shape, copy=copy)
+
+
 def _namespace():
     """``array_api_compat.numpy`` (which is NumPy's own functions where NumPy 2
     conforms), with the reductions on the training step's path calling NumPy's
-    ufuncs directly: ``np.sum`` and the like pass through Python-level dispatch
+    ufuncs directly, and ``reshape`` the array method: ``np.sum``, ``np.reshape``
+    and the like pass through Python-level dispatch
     (``numpy/_core/fromnumeric.py``) that costs more than reducing a small array,
     and more again when a large product has just evicted it from the caches. Same
     results (``np.sum`` is ``np.add.reduce`` once dispatched), same dtypes."""
@@ -44,6 +51,7 @@ def _namespace():
     ns.max, ns.min = _extremum(np.maximum), _extremum(np.minimum)
     ns.all, ns.any = _extremum(np.logical_and), _extremum(np.logical_or)
     ns.astype = _astype
+    ns.reshape = _reshape
     return ns
 
 
@@ -125,7 +133,8 @@ class NumpyBackend(Backend):
         unsigned = _UNSIGNED.get(index.dtype)
         if unsigned is None:
             return int(index.min()) >= 0 and int(index.max()) < high
-        return int(index.view(unsigned).max()) < high  # negative values read as unsigned are above any high
+        # negative values read as unsigned are above any high
+        return bool(np.maximum.reduce(index.view(unsigned), axis=None) < high)
 
     def from_dlpack(self, x, copy=None):
         return np.from_dlpack(x, copy=copy)
