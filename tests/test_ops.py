@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import numpy as np
 import pytest
 
@@ -161,6 +164,36 @@ def test_mlp_node_follows_replaced_layers_weights_and_activations():
     assert mlp(x)._op == "linear"
     mlp.activations[0] = leanpass.nn.ReLU()
     assert mlp(x)._op == "mlp"
+    mlp.layers.append(leanpass.nn.Linear(2, 3, dtype="float64"))  # grown in place: seen too
+    mlp.activations.append(leanpass.nn.ReLU())
+    out = mlp(x)
+    assert out._op == "mlp" and out.shape == (5, 3)
+    mlp.layers[2] = leanpass.nn.Linear(4, 3, dtype="float64")  # widths no longer chain
+    with pytest.raises(ValueError, match=r"Linear\(4, 3\): input of shape \(5, 2\)"):
+        mlp(x)
+    del mlp.layers[2].bias
+    mlp.layers[2].bias = None
+    mlp.layers[2] = leanpass.nn.Linear(2, 3, dtype="float64")
+    assert mlp(x)._op == "mlp"
+
+
+def test_mlp_copies_decide_for_their_own_layers():
+    """A copied or unpickled MLP runs with its own parameters, and a change to the
+    copy is seen by the copy alone."""
+    leanpass.manual_seed(0)
+    mlp = leanpass.nn.MLP([3, 4, 2], dtype="float64")
+    x = Tensor(rand(5, 3))
+    before = mlp(x).numpy()
+    for other in (copy.deepcopy(mlp), pickle.loads(pickle.dumps(mlp))):
+        np.testing.assert_array_equal(other(x).numpy(), before)
+        new_weight = rand(4, 2)
+        other.layers[1].weight = leanpass.nn.Parameter(new_weight)
+        first = other.layers[0]
+        hidden = np.maximum(x.numpy() @ first.weight.numpy() + first.bias.numpy(), 0.0)
+        out = other(x)
+        assert out._op == "mlp" and out._prev[2] is other.layers[1].weight
+        np.testing.assert_allclose(out.numpy(), hidden @ new_weight + other.layers[1].bias.numpy(), rtol=1e-12)
+        np.testing.assert_array_equal(mlp(x).numpy(), before)
 
 
 SCALAR = {

@@ -420,3 +420,29 @@ def test_stale_temporaries_of_dead_savers_are_removed(tmp_path):
         live.stdout.close()
     assert listing(tmp_path) == [".leanpass-notes.npz", "m.npz", "other.npz"]
     assert leanpass.load(tmp_path / "other.npz")["w"].shape == (1000,)
+
+
+def test_copies_and_pickles_stay_on_the_same_device(device):
+    """copy.deepcopy and pickle give tensors and models on the very device of the
+    original, so they meet the original's tensors (before, each copy made a second
+    backend object: "operands are on different devices, cpu and cpu")."""
+    import copy
+    import pickle
+
+    t = leanpass.Tensor([1.0, 2.0, 3.0], device=device)
+    for other in (copy.copy(t), copy.deepcopy(t), pickle.loads(pickle.dumps(t))):
+        assert other.device == t.device
+        np.testing.assert_array_equal((t + other).numpy(), [2.0, 4.0, 6.0])
+    leanpass.manual_seed(0)
+    model = nn.MLP([3, 4, 2], device=device, dtype="float64")
+    x = leanpass.Tensor(np.random.default_rng(0).normal(size=(5, 3)), device=device, dtype="float64")
+    want = model(x).numpy()
+    for other in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        out = other(x)
+        np.testing.assert_array_equal(out.numpy(), want)
+        out.sum().backward()
+        opt = optim.SGD(other.parameters(), lr=0.1)
+        opt.step()  # the copy trains; the original does not move
+        assert not np.array_equal(other(x).numpy(), want)
+        np.testing.assert_array_equal(model(x).numpy(), want)
+    assert pickle.loads(pickle.dumps(get_backend(device))) is get_backend(device)

@@ -8,7 +8,7 @@ from .. import ops
 from .._dtypes import as_dtype
 from ..backends import get_backend, get_default_dtype
 from ..tensor import Tensor, apply, as_tensor
-from .module import Module, Parameter
+from .module import _CHANGES, Module, Parameter
 
 __all__ = [
     "Linear", "MLP", "Sequential", "Dropout",
@@ -230,12 +230,18 @@ class MLP(Module):
         self.layers = [Linear(a, b, device=device, dtype=dtype) for a, b in zip(sizes[:-1], sizes[1:])]
         self.activations = [make() for _ in sizes[2:]]
 
+    _fusion = None  # (changes seen, layers, activations, op, parameters, width) of the last check
+
     def forward(self, x):
         _check_input(x, self)
         layers = self.layers
-        fused = self._fused_params(x)
-        if fused is not None:  # stock Linear + ReLU layers: the whole MLP is one graph node
-            return apply(ops.nn.mlp(len(layers)), x, *fused)
+        fusion = self._fusion
+        if (fusion is None or fusion[0] != _CHANGES[0] or fusion[1] != layers
+                or fusion[2] != self.activations):  # a member was set, added or replaced since
+            fusion = self._check_fusion()
+        if fusion[3] is not None and x.shape[-1:] == fusion[5]:
+            # stock Linear + ReLU layers: the whole MLP is one graph node
+            return apply(fusion[3], x, *fusion[4])
         last = len(layers) - 1
         for i, layer in enumerate(layers):
             if i == last:
@@ -246,12 +252,29 @@ class MLP(Module):
             else:
                 x = activation(layer(x))
 
-    def _fused_params(self, x):
+    def _check_fusion(self) -> tuple:
+        """Whether this MLP can run as one graph node, kept with what it was decided
+        from: every attribute set on any Module (``layer.weight = ...``) and every
+        change of the two lists makes :meth:`forward` decide again. Not pickled."""
+        params = self._fused_params()
+        layers = self.layers
+        fusion = (_CHANGES[0], list(layers), list(self.activations),
+                  None if params is None else ops.nn.mlp(len(layers)), params,
+                  None if params is None else (layers[0].in_features,))
+        object.__setattr__(self, "_fusion", fusion)  # not a change of a member
+        return fusion
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_fusion", None)  # decided again where it is loaded
+        return state
+
+    def _fused_params(self):
         """The weights then the biases, when this MLP can run as one ``mlp`` node: two
-        or more stock ``Linear`` layers with biases, of matching sizes, stock ``ReLU``
-        between them, and an input of the first layer's width; else None."""
+        or more stock ``Linear`` layers with biases, of matching sizes, and stock
+        ``ReLU`` between them; else None."""
         layers, activations = self.layers, self.activations
-        if len(layers) < 2 or len(activations) != len(layers) - 1 or x.shape[-1:] != (layers[0].in_features,):
+        if len(layers) < 2 or len(activations) != len(layers) - 1:
             return None
         weights, biases = [], []
         width = layers[0].in_features

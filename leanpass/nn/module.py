@@ -51,6 +51,12 @@ def _check_layout(layout, op: str) -> None:
         raise ValueError(f"{op}: unknown layout {layout!r}; choose 'leanpass' or 'torch'")
 
 
+# How many attribute sets and deletes any Module has seen. A module that caches what it
+# found among its members (MLP: whether it can run as one graph node, and with which
+# parameters) keeps the count it saw; an unchanged count means no member was replaced.
+_CHANGES = [0]
+
+
 class Module:
     """Base class of layers and models.
 
@@ -68,6 +74,14 @@ class Module:
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} must define forward()")
+
+    def __setattr__(self, name, value):
+        _CHANGES[0] += 1
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name):
+        _CHANGES[0] += 1
+        object.__delattr__(self, name)
 
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
