@@ -91,6 +91,21 @@ class Optimizer:
         # id(parameter) -> (backend, shape, dtype) its state was last made or checked for
         self._layouts: dict = {}
 
+    # ---- copies and pickles -----------------------------------------------------------
+    def __getstate__(self) -> dict:
+        """``copy.deepcopy`` and ``pickle`` key the state by parameter position, as
+        :meth:`state_dict` does: ``id(parameter)`` means nothing in the copy."""
+        state = dict(self.__dict__)
+        index = {id(p): i for i, p in enumerate(self._params())}
+        state["state"] = {index[k]: v for k, v in self.state.items() if k in index}
+        state["_layouts"] = {}  # checked again at the next step
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        params = list(self._params())
+        self.state = {id(params[i]): v for i, v in state["state"].items()}
+
     # ---- options --------------------------------------------------------------------
     def _real(self, key: str, value, below_one: bool = False) -> float:
         """``value`` as a float: a real number (not a bool, not a string) >= 0, and < 1
@@ -125,10 +140,12 @@ class Optimizer:
         for group in self.param_groups:
             yield from group["params"]
 
-    def zero_grad(self) -> None:
-        """Reset every parameter's gradient; it reads as zeros until the next backward."""
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Reset every parameter's gradient; it reads as zeros until the next backward.
+        With ``set_to_none=False`` (PyTorch's option), gradients that exist are set to
+        zeros in place, and ``step`` still updates those parameters."""
         for group in self.param_groups:
-            clear_gradients(group["params"])
+            clear_gradients(group["params"], set_to_none)
 
     # ---- step -----------------------------------------------------------------------
     def step(self) -> None:

@@ -413,6 +413,36 @@ class Tensor:
         gradient into and every retained tensor still alive."""
         zero_graph_grads(self)
 
+    # ---- copies and pickles -----------------------------------------------------
+    def _copy_args(self, what: str) -> tuple:
+        if self._prev:
+            raise RuntimeError(
+                f"{what}: this tensor (shape {tuple(self._data.shape)}) is the output of {self._op!r} in a "
+                "graph; only leaves can be copied or pickled, as in PyTorch: use t.detach() to keep its values"
+            )
+        grad = self._grad
+        if grad is not None and getattr(self, "_read_zeros", False):
+            grad = None  # zeros read before any gradient arrived: the copy reads them too
+        elif isinstance(grad, Tensor):  # from backward(create_graph=True): its values
+            grad = grad._data
+        return type(self), self._data, self._backend, self._rg, self.name, grad
+
+    def __reduce_ex__(self, protocol):
+        """``copy.deepcopy`` and ``pickle``: a new leaf with a copy of the data and of
+        ``.grad``, the same ``requires_grad``, name, class and device, and a version
+        counter of its own (one in-process counter cannot travel to another process).
+        A tensor inside a graph refuses with ``RuntimeError``: ``detach()`` it first."""
+        return _rebuild_tensor, self._copy_args("copy.deepcopy or pickle")
+
+    def __copy__(self):
+        """``copy.copy``: a new leaf sharing this tensor's array and ``.grad``; in-place
+        changes through either count on the one version counter of that memory."""
+        from .autograd import version_of
+
+        out = _rebuild_tensor(*self._copy_args("copy.copy"))
+        out._vc = version_of(self)
+        return out
+
     # ---- indexing ---------------------------------------------------------------
     def __getitem__(self, index) -> Tensor:
         with self._backend.context():  # index arrays are built and checked on this device
@@ -421,6 +451,23 @@ class Tensor:
     def __setitem__(self, index, value) -> None:
         with self._backend.context():
             setitem(self, index, value)
+
+
+def _rebuild_tensor(cls, data, backend, requires_grad, name, grad):
+    """A leaf of class ``cls`` holding ``data`` on ``backend`` (what copies and pickles
+    of a tensor are made from; see :meth:`Tensor.__reduce_ex__`)."""
+    t = object.__new__(cls)
+    t._data = data
+    t._backend = backend
+    t._grad = grad
+    t._prev = ()
+    t._backward = None
+    t._op = "leaf"
+    t._retain = False
+    t._vc = None
+    t._rg = bool(requires_grad)
+    t.name = name
+    return t
 
 
 def with_gradients(params) -> list:
@@ -439,11 +486,25 @@ def with_gradients(params) -> list:
     return found
 
 
-def clear_gradients(params) -> None:
-    """``p.grad = None`` for each tensor in ``params`` (an optimizer's ``zero_grad``)."""
+def clear_gradients(params, set_to_none: bool = True) -> None:
+    """``p.grad = None`` for each tensor in ``params`` (an optimizer's ``zero_grad``);
+    with ``set_to_none=False``, a gradient that exists is set to zeros in place
+    instead (as PyTorch's ``zero_grad(set_to_none=False)``: optimizers then still
+    step those parameters, with momentum)."""
+    if set_to_none:
+        for p in params:
+            p._grad = None
+            p._read_zeros = False
+        return
     for p in params:
-        p._grad = None
-        p._read_zeros = False
+        grad = p._grad
+        if grad is None:
+            continue
+        if isinstance(grad, Tensor) or p._backend.read_only(grad):  # in a graph, or not ours to write
+            p._grad = p._backend.zeros(p._data.shape, p._data.dtype)
+        else:
+            with p._backend.context():
+                grad[...] = 0
 
 
 def _looks_like_dtype(value) -> bool:

@@ -398,3 +398,26 @@ def test_clip_grad_norm_of_create_graph_gradients(device):
     total = nn.utils.clip_grad_norm_([x], 1.0)
     assert total.item() == pytest.approx(10.0)
     np.testing.assert_allclose(x.grad.numpy(), [0.6, 0.8], rtol=1e-6)
+
+
+def test_load_state_dict_keeps_integer_buffers_and_names_non_arrays(tmp_path):
+    """An int64 buffer (BatchNorm's num_batches_tracked) stays int64 through
+    load_state_dict, so a checkpoint resumed twice still loads; a list in the state
+    is refused by name."""
+    def make():
+        return nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3))
+
+    a = make()
+    a(Tensor(np.random.default_rng(0).normal(size=(4, 3))))
+    b = make()
+    b.load_state_dict(a.state_dict())
+    tracked = b.layers[1].num_batches_tracked
+    assert tracked.dtype == "int64" and int(tracked.item()) == 1
+    leanpass.save(b.state_dict(), tmp_path / "ck.npz")
+    c = make()
+    c.load_state_dict(leanpass.load(tmp_path / "ck.npz"))
+    assert c.layers[1].num_batches_tracked.dtype == "int64"
+    state = a.state_dict()
+    state["layers.0.bias"] = [0.0, 0.0, 0.0]
+    with pytest.raises(TypeError, match=r"'layers.0.bias' is a list in the state"):
+        c.load_state_dict(state)

@@ -639,3 +639,61 @@ def test_rmsprop_and_adagrad_step_is_all_or_nothing(device, cls):
     with pytest.raises(ValueError, match=rf"{cls}.step: parameter 1 \(shape \(3, 2\)\) is read-only"):
         opt.step()
     assert a.numpy().tolist() == [1.0, 2.0] and opt.state == {}
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW", "RMSprop", "Adagrad"])
+def test_deep_copies_and_pickles_keep_the_state(name):
+    """copy.deepcopy / pickle of a model with its optimizer continue exactly as the
+    original (the state was keyed by the ids of the original's parameters, so the
+    copy silently restarted its moments)."""
+    import copy
+    import pickle
+
+    leanpass.manual_seed(0)
+    model = nn.Linear(2, 1, dtype="float64")
+    kwargs = {"momentum": 0.9} if name in ("SGD", "RMSprop") else {}
+    opt = getattr(optim, name)(model.parameters(), lr=0.1, **kwargs)
+    x = Tensor(np.linspace(-1, 1, 16).reshape(8, 2))
+
+    def step(m, o):
+        o.zero_grad()
+        nn.mse_loss(m(x), np.ones((8, 1))).backward()
+        o.step()
+
+    for _ in range(3):
+        step(model, opt)
+    copies = [copy.deepcopy({"model": model, "opt": opt}), pickle.loads(pickle.dumps({"model": model, "opt": opt}))]
+    step(model, opt)
+    for c in copies:
+        assert list(c["opt"].state_dict()["state"]) == list(opt.state_dict()["state"]) == [0, 1]
+        step(c["model"], c["opt"])
+        np.testing.assert_array_equal(c["model"].weight.numpy(), model.weight.numpy())
+        assert set(c["opt"].state) == {id(p) for p in c["model"].parameters()}
+
+
+def test_zero_grad_set_to_none_false_zeroes_in_place_as_pytorch(device):
+    """zero_grad(set_to_none=False) keeps each gradient array, filled with zeros, and
+    step() still moves those parameters through their momentum; a parameter with no
+    gradient keeps none. The default drops the gradients."""
+    w = nn.Parameter(np.ones(3), device=device, dtype="float64")
+    frozen_out = nn.Parameter(np.ones(2), device=device, dtype="float64")  # never gets a gradient
+    opt = optim.SGD([w, frozen_out], lr=0.1, momentum=0.9)
+    (w * 2.0).sum().backward()
+    opt.step()  # w: 1 - 0.1 * 2
+    grad = w.grad
+    opt.zero_grad(set_to_none=False)
+    assert w.grad is grad and w.has_grad
+    np.testing.assert_array_equal(w.grad, np.zeros(3))
+    assert not frozen_out.has_grad
+    before = w.numpy().copy()
+    opt.step()  # the momentum buffer (2) alone moves w: -0.1 * 0.9 * 2
+    np.testing.assert_allclose(w.numpy(), before - 0.18, rtol=1e-12)
+    model = nn.Linear(2, 1, device=device, dtype="float64")
+    model(Tensor(np.ones((1, 2)), device=device)).sum().backward()
+    model.zero_grad(set_to_none=False)
+    np.testing.assert_array_equal(model.weight.grad, np.zeros((2, 1)))
+    assert model.weight.has_grad
+    model.zero_grad()
+    assert not model.weight.has_grad
+    opt.zero_grad()
+    assert not w.has_grad

@@ -446,3 +446,90 @@ def test_copies_and_pickles_stay_on_the_same_device(device):
         assert not np.array_equal(other(x).numpy(), want)
         np.testing.assert_array_equal(model(x).numpy(), want)
     assert pickle.loads(pickle.dumps(get_backend(device))) is get_backend(device)
+
+
+def test_copies_are_leaves_with_their_own_version_counter(device):
+    """A deep copy or pickle is a new leaf of the same class: copied data and .grad,
+    the same requires_grad and name, and a version counter of its own (a counter's
+    clock does not travel: a model pickled after training used to refuse backward
+    in the new process, and a tensor that had views could not be pickled)."""
+    import copy
+    import pickle
+
+    w = nn.Parameter(np.arange(6.0).reshape(2, 3), device=device, name="w")
+    x = leanpass.Tensor(np.ones((4, 2)), device=device)
+    for _ in range(3):  # versions move on
+        (x @ w).sum().backward()
+        with leanpass.no_grad():
+            w -= 0.1 * w.grad
+    view = w[0:1]  # a view: its weak reference must not reach the pickle
+    assert w._version == 3
+    for other in (copy.deepcopy(w), pickle.loads(pickle.dumps(w))):
+        assert type(other) is nn.Parameter and other.requires_grad and other.is_leaf and other.name == "w"
+        assert other._version == 0
+        np.testing.assert_array_equal(other.numpy(), w.numpy())
+        np.testing.assert_array_equal(other.grad, w.grad)
+        other.grad = None
+        (x @ other).sum().backward()  # the copy trains
+        np.testing.assert_array_equal(other.grad, np.full((2, 3), 4.0))
+        with leanpass.no_grad():
+            other -= 1.0
+        assert not np.array_equal(other.numpy(), w.numpy())  # its own memory
+    del view
+    shallow = copy.copy(w)  # shares the memory, and so the version counter
+    with leanpass.no_grad():
+        shallow += 1.0
+    assert w._version == shallow._version == 4
+    np.testing.assert_array_equal(shallow.numpy(), w.numpy())
+
+
+def test_tensors_inside_a_graph_refuse_copies(device):
+    """As in PyTorch, only leaves copy and pickle; the error says to detach."""
+    import copy
+    import pickle
+
+    x = leanpass.Tensor([1.0, 2.0], device=device, requires_grad=True)
+    y = x * 3.0
+    for make_copy in (copy.copy, copy.deepcopy, pickle.dumps):
+        with pytest.raises(RuntimeError, match=r"output of '\*' in a graph.*detach\(\)"):
+            make_copy(y)
+    np.testing.assert_array_equal(copy.deepcopy(y.detach()).numpy(), [3.0, 6.0])
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad, [3.0, 3.0])
+
+
+PICKLE_IN_CHILD = """
+import pickle, sys
+import numpy as np
+import leanpass
+from leanpass import nn, optim
+model, opt = pickle.loads(sys.stdin.buffer.read())
+x = leanpass.Tensor(np.ones((5, 3)))
+opt.zero_grad()
+nn.mse_loss(model(x), np.zeros((5, 2))).backward()
+opt.step()
+sys.stdout.write(repr(model(x).numpy().round(12).tolist()))
+"""
+
+
+def test_a_model_and_optimizer_pickled_after_training_train_on_in_a_new_process():
+    import pickle
+    import subprocess
+    import sys
+
+    leanpass.manual_seed(0)
+    model = nn.MLP([3, 4, 2], dtype="float64")
+    opt = optim.Adam(model.parameters(), lr=0.01)
+    x = leanpass.Tensor(np.ones((5, 3)))
+    for _ in range(3):
+        opt.zero_grad()
+        nn.mse_loss(model(x), np.zeros((5, 2))).backward()
+        opt.step()
+    blob = pickle.dumps((model, opt))
+    opt.zero_grad()
+    nn.mse_loss(model(x), np.zeros((5, 2))).backward()
+    opt.step()
+    here = model(x).numpy().round(12).tolist()
+    child = subprocess.run([sys.executable, "-c", PICKLE_IN_CHILD], input=blob, capture_output=True, timeout=120)
+    assert child.returncode == 0, child.stderr.decode()
+    assert child.stdout.decode() == repr(here)

@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 from ..autograd import increment_version
 from ..backends import dtype_name, get_backend
-from ..tensor import Tensor, as_tensor
+from ..tensor import Tensor, as_tensor, clear_gradients
 
 __all__ = ["Module", "Parameter", "ModuleList", "ModuleDict"]
 
@@ -201,10 +201,10 @@ class Module:
         setattr(self, name, tensor)
 
     # ---- modes and devices -------------------------------------------------------
-    def zero_grad(self) -> None:
-        """Reset every parameter's gradient (it reads as zeros until the next backward)."""
-        for p in self.parameters():
-            p.grad = None
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Reset every parameter's gradient (it reads as zeros until the next backward);
+        ``set_to_none=False`` sets gradients that exist to zeros in place, as PyTorch."""
+        clear_gradients(self.parameters(), set_to_none)
 
     def requires_grad_(self, requires_grad: bool = True) -> Module:
         """Set ``requires_grad`` of every parameter (freeze with ``False``); returns the
@@ -277,17 +277,20 @@ class Module:
                 continue
             value = state[name]
             value = value.data if isinstance(value, Tensor) else value
-            shape = tuple(getattr(value, "shape", ()))
+            if not (hasattr(value, "shape") and hasattr(value, "dtype")):
+                raise TypeError(f"load_state_dict: {name!r} is a {type(value).__name__} in the state; "
+                                "give an array or a Tensor")
+            shape = tuple(value.shape)
             want = p.shape[::-1] if transposed else p.shape
             if shape != want:
                 raise ValueError(
                     f"load_state_dict: {name!r} has shape {shape} in the state but {want} in the model"
                     + (" (PyTorch layout)" if layout == "torch" else "")
                 )
-            have, want = dtype_name(getattr(value, "dtype", "?")), dtype_name(p.dtype)
+            have, want = dtype_name(value.dtype), dtype_name(p.dtype)
             if have != want:
                 raise ValueError(f"load_state_dict: {name!r} has dtype {have} in the state but {want} in the model")
-            array = as_tensor(value, device=p.device).data
+            array = as_tensor(value, device=p.device, dtype=want).data  # integer buffers stay integer
             updates.append((p, get_backend(p.device).xp.permute_dims(array, (1, 0)) if transposed else array))
         for p, array in updates:  # copies: training must not write into the state's arrays
             p.data = get_backend(p.device).copy(array)
