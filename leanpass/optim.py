@@ -62,34 +62,43 @@ class Optimizer:
         groups = params if isinstance(params[0], dict) else [{"params": params}]
         self.defaults = self._check(dict(defaults))
         self.param_groups: list[dict] = []
-        seen: set[int] = set()
-        for k, group in enumerate(groups):
-            if not isinstance(group, dict):
-                raise TypeError(f"{name}: parameter group {k} is a {type(group).__name__}, not a dict; give "
-                                "either Tensors or dicts {'params': [...], **options}")
-            if "params" not in group:
-                raise ValueError(f"{name}: parameter group {k} has no 'params' entry (keys: {sorted(group)})")
-            members = group["params"]
-            if isinstance(members, Tensor):
-                members = [members]  # PyTorch too
-            elif isinstance(members, (dict, set)) or not hasattr(members, "__iter__"):
-                raise TypeError(f"{name}: the 'params' of parameter group {k} must be a Tensor or a list of "
-                                f"Tensors, got {type(members).__name__}")
-            group = self._check({**self.defaults, **group, "params": list(members)})
-            for p in group["params"]:
-                where = f"parameter {len(seen)}"
-                if not isinstance(p, Tensor):
-                    raise TypeError(f"{name}: parameters must be Tensors, got {type(p).__name__} ({where})")
-                if not p.is_leaf:
-                    raise ValueError(f"{name}: can't optimize a non-leaf Tensor ({where}, shape {p.shape}); "
-                                     "optimize the leaves it was computed from")
-                if id(p) in seen:
-                    raise ValueError(f"{name}: a parameter appears in more than one place ({where})")
-                seen.add(id(p))
-            self.param_groups.append(group)
         self.state: dict[int, dict] = {}  # keyed by id(parameter)
         # id(parameter) -> (backend, shape, dtype) its state was last made or checked for
         self._layouts: dict = {}
+        for group in groups:
+            self.add_param_group(group)
+
+    def add_param_group(self, param_group: dict) -> None:
+        """Add a group ``{"params": [...], **options}`` whose missing options are the
+        defaults, as PyTorch's (say, layers unfrozen while fine-tuning). Every
+        parameter is checked first: a non-Tensor, a non-leaf or a parameter that is
+        already in a group raises, and nothing is added."""
+        name = type(self).__name__
+        k = len(self.param_groups)
+        if not isinstance(param_group, dict):
+            raise TypeError(f"{name}: parameter group {k} is a {type(param_group).__name__}, not a dict; give "
+                            "either Tensors or dicts {'params': [...], **options}")
+        if "params" not in param_group:
+            raise ValueError(f"{name}: parameter group {k} has no 'params' entry (keys: {sorted(param_group)})")
+        members = param_group["params"]
+        if isinstance(members, Tensor):
+            members = [members]  # PyTorch too
+        elif isinstance(members, (dict, set)) or not hasattr(members, "__iter__"):
+            raise TypeError(f"{name}: the 'params' of parameter group {k} must be a Tensor or a list of "
+                            f"Tensors, got {type(members).__name__}")
+        group = self._check({**self.defaults, **param_group, "params": list(members)})
+        seen = {id(p) for p in self._params()}
+        for p in group["params"]:
+            where = f"parameter {len(seen)}"
+            if not isinstance(p, Tensor):
+                raise TypeError(f"{name}: parameters must be Tensors, got {type(p).__name__} ({where})")
+            if not p.is_leaf:
+                raise ValueError(f"{name}: can't optimize a non-leaf Tensor ({where}, shape {p.shape}); "
+                                 "optimize the leaves it was computed from")
+            if id(p) in seen:
+                raise ValueError(f"{name}: a parameter appears in more than one place ({where})")
+            seen.add(id(p))
+        self.param_groups.append(group)
 
     # ---- copies and pickles -----------------------------------------------------------
     def __getstate__(self) -> dict:

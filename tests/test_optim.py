@@ -697,3 +697,31 @@ def test_zero_grad_set_to_none_false_zeroes_in_place_as_pytorch(device):
     assert not model.weight.has_grad
     opt.zero_grad()
     assert not w.has_grad
+
+
+def test_add_param_group_as_pytorch(device):
+    """add_param_group: a group with its own options (the rest from the defaults) that
+    step() updates from then on; a parameter already in a group, a non-leaf or a
+    non-dict raises and adds nothing."""
+    body = nn.Parameter(np.ones(2), device=device, dtype="float64")
+    head = nn.Parameter(np.ones(3), device=device, dtype="float64")
+    opt = optim.SGD([body], lr=0.1, momentum=0.5)
+    opt.add_param_group({"params": head, "lr": 0.01})
+    assert len(opt.param_groups) == 2
+    assert opt.param_groups[1]["lr"] == 0.01 and opt.param_groups[1]["momentum"] == 0.5
+    ((body * 2.0).sum() + (head * 3.0).sum()).backward()
+    opt.step()
+    np.testing.assert_allclose(body.numpy(), 1 - 0.1 * 2.0)
+    np.testing.assert_allclose(head.numpy(), 1 - 0.01 * 3.0)
+    for bad, error, pattern in [
+        ({"params": [head]}, ValueError, "more than one place"),
+        ({"params": [nn.Parameter(np.ones(1)), body]}, ValueError, "more than one place"),
+        ({"params": [head * 2.0]}, ValueError, "non-leaf"),
+        ([head], TypeError, "parameter group 2 is a list"),
+        ({"params": [Tensor(np.ones(1))], "lr": -1.0}, ValueError, "lr"),
+    ]:
+        with pytest.raises(error, match=pattern):
+            opt.add_param_group(bad)
+        assert len(opt.param_groups) == 2
+    state = opt.state_dict()
+    assert [g["params"] for g in state["param_groups"]] == [[0], [1]]
