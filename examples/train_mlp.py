@@ -28,6 +28,7 @@ process end them all (a plain ``python`` would leave the others waiting).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -44,15 +45,39 @@ from leanpass import distributed as dist  # noqa: E402
 from leanpass.backends import get_backend  # noqa: E402
 
 
+def _integer(low):
+    def parse(text):
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text}")
+        return value
+    parse.__name__ = "integer"  # argparse names the type in its message
+    return parse
+
+
+positive, natural = _integer(1), _integer(0)
+
+
+def rate(text):
+    """A learning rate: a finite number > 0."""
+    value = float(text)
+    if not 0.0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
+    return value
+
+
+rate.__name__ = "learning rate"
+
+
 def arg_parser(description: str) -> argparse.ArgumentParser:
     """The options every training script here takes (train_cnn.py adds its own)."""
     p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or strict (default: cpu)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    p.add_argument("--epochs", type=int, default=20)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--lr", type=float, default=3e-3, help="Adam's learning rate")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--epochs", type=positive, default=20)
+    p.add_argument("--batch-size", type=positive, default=64)
+    p.add_argument("--lr", type=rate, default=3e-3, help="Adam's learning rate")
+    p.add_argument("--seed", type=natural, default=0)
     p.add_argument("--data", default=None, help="MNIST folder (IDX files) or mnist.npz; default: digits")
     p.add_argument("--plot", default=None, metavar="PNG", help="write loss and accuracy curves here")
     p.add_argument("--checkpoint", default=None, metavar="NPZ", help="save model and optimizer here each epoch")

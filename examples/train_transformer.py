@@ -59,17 +59,7 @@ from leanpass.nn import functional as F  # noqa: E402
 LN2 = math.log(2.0)
 
 
-def _integer(low):
-    def parse(text):
-        value = int(text)
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text}")
-        return value
-    parse.__name__ = "integer"  # argparse names the type in its message
-    return parse
-
-
-positive, natural = _integer(1), _integer(0)
+positive, natural, rate = train_mlp.positive, train_mlp.natural, train_mlp.rate
 
 
 def parse_args(argv=None):
@@ -84,7 +74,7 @@ def parse_args(argv=None):
     p.add_argument("--layers", type=positive, default=2)
     p.add_argument("--width", type=positive, default=96, help="embedding width, a multiple of --heads")
     p.add_argument("--heads", type=positive, default=4)
-    p.add_argument("--lr", type=float, default=3e-3, help="AdamW's peak learning rate")
+    p.add_argument("--lr", type=rate, default=3e-3, help="AdamW's peak learning rate")
     p.add_argument("--warmup", type=natural, default=30, help="steps of linear warm-up")
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--seed", type=natural, default=0)

@@ -307,10 +307,31 @@ def _stale(node, parent, seq):
                 f"version {parent._vc.at(seq)}. Compute the graph again after the change, or change a copy "
                 "instead (x = x + ... instead of x += ...)"
             )
+    return _state_seen(parent, seq)
+
+
+def _state_seen(parent, seq):
+    """The state of ``parent`` that the node numbered ``seq`` saw: ``parent`` itself,
+    or, if it changed in place (or was made anew) after that node, the earlier state
+    a recorded change keeps as ``_older``."""
     state = parent
-    while getattr(state, "_seq", -1) > seq:  # changed (or made anew) after node: its earlier state
+    while getattr(state, "_seq", -1) > seq:
         state = state._older
     return state
+
+
+def _inputs_seen(node) -> list:
+    """``node``'s inputs as it saw them (see :func:`_state_seen`). A recorded in-place
+    change keeps the tensor's identity, so ``node._prev`` can name a tensor whose
+    graph now runs through later operations (even through ``node`` itself)."""
+    if not node._prev:  # a leaf
+        return []
+    seq = node._seq
+    out = []
+    for p in node._prev:
+        vc = getattr(p, "_vc", None)
+        out.append(_state_seen(p, seq) if vc is not None and vc.last > seq else p)
+    return out
 
 
 def _check_output(node, seq):
@@ -559,7 +580,7 @@ def _needed(roots, targets) -> set:
         node, expanded = stack.pop()
         key = id(node)
         if expanded:
-            if key in targets or any(id(p) in needed for p in node._prev):
+            if key in targets or any(id(p) in needed for p in _inputs_seen(node)):
                 needed.add(key)
             continue
         if key in done:
@@ -575,7 +596,7 @@ def _needed(roots, targets) -> set:
             needed.add(key)
             continue
         stack.append((node, True))
-        stack.extend((p, False) for p in node._prev if p._rg and id(p) not in done)
+        stack.extend((p, False) for p in _inputs_seen(node) if p._rg and id(p) not in done)
     return needed
 
 
@@ -618,7 +639,7 @@ def backprop(roots, grads, *, create_graph: bool, retain_graph: bool, targets=No
             grad = pending.pop(node)
             if wanted is not None and id(node) in wanted:
                 found[id(node)] = grad
-                if isinstance(node._prev, Released) or not any(id(p) in needed for p in node._prev):
+                if isinstance(node._prev, Released) or not any(id(p) in needed for p in _inputs_seen(node)):
                     continue  # nothing asked for lies below it
             if node._backward is None:
                 raise RuntimeError(_RELEASED)

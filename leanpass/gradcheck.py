@@ -73,8 +73,10 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3) -> bool:
 
     ``fn(*inputs)`` must return a Tensor; a non-scalar output is reduced as
     ``sum(output * w)`` with fixed random weights ``w``. Every input Tensor that
-    requires grad is checked element by element: ``|analytic - numeric|`` must be
-    at most ``atol + rtol * |numeric|``. Returns True, or raises
+    requires grad is checked element by element, its gradient both from
+    ``backward()`` and from :func:`leanpass.autograd.grad` (which prunes the graph
+    to the paths that reach the inputs, as the transforms do): ``|analytic -
+    numeric|`` must be at most ``atol + rtol * |numeric|``. Returns True, or raises
     :class:`GradcheckError` naming the input, the index and both values.
     """
     eps = _number(eps, "eps", positive=True)
@@ -95,8 +97,13 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3) -> bool:
         return result if weights is None else (result * weights).sum()
 
     scalar(out).backward()
+    # the same gradients through autograd.grad, which prunes the graph to the paths
+    # that reach the inputs (the path of lp.grad, lp.hessian and the other transforms)
+    from .autograd import grad
 
-    for i in checked:
+    pruned = grad(scalar(fn(*wide)), [wide[i] for i in checked], allow_unused=True)
+
+    for i, again in zip(checked, pruned):
         x = wide[i]
         analytic = x.grad
         data = x._data
@@ -112,13 +119,15 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3) -> bool:
                 minus = scalar(fn(*args)).item()
             numeric = (plus - minus) / (2.0 * eps)
             value = _element(analytic, index)
-            if not abs(value - numeric) <= atol + rtol * abs(numeric):
-                label = f"input {i}" + (f" ({x.name})" if x.name else "")
-                raise GradcheckError(
-                    f"gradcheck: {label} of shape {x.shape} at index {index}: analytic "
-                    f"gradient {value!r} != numeric {numeric!r} (atol={atol}, rtol={rtol})",
-                    input=i, index=index, analytic=value, numeric=numeric,
-                )
+            other = 0.0 if again is None else _element(again._data, index)
+            for path, found in (("analytic gradient", value), ("analytic gradient by autograd.grad", other)):
+                if not abs(found - numeric) <= atol + rtol * abs(numeric):
+                    label = f"input {i}" + (f" ({x.name})" if x.name else "")
+                    raise GradcheckError(
+                        f"gradcheck: {label} of shape {x.shape} at index {index}: {path} "
+                        f"{found!r} != numeric {numeric!r} (atol={atol}, rtol={rtol})",
+                        input=i, index=index, analytic=found, numeric=numeric,
+                    )
     return True
 
 

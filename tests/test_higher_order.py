@@ -257,7 +257,8 @@ def test_gradgradcheck_catches_a_wrong_second_derivative(device):
 # ---- against torch.func -------------------------------------------------------------------------
 
 
-@pytest.mark.filterwarnings("ignore:.*torch.jit.script.*:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:.*torch.jit.script.*:DeprecationWarning")  # torch.func, PyTorch 2.13
+@pytest.mark.filterwarnings("ignore:.*torch.jit.script.*:FutureWarning")  # PyTorch 2.14
 def test_transforms_match_torch_func():
     torch = pytest.importorskip("torch")
     from torch import func as tf
@@ -374,7 +375,8 @@ def test_backward_create_graph_checks_and_copies_a_tensor_gradient(device):
     np.testing.assert_allclose(x.grad.numpy(), [1.0, 3.0])
 
 
-@pytest.mark.filterwarnings("ignore:.*torch.jit.script.*:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:.*torch.jit.script.*:DeprecationWarning")  # torch.func, PyTorch 2.13
+@pytest.mark.filterwarnings("ignore:.*torch.jit.script.*:FutureWarning")  # PyTorch 2.14
 def test_cumulative_prod_hessian_with_zeros_matches_torch():
     """The rule at zeros is torch.cumprod's, written so that its double backward is
     exact too (two zeros in the line, and one at its start)."""
@@ -387,3 +389,71 @@ def test_cumulative_prod_hessian_with_zeros_matches_torch():
         h = lp.hessian(lambda t: (lp.cumulative_prod(t) * lp.asarray(w)).sum())(lp.asarray(x))
         want = tf.hessian(lambda t: (torch.cumprod(t, 0) * torch.tensor(w)).sum())(torch.tensor(x))
         np.testing.assert_allclose(h.numpy(), want.numpy(), rtol=1e-12, atol=1e-12)
+
+
+# ---- autograd.grad through recorded in-place changes ------------------------------------------
+
+def _slice_add(x):
+    h = x * 1.0
+    h[0:2] += 1.0
+    return (h * h).sum()
+
+
+def _view_scaled(x):
+    h = x * 1.0
+    v = h[1:]
+    v *= 3.0
+    return (h * h).sum()
+
+
+def _slice_times_input(x):
+    h = x * 1.0
+    h[1:] *= x[:2]
+    return (h * h).sum()
+
+
+@pytest.mark.parametrize("f", [_slice_add, _view_scaled, _slice_times_input])
+def test_grad_through_in_place_changes_of_slices_matches_backward(device, f):
+    """autograd.grad and the transforms prune the graph to the paths that reach the
+    inputs; a recorded in-place change keeps the tensor's identity, so the pruning
+    must follow each node's inputs as that node saw them (it used to give [0, 0, 6]
+    for the first function, where backward() gives [4, 6, 6], as PyTorch)."""
+    x = param(device, [1.0, 2.0, 3.0])
+    f(x).backward()
+    want = np.asarray(x.grad).copy()
+    (got,) = lp.autograd.grad(f(x), [x])
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
+    np.testing.assert_allclose(lp.grad(f)(x.detach()).numpy(), want, rtol=1e-12)
+    assert lp.gradcheck(f, (x,))
+    if f is _slice_add:
+        np.testing.assert_allclose(want, [4.0, 6.0, 6.0])
+
+
+def test_grad_into_a_buffer_written_by_slices(device):
+    a = param(device, [1.0, -2.0, 3.0, 0.5])
+    out = lp.zeros(3, device=device, dtype=lp.float64)
+    out[0:2] += (a * a)[0:2]
+    (g,) = lp.autograd.grad(out.sum(), [a])  # it raised "inputs[0] ... was not used"
+    np.testing.assert_allclose(g.numpy(), [2.0, -4.0, 0.0, 0.0])
+
+
+def test_hessians_through_pooling_and_convolution(device):
+    """Their second derivatives run backward rules that write slices in place (the
+    patches' sum); lp.hessian used to give zeros through max_pool2d."""
+    F = nn.functional
+    x = param(device, rand(1, 1, 3, 3))
+    w = param(device, rand(2, 1, 2, 2))
+    assert gradgradcheck(lambda t: (F.max_pool2d(t, 2, 1) ** 3).sum(), (x,))
+    assert gradgradcheck(lambda t, k: F.conv2d(t, k, padding=1).tanh().sum(), (x, w))
+    f = lambda t: (F.avg_pool2d(t, 2, 1) ** 3).sum()  # noqa: E731
+    h = lp.hessian(f)(x.detach()).numpy().reshape(9, 9)
+    eps, base = 1e-6, np.asarray(x.detach().numpy())
+    numeric = np.zeros((9, 9))
+    for i in range(9):
+        step = np.zeros(9)
+        step[i] = eps
+        plus = lp.grad(f)(Tensor(base + step.reshape(base.shape), device=device)).numpy().ravel()
+        minus = lp.grad(f)(Tensor(base - step.reshape(base.shape), device=device)).numpy().ravel()
+        numeric[:, i] = (plus - minus) / (2 * eps)
+    np.testing.assert_allclose(h, numeric, atol=1e-6)
+    assert np.abs(h).max() > 0.1

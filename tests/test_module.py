@@ -421,3 +421,37 @@ def test_load_state_dict_keeps_integer_buffers_and_names_non_arrays(tmp_path):
     state["layers.0.bias"] = [0.0, 0.0, 0.0]
     with pytest.raises(TypeError, match=r"'layers.0.bias' is a list in the state"):
         c.load_state_dict(state)
+
+
+def test_state_dict_names_a_tied_weight_under_every_name_as_pytorch():
+    """parameters() lists a tied weight once; state_dict() under each name that holds
+    it (PyTorch's keys), so a PyTorch checkpoint of a tied model loads, and back."""
+    class Tied(nn.Module):
+        def __init__(self):
+            self.a = nn.Linear(3, 3, dtype="float64")
+            self.b = nn.Linear(3, 3, dtype="float64")
+            self.b.weight = self.a.weight
+            self.shared = [self.a, self.a]  # one module at two paths
+
+    model = Tied()
+    assert len(model.parameters()) == 3
+    keys = ["a.weight", "a.bias", "b.weight", "b.bias", "shared.0.weight", "shared.0.bias",
+            "shared.1.weight", "shared.1.bias"]
+    assert list(model.state_dict()) == keys
+    assert list(model.state_dict(layout="torch")) == keys
+    state = {k: np.asarray(v) + 1.0 for k, v in model.state_dict().items()}
+    other = Tied()
+    assert other.load_state_dict(state) == ([], [])
+    np.testing.assert_array_equal(other.b.weight.numpy(), state["b.weight"])
+    assert other.b.weight is other.a.weight
+
+
+def test_a_module_that_holds_itself_is_walked_once():
+    class Loop(nn.Module):
+        def __init__(self):
+            self.layer = nn.Linear(2, 2)
+            self.me = [self]
+
+    model = Loop()
+    assert list(model.state_dict()) == ["layer.weight", "layer.bias"]
+    assert len(model.parameters()) == 2

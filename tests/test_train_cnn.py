@@ -50,7 +50,9 @@ def test_mnist_files_and_plot(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize("argv", [["--channels", "abc"], ["--channels", ""], ["--channels", "8,0"], ["--resume"]])
+@pytest.mark.parametrize("argv", [["--channels", "abc"], ["--channels", ""], ["--channels", "8,0"], ["--resume"],
+                                  ["--batch-size", "0"], ["--batch-size", "-5"], ["--epochs", "0"], ["--lr", "-1"],
+                                  ["--lr", "nan"], ["--seed", "-1"]])
 def test_bad_arguments(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         cnn.main(argv)

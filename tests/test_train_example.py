@@ -121,11 +121,15 @@ def test_mnist_files_and_plot(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_bad_arguments():
-    with pytest.raises(SystemExit):
-        run("--hidden", "abc")
-    with pytest.raises(SystemExit):
-        run("--resume")
+@pytest.mark.parametrize("argv", [["--hidden", "abc"], ["--resume"], ["--batch-size", "0"], ["--batch-size", "-5"],
+                                  ["--epochs", "0"], ["--lr", "-1"], ["--lr", "inf"], ["--seed", "-1"]])
+def test_bad_arguments(argv, capsys):
+    """Usage errors (argparse's exit status 2 and one line), not a traceback midway."""
+    with pytest.raises(SystemExit) as exc:
+        run(*argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("script", ["examples/train_mlp.py", "examples/train_cnn.py", "examples/train_transformer.py",

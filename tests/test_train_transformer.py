@@ -98,6 +98,7 @@ def test_default_corpus_is_the_standard_library():
     (["--resume"], "--resume needs --checkpoint"),
     (["--temperature", "0"], "--temperature must be > 0"),
     (["--steps", "0"], "--steps: must be an integer >= 1, got 0"),
+    (["--lr", "-0.1"], "--lr: must be a number > 0, got -0.1"),
     (["--data", "no/such/file.txt"], "is not a file"),
     (["--sample", "5", "--prompt", "XYZ"], "--prompt must be"),
     (["--context", "500"], "too few"),

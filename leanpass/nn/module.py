@@ -115,10 +115,13 @@ class Module:
                 found.append((key, value, buffer))
         return found
 
-    def _walk(self, prefix: str = "", torch: bool = False, found=None, seen=None) -> list:
-        """``(kind, name, value, owner, key)`` depth first in attribute order, each object
-        once: ``"module"`` for this module and every sub-module, ``"parameter"``,
-        ``"buffer"``; ``owner`` holds the value as ``key``. ``torch``: PyTorch's names."""
+    def _walk(self, prefix: str = "", torch: bool = False, found=None, seen=None, unique: bool = True) -> list:
+        """``(kind, name, value, owner, key)`` depth first in attribute order:
+        ``"module"`` for this module and every sub-module, ``"parameter"``,
+        ``"buffer"``; ``owner`` holds the value as ``key``. ``torch``: PyTorch's names.
+        ``unique``: each object once, under its first name; else under every name it
+        has (a tied weight in each module that holds it, as PyTorch's state dicts),
+        walking a module only once along any one path (a module that holds itself)."""
         if found is None:
             found, seen = [("module", prefix, self, None, "")], {id(self)}
         for key, value, buffer in self._members():
@@ -130,11 +133,15 @@ class Module:
                 continue
             if id(value) in seen:
                 continue
-            seen.add(id(value))
             name = _join(prefix, self._torch_key(key) if torch else key)
             found.append((kind, name, value, self, key))
             if kind == "module":
-                value._walk(name, torch, found, seen)
+                seen.add(id(value))
+                value._walk(name, torch, found, seen, unique)
+                if not unique:
+                    seen.discard(id(value))  # only the path down to here
+            elif unique:
+                seen.add(id(value))
         return found
 
     def named_parameters(self, prefix: str = "") -> list[tuple[str, Tensor]]:
@@ -235,11 +242,12 @@ class Module:
 
     # ---- state -------------------------------------------------------------------
     def _state_entries(self, layout: str) -> dict:
-        """``{key: (tensor, transposed)}`` for the parameters and persistent buffers."""
+        """``{key: (tensor, transposed)}`` for the parameters and persistent buffers,
+        under every name they have (a tied weight under each, as PyTorch)."""
         torch = layout == "torch"
         return {
             name: (value, torch and key in owner._torch_transposed)
-            for kind, name, value, owner, key in self._walk(torch=torch)
+            for kind, name, value, owner, key in self._walk(torch=torch, unique=False)
             if kind == "parameter" or (kind == "buffer" and owner._buffers[key])
         }
 
