@@ -17,7 +17,7 @@ from .autograd import sequence as _sequence
 from .autograd import version_of
 from .backends import backend_of_array, get_backend, get_default_dtype, host_array, transfer
 from .ops import Op
-from .tensor import Tensor
+from .tensor import Tensor, fill_leaf
 
 __all__ = ["make", "leaf", "as_tensor", "apply", "run1", "run2", "run", "inplace", "init_tensor"]
 
@@ -583,16 +583,7 @@ def init_tensor(self, data, requires_grad, name, device, dtype, copy, infer="flo
         elif copy and array is given:  # nothing converted it: take a copy the tensor owns
             array = backend.copy(array)
     _check_grad_dtype(dtype_name(array.dtype), requires_grad)
-    self._data = array
-    self._backend = backend
-    self._grad = None
-    self._prev = ()
-    self._backward = None
-    self._op = "leaf"
-    self._retain = False
-    self._vc = None
-    self._rg = bool(requires_grad)
-    self.name = name
+    fill_leaf(self, array, backend, requires_grad, name)
 
 
 def _shares(array, data):

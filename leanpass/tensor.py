@@ -453,10 +453,8 @@ class Tensor:
             setitem(self, index, value)
 
 
-def _rebuild_tensor(cls, data, backend, requires_grad, name, grad):
-    """A leaf of class ``cls`` holding ``data`` on ``backend`` (what copies and pickles
-    of a tensor are made from; see :meth:`Tensor.__reduce_ex__`)."""
-    t = object.__new__(cls)
+def fill_leaf(t, data, backend, requires_grad, name, grad=None) -> None:
+    """Make the new Tensor ``t`` a leaf holding ``data`` on ``backend``."""
     t._data = data
     t._backend = backend
     t._grad = grad
@@ -467,6 +465,13 @@ def _rebuild_tensor(cls, data, backend, requires_grad, name, grad):
     t._vc = None
     t._rg = bool(requires_grad)
     t.name = name
+
+
+def _rebuild_tensor(cls, data, backend, requires_grad, name, grad):
+    """A leaf of class ``cls`` holding ``data`` on ``backend`` (what copies and pickles
+    of a tensor are made from; see :meth:`Tensor.__reduce_ex__`)."""
+    t = object.__new__(cls)
+    fill_leaf(t, data, backend, requires_grad, name, grad)
     return t
 
 

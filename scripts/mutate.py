@@ -165,9 +165,9 @@ MUTANTS = [
            "        self.state = {id(params[i]): v for i, v in state[\"state\"].items()}\n", "",
            ("tests/test_optim.py",)),
     Mutant("tensor-copy-keeps-version", "leanpass/tensor.py",
-           "    t._vc = None\n    t._rg = bool(requires_grad)", "    t._vc = getattr(data, '_lp_vc', None)\n"
-           "    t._rg = bool(requires_grad)\n    from .autograd import version_of\n    version_of(t).bump()",
-           ("tests/test_serialization.py",)),
+           "    fill_leaf(t, data, backend, requires_grad, name, grad)\n",
+           "    fill_leaf(t, data, backend, requires_grad, name, grad)\n    from .autograd import version_of\n"
+           "    version_of(t).bump()\n", ("tests/test_serialization.py",)),
     Mutant("state-dict-integers-to-float", "leanpass/nn/module.py",
            "array = as_tensor(value, device=p.device, dtype=want).data",
            "array = as_tensor(value, device=p.device).data",
