@@ -319,7 +319,9 @@ class _Buffer:
 def all_reduce(tensor: Tensor, op: str = "sum") -> Tensor:
     """Reduce ``tensor`` over every process, in place: afterwards each process holds the
     ``op`` (``"sum"``, ``"mean"``, ``"max"`` or ``"min"``) of all their tensors. Every
-    process calls it with a tensor of the same shape and dtype. Returns the tensor."""
+    process calls it with a tensor of the same shape and dtype. Returns the tensor.
+    ``"max"`` and ``"min"`` give NaN where any process has one, on every process (as
+    ``lp.max`` does), so a NaN check after them agrees across processes."""
     group, backend = _checked("all_reduce", tensor)
     if op not in _OPS:
         raise ValueError(f"all_reduce: op must be one of {', '.join(map(repr, _OPS))}, got {op!r}")
@@ -329,7 +331,16 @@ def all_reduce(tensor: Tensor, op: str = "sum") -> Tensor:
     if op == "mean" and not (kind.startswith("float") or kind.startswith("complex")):
         raise TypeError(f"all_reduce: 'mean' needs a floating-point tensor, got dtype {kind} (shape {tensor.shape})")
     buf = _Buffer(group, backend, tensor)
+    nan = None
+    if op in ("max", "min") and not kind.startswith("int") and not kind.startswith("uint"):
+        # MPI's and NCCL's max/min may drop a NaN, or keep it on some ranks only (it
+        # depends on the order of the operands): NaN wherever any process had one
+        lib = group.lib
+        nan = lib.array(lib.isnan(buf.array), dtype=lib.uint8)  # an array also for 0-d (a writable buffer)
+        group.all_reduce(nan, "max")
     group.all_reduce(buf.array, op)
+    if nan is not None and nan.any():
+        buf.array[nan.astype(bool)] = float("nan")
     if op == "mean":
         buf.array /= group.size
     buf.write_back()

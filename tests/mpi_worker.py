@@ -47,6 +47,16 @@ def collectives():
                 np.testing.assert_allclose(t.numpy(), want, rtol=1e-6)
                 assert t.device == lp.backends.get_backend(device).device and str(t.dtype) == dtype
                 assert t._version == version + 1
+        for op in ("max", "min"):  # NaN wherever any rank has one, on every rank
+            for nan_on in range(size):
+                data = np.array([1.0 * rank, 2.0, -1.0 * rank])
+                if rank == nan_on:
+                    data[0] = np.nan
+                t = lp.asarray(data, device=device)
+                dist.all_reduce(t, op)
+                got = t.numpy()
+                assert np.isnan(got[0]), (op, nan_on, got)
+                np.testing.assert_array_equal(got[1:], [2.0, (-(size - 1) if op == "min" else 0.0)])
         z = lp.asarray([1 + 2j * rank], device=device)
         dist.all_reduce(z)
         np.testing.assert_allclose(z.numpy(), [size + 2j * sum(range(size))])

@@ -58,10 +58,19 @@ def _why_no_nccl(processes: int) -> str | None:
     return None
 
 
+def _env() -> dict:
+    """The processes' environment: one BLAS thread each, and this checkout's leanpass
+    first on the path (a script run by path would import the installed one, which
+    may be another checkout: scripts/mutate.py tests a copy)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    return dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONPATH=path)
+
+
 def launch(scenario: str, processes: int, backend: str = "mpi") -> subprocess.CompletedProcess:
     """Run a scenario of tests/mpi_worker.py on ``processes`` processes (1: without mpiexec,
     as a script run on its own)."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    env = _env()
     command = [sys.executable, "-m", "mpi4py", WORKER, scenario, backend]
     if processes > 1:
         command = [_mpiexec(), "-n", str(processes), *command]
@@ -182,7 +191,7 @@ def test_training_script_distributed_then_resumed_on_one_process(tmp_path):
     checkpoints; the checkpoint resumes on 1 process."""
     script = os.path.join(os.path.dirname(WORKER), "..", "examples", "train_mlp.py")
     checkpoint = str(tmp_path / "run.npz")
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    env = _env()
     args = ["--epochs", "2", "--quiet", "--checkpoint", checkpoint]
     result = subprocess.run([_mpiexec(), "-n", "2", sys.executable, "-m", "mpi4py", script, "--distributed", *args],
                             capture_output=True, text=True, timeout=TIMEOUT, env=env, cwd=tmp_path)
@@ -219,7 +228,7 @@ def test_the_distributed_page_has_multiprocess_examples():
 def test_distributed_page_examples_run_on_two_processes(line, code, tmp_path):
     script = tmp_path / f"distributed_md_line_{line}.py"
     script.write_text(code)
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    env = _env()
     result = subprocess.run([_mpiexec(), "-n", "2", sys.executable, "-m", "mpi4py", str(script)],
                             capture_output=True, text=True, timeout=TIMEOUT, env=env, cwd=tmp_path)
     assert result.returncode == 0, f"docs/distributed.md line {line}:\n{result.stderr}"

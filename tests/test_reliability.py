@@ -23,6 +23,35 @@ KINKS = {
 }
 
 
+def test_atan2_gradient_at_the_origin_is_zero_as_pytorch(device):
+    """At y = x = 0 the rule is 0/0; PyTorch gives 0 to both (an angle of a zero or
+    padded vector must not send NaN to every weight). torch 2.14: [0, 0.5], [-0, -0.5]."""
+    y = Tensor([0.0, 1.0], requires_grad=True, device=device)
+    x = Tensor([0.0, 1.0], requires_grad=True, device=device)
+    lp.atan2(y, x).sum().backward()
+    np.testing.assert_array_equal(np.asarray(lp.asarray(y.grad, device="cpu").data), [0.0, 0.5])
+    np.testing.assert_array_equal(np.asarray(lp.asarray(x.grad, device="cpu").data), [0.0, -0.5])
+
+
+@pytest.mark.parametrize("dtype, a, b", [
+    ("float32", -12345.6, -12347.1), ("float32", -1e5, -1e5), ("float32", 3e7, 3e7),
+    ("float64", 1e15, 1e15), ("float64", 1e15, 1e15 - 2.0), ("float64", np.inf, 0.0), ("float64", -np.inf, 0.0),
+])
+def test_logaddexp_gradients_are_exact_at_any_size(device, dtype, a, b):
+    """d/da logaddexp(a, b) is sigmoid(a - b), whatever the size of a and b: the rule
+    exp(a - out) lost |out| * eps to the rounding of out (0.81777 for 0.81757 in
+    float32 at -12345), gave derivatives summing to 2 at 3e7 and NaN at inf."""
+    x = Tensor([a], requires_grad=True, device=device, dtype=dtype)
+    y = Tensor([b], requires_grad=True, device=device, dtype=dtype)
+    lp.logaddexp(x, y).sum().backward()
+    x64, y64 = np.float64(np.asarray(x.data)[0]), np.float64(np.asarray(y.data)[0])  # the values as stored
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = 1.0 / (1.0 + np.exp(y64 - x64))
+    tol = 1e-6 if dtype == "float32" else 1e-15
+    np.testing.assert_allclose(np.asarray(lp.asarray(x.grad, device="cpu").data), [want], rtol=tol, atol=tol)
+    np.testing.assert_allclose(np.asarray(lp.asarray(y.grad, device="cpu").data), [1.0 - want], rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("name", list(KINKS))
 def test_gradient_at_kinks_is_pytorchs(device, name):
     fn, expected = KINKS[name]

@@ -478,16 +478,27 @@ def _copysign_a(xp, a, b, out, g):
     return xp.where(a == 0, xp.zeros_like(g), g * (out / xp.where(a == 0, xp.ones_like(a), a)))
 
 
+def _atan2_rule(xp, a, b, g, numerator):
+    """``g * numerator / (a² + b²)``, and 0 at the origin (as PyTorch: an angle taken
+    of a zero vector must not send NaN into every weight)."""
+    r2 = a * a + b * b
+    origin = r2 == 0
+    return xp.where(origin, xp.zeros_like(r2), g * numerator / xp.where(origin, xp.ones_like(r2), r2))
+
+
 atan2 = binary("atan2", lambda xp, a, b: xp.atan2(a, b),
-               lambda xp, a, b, out, g: g * b / (a * a + b * b),
-               lambda xp, a, b, out, g: -g * a / (a * a + b * b), method=("atan2",))
+               lambda xp, a, b, out, g: _atan2_rule(xp, a, b, g, b),
+               lambda xp, a, b, out, g: _atan2_rule(xp, a, b, g, -a), method=("atan2",))
 copysign = binary("copysign", lambda xp, a, b: xp.copysign(a, b), _copysign_a, ZERO, uses=("a", "out"))
 hypot = binary("hypot", lambda xp, a, b: xp.hypot(a, b),
                lambda xp, a, b, out, g: g * a / out, lambda xp, a, b, out, g: g * b / out,
                uses=("a", "b", "out"), method=("hypot",))
+# d/da = 1 / (1 + exp(b - a)), PyTorch's form: exact for any size of a and b (exp(a - out)
+# loses |out| * eps to the rounding of out, and is NaN at out = inf)
 logaddexp = binary("logaddexp", lambda xp, a, b: xp.logaddexp(a, b),
-                   lambda xp, a, b, out, g: g * xp.exp(a - out), lambda xp, a, b, out, g: g * xp.exp(b - out),
-                   uses=("a", "b", "out"), method=("logaddexp",))
+                   lambda xp, a, b, out, g: g / (1.0 + xp.exp(b - a)),
+                   lambda xp, a, b, out, g: g / (1.0 + xp.exp(a - b)),
+                   uses=("a", "b"), method=("logaddexp",))
 maximum = binary("maximum", lambda xp, a, b: xp.maximum(a, b), _max_share, _max_share_b,
                  uses=("a", "b", "out"), method=("maximum",))
 minimum = binary("minimum", lambda xp, a, b: xp.minimum(a, b), _max_share, _max_share_b,
