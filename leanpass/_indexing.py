@@ -43,6 +43,7 @@ def _index_array(t, item, op):
     """An index array (integer or boolean) on ``t``'s device, from a Tensor, array or list."""
     backend = t._backend
     xp = backend.xp
+    made = False  # whether array is a new one (not the caller's)
     if isinstance(item, Tensor):
         if item._backend is not backend:
             raise ValueError(device_message(op, t, item))
@@ -52,6 +53,7 @@ def _index_array(t, item, op):
         if src is None:
             host = host_array(item, op)
             array = backend.from_host(host, "int64" if host.size == 0 and host.dtype.kind in "iuf" else None)
+            made = array is not item
         elif src is not backend:
             raise ValueError(
                 f"{op}: the index array is on {src.device} but the tensor of shape {t.shape} is on {t.device}"
@@ -59,7 +61,11 @@ def _index_array(t, item, op):
         else:
             array = item
     kind = dtype_name(array.dtype)
-    if kind == "bool" or kind == "int64":
+    if kind == "bool":
+        # backward rules keep the mask: a copy, so that changing the caller's mask
+        # afterwards (reusing it) cannot change a gradient
+        return array if made else backend.copy(array)
+    if kind == "int64":
         return array
     if kind.startswith(("int", "uint")):
         return xp.astype(array, xp.int64)
@@ -257,7 +263,7 @@ def _index_integer(t, parsed):
     if len(index_shape) == 1 and out_shape == shape[:first] + index_shape + shape[last + 1:]:
         return run1(ops.getitem_take, t, linear, first)
     taken = run1(ops.take, t, linear, first)
-    return run1(ops.getitem_reshape, taken, out_shape)
+    return run1(ops.getitem_shape, taken, out_shape)  # the new array in the index's shape: not a view of t
 
 
 def _basic_args(t, items):

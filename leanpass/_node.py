@@ -334,6 +334,8 @@ def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=N
             mixed = mixed or o._data.dtype != t._data.dtype
         else:
             arrays.append(o)
+    if _grad_state.enabled and getattr(t, "_base", None) is not None:
+        _refuse_no_grad_view(t, label)
     recording = _grad_state.enabled and (t._rg or any(isinstance(o, Tensor) and o._rg for o in others))
     if not recording:
         if write is None or mixed:
@@ -451,6 +453,22 @@ def _remake_views(vc, changed):
         remade = True
     if remade:  # nodes made before now that use a view reach its earlier state
         vc.remade()
+
+
+def _refuse_no_grad_view(t, label):
+    """``t`` is a view: raise if it, or a view it is made from, was made in ``no_grad``
+    mode of a tensor in a graph (as PyTorch): the change of the shared memory could
+    not be recorded in that graph, whose gradients would silently go wrong."""
+    view = t
+    while getattr(view, "_base", None) is not None:
+        base = view._base[0]
+        if base._rg and not view._rg:
+            raise RuntimeError(
+                f"{label}: {t!r} is a view made in no_grad mode of a tensor in a graph ({base!r}), and is "
+                "being changed in place with grad mode on: the graph cannot record it (as in PyTorch). Make the "
+                "view with grad mode on, so that the change is recorded"
+            )
+        view = base
 
 
 def _view_bases(t, label):

@@ -581,3 +581,61 @@ def test_real_and_imag_share_no_memory_that_versions_do_not_see(device):
         c *= 10.0
         y.sum().backward()
         np.testing.assert_allclose(host(x.grad, device), expected)
+
+
+# ---- found by reviews: masks reused, integer-index results, views made in no_grad ----------
+
+
+def test_a_mask_changed_after_indexing_does_not_change_the_gradient(device):
+    """Backward keeps the mask it was given: changing the caller's mask afterwards
+    (reusing it) must not move the gradient (it did: [1, 10, 100, 0])."""
+    x = Tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True, device=device)
+    mask = x.detach() > 1.5
+    y = x[mask]
+    mask[...] = x.detach() < 3.5
+    (y * Tensor([1.0, 10.0, 100.0], device=device)).sum().backward()
+    np.testing.assert_array_equal(np.asarray(x.grad), [0.0, 1.0, 10.0, 100.0])
+    x.grad = None
+    h = x * 1.0
+    host = np.array([True, False, False, False]) if device == "cpu" else lp.asarray([True, False, False, False],
+                                                                                    device=device)
+    h[host] = 0.0
+    host[...] = True
+    (h * 1000.0).sum().backward()
+    np.testing.assert_array_equal(np.asarray(x.grad), [0.0, 1000.0, 1000.0, 1000.0])
+
+
+def test_the_result_of_a_2d_integer_index_changes_in_place(device):
+    """W[tokens] with 2-D tokens (an embedding lookup) is a new array: it can be
+    changed in place like any result (it raised as a 'view'). PyTorch's gradient."""
+    w = Tensor(np.arange(12.0).reshape(4, 3), requires_grad=True, device=device)
+    e = w[lp.asarray([[0, 2], [3, 3]], device=device)]
+    e += Tensor([[0.5, 0.5, 0.5], [1.0, 1.0, 1.0]], device=device)
+    (e * e).sum().backward()
+    np.testing.assert_array_equal(np.asarray(w.grad), [[1, 3, 5], [0, 0, 0], [14, 16, 18], [39, 43, 47]])
+    np.testing.assert_array_equal(w.numpy(), np.arange(12.0).reshape(4, 3))
+
+
+def test_a_view_made_in_no_grad_mode_refuses_changes_with_grad_mode_on(device):
+    """As PyTorch: the graph of the view's base cannot record such a change, and its
+    gradients went silently wrong ([0, 0, 100] for [0, 10, 100]). Nothing changes."""
+    x = Tensor([1.0, 2.0, 3.0], requires_grad=True, device=device)
+    w = Tensor(5.0, requires_grad=True, device=device)
+    h = x * 1.0
+    with lp.no_grad():
+        head = h[:2]
+    version = h._version
+    for change in (lambda: head.__setitem__(0, w), lambda: head.__setitem__(0, 7.0), lambda: head.__iadd__(1.0)):
+        with pytest.raises(RuntimeError, match="view made in no_grad mode"):
+            change()
+        np.testing.assert_array_equal(h.numpy(), [1.0, 2.0, 3.0])
+        assert h._version == version
+    with lp.no_grad():
+        head[0] = 7.0  # in no_grad mode, as an optimizer's step: allowed
+    np.testing.assert_array_equal(h.numpy(), [7.0, 2.0, 3.0])
+    h2 = x * 1.0
+    ok = h2[:2]  # made with grad mode on: its change is recorded
+    ok[0] = w
+    (h2 * Tensor([1.0, 10.0, 100.0], device=device)).sum().backward()
+    np.testing.assert_array_equal(np.asarray(x.grad), [0.0, 10.0, 100.0])
+    assert float(np.asarray(w.grad)) == 1.0

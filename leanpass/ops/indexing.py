@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ._op import op
+from ._op import Op, op
 from .manipulation import permute_dims, reshape
 
 
@@ -89,6 +89,10 @@ def take_along_axis(be, a, index, axis, shape, out_shape):
 
 getitem_take = take.renamed("getitem")
 getitem_reshape = reshape.renamed("getitem")
+# the result of a take (a new array) given the index's shape: no view of the tensor
+# indexed, so it can be changed in place like any result
+getitem_shape = Op("getitem", reshape.fn, saves=(), saves_out=False, fresh=False, view=False,
+                   doc="An integer-array index's result in the index's shape (a new array).")
 getitem_permute = permute_dims.renamed("getitem")
 
 
