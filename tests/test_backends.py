@@ -442,3 +442,21 @@ def test_all_in_range_reads_every_index(device, dtype):
         for host in cases:
             want = bool(np.all((host.astype(np.int64) >= 0) & (host.astype(np.int64) < 5)))
             assert be.all_in_range(be.from_host(host), 5) is want, (shape, host.ravel().tolist())
+
+
+def test_manual_seed_takes_pytorchs_range_and_checks_before_changing(device):
+    """Any integer in [-2**63, 2**64) (negative as seed + 2**64, as PyTorch); out of
+    range raises ValueError and keeps the current seed."""
+    be = get_backend(device)
+    draws = []
+    for seed in (-1, 2**64 - 1):
+        leanpass.manual_seed(seed)
+        draws.append(np.asarray(be.to_host(nn.Linear(3, 2, device=device).weight.data)))
+    np.testing.assert_array_equal(draws[0], draws[1])
+    leanpass.manual_seed(5)
+    want = np.asarray(be.to_host(nn.Linear(3, 2, device=device).weight.data))
+    for bad in (2**64, -2**63 - 1):
+        leanpass.manual_seed(5)
+        with pytest.raises(ValueError, match="manual_seed"):
+            leanpass.manual_seed(bad)
+        np.testing.assert_array_equal(np.asarray(be.to_host(nn.Linear(3, 2, device=device).weight.data)), want)

@@ -455,3 +455,37 @@ def test_a_module_that_holds_itself_is_walked_once():
     model = Loop()
     assert list(model.state_dict()) == ["layer.weight", "layer.bias"]
     assert len(model.parameters()) == 2
+
+
+def test_sequential_slices_and_list_operations_as_pytorch():
+    """seq[a:b] is a Sequential of the same modules (model[:-1](x) runs all but the
+    head); append, insert, extend, assignment and del change the layers; anything not
+    callable is refused before a change."""
+    leanpass.manual_seed(0)
+    seq = nn.Sequential(nn.Linear(2, 3, dtype="float64"), nn.ReLU(), nn.Linear(3, 1, dtype="float64"))
+    x = Tensor(np.ones((4, 2)))
+    body = seq[:-1]
+    assert type(body) is nn.Sequential and len(body) == 2 and body[0] is seq[0]
+    np.testing.assert_array_equal(body(x).numpy(), np.maximum(x.numpy() @ seq[0].weight.numpy()
+                                                              + seq[0].bias.numpy(), 0.0))
+    assert seq.append(nn.Tanh()) is seq and len(seq) == 4
+    seq.insert(0, nn.Identity())
+    assert seq.extend([nn.ReLU()]) is seq and len(seq) == 6
+    del seq[0]
+    seq[3] = nn.Sigmoid()
+    assert [type(m).__name__ for m in seq] == ["Linear", "ReLU", "Linear", "Sigmoid", "ReLU"]
+    with pytest.raises(TypeError, match="not a module"):
+        seq.extend([nn.ReLU(), 3])
+    assert len(seq) == 5
+    assert list(seq.state_dict(layout="torch")) == ["0.weight", "0.bias", "2.weight", "2.bias"]
+
+
+def test_deleting_a_buffer_frees_its_name():
+    class M(nn.Module):
+        def __init__(self):
+            self.register_buffer("scale", Tensor([1.0]))
+
+    m = M()
+    del m.scale
+    m.scale = Tensor([2.0], requires_grad=True)  # now a parameter, as in PyTorch
+    assert [n for n, _ in m.named_parameters()] == ["scale"] and m.buffers() == []

@@ -276,11 +276,16 @@ def get_default_dtype() -> str:
 
 
 def manual_seed(seed: int) -> None:
-    """Seed parameter initialisation and dropout on every backend."""
+    """Seed parameter initialisation and dropout on every backend. Any integer in
+    ``[-2**63, 2**64)``, as PyTorch's (a negative seed counts as ``seed + 2**64``)."""
     global _seed
+    value = int(seed)
+    if not -2**63 <= value < 2**64:
+        raise ValueError(f"manual_seed: the seed must be an integer in [-2**63, 2**64), got {seed!r}")
+    value %= 2**64
     with _CREATION_LOCK:  # a backend made meanwhile is seeded with this seed, not the old one
-        _seed = int(seed)
-        reseed_host(_seed)
+        reseed_host(value)
+        _seed = value
         for backend in set(_INSTANCES.values()):
             backend.seed(_seed)
 

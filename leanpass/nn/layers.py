@@ -179,16 +179,19 @@ _ACTIVATIONS = {
 }
 
 
+def _callable(m):
+    if not callable(m):
+        raise TypeError(f"Sequential: {m!r} is not a module or function")
+    return m
+
+
 class Sequential(Module):
     """Modules applied one after another."""
 
     def __init__(self, *modules):
         if len(modules) == 1 and isinstance(modules[0], (list, tuple)):
             modules = tuple(modules[0])
-        for m in modules:
-            if not callable(m):
-                raise TypeError(f"Sequential: {m!r} is not a module or function")
-        self.layers = list(modules)
+        self.layers = [_callable(m) for m in modules]
 
     def forward(self, x):
         for layer in self.layers:
@@ -196,13 +199,35 @@ class Sequential(Module):
         return x
 
     def __getitem__(self, i):
+        """A module, or for a slice a Sequential of those modules (shared, as PyTorch's:
+        ``model[:-1](x)`` runs all but the last)."""
+        if isinstance(i, slice):
+            return Sequential(self.layers[i])
         return self.layers[i]
+
+    def __setitem__(self, i, module):
+        self.layers[i] = _callable(module)
+
+    def __delitem__(self, i):
+        del self.layers[i]
 
     def __len__(self):
         return len(self.layers)
 
     def __iter__(self):
         return iter(self.layers)
+
+    def append(self, module) -> Sequential:
+        self.layers.append(_callable(module))
+        return self
+
+    def insert(self, index: int, module) -> None:
+        self.layers.insert(index, _callable(module))
+
+    def extend(self, modules) -> Sequential:
+        modules = [_callable(m) for m in modules]  # every one checked before any is added
+        self.layers.extend(modules)
+        return self
 
     def _torch_key(self, key: str) -> str:  # torch.nn.Sequential: "0.weight"
         return key.partition(".")[2] if key.startswith("layers.") else key

@@ -82,6 +82,9 @@ class Module:
     def __delattr__(self, name):
         _CHANGES[0] += 1
         object.__delattr__(self, name)
+        buffers = self.__dict__.get("_buffers")
+        if buffers and name in buffers:  # the name may hold a parameter next
+            del buffers[name]
 
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
