@@ -53,7 +53,7 @@ def _index_array(t, item, op):
         if src is None:
             host = host_array(item, op)
             array = backend.from_host(host, "int64" if host.size == 0 and host.dtype.kind in "iuf" else None)
-            made = array is not item
+            made = isinstance(item, (list, tuple))  # anything else may share the caller's memory
         elif src is not backend:
             raise ValueError(
                 f"{op}: the index array is on {src.device} but the tensor of shape {t.shape} is on {t.device}"

@@ -464,9 +464,9 @@ def _refuse_no_grad_view(t, label):
         base = view._base[0]
         if base._rg and not view._rg:
             raise RuntimeError(
-                f"{label}: {t!r} is a view made in no_grad mode of a tensor in a graph ({base!r}), and is "
-                "being changed in place with grad mode on: the graph cannot record it (as in PyTorch). Make the "
-                "view with grad mode on, so that the change is recorded"
+                f"{label}: {t!r} is a view made in no_grad mode (or before its base required grad) of a tensor "
+                f"in a graph ({base!r}), and is being changed in place with grad mode on: the graph cannot record "
+                "it (as in PyTorch). Make the view with grad mode on, so that the change is recorded"
             )
         view = base
 

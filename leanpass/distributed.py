@@ -332,15 +332,15 @@ def all_reduce(tensor: Tensor, op: str = "sum") -> Tensor:
         raise TypeError(f"all_reduce: 'mean' needs a floating-point tensor, got dtype {kind} (shape {tensor.shape})")
     buf = _Buffer(group, backend, tensor)
     nan = None
+    lib = group.lib
     if op in ("max", "min") and not kind.startswith("int") and not kind.startswith("uint"):
         # MPI's and NCCL's max/min may drop a NaN, or keep it on some ranks only (it
         # depends on the order of the operands): NaN wherever any process had one
-        lib = group.lib
         nan = lib.array(lib.isnan(buf.array), dtype=lib.uint8)  # an array also for 0-d (a writable buffer)
         group.all_reduce(nan, "max")
     group.all_reduce(buf.array, op)
     if nan is not None and nan.any():
-        buf.array[nan.astype(bool)] = float("nan")
+        lib.copyto(buf.array, float("nan"), where=nan.astype(bool))
     if op == "mean":
         buf.array /= group.size
     buf.write_back()

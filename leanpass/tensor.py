@@ -470,6 +470,12 @@ def fill_leaf(t, data, backend, requires_grad, name, grad=None) -> None:
 def _rebuild_tensor(cls, data, backend, requires_grad, name, grad):
     """A leaf of class ``cls`` holding ``data`` on ``backend`` (what copies and pickles
     of a tensor are made from; see :meth:`Tensor.__reduce_ex__`)."""
+    src = backend_of_array(data)
+    if src is not None and src is not backend:  # a GPU array unpickled on another GPU than its tensor's
+        from .backends import transfer
+
+        data = transfer(data, src, backend)
+        grad = None if grad is None else transfer(grad, src, backend)
     t = object.__new__(cls)
     fill_leaf(t, data, backend, requires_grad, name, grad)
     return t

@@ -603,6 +603,13 @@ def test_a_mask_changed_after_indexing_does_not_change_the_gradient(device):
     host[...] = True
     (h * 1000.0).sum().backward()
     np.testing.assert_array_equal(np.asarray(x.grad), [0.0, 1000.0, 1000.0, 1000.0])
+    if device == "cpu":  # a buffer that shares the caller's memory (here a memoryview) is copied too
+        x.grad = None
+        m = np.array([True, True, False, False])
+        y = x[memoryview(m)]
+        m[:] = [False, False, True, True]
+        y.sum().backward()
+        np.testing.assert_array_equal(np.asarray(x.grad), [1.0, 1.0, 0.0, 0.0])
 
 
 def test_the_result_of_a_2d_integer_index_changes_in_place(device):

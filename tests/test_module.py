@@ -444,6 +444,14 @@ def test_state_dict_names_a_tied_weight_under_every_name_as_pytorch():
     assert other.load_state_dict(state) == ([], [])
     np.testing.assert_array_equal(other.b.weight.numpy(), state["b.weight"])
     assert other.b.weight is other.a.weight
+    # a state dict saved before every name was listed (the first name alone) still loads
+    older = {k: v for k, v in state.items() if k not in ("b.weight", "shared.0.weight", "shared.0.bias",
+                                                         "shared.1.weight", "shared.1.bias")}
+    third = Tied()
+    assert third.load_state_dict(older) == ([], [])
+    np.testing.assert_array_equal(third.b.weight.numpy(), state["a.weight"])
+    with pytest.raises(ValueError, match=r"missing keys \['a.bias'"):
+        Tied().load_state_dict({k: v for k, v in older.items() if k != "a.bias"})
 
 
 def test_a_module_that_holds_itself_is_walked_once():

@@ -33,7 +33,7 @@ def _astype(x, dtype, /, *, copy=True, device=None):
 def _reshape(x, /, shape, *, copy=None):
     if copy is None and type(x) is np.ndarray:
         return x.reshape(shape)  # the method: np.reshape is Python-level dispatch around it
-    return np.reshape(x, shape, copy=copy)
+    return xp_numpy.reshape(x, shape, copy=copy)  # the wrapper's copy= also on NumPy < 2.1
 
 
 def _namespace():

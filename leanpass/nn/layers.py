@@ -281,9 +281,10 @@ class MLP(Module):
         """Whether this MLP can run as one graph node, kept with what it was decided
         from: every attribute set on any Module (``layer.weight = ...``) and every
         change of the two lists makes :meth:`forward` decide again. Not pickled."""
+        seen = _CHANGES[0]  # before the members are read: a change meanwhile makes the next call check again
         params = self._fused_params()
         layers = self.layers
-        fusion = (_CHANGES[0], list(layers), list(self.activations),
+        fusion = (seen, list(layers), list(self.activations),
                   None if params is None else ops.nn.mlp(len(layers)), params,
                   None if params is None else (layers[0].in_features,))
         object.__setattr__(self, "_fusion", fusion)  # not a change of a member

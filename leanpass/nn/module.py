@@ -76,12 +76,12 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} must define forward()")
 
     def __setattr__(self, name, value):
-        _CHANGES[0] += 1
         object.__setattr__(self, name, value)
+        _CHANGES[0] += 1  # after the change: a check that sees the new count sees the new member
 
     def __delattr__(self, name):
-        _CHANGES[0] += 1
         object.__delattr__(self, name)
+        _CHANGES[0] += 1
         buffers = self.__dict__.get("_buffers")
         if buffers and name in buffers:  # the name may hold a parameter next
             del buffers[name]
@@ -276,7 +276,10 @@ class Module:
         if not isinstance(state, dict):
             raise TypeError(f"load_state_dict: expected a dict of arrays, got {type(state).__name__}")
         entries = self._state_entries(layout)
-        missing = [k for k in entries if k not in state]
+        given = {id(entries[k][0]) for k in state if k in entries}
+        # a tensor under several names (a tied weight) needs one of them: state dicts
+        # saved before every name was listed have the first alone
+        missing = [k for k, (t, _) in entries.items() if k not in state and id(t) not in given]
         unexpected = [k for k in state if k not in entries]
         if strict and (missing or unexpected):
             raise ValueError(
