@@ -103,7 +103,8 @@ class Tensor:
         ``.grad``) since the gradient was last reset. Reading ``.grad`` before that
         gives zeros and does not count: optimizers skip such tensors, as PyTorch's
         skip parameters whose ``.grad`` is ``None``."""
-        return self._grad is not None and not getattr(self, "_read_zeros", False)
+        g = self._grad
+        return g is not None and (not getattr(self, "_read_zeros", False) or _written(self))
 
     @property
     def requires_grad(self) -> bool:
@@ -453,6 +454,18 @@ class Tensor:
             setitem(self, index, value)
 
 
+def _written(t) -> bool:
+    """Whether the zeros that reading ``t.grad`` made (no gradient had arrived) have
+    been written into since (``t.grad[0] = 5.0``): then they count as a gradient."""
+    grad = t._grad
+    if isinstance(grad, Tensor):
+        grad = grad._data
+    written = bool(t._backend.xp.any(grad != 0))
+    if written:
+        t._read_zeros = False
+    return written
+
+
 def fill_leaf(t, data, backend, requires_grad, name, grad=None) -> None:
     """Make the new Tensor ``t`` a leaf holding ``data`` on ``backend``."""
     t._data = data
@@ -489,7 +502,7 @@ def with_gradients(params) -> list:
     found = []
     for p in params:
         grad = p._grad
-        if grad is None or getattr(p, "_read_zeros", False):
+        if grad is None or (getattr(p, "_read_zeros", False) and not _written(p)):
             continue
         if type(grad) is Tensor:
             grad = grad._data

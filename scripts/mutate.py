@@ -213,6 +213,8 @@ MUTANTS = [
     Mutant("deleted-buffer-stays", "leanpass/nn/module.py",
            "        if buffers and name in buffers:  # the name may hold a parameter next",
            "        if False:  # the name may hold a parameter next", ("tests/test_module.py",)),
+    Mutant("written-zeros-ignored", "leanpass/tensor.py", "    written = bool(t._backend.xp.any(grad != 0))",
+           "    written = False", ("tests/test_optim.py",)),
     Mutant("grad-prunes-the-changed-tensor", "leanpass/autograd.py",
            "        out.append(_state_seen(p, seq) if vc is not None and vc.last > seq else p)",
            "        out.append(p)", ("tests/test_higher_order.py",)),

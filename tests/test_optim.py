@@ -725,3 +725,18 @@ def test_add_param_group_as_pytorch(device):
         assert len(opt.param_groups) == 2
     state = opt.state_dict()
     assert [g["params"] for g in state["param_groups"]] == [[0], [1]]
+
+
+def test_a_gradient_written_into_the_zeros_that_grad_gave_counts(device):
+    """Reading .grad before any backward gives zeros that do not count (step skips the
+    parameter, as PyTorch skips a None gradient), until something is written into
+    them: p.grad[0] = 5.0 then counts (it was silently ignored)."""
+    w = Tensor([1.0, 1.0], requires_grad=True, device=device)
+    opt = optim.SGD([w], lr=0.1, weight_decay=0.5)
+    assert np.array_equal(np.asarray(w.grad), [0.0, 0.0]) and not w.has_grad
+    opt.step()
+    np.testing.assert_array_equal(w.numpy(), [1.0, 1.0])  # skipped: no gradient yet
+    w.grad[0] = 5.0
+    assert w.has_grad
+    opt.step()
+    np.testing.assert_allclose(w.numpy(), [1.0 - 0.1 * (5.0 + 0.5), 1.0 - 0.1 * 0.5])
