@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 
 from ._dtypes import DTYPES, as_dtype, dtype_name
-from .autograd import add_post_accumulate_grad_hook, backprop, grad_lock, run_backward, zero_graph_grads
-from .backends import FLOAT_DTYPES, backend_of_array, get_backend
+from .autograd import add_post_accumulate_grad_hook, backprop, grad_lock, run_backward, version_of, zero_graph_grads
+from .backends import FLOAT_DTYPES, backend_of_array, get_backend, transfer
 
 __all__ = ["Tensor", "as_tensor", "apply"]
 
@@ -422,7 +422,7 @@ class Tensor:
                 "graph; only leaves can be copied or pickled, as in PyTorch: use t.detach() to keep its values"
             )
         grad = self._grad
-        if grad is not None and getattr(self, "_read_zeros", False):
+        if grad is not None and not self.has_grad:
             grad = None  # zeros read before any gradient arrived: the copy reads them too
         elif isinstance(grad, Tensor):  # from backward(create_graph=True): its values
             grad = grad._data
@@ -438,8 +438,6 @@ class Tensor:
     def __copy__(self):
         """``copy.copy``: a new leaf sharing this tensor's array and ``.grad``; in-place
         changes through either count on the one version counter of that memory."""
-        from .autograd import version_of
-
         out = _rebuild_tensor(*self._copy_args("copy.copy"))
         out._vc = version_of(self)
         return out
@@ -485,8 +483,6 @@ def _rebuild_tensor(cls, data, backend, requires_grad, name, grad):
     of a tensor are made from; see :meth:`Tensor.__reduce_ex__`)."""
     src = backend_of_array(data)
     if src is not None and src is not backend:  # a GPU array unpickled on another GPU than its tensor's
-        from .backends import transfer
-
         data = transfer(data, src, backend)
         grad = None if grad is None else transfer(grad, src, backend)
     t = object.__new__(cls)

@@ -533,3 +533,15 @@ def test_a_model_and_optimizer_pickled_after_training_train_on_in_a_new_process(
     child = subprocess.run([sys.executable, "-c", PICKLE_IN_CHILD], input=blob, capture_output=True, timeout=120)
     assert child.returncode == 0, child.stderr.decode()
     assert child.stdout.decode() == repr(here)
+
+
+def test_a_copy_keeps_a_gradient_written_into_read_zeros(device):
+    import copy
+
+    w = leanpass.Tensor([1.0, 2.0], requires_grad=True, device=device)
+    np.testing.assert_array_equal(np.asarray(w.grad), [0.0, 0.0])
+    assert not copy.deepcopy(w).has_grad  # zeros read, nothing written: none in the copy
+    w.grad[0] = 5.0
+    other = copy.deepcopy(w)
+    assert other.has_grad
+    np.testing.assert_array_equal(np.asarray(other.grad), [5.0, 0.0])

@@ -474,21 +474,23 @@ def _max_share_b(xp, a, b, out, g):
     return _max_share(xp, b, a, out, g)
 
 
-def _copysign_a(xp, a, b, out, g):
-    return xp.where(a == 0, xp.zeros_like(g), g * (out / xp.where(a == 0, xp.ones_like(a), a)))
-
-
-def _atan2_rule(xp, a, b, g, numerator):
-    """``g * numerator / (a² + b²)``, and 0 at the origin (as PyTorch: an angle taken
+def _zero_where_zero(xp, den, rule):
+    """``rule(den)`` where ``den`` is not 0, and 0 where it is: a rule's 0/0 at a point
+    where PyTorch's gradient is 0 (copysign at 0; atan2 at the origin, where an angle
     of a zero vector must not send NaN into every weight)."""
-    r2 = a * a + b * b
-    origin = r2 == 0
-    return xp.where(origin, xp.zeros_like(r2), g * numerator / xp.where(origin, xp.ones_like(r2), r2))
+    zero = den == 0
+    value = rule(xp.where(zero, xp.ones_like(den), den))
+    return xp.where(zero, xp.zeros_like(value), value)
+
+
+def _copysign_a(xp, a, b, out, g):
+    return _zero_where_zero(xp, a, lambda d: g * (out / d))
 
 
 atan2 = binary("atan2", lambda xp, a, b: xp.atan2(a, b),
-               lambda xp, a, b, out, g: _atan2_rule(xp, a, b, g, b),
-               lambda xp, a, b, out, g: _atan2_rule(xp, a, b, g, -a), method=("atan2",))
+               lambda xp, a, b, out, g: _zero_where_zero(xp, a * a + b * b, lambda d: g * b / d),
+               lambda xp, a, b, out, g: _zero_where_zero(xp, a * a + b * b, lambda d: -g * a / d),
+               method=("atan2",))
 copysign = binary("copysign", lambda xp, a, b: xp.copysign(a, b), _copysign_a, ZERO, uses=("a", "out"))
 hypot = binary("hypot", lambda xp, a, b: xp.hypot(a, b),
                lambda xp, a, b, out, g: g * a / out, lambda xp, a, b, out, g: g * b / out,
