@@ -236,17 +236,15 @@ def apply(fn, *inputs: Tensor, op: str | None = None, **params) -> Tensor:
     else:
         raise TypeError(f"apply: fn must be an Op or a function, got {type(fn).__name__}")
     backend = None
-    arrays = []
-    needs = []
-    for t in inputs:  # one plain loop: this runs for every layer of every step
+    for t in inputs:  # plain loops, no calls per input: this runs for every layer of every step
         if not isinstance(t, Tensor):
             raise TypeError(f"apply: the inputs must be Tensors, got {type(t).__name__}")
         if backend is None:
             backend = t._backend
         elif t._backend is not backend:
             raise ValueError(device_message(operation, inputs[0], t))
-        arrays.append(t._data)
-        needs.append(t._rg)
+    arrays = [t._data for t in inputs]
+    needs = [t._rg for t in inputs]
     if operation.needs:
         params["needs"] = needs
     if backend.guard is None:

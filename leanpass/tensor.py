@@ -104,7 +104,7 @@ class Tensor:
         gives zeros and does not count: optimizers skip such tensors, as PyTorch's
         skip parameters whose ``.grad`` is ``None``."""
         g = self._grad
-        return g is not None and (not getattr(self, "_read_zeros", False) or _written(self))
+        return g is not None and (not self._read_zeros or _written(self))
 
     @property
     def requires_grad(self) -> bool:
@@ -469,6 +469,7 @@ def fill_leaf(t, data, backend, requires_grad, name, grad=None) -> None:
     t._data = data
     t._backend = backend
     t._grad = grad
+    t._read_zeros = False
     t._prev = ()
     t._backward = None
     t._op = "leaf"
@@ -498,7 +499,7 @@ def with_gradients(params) -> list:
     found = []
     for p in params:
         grad = p._grad
-        if grad is None or (getattr(p, "_read_zeros", False) and not _written(p)):
+        if grad is None or (p._read_zeros and not _written(p)):  # set wherever _grad is
             continue
         if type(grad) is Tensor:
             grad = grad._data

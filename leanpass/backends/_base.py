@@ -173,6 +173,7 @@ class Backend:
     library: str = ""  # import name of the array library ("numpy", "cupy", ...)
     always_index = False  # canonical device strings always carry ":N" (cuda)
     syncs_cheaply = True  # reading a value to the host costs little (no queue to drain)
+    one_device = False  # the library has one device: an array of its type is on it
     guard = None  # a context manager that makes this device current, where work needs that
     # Optional fused kernels: operations and optimizers use one when it is offered
     # and their generic xp code when it is not.
@@ -311,6 +312,26 @@ class Backend:
         xp = self.xp
         hot = xp.reshape(index, (-1, 1)) == xp.reshape(self.arange(buf.shape[1], index.dtype), (1, -1))
         return buf - xp.astype(hot, buf.dtype) * value
+
+    def relu_fresh(self, x):
+        """``maximum(x, 0)`` of a fresh array ``x`` the caller owns (a layer's product),
+        in place where the library writes in place; returns the result.
+
+        Generic version: a new array."""
+        return self.xp.maximum(x, 0.0)
+
+    def relu_mask_fresh(self, g, out):
+        """``g * (out > 0)``, the gradient through a ReLU whose output is ``out``, for a
+        fresh ``g`` the caller owns: in place where the library writes in place;
+        returns the result (0 where ``out`` is 0, as PyTorch).
+
+        Generic version: the fused kernel where one is offered, else a product with
+        the mask as ``g``'s dtype."""
+        fused = self.fused.relu_backward
+        if fused is not None:
+            return fused(g, out)
+        xp = self.xp
+        return g * xp.astype(out > 0, g.dtype)
 
     def all_in_range(self, index, high: int) -> bool:
         """Whether every value of the integer array ``index`` lies in ``[0, high)``

@@ -78,6 +78,7 @@ def _row_numbers(n: int):
 class NumpyBackend(Backend):
     device_type = "cpu"
     library = "numpy"
+    one_device = True
     xp = _namespace()
     linalg = xp_numpy.linalg
     fft = xp_numpy.fft
@@ -126,6 +127,12 @@ class NumpyBackend(Backend):
     def sub_at_rows(self, buf, index, value):
         buf[_row_numbers(buf.shape[0]), index] -= value  # one (i, index[i]) per row: no repeats
         return buf
+
+    def relu_fresh(self, x):
+        return np.maximum(x, 0, out=x)  # x is the caller's own: no second array of its size
+
+    def relu_mask_fresh(self, g, out):
+        return np.multiply(g, out > 0, out=g)
 
     def all_in_range(self, index, high: int) -> bool:
         if index.size == 0:

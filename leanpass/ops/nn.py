@@ -237,7 +237,7 @@ def linear_relu(be, x, w, b=None, needs=(True, True, True)):
     """``relu(x @ w + b)`` in one node: :func:`linear`, then ReLU on its output,
     whose positive entries are where the gradient passes (0 at 0, as PyTorch)."""
     out, linear_backward = linear.fn(be, x, w, b, needs=needs)
-    out = be.xp.maximum(out, 0.0)
+    out = be.relu_fresh(out)  # linear's product is this node's own
     fused = be.fused.relu_backward  # g * (out > 0) in one GPU kernel, where offered
 
     def backward(g):
@@ -270,14 +270,12 @@ def _mlp(be, x, *params, needs):
             out += b
         else:
             out = out + b
-        h = xp.maximum(out, 0.0) if i < depth - 1 else out
+        h = be.relu_fresh(out) if i < depth - 1 else out  # out is this node's own
     out = xp.reshape(h, x.shape[:-1] + (h.shape[-1],)) if flat else h
     # below layer i, does anything need a gradient? (x, or a weight or bias of a layer < i)
     below = [bool(needs[0])]
     for i in range(depth):
         below.append(below[-1] or bool(needs[1 + i]) or bool(needs[1 + depth + i]))
-    fused = be.fused.relu_backward  # g * (out > 0) in one GPU kernel, where offered
-
     def backward(g):
         grads = [None] * (1 + 2 * depth)
         g = xp.reshape(g, (inputs[0].shape[0], g.shape[-1])) if flat else g
@@ -290,8 +288,7 @@ def _mlp(be, x, *params, needs):
                 break
             g = g @ weights[i].T
             if i:
-                relu_out = inputs[i]
-                g = fused(g, relu_out) if fused is not None else g * xp.astype(relu_out > 0, g.dtype)
+                g = be.relu_mask_fresh(g, inputs[i])  # g is the product's own array
             elif flat:
                 g = xp.reshape(g, x.shape)
         if needs[0]:
