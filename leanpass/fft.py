@@ -23,6 +23,7 @@ from . import ops, tensor  # tensor before the graph layer (_node), which import
 from ._checks import integer, normalize_axes, normalize_axis
 from ._dtypes import as_dtype
 from ._namespace._util import tensors
+from ._namespace.elementwise import positive
 from ._node import leaf, run
 from .autograd import is_grad_enabled
 from .backends import get_backend, get_default_dtype
@@ -89,6 +90,8 @@ def _many_axes(name, real=False, inverse_real=False):
         x, dtype = _input(x, name, real)
         if axes is not None:
             axes = [normalize_axis(a, x.ndim, name) for a in ([axes] if isinstance(axes, int) else axes)]
+            if not axes and (real or inverse_real):  # its last axis is the halved one: there must be one
+                raise ValueError(f"{name}: axes is empty; it must transform at least one axis")
         if s is not None:
             if axes is None:
                 raise ValueError(f"{name}: s needs axes (the axes its sizes are for)")
@@ -157,6 +160,8 @@ def _shift(name, op):
             raise TypeError(f"{name}: expected a floating-point tensor, got dtype {x.dtype}")
         axes = tuple(range(x.ndim)) if axes is None else normalize_axes(
             tuple(axes) if not isinstance(axes, int) else axes, x.ndim, name)
+        if not axes:  # nothing to shift (a 0-d tensor, or axes=()): a copy
+            return positive(x)
         return run(op, [x], axes)
 
     shift.__name__ = shift.__qualname__ = name

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numbers
 
 from . import autograd
-from ._namespace import stack, zeros, zeros_like
+from ._namespace import positive, stack, zeros, zeros_like
 from .tensor import Tensor
 
 __all__ = ["grad", "value_and_grad", "vjp", "jvp", "jacobian", "hessian", "hvp"]
@@ -59,10 +59,16 @@ def _input(x, name, where):
 
 
 def _differentiable(x):
-    """``x`` if it already carries gradients (an outer transform's input), else a new
-    leaf of its values that requires grad; and whether it was the former."""
+    """The tensor to differentiate with respect to, for the argument ``x``, and whether
+    ``x`` already carries gradients (an outer transform's input, or a tensor that
+    requires grad). Then it is ``+x``, a new node of ``x``'s graph: the gradient
+    counts only the paths through this argument, not those through other tensors
+    computed from ``x`` (a closure's, an outer transform's, another argument's: JAX's
+    "perturbation confusion"), and it still flows on to ``x``. Else a new leaf of
+    ``x``'s values that requires grad."""
     if x.requires_grad:
-        return x, True
+        with autograd.enable_grad():
+            return positive(x), True
     return Tensor(x.detach(), requires_grad=True), False
 
 
@@ -87,8 +93,9 @@ def _reaches_outer(outputs, ours) -> bool:
     return False
 
 
-def _call(f, args, nums, name):
-    """``f(*args)`` with the arguments ``nums`` made differentiable: (output, inputs, nested)."""
+def _call(f, args, nums, name, kwargs=None):
+    """``f(*args, **kwargs)`` with the positional arguments ``nums`` made differentiable:
+    (output, inputs, nested). Keyword arguments are passed through as they are."""
     args = list(args)
     inputs, nested = [], False
     for n in nums:
@@ -97,7 +104,7 @@ def _call(f, args, nums, name):
         args[n] = x
         inputs.append(x)
     with autograd.enable_grad():
-        out = f(*args)
+        out = f(*args, **(kwargs or {}))
     return out, inputs, nested
 
 
@@ -128,15 +135,17 @@ def _gradients(out, inputs, nested):
 
 
 def value_and_grad(f, argnums=0, has_aux=False):
-    """``g(*args) -> (f(*args), gradient)``: the value and the gradient of ``f`` (which
-    returns a scalar) with respect to argument ``argnums`` (a tuple: a tuple of
-    gradients). With ``has_aux``, ``f`` returns ``(value, aux)`` and ``g`` returns
-    ``((value, aux), gradient)``, as JAX's ``value_and_grad``."""
+    """``g(*args, **kwargs) -> (f(*args, **kwargs), gradient)``: the value and the
+    gradient of ``f`` (which returns a scalar) with respect to positional argument
+    ``argnums`` (a tuple: a tuple of gradients); keyword arguments are passed through,
+    not differentiated, as in JAX and ``torch.func``. With ``has_aux``, ``f`` returns
+    ``(value, aux)`` and ``g`` returns ``((value, aux), gradient)``, as JAX's
+    ``value_and_grad``."""
     name = "value_and_grad"
 
-    def wrapper(*args):
+    def wrapper(*args, **kwargs):
         nums = _argnums(argnums, len(args), name)
-        result, inputs, nested = _call(f, args, nums, name)
+        result, inputs, nested = _call(f, args, nums, name, kwargs)
         if has_aux:
             if not isinstance(result, tuple) or len(result) != 2:
                 raise TypeError(f"{name}: with has_aux=True the function must return (value, aux)")
@@ -153,14 +162,15 @@ def value_and_grad(f, argnums=0, has_aux=False):
 
 
 def grad(f, argnums=0, has_aux=False):
-    """``g(*args)``: the gradient of ``f`` (which returns a scalar Tensor) with respect
-    to argument ``argnums`` (an int; or a tuple, for a tuple of gradients), as
-    ``torch.func.grad``. With ``has_aux``, ``f`` returns ``(value, aux)`` and ``g``
-    returns ``(gradient, aux)``. ``RuntimeError`` if ``f`` returns more than one value."""
+    """``g(*args, **kwargs)``: the gradient of ``f`` (which returns a scalar Tensor) with
+    respect to positional argument ``argnums`` (an int; or a tuple, for a tuple of
+    gradients), as ``torch.func.grad``; keyword arguments are passed through. With
+    ``has_aux``, ``f`` returns ``(value, aux)`` and ``g`` returns ``(gradient, aux)``.
+    ``RuntimeError`` if ``f`` returns more than one value."""
     both = value_and_grad(f, argnums, has_aux)
 
-    def wrapper(*args):
-        value, grads = both(*args)
+    def wrapper(*args, **kwargs):
+        value, grads = both(*args, **kwargs)
         return (grads, value[1]) if has_aux else grads
 
     return wrapper
@@ -188,7 +198,8 @@ def vjp(f, *primals, has_aux=False):
     create = nested or _reaches_outer(outs, {id(x) for x in inputs})
 
     def vjp_fn(*cotangents):
-        if len(cotangents) == 1 and isinstance(cotangents[0], tuple) and len(outs) > 1:
+        # one tuple of cotangents for a tuple of outputs (torch.func's form), or one each
+        if len(cotangents) == 1 and isinstance(cotangents[0], tuple) and isinstance(result, tuple):
             cotangents = cotangents[0]
         if len(cotangents) != len(outs):
             raise ValueError(f"vjp_fn: {len(cotangents)} cotangents for {len(outs)} outputs")
@@ -257,13 +268,14 @@ def jvp(f, primals, tangents):
 def jacobian(f, argnums=0, has_aux=False):
     """``J(*args)``: the Jacobian of ``f`` with respect to argument ``argnums``, of shape
     ``output.shape + input.shape`` (a tuple of them for a tuple ``argnums``), as
-    ``torch.func.jacrev``: one reverse pass per output element. With ``has_aux``,
-    ``f`` returns ``(output, aux)`` and ``J`` returns ``(jacobian, aux)``."""
+    ``torch.func.jacrev``: one reverse pass per output element; keyword arguments are
+    passed through. With ``has_aux``, ``f`` returns ``(output, aux)`` and ``J``
+    returns ``(jacobian, aux)``."""
     name = "jacobian"
 
-    def wrapper(*args):
+    def wrapper(*args, **kwargs):
         nums = _argnums(argnums, len(args), name)
-        result, inputs, nested = _call(f, args, nums, name)
+        result, inputs, nested = _call(f, args, nums, name, kwargs)
         aux = None
         if has_aux:
             result, aux = result

@@ -32,7 +32,7 @@ import operator
 from typing import NamedTuple
 
 from . import ops, tensor  # tensor before the graph layer (_node), which imports it
-from ._checks import broadcast_shapes, is_bool, normalize_axes, normalize_axis
+from ._checks import broadcast_shapes, integer, is_bool, normalize_axes, normalize_axis
 from ._dtypes import as_dtype
 from ._namespace import elementwise, statistical
 from ._namespace._util import tensors
@@ -176,7 +176,7 @@ def diagonal(x, /, *, offset=0):
     """The diagonal ``offset`` (above the main one if positive, below if negative) of
     each matrix of the last two axes: shape ``(..., size of that diagonal)``."""
     x = _matrix(x, "diagonal", floating=False)
-    return _apply("diagonal", ops.diagonal, [x], operator.index(offset))
+    return _apply("diagonal", ops.diagonal, [x], integer(offset, "diagonal", "offset"))
 
 
 def trace(x, /, *, offset=0, dtype=None):
@@ -188,7 +188,7 @@ def trace(x, /, *, offset=0, dtype=None):
         name = {"i": "int64", "u": "uint64"}.get(x.dtype.kind, x.dtype.name)
     else:
         name = as_dtype(dtype, "trace").name
-    return _apply("trace", ops.trace, [x], operator.index(offset), x._backend.dtype(name))
+    return _apply("trace", ops.trace, [x], integer(offset, "trace", "offset"), x._backend.dtype(name))
 
 
 # ---- inverses, solves and determinants --------------------------------------------------------
@@ -262,7 +262,7 @@ def matrix_power(x, n, /):
             result = x if result is None else result @ x
         n >>= 1
         if not n:
-            return result
+            return elementwise.positive(result) if result is x else result  # a new tensor, as PyTorch
         x = x @ x
 
 
@@ -352,8 +352,12 @@ def matrix_norm(x, /, *, keepdims=False, ord="fro"):  # noqa: A002 - the standar
                                                                                          -math.inf)
     if not valid:
         raise ValueError(f"matrix_norm: ord must be one of 'fro', 'nuc', 1, -1, 2, -2, inf, -inf; got {ord!r}")
-    if ord == "fro":
+    m, n = x.shape[-2:]
+    if ord == "fro" or (not m * n and ord in ("nuc", 2, 1, math.inf)):  # the largest of nothing: 0, as NumPy
         return vector_norm(x, axis=(-2, -1), keepdims=keepdims)
+    if (ord == -2 and not m * n) or (ord == -1 and not n) or (ord == -math.inf and not m):
+        raise ValueError(f"matrix_norm: ord={ord} is the smallest of no values for matrices of shape {(m, n)} "
+                         f"(tensor shape {x.shape})")
     if ord in ("nuc", 2, -2):
         s = svdvals(x)
         out = statistical.sum(s, axis=-1) if ord == "nuc" else s[..., 0] if ord == 2 else s[..., -1]

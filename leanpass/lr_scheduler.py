@@ -93,7 +93,8 @@ class LRScheduler:
 
     A subclass checks its options in ``_checked`` (used by the constructor and by
     ``load_state_dict``) and computes the next rates in ``_get_lr`` (and, if it has
-    one, the closed form in ``_get_closed_form_lr``)."""
+    one, the closed form in ``_get_closed_form_lr``). A subclass written for PyTorch,
+    which overrides ``get_lr`` instead, works too: ``step`` calls ``get_lr``."""
 
     _is_initial = False  # True during the constructor's first step
     _in_step = False  # True while step() computes the rates
@@ -142,7 +143,10 @@ class LRScheduler:
         return self._get_lr()
 
     def _get_lr(self) -> list:
-        raise NotImplementedError
+        raise NotImplementedError(
+            f"{type(self).__name__}: a learning-rate scheduler must override get_lr() (or _get_lr()) to "
+            "return the next rate of each parameter group"
+        )
 
     def step(self, epoch=None) -> None:
         """Advance one step (call it after ``optimizer.step()``) and set each group's ``lr``.
@@ -171,7 +175,7 @@ class LRScheduler:
         try:
             closed = epoch is not None and hasattr(self, "_get_closed_form_lr")
             values = [self._lr_value(i, v) for i, v in enumerate(self._get_closed_form_lr() if closed
-                                                                  else self._get_lr())]
+                                                                  else self.get_lr())]
         except BaseException:
             self.last_epoch = previous
             raise

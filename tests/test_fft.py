@@ -145,3 +145,23 @@ def test_bad_input(device, name):
         call(x)
     np.testing.assert_array_equal(x.numpy(), data)
     assert get_backend(device).device == x.device
+
+
+def test_no_axes_to_transform(device):
+    """fftn/ifftn over no axes give a copy of the input (NumPy gives the input itself);
+    rfftn/irfftn need an axis to halve; fftshift of a 0-d tensor or over no axes copies."""
+    z = lp.asarray(np.ones((2, 2), dtype=complex), device=device)
+    for fn in (lp.fft.fftn, lp.fft.ifftn):
+        r = fn(z, axes=())
+        r[0, 0] = 5
+        assert z.numpy()[0, 0] == 1
+    for fn in (lp.fft.rfftn, lp.fft.irfftn):
+        with pytest.raises(ValueError, match=f"{fn.__name__}: axes is empty"):
+            fn(lp.ones((2, 3), device=device), axes=())
+    x = Tensor(2.0, requires_grad=True, device=device)
+    y = lp.fft.fftshift(x)
+    assert y is not x and float(y) == 2.0
+    y.backward()
+    assert float(x.grad) == 1.0
+    t = lp.asarray([1.0, 2.0, 3.0], device=device)
+    assert lp.fft.ifftshift(t, axes=()).tolist() == [1.0, 2.0, 3.0]

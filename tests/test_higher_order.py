@@ -210,6 +210,49 @@ def test_grad_closing_over_a_parameter_stays_differentiable(device):
     np.testing.assert_allclose(w.grad, 8 * w.numpy() * x.numpy() ** 2)
 
 
+def test_transforms_count_only_the_paths_through_their_argument(device):
+    """No perturbation confusion: an argument that already requires grad (an outer
+    transform's variable, a parameter) is differentiated as itself, not through the
+    other tensors computed from it (torch.func's results)."""
+    # the inner grad's closure over the outer variable is not its argument: d/dy (x + y) = 1
+    f = lambda x: x * lp.grad(lambda y: x + y)(x)  # noqa: E731
+    assert float(lp.grad(f)(lp.asarray(1.0, device=device))) == 1.0
+    inner = lambda x: lp.grad(lambda y: (y * x).sum())(x)  # noqa: E731  (= x)
+    np.testing.assert_allclose(lp.grad(lambda x: inner(x).sum())(lp.asarray([1.0, 2.0], device=device)).numpy(),
+                               [1.0, 1.0])
+    x = param(device, [1.0, 2.0])
+    w = x * 2  # computed from x, closed over
+    np.testing.assert_allclose(lp.grad(lambda a: (a * w).sum())(x).numpy(), [2.0, 4.0])
+    np.testing.assert_allclose(lp.jacobian(lambda a: a * w)(x).numpy(), np.diag([2.0, 4.0]))
+    np.testing.assert_allclose(lp.vjp(lambda a: a * w, x)[1](lp.ones((2,), device=device))[0].numpy(), [2.0, 4.0])
+    np.testing.assert_allclose(lp.jvp(lambda a: a * w, (x,), (lp.ones((2,), device=device),))[1].numpy(),
+                               [2.0, 4.0])
+    ga, gb = lp.grad(lambda a, b: (a * b ** 2).sum(), (0, 1))(x, x)  # one tensor at two argnums
+    np.testing.assert_allclose(ga.numpy(), [1.0, 4.0])
+    np.testing.assert_allclose(gb.numpy(), [2.0, 8.0])
+    # and the gradient still flows on to the tensor itself
+    lp.grad(lambda a: (a ** 3).sum())(x).sum().backward()
+    np.testing.assert_allclose(x.grad, 6 * x.numpy())
+
+
+def test_transforms_pass_keyword_arguments_through(device):
+    x = lp.asarray([1.0, 2.0], device=device)
+    f = lambda a, scale=1.0: (a * scale).sum()  # noqa: E731
+    np.testing.assert_allclose(lp.grad(f)(x, scale=2.0).numpy(), [2.0, 2.0])
+    (value, aux), g = lp.value_and_grad(lambda a, k=0: ((a * k).sum(), k), has_aux=True)(x, k=3.0)
+    assert float(value) == 9.0 and aux == 3.0
+    np.testing.assert_allclose(g.numpy(), [3.0, 3.0])
+    np.testing.assert_allclose(lp.jacobian(lambda a, scale=1.0: a * scale)(x, scale=3.0).numpy(), 3 * np.eye(2))
+
+
+def test_vjp_of_a_one_tuple_takes_a_tuple_of_cotangents(device):
+    """torch.func's form: the cotangents have the structure of the output."""
+    x = lp.asarray([1.0, -2.0, 3.0], device=device)
+    _, fn = lp.vjp(lambda a: (a ** 2,), x)
+    np.testing.assert_allclose(fn((lp.ones((3,), device=device),))[0].numpy(), [2.0, -4.0, 6.0])
+    np.testing.assert_allclose(fn(lp.ones((3,), device=device))[0].numpy(), [2.0, -4.0, 6.0])
+
+
 # ---- second derivatives of the fused nodes -----------------------------------------------------
 
 

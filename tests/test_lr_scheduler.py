@@ -208,6 +208,24 @@ def test_scheduler_step_before_optimizer_step_warns_as_torch():
         sched.get_lr()
 
 
+def test_a_subclass_written_for_torch_overrides_get_lr():
+    """PyTorch's way to write a scheduler: override get_lr(); step() calls it, without
+    the warning meant for user calls. The bare base class says what to override."""
+    class Half(lr_scheduler.LRScheduler):
+        def get_lr(self):
+            return [base * 0.5 ** self.last_epoch for base in self.base_lrs]
+
+    opt = optim.SGD([Tensor([1.0], requires_grad=True)], lr=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sched = Half(opt)
+        opt.step()
+        sched.step()
+    assert sched.get_last_lr() == [0.05] and opt.param_groups[0]["lr"] == 0.05
+    with pytest.raises(NotImplementedError, match="override get_lr"):
+        lr_scheduler.LRScheduler(optim.SGD([Tensor([1.0], requires_grad=True)], lr=0.1))
+
+
 def test_import_forms():
     from leanpass.optim.lr_scheduler import OneCycleLR
 

@@ -20,7 +20,10 @@ def _transform(name: str) -> Op:
         """``be.fft.<name>(a, **kw)``, ``a`` cast to ``dtype`` first when one is given."""
         if dtype is not None:
             a = be.xp.astype(a, dtype)
-        return getattr(be.fft, name)(a, **kw), None
+        out = getattr(be.fft, name)(a, **kw)
+        if kw.get("axes") == []:  # no axis to transform: NumPy gives the input itself
+            out = be.copy(out)
+        return out, None
 
     forward.__name__ = forward.__qualname__ = name
     return Op(name, forward, saves=(), saves_out=False, differentiable=False,

@@ -19,6 +19,12 @@ from __future__ import annotations
 from ._op import op
 
 
+def _as_grad(xp, x, g):
+    """``x`` in the gradient's dtype: an integer operand of a product with a float one
+    (which some libraries allow in the product, not in its backward's)."""
+    return x if x.dtype == g.dtype else xp.astype(x, g.dtype)
+
+
 def _transpose(xp, m):
     return m.T if m.ndim == 2 else xp.matrix_transpose(m)
 
@@ -101,7 +107,7 @@ def vecdot(be, a, b, axis, needs=(True, True)):
 
     def backward(g):
         g = xp.expand_dims(g, axis=axis)
-        return (g * b if needs[0] else None), (g * a if needs[1] else None)
+        return (g * _as_grad(xp, b, g) if needs[0] else None), (g * _as_grad(xp, a, g) if needs[1] else None)
 
     return xp.vecdot(a, b, axis=axis), backward
 
@@ -115,7 +121,9 @@ def cross(be, a, b, axis, needs=(True, True)):
     product = be.linalg.cross
 
     def backward(g):
-        return (product(b, g, axis=axis) if needs[0] else None), (product(g, a, axis=axis) if needs[1] else None)
+        xp = be.xp
+        return ((product(_as_grad(xp, b, g), g, axis=axis) if needs[0] else None),
+                (product(g, _as_grad(xp, a, g), axis=axis) if needs[1] else None))
 
     return product(a, b, axis=axis), backward
 
@@ -125,7 +133,8 @@ def outer(be, a, b, needs=(True, True)):
     """``a[:, None] * b[None, :]`` for 1-D ``a`` and ``b``."""
 
     def backward(g):
-        return (g @ b if needs[0] else None), (g.T @ a if needs[1] else None)
+        xp = be.xp
+        return (g @ _as_grad(xp, b, g) if needs[0] else None), (g.T @ _as_grad(xp, a, g) if needs[1] else None)
 
     return be.linalg.outer(a, b), backward
 
@@ -234,22 +243,44 @@ def pinv(be, a, rtol):
 # ---- linalg: determinants ----------------------------------------------------------------------
 
 
-@op("det", saves=(0,), saves_out=False)
-def det(be, a):
-    """Determinant. Its gradient is the cofactor matrix, computed from an SVD
-    ``A = U S Vh`` as ``det(U) det(Vh) U diag(prod_{j != i} s_j) Vh``, which is
-    ``det(A) A^-T`` for invertible matrices and stays right for singular ones."""
+def _svd_cofactor(be, a):
+    """The cofactor matrix of ``a`` from an SVD ``A = U S Vh``: ``det(U) det(Vh) U
+    diag(prod_{j != i} s_j) Vh`` (right for singular matrices too)."""
     xp = be.xp
+    u, s, vh = be.linalg.svd(a)
+    sign = be.linalg.det(u) * be.linalg.det(vh)
+    before = xp.cumulative_prod(s, axis=-1, include_initial=True)[..., :-1]
+    after = xp.flip(xp.cumulative_prod(xp.flip(s, axis=-1), axis=-1, include_initial=True)[..., :-1], axis=-1)
+    return sign[..., None, None] * ((u * (before * after)[..., None, :]) @ vh)
+
+
+@op("det", saves=(0,), saves_out=True)
+def det(be, a):
+    """Determinant. Its gradient is the cofactor matrix: ``det(A) A^-T`` where ``A`` is
+    invertible (PyTorch's rule: smooth there, so second derivatives exist even where
+    singular values repeat, as at the identity), and the SVD form of
+    :func:`_svd_cofactor` where it is singular. A batch of both kinds, where reading
+    back which is which would make the device wait, computes both forms, each on
+    matrices made safe for it (the identity; ``diag(1..n)``), and picks per matrix."""
+    xp = be.xp
+    d = xp.asarray(be.linalg.det(a))
 
     def backward(g):
-        u, s, vh = be.linalg.svd(a)
-        sign = be.linalg.det(u) * be.linalg.det(vh)
-        before = xp.cumulative_prod(s, axis=-1, include_initial=True)[..., :-1]
-        after = xp.flip(xp.cumulative_prod(xp.flip(s, axis=-1), axis=-1, include_initial=True)[..., :-1], axis=-1)
-        cofactor = (u * (before * after)[..., None, :]) @ vh
-        return ((g * sign)[..., None, None] * cofactor,)
+        invertible = d != 0
+        every = be.syncs_cheaply and bool(xp.all(invertible))
+        if every:
+            return ((g * d)[..., None, None] * _transpose(xp, be.linalg.inv(a)),)
+        if be.syncs_cheaply and not bool(xp.any(invertible)):
+            return (g[..., None, None] * _svd_cofactor(be, a),)
+        n = a.shape[-1]
+        mask = invertible[..., None, None]
+        eye = _eye_like(be, n, a.dtype)
+        regular = d[..., None, None] * _transpose(xp, be.linalg.inv(xp.where(mask, a, eye)))
+        distinct = eye * xp.reshape(be.arange(n, a.dtype) + 1, (1, n))  # diag(1..n): distinct singular values
+        singular = _svd_cofactor(be, xp.where(mask, distinct, a))
+        return (g[..., None, None] * xp.where(mask, regular, singular),)
 
-    return xp.asarray(be.linalg.det(a)), backward
+    return d, backward
 
 
 @op("slogdet", saves=(0,), saves_out=False)
