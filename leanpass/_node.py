@@ -106,7 +106,7 @@ def run1(op: Op, a: Tensor, *params):
         out, backward = _guarded(op.fn, backend, a._data, *params)
     rg = a._rg and op.differentiable
     t = make(out, backend, op, (a,), backward, rg, params if rg else None)
-    if op.view:
+    if op.view and (not op.copies or backend.shares_memory(out, a._data)):
         mark_view(t, a, None, (op, params))
     return t
 

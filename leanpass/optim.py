@@ -193,9 +193,10 @@ class Optimizer:
             states[key] = state
             layouts[key] = layout
         for group, items in work:
-            self._update_group(items, group)
-            # a graph that saved the old values can no longer backpropagate
+            # a graph that saved the old values can no longer backpropagate (counted
+            # before the update: the tensors are at hand now, not after a large one)
             increment_versions([item[0] for item in items])
+            self._update_group(items, group)
 
     def _update_group(self, items: list, group: dict) -> None:
         """Update the parameters ``items`` of ``group``: ``(tensor, data, gradient,

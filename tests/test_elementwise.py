@@ -737,3 +737,29 @@ def test_complex_results_from_tensors_that_require_grad_are_refused(device):
     with pytest.raises(TypeError, match="complex"):
         x * 2j
     assert (x.detach() * c).dtype == lp.complex128
+
+
+def test_integer_tensor_to_a_float_power_is_float(device):
+    """`x ** 2.0` and `x ** 0.0` promote as `x ** 3.0` does (NumPy: float64); the
+    shortcuts for 2 and 0 kept the integer dtype (and wrapped around)."""
+    x = lp.asarray([100, 3], dtype=lp.int8, device=device)
+    for p in (2.0, 0.0, 3.0):
+        try:
+            out = x ** p
+        except TypeError:  # array_api_strict refuses a float scalar with an integer array, for every p
+            assert device.startswith("strict")
+            continue
+        assert out.dtype == lp.float64
+        assert out.tolist() == [100.0 ** p, 3.0 ** p]
+    assert (x ** 2).dtype == lp.int8 and (x ** 0).tolist() == [1, 1]
+
+
+def test_host_integer_operands_out_of_the_tensor_dtype_raise(device):
+    """A list or NumPy array operand goes to the tensor's dtype; values that do not fit
+    raise OverflowError (as a Python int does) instead of wrapping around."""
+    x = lp.asarray([44, 1], dtype=lp.int8, device=device)
+    with pytest.raises(OverflowError, match="int8"):
+        x == [300, 1]  # noqa: B015
+    with pytest.raises(OverflowError, match="int8"):
+        x + np.array([300, 0])
+    assert (x + [1, 2]).tolist() == [45, 3]

@@ -646,3 +646,28 @@ def test_a_view_made_in_no_grad_mode_refuses_changes_with_grad_mode_on(device):
     (h2 * Tensor([1.0, 10.0, 100.0], device=device)).sum().backward()
     np.testing.assert_array_equal(np.asarray(x.grad), [0.0, 10.0, 100.0])
     assert float(np.asarray(w.grad)) == 1.0
+
+
+def test_a_reshape_that_copies_is_not_a_view(device):
+    """NumPy (and array_api_strict) copy a reshape of a transposed tensor: the result is
+    a tensor of its own, not made anew from its base after the base changes (that gave
+    the gradient of values it does not hold), and it has its own version counter."""
+    a = Tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True, device=device)
+    h = lp.reshape(a, (2, 2)) * 1.0
+    r = lp.reshape(h.T, (4,))
+    h[0, 1] = a[0] * 10.0  # a recorded change of h
+    assert r.tolist() == [1.0, 3.0, 2.0, 4.0]
+    (r * lp.asarray([0.0, 1.0, 2.0, 3.0], device=device)).sum().backward()
+    np.testing.assert_array_equal(get_backend(device).to_host(a.grad), [0.0, 2.0, 1.0, 3.0])
+    b = Tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True, device=device)
+    g = b * 1.0
+    copied = lp.reshape(g.T, (4,))
+    y = (g * g).sum()
+    with lp.no_grad():
+        copied += 1.0  # changes the copy only
+    y.backward()
+    np.testing.assert_array_equal(get_backend(device).to_host(b.grad), 2 * np.array([[1.0, 2.0], [3.0, 4.0]]))
+    view = lp.reshape(g, (4,))  # a true view still follows its base
+    with lp.no_grad():
+        g[0, 0] = 7.0
+    assert view.tolist()[0] == 7.0

@@ -470,3 +470,45 @@ def test_batch_norm_bias_of_another_dtype_promotes(device):
     y = F.batch_norm(x, None, None, weight, bias, training=True)
     assert y.dtype == "float64"
     close(y.mean(axis=(0, 2)), np.arange(3.0), atol=1e-6)
+
+
+# ---- empty inputs and NumPy integers (found by review, against PyTorch) ------------------------
+
+
+@pytest.mark.parametrize("shape", [(0, 3), (2, 3, 0), (0, 3, 4)])
+def test_batch_norm_of_an_empty_batch_keeps_the_running_statistics(device, shape):
+    """PyTorch: an empty output, the statistics unchanged (the batch count still grows);
+    they used to become NaN, or NumPy's reshape error."""
+    bn = nn.BatchNorm1d(3, device=device)
+    x = Tensor(np.zeros(shape), device=device, requires_grad=True)
+    y = bn(x)
+    assert y.shape == shape
+    y.sum().backward()
+    np.testing.assert_array_equal(host(bn.running_mean), np.zeros(3))
+    np.testing.assert_array_equal(host(bn.running_var), np.ones(3))
+    assert int(host(bn.num_batches_tracked)) == 1
+    np.testing.assert_array_equal(host(bn.weight.grad), np.zeros(3))
+    bn.eval()
+    assert not np.isnan(host(bn(Tensor(np.ones((2, 3)), device=device)))).any()
+
+
+def test_softmax_and_attention_over_nothing(device):
+    """Softmax over an empty axis is empty; attention with no keys gives zeros (PyTorch)."""
+    x = Tensor(np.zeros((2, 0)), device=device, requires_grad=True)
+    assert nn.Softmax(-1)(x).shape == (2, 0)
+    assert F.log_softmax(x, -1).shape == (2, 0)
+    q = Tensor(np.ones((2, 3, 4)), device=device, requires_grad=True)
+    k = Tensor(np.ones((2, 0, 4)), device=device, requires_grad=True)
+    out = F.scaled_dot_product_attention(q, k, k)
+    np.testing.assert_array_equal(host(out), np.zeros((2, 3, 4)))
+    out.sum().backward()
+    np.testing.assert_array_equal(host(q.grad), np.zeros((2, 3, 4)))
+
+
+def test_layer_sizes_may_be_numpy_integers(device):
+    """As PyTorch (and Linear, Conv2d here) accept them."""
+    assert nn.LayerNorm(np.int64(8), device=device).normalized_shape == (8,)
+    bn = nn.BatchNorm1d(np.int64(8), device=device)
+    assert bn.num_features == 8 and type(bn.num_features) is int
+    mha = nn.MultiheadAttention(np.int64(8), np.int32(2), device=device)
+    assert mha.embed_dim == 8 and mha.num_heads == 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numbers
 
 from .._checks import device_message
+from .._dtypes import iinfo
 from .._node import as_tensor, init_tensor
 from ..backends import backend_of_array, host_array
 from ..tensor import Tensor
@@ -65,6 +66,14 @@ def operand(like: Tensor, other):
             host = host_array(other, "operand")
             if _RANK[host.dtype.kind] > _RANK[like.dtype.kind]:
                 return as_tensor(host, device=like._backend)
+            if host.size and host.dtype.kind in "iu" and like.dtype.kind in "iu":
+                limits = iinfo(like.dtype)  # as a Python int operand: no silent wrap-around
+                low, high = int(host.min()), int(host.max())
+                if low < limits.min or high > limits.max:
+                    raise OverflowError(
+                        f"operand: integer values in [{low}, {high}] do not fit the tensor's dtype {like.dtype} "
+                        f"([{limits.min}, {limits.max}]); convert one operand first (x.astype(...))"
+                    )
             return as_tensor(host, device=like._backend, dtype=like.dtype)
         return as_tensor(other)
     except TypeError:

@@ -313,6 +313,12 @@ class Backend:
         hot = xp.reshape(index, (-1, 1)) == xp.reshape(self.arange(buf.shape[1], index.dtype), (1, -1))
         return buf - xp.astype(hot, buf.dtype) * value
 
+    def shares_memory(self, a, b) -> bool:
+        """Whether arrays ``a`` and ``b`` may share memory (one a view of the other):
+        whether a ``reshape``, which copies where the data does not allow a view, made a
+        view. Generic version: True, the cautious answer."""
+        return True
+
     def relu_fresh(self, x):
         """``maximum(x, 0)`` of a fresh array ``x`` the caller owns (a layer's product),
         in place where the library writes in place; returns the result.

@@ -141,6 +141,9 @@ class CupyBackend(Backend):
             array = cupy.from_dlpack(x)
             return array.copy() if copy else array
 
+    def shares_memory(self, a, b) -> bool:
+        return bool(cupy.may_share_memory(a, b))  # by the arrays' bounds, on the host
+
     def index_add(self, buf, index, values, axis=0):
         with self._cuda_device:
             cupy.add.at(buf, (slice(None),) * axis + (index,), values)

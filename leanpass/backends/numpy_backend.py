@@ -128,6 +128,9 @@ class NumpyBackend(Backend):
         buf[_row_numbers(buf.shape[0]), index] -= value  # one (i, index[i]) per row: no repeats
         return buf
 
+    def shares_memory(self, a, b) -> bool:
+        return np.may_share_memory(a, b)
+
     def relu_fresh(self, x):
         return np.maximum(x, 0, out=x)  # x is the caller's own: no second array of its size
 

@@ -59,6 +59,10 @@ class StrictBackend(Backend):
         inner = getattr(array, "_array", None)
         return inner is not None and not inner.flags.writeable
 
+    def shares_memory(self, a, b) -> bool:
+        inner_a, inner_b = getattr(a, "_array", None), getattr(b, "_array", None)
+        return inner_a is None or inner_b is None or np.may_share_memory(inner_a, inner_b)
+
     def from_dlpack(self, x, copy=None):
         kwargs = {} if copy is None else {"copy": copy}
         return array_api_strict.from_dlpack(x, device=self._device, **kwargs)

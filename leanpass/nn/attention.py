@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 from .._dtypes import dtype_name
 from .._namespace import permute_dims, reshape, unstack, where, zeros
@@ -35,8 +36,9 @@ class MultiheadAttention(Module):
                  add_bias_kv: bool = False, add_zero_attn: bool = False, kdim=None, vdim=None,
                  batch_first: bool = False, device=None, dtype=None):
         for what, n in (("embed_dim", embed_dim), ("num_heads", num_heads)):
-            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 1:  # a NumPy integer too
                 raise ValueError(f"MultiheadAttention: {what} must be a positive integer, got {n!r}")
+        embed_dim, num_heads = int(embed_dim), int(num_heads)
         if embed_dim % num_heads:
             raise ValueError(f"MultiheadAttention: embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
         for what, given in (("add_bias_kv", add_bias_kv), ("add_zero_attn", add_zero_attn)):

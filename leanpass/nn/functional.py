@@ -9,11 +9,12 @@ weight layout ``(in_features, out_features)`` (PyTorch's is the transpose), and
 from __future__ import annotations
 
 import math
+import numbers
 
 from .. import ops
 from .._checks import broadcast_shapes
 from .._dtypes import dtype_name
-from .._namespace import ones, reshape, sqrt, take, tril, where
+from .._namespace import ones, positive, reshape, sqrt, take, tril, where
 from ..autograd import no_grad
 from ..backends import get_backend, host_array
 from ..tensor import Tensor, apply, as_tensor
@@ -100,10 +101,11 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
 
 
 def _normalized_shape(normalized_shape, op: str) -> tuple:
-    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-    if not shape or any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in shape):
+    single = isinstance(normalized_shape, numbers.Integral)  # a NumPy integer too
+    shape = (normalized_shape,) if single else tuple(normalized_shape)
+    if not shape or any(not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 1 for n in shape):
         raise ValueError(f"{op}: normalized_shape must be positive integers (at least one), got {normalized_shape!r}")
-    return shape
+    return tuple(int(n) for n in shape)
 
 
 def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: Tensor | None = None,
@@ -285,6 +287,9 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
         raise ValueError(f"{_op}: Expected more than 1 value per channel when training, got input of shape {x.shape}")
     if weight is None and bias is not None:
         weight = ones((channels,), dtype=dtype_name(bias.dtype), device=x.device)
+    if count == 0:  # an empty batch: nothing to normalise, and the running statistics stay (PyTorch)
+        y = positive(x) if weight is None else x * reshape(weight, shape)
+        return y if bias is None else y + reshape(bias, shape)
     stats = [] if running_mean is not None or running_var is not None else None
     inputs = (x,) if weight is None else (x, weight) if bias is None else (x, weight, bias)
     y = apply(ops.batch_norm, *inputs, axes=axes, eps=float(eps), stats=stats)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import numbers
+
 from ..autograd import no_grad
 from ..backends import get_backend
 from ..tensor import Tensor
@@ -58,8 +60,9 @@ class _BatchNorm(Module):
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
                  track_running_stats: bool = True, *, device=None, dtype=None):
         name = type(self).__name__
-        if not isinstance(num_features, int) or isinstance(num_features, bool) or num_features < 1:
+        if not isinstance(num_features, numbers.Integral) or isinstance(num_features, bool) or num_features < 1:
             raise ValueError(f"{name}: num_features must be a positive integer, got {num_features!r}")
+        num_features = int(num_features)  # a NumPy integer too
         dtype = _parameter_dtype(dtype, name)
         backend = get_backend(device)
         self.num_features = num_features

@@ -18,6 +18,8 @@ The ``Op`` wrapping it *is* its name (a ``str``: ``t._op == "+"``) and carries:
   gradient, so it can skip work (and saving) for the others.
 - ``view``: the output may share memory with the first input (reshape, slicing):
   they then share one version counter, as an in-place change of one changes both.
+  ``copies``: it may also be a copy (a ``reshape`` the data's strides do not allow
+  as a view); then it is marked as a view only where it does share memory.
 - ``differentiable``: ``False`` for operations whose outputs never carry gradients
   (comparisons, integer results).
 """
@@ -33,7 +35,8 @@ class Op(str):
     """An operation: its name (the string itself), its forward function and metadata."""
 
     def __new__(cls, name: str, fn, *, saves=ALL, saves_out: bool = True, fresh: bool = True,
-                needs: bool = False, view: bool = False, differentiable: bool = True, doc: str | None = None):
+                needs: bool = False, view: bool = False, copies: bool = False, differentiable: bool = True,
+                doc: str | None = None):
         self = super().__new__(cls, name)
         self.fn = fn
         self.saves = saves if saves is ALL else tuple(saves)
@@ -41,6 +44,7 @@ class Op(str):
         self.fresh = fresh
         self.needs = needs
         self.view = view
+        self.copies = copies
         self.differentiable = differentiable
         self.__doc__ = doc or fn.__doc__
         return self
@@ -56,7 +60,8 @@ class Op(str):
     def renamed(self, name: str) -> Op:
         """The same operation under another name (``"getitem"`` for a ``take``)."""
         return Op(name, self.fn, saves=self.saves, saves_out=self.saves_out, fresh=self.fresh,
-                  needs=self.needs, view=self.view, differentiable=self.differentiable, doc=self.__doc__)
+                  needs=self.needs, view=self.view, copies=self.copies, differentiable=self.differentiable,
+                  doc=self.__doc__)
 
     def __reduce__(self):
         return (str, (str(self),))

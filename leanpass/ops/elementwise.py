@@ -254,15 +254,19 @@ def rdiv_scalar(be, a, s):
 
 @op("**", saves=(0,), saves_out=False)
 def pow_scalar(be, a, p):
-    """``a ** p`` for a Python number ``p``; ``** 2`` gives exactly ``2 * a``."""
-    if p == 2:
+    """``a ** p`` for a Python number ``p``; ``** 2`` gives exactly ``2 * a``. The
+    shortcuts for ``p`` 2 and 0 only where ``a ** p`` keeps ``a``'s dtype (floats, or
+    integers to an integer power: an integer tensor to a float power is a float)."""
+    xp = be.xp
+    same_dtype = xp.isdtype(a.dtype, ("real floating", "complex floating")) or (
+        type(p) is int and xp.isdtype(a.dtype, "integral"))
+    if p == 2 and same_dtype:
 
         def backward(g):
             return (g * (2.0 * a),)
 
         return a * a, backward
-    xp = be.xp
-    if p == 0:
+    if p == 0 and same_dtype:
 
         def backward(g):
             return (xp.zeros_like(g),)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ._op import op
 
 
-@op("reshape", saves=(), saves_out=False, fresh=False, view=True)
+@op("reshape", saves=(), saves_out=False, fresh=False, view=True, copies=True)
 def reshape(be, a, shape, copy=None):
     """``a`` in another ``shape``; ``copy=False`` raises rather than copy."""
     xp = be.xp

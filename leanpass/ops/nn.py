@@ -106,10 +106,16 @@ def gelu(be, a):
     return out, backward
 
 
+def _top(xp, a, axis):
+    """The largest value along ``axis`` (kept), subtracted before ``exp``; 0 along an
+    empty axis, which has no values to shift (and no maximum)."""
+    return xp.max(a, axis=axis, keepdims=True) if a.shape[axis] else 0.0
+
+
 @op("softmax", saves=(), saves_out=True)
 def softmax(be, a, axis):
     xp = be.xp
-    e = xp.exp(a - xp.max(a, axis=axis, keepdims=True))
+    e = xp.exp(a - _top(xp, a, axis))
     out = e / xp.sum(e, axis=axis, keepdims=True)
 
     def backward(g):
@@ -123,8 +129,8 @@ def softmax(be, a, axis):
 @op("log_softmax", saves=(), saves_out=True)
 def log_softmax(be, a, axis):
     xp = be.xp
-    z = a - xp.max(a, axis=axis, keepdims=True)
-    out = z - xp.log(xp.sum(xp.exp(z), axis=axis, keepdims=True))
+    z = a - _top(xp, a, axis)
+    out = z - xp.log(xp.sum(xp.exp(z), axis=axis, keepdims=True)) if a.shape[axis] else z
 
     def backward(g):
         return (g - xp.exp(out) * xp.sum(g, axis=axis, keepdims=True),)
@@ -378,8 +384,8 @@ def attention(be, q, k, v, mask=None, scale=1.0, needs=(True, True, True, True))
             scores += mask
         else:
             scores = scores + mask
-    top = xp.max(scores, axis=-1, keepdims=True)
-    if mask is not None:  # a row masked everywhere (scores all -inf) gets weights 0, as PyTorch's
+    top = _top(xp, scores, -1)  # no keys: 0, and the weights are empty
+    if mask is not None and scores.shape[-1]:  # a row masked everywhere (scores all -inf) gets weights 0, as PyTorch's
         top = xp.where(top == -math.inf, 0.0, top)
     e = xp.exp(scores - top)
     total = xp.sum(e, axis=-1, keepdims=True)
