@@ -22,6 +22,7 @@ from .tensor import Tensor, fill_leaf
 __all__ = ["make", "leaf", "as_tensor", "apply", "run1", "run2", "run", "inplace", "init_tensor"]
 
 _new = object.__new__
+_GRAD_DTYPES = ("float32", "float64", "complex64", "complex128")  # results of custom ops that may carry grad
 
 
 # ---- graph nodes ----------------------------------------------------------------------------
@@ -228,7 +229,8 @@ def apply(fn, *inputs: Tensor, op: str | None = None, **params) -> Tensor:
         raise TypeError("apply: give at least one input Tensor")
     # No cache of the Ops made here: it would keep every function ever given alive (a
     # closure made anew at each call, and what it captured), growing without bound.
-    if isinstance(fn, Op):
+    user = not isinstance(fn, Op)
+    if not user:
         operation = fn if op is None else fn.renamed(op)
     elif callable(fn):
         name = op or fn.__name__
@@ -252,7 +254,17 @@ def apply(fn, *inputs: Tensor, op: str | None = None, **params) -> Tensor:
     else:
         out, backward = _guarded(operation.fn, backend, *arrays, **params)
     rg = operation.differentiable and any(needs)
-    return make(out, backend, operation, inputs, backward, rg, params if rg else None)
+    if not user:
+        return make(out, backend, operation, inputs, backward, rg, params if rg else None)
+    # a plain function: integer and bool results never require grad, and a result that
+    # is an input's memory (the input itself, a view of it) counts changes with it
+    rg = rg and dtype_name(out.dtype) in _GRAD_DTYPES
+    t = make(out, backend, operation, inputs, backward, rg, params if rg else None)
+    for x in inputs:
+        if backend.shares_memory(t._data, x._data):
+            mark_view(t, x)  # no remake: a recorded change of it raises (_view_bases)
+            break
+    return t
 
 
 def _checked(fn, name):
@@ -571,8 +583,16 @@ def init_tensor(self, data, requires_grad, name, device, dtype, copy, infer="flo
         converted = dtype_name(host.dtype) != dtype
         if copy is False and converted:
             raise ValueError(f"asarray: copy=False, but converting {dtype_name(host.dtype)} to {dtype} needs a copy")
+        # NumPy made new memory (from Python numbers, a NumPy scalar), or shares data's
+        # (a NumPy array, a view of one, a torch tensor, a memoryview, any __array__)
+        made = host is not data and host.base is None
         array = backend.from_host(host, dtype)
-        if copy and (array is data or _shares(array, data)):  # a NumPy array taken as it was
+        if copy is False and (made or array is not host):
+            kind = type(data)
+            raise ValueError(f"asarray: copy=False, but {kind.__module__.partition('.')[0]}.{kind.__qualname__} data "
+                             f"on {backend.device} needs a copy (a scalar, another byte order, or a device that "
+                             "copies host data)")
+        if copy and array is host and not made:  # taken as it was: take a copy the tensor owns
             array = backend.copy(array)
     else:
         backend = src if device is None else get_backend(device)
@@ -602,18 +622,11 @@ def init_tensor(self, data, requires_grad, name, device, dtype, copy, infer="flo
     fill_leaf(self, array, backend, requires_grad, name)
 
 
-def _shares(array, data):
-    try:
-        return array.base is not None and (array.base is data or array.base is getattr(data, "base", None))
-    except AttributeError:
-        return False
-
-
 def _infer(data, host, infer):
     """The dtype of host data when none is given."""
     kind = host.dtype.kind
     name = dtype_name(host.dtype)
-    from_array = hasattr(data, "dtype")  # NumPy arrays and scalars keep their own dtype
+    from_array = _array_like(data)  # arrays, buffers and NumPy scalars keep their own dtype
     if infer == "float":
         if kind == "f" and from_array and name in _FLOATING:
             return name
@@ -627,18 +640,36 @@ def _infer(data, host, infer):
     if kind == "b":
         return "bool"
     if kind in "iu":
-        if name != "int64":  # a Python int beyond int64
+        if name == "uint64" and host.size and int(host.max()) > 2**63 - 1:  # a Python int beyond int64
             raise OverflowError(f"asarray: a Python integer does not fit in int64 (dtype would be {name})")
-        return "int64"
+        return name if name in DTYPES else "int64"  # NumPy integer scalars in a list keep theirs
     if kind == "f":
         return get_default_dtype()
     return _default_complex()
 
 
+def _array_like(data) -> bool:
+    """Whether ``data`` carries its own dtype: an array (``dtype``, ``__array__``,
+    ``__array_interface__``), a NumPy scalar, or a buffer (``memoryview``,
+    ``array.array``, ``bytes``), rather than Python numbers."""
+    if hasattr(data, "dtype") or hasattr(data, "__array__") or hasattr(data, "__array_interface__"):
+        return True
+    if isinstance(data, (list, tuple, int, float, complex, bool)):
+        return False
+    try:
+        memoryview(data)
+    except TypeError:
+        return False
+    return True
+
+
 def as_tensor(data, *, device=None, dtype=None) -> Tensor:
     """A Tensor sharing ``data``'s memory where it can (same library, device and
-    dtype), as ``torch.as_tensor``; ``Tensor(data)`` always copies."""
-    if isinstance(data, Tensor) and device is None and dtype is None:
+    dtype), as ``torch.as_tensor``; ``Tensor(data)`` always copies. A Tensor that
+    needs no conversion is returned itself (``torch.as_tensor`` too): a second leaf
+    on its array would count its in-place changes apart."""
+    if isinstance(data, Tensor) and (device is None or get_backend(device) is data._backend) and (
+            dtype is None or as_dtype(dtype, "as_tensor").name == dtype_name(data._data.dtype)):
         return data
     t = _new(Tensor)
     init_tensor(t, data, False, None, device, dtype, copy=None)

@@ -815,4 +815,12 @@ def grad(outputs, inputs, grad_outputs=None, *, retain_graph=None, create_graph=
                 )
     if retain_graph is None:
         retain_graph = create_graph
-    return tuple(backprop(outputs, seeds, create_graph=create_graph, retain_graph=retain_graph, targets=inputs))
+    grads = tuple(backprop(outputs, seeds, create_graph=create_graph, retain_graph=retain_graph, targets=inputs))
+    if not allow_unused:  # reached, but no gradient arrived (a custom op's backward gave None)
+        for i, (t, g) in enumerate(zip(inputs, grads)):
+            if g is None:
+                raise RuntimeError(
+                    f"grad: inputs[{i}] (shape {t.shape}) received no gradient: the operations between it and "
+                    "the outputs pass none; pass allow_unused=True to get None for it"
+                )
+    return grads

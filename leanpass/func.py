@@ -289,16 +289,17 @@ def jacobian(f, argnums=0, has_aux=False):
             jac = tuple(_zeros(out, x) for x in inputs)
         else:
             create = nested or _reaches_outer([out], {id(x) for x in inputs})
-            flat = out.reshape((-1,))
-            rows = [[] for _ in inputs]
-            for k in range(flat.shape[0]):
-                cotangent = _unit(flat.shape[0], k, out)
-                grads = autograd.grad(flat, inputs, cotangent, retain_graph=True, create_graph=create,
-                                      allow_unused=True)
-                for row, g, x in zip(rows, grads, inputs):
-                    row.append(zeros_like(x) if g is None else g)
-            jac = tuple(stack(row).reshape(out.shape + x.shape) if row else _zeros(out, x)
-                        for row, x in zip(rows, inputs))
+            with autograd.enable_grad():  # recorded under an outer no_grad too, as f was (torch.func)
+                flat = out.reshape((-1,))
+                rows = [[] for _ in inputs]
+                for k in range(flat.shape[0]):
+                    cotangent = _unit(flat.shape[0], k, out)
+                    grads = autograd.grad(flat, inputs, cotangent, retain_graph=True, create_graph=create,
+                                          allow_unused=True)
+                    for row, g, x in zip(rows, grads, inputs):
+                        row.append(zeros_like(x) if g is None else g)
+                jac = tuple(stack(row).reshape(out.shape + x.shape) if row else _zeros(out, x)
+                            for row, x in zip(rows, inputs))
         jac = jac[0] if isinstance(argnums, int) else jac
         return (jac, aux) if has_aux else jac
 

@@ -83,8 +83,9 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3) -> bool:
     atol = _number(atol, "atol")
     rtol = _number(rtol, "rtol")
     inputs, checked = _inputs(inputs, "gradcheck")
-    wide = [
-        Tensor(x.detach(), requires_grad=x.requires_grad, name=x.name, dtype="float64")
+    wide = [  # floating-point tensors in float64 (complex in complex128); indices and masks as they are
+        Tensor(x.detach(), requires_grad=x.requires_grad, name=x.name,
+               dtype={"f": "float64", "c": "complex128"}.get(x.dtype.kind, x.dtype.name))
         if isinstance(x, Tensor) else x
         for x in inputs
     ]

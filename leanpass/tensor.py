@@ -12,7 +12,15 @@ from __future__ import annotations
 import math
 
 from ._dtypes import DTYPES, as_dtype, dtype_name
-from .autograd import add_post_accumulate_grad_hook, backprop, grad_lock, run_backward, version_of, zero_graph_grads
+from .autograd import (
+    add_post_accumulate_grad_hook,
+    backprop,
+    enable_grad,
+    grad_lock,
+    run_backward,
+    version_of,
+    zero_graph_grads,
+)
 from .backends import FLOAT_DTYPES, backend_of_array, get_backend, transfer
 
 __all__ = ["Tensor", "as_tensor", "apply"]
@@ -377,7 +385,8 @@ class Tensor:
                     f"backward: gradient of shape {gradient.shape} on {gradient.device} does not match the "
                     f"tensor of shape {self.shape} on {self.device}"
                 )
-            grad = (gradient if gradient.dtype == self.dtype else gradient.astype(self.dtype)).clone()
+            with enable_grad():  # kept in the graph under no_grad too, as backprop runs with grad mode on
+                grad = (gradient if gradient.dtype == self.dtype else gradient.astype(self.dtype)).clone()
         else:
             grad = as_tensor(gradient, device=backend.device, dtype=dtype_name(data.dtype))._data
             if grad.shape != data.shape:

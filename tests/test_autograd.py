@@ -691,3 +691,71 @@ def test_backward_never_aliases_the_callers_gradient():
     norm.zero_grad()
     norm(x.detach()).sum().backward()  # sum's rule broadcasts its gradient: a read-only view
     norm.bias.grad *= 2.0  # the leaf's gradient is its own, writable array
+
+
+# ---- custom operations and autograd.grad edge cases (found by review, against PyTorch) ---------
+
+
+def test_gradcheck_keeps_integer_and_bool_inputs_as_they_are(device):
+    """Index tensors and masks are passed through, not made float64 (which broke take)."""
+    x = Tensor([1.0, -2.0, 0.5], requires_grad=True, device=device)
+    index = leanpass.asarray([2, 0], device=device)
+    mask = leanpass.asarray([True, False, True], device=device)
+    assert gradcheck(lambda v, i: leanpass.take(v, i), [x, index])
+    assert gradcheck(lambda v, m: leanpass.where(m, v * v, v), [x, mask])
+
+
+def test_a_custom_op_with_an_integer_result_does_not_require_grad(device):
+    from leanpass.tensor import apply
+
+    def argmax(be, a):
+        return be.xp.argmax(a), lambda g: (None,)
+
+    x = Tensor([1.0, 3.0, 2.0], requires_grad=True, device=device)
+    out = apply(argmax, x)
+    assert not out.requires_grad and int(out) == 1
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        out.backward()
+
+
+def test_a_custom_op_returning_its_input_counts_changes_with_it(device):
+    """The result is the input's memory: changing it in place while recording raises
+    (PyTorch too), and a change under no_grad makes a backward that saved the input
+    raise instead of giving a wrong gradient."""
+    from leanpass.tensor import apply
+
+    def ident(be, a):
+        return a, lambda g: (g,)
+
+    x = Tensor([1.0, 1.0, 1.0], requires_grad=True, device=device)
+    h = x * 1.0
+    v = apply(ident, h)
+    z = (h * h).sum()
+    with pytest.raises(RuntimeError, match="is a view"):
+        v += 5.0
+    with no_grad():
+        v += 5.0
+    with pytest.raises(RuntimeError, match="changed in place"):
+        z.backward()
+
+
+def test_grad_of_an_input_that_receives_no_gradient_raises_unless_allowed(device):
+    from leanpass.tensor import apply
+
+    def blocked(be, a):
+        return a * 2.0, lambda g: (None,)
+
+    x = Tensor([1.0], requires_grad=True, device=device)
+    with pytest.raises(RuntimeError, match="received no gradient"):
+        leanpass.autograd.grad(apply(blocked, x).sum(), x)
+    assert leanpass.autograd.grad(apply(blocked, x).sum(), x, allow_unused=True) == (None,)
+
+
+def test_backward_with_create_graph_under_no_grad_keeps_the_gradient_in_the_graph(device):
+    v = Tensor([1.0, 3.0], requires_grad=True, device=device)
+    x = Tensor([1.0, 2.0], requires_grad=True, device=device)
+    y = x ** 2
+    with no_grad():
+        y.backward(v, create_graph=True)
+    (gv,) = leanpass.autograd.grad(x.grad.sum(), v)
+    np.testing.assert_allclose(gv.numpy(), [2.0, 4.0])  # d/dv sum(2 x v) = 2 x

@@ -754,12 +754,14 @@ def test_integer_tensor_to_a_float_power_is_float(device):
     assert (x ** 2).dtype == lp.int8 and (x ** 0).tolist() == [1, 1]
 
 
-def test_host_integer_operands_out_of_the_tensor_dtype_raise(device):
-    """A list or NumPy array operand goes to the tensor's dtype; values that do not fit
-    raise OverflowError (as a Python int does) instead of wrapping around."""
+def test_host_integer_operands_out_of_the_tensor_dtype_promote(device):
+    """A list or NumPy array operand goes to the tensor's dtype, unless its integers do
+    not fit: then it keeps its own dtype and the two promote, as in NumPy (it used to
+    wrap around: int8 [44] == [300] was True)."""
     x = lp.asarray([44, 1], dtype=lp.int8, device=device)
-    with pytest.raises(OverflowError, match="int8"):
-        x == [300, 1]  # noqa: B015
-    with pytest.raises(OverflowError, match="int8"):
-        x + np.array([300, 0])
-    assert (x + [1, 2]).tolist() == [45, 3]
+    assert (x == [300, 1]).tolist() == [False, True]
+    assert (x < np.array(300)).tolist() == [True, True]
+    assert (x >= [-200]).tolist() == [True, True]
+    total = x + np.array([300, 0])
+    assert total.tolist() == [344, 1] and total.dtype == lp.int64
+    assert (x + [1, 2]).tolist() == [45, 3] and (x + [1, 2]).dtype == lp.int8

@@ -287,3 +287,78 @@ def test_to_device(device):
     assert t.to_device(device) is t
     with pytest.raises(RuntimeError, match="nowhere"):
         t.to_device("nowhere")
+
+
+# ---- copies, shares and dtypes of host data (found by review) -----------------------------------
+
+
+def test_the_constructor_and_copy_true_copy_every_kind_of_host_data():
+    """A Tensor owns a copy: also of a torch tensor, a memoryview, any __array__ object."""
+    buf = np.array([1.0, 2.0])
+    sources = [lambda: memoryview(buf), lambda: buf[::1], lambda: buf]
+    if torch is not None:
+        shared = torch.tensor([1.0, 2.0])
+        sources.append(lambda: shared)
+    for make in sources:
+        for build in (lambda d: Tensor(d), lambda d: lp.asarray(d, copy=True)):
+            t = build(make())
+            buf[0] = 100.0
+            if torch is not None:
+                shared[0] = 100.0
+            assert t.tolist() == [1.0, 2.0]
+            buf[0] = 1.0
+            if torch is not None:
+                shared[0] = 1.0
+
+
+def test_copy_false_raises_where_a_copy_is_needed_and_shares_otherwise():
+    a = np.array([1.0, 2.0])
+    shared = lp.asarray(a, copy=False)
+    a[0] = 9.0
+    assert shared.tolist() == [9.0, 2.0]
+    for data, device in ((np.array([1.0]), "strict"), (np.array([1, 2], dtype=">i4"), "cpu"),
+                         (np.float64(1.0), "cpu")):
+        with pytest.raises(ValueError, match="copy=False"):
+            lp.asarray(data, device=device, copy=False)
+
+
+def test_as_tensor_of_a_tensor_without_conversion_is_the_tensor():
+    """As torch.as_tensor: a second leaf on the same array would count in-place changes
+    apart, and a backward that saved it would give a wrong gradient silently."""
+    x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+    assert lp.as_tensor(x, device="cpu") is x and lp.as_tensor(x, dtype="float64") is x
+    assert lp.as_tensor(x, dtype="float32") is not x
+
+
+def test_buffers_and_numpy_scalars_keep_their_dtype():
+    import array
+
+    assert lp.asarray(memoryview(np.array([1, 2], dtype=np.uint8))).dtype == lp.uint8
+    assert lp.asarray(memoryview(np.array([1.0], dtype=np.float32))).dtype == lp.float32
+    assert lp.asarray(array.array("i", [1, 2])).dtype == lp.int32
+    assert lp.asarray([np.int32(1), np.int32(2)]).dtype == lp.int32
+    assert Tensor(np.array([1, 2], dtype=object)).tolist() == [1.0, 2.0]
+    with pytest.raises(OverflowError, match="too large"):
+        lp.asarray(np.array([1, 2**70], dtype=object))
+
+
+def test_numbers_among_tensors_go_to_the_tensors_device():
+    t = lp.asarray([lp.asarray(1.0, device="strict"), 2.0])
+    assert t.device == "strict" and t.tolist() == [1.0, 2.0]
+
+
+def test_from_dlpack_of_a_tensor_is_a_new_leaf_sharing_its_memory():
+    x = Tensor([1.0], requires_grad=True)
+    y = x * 2
+    u = lp.from_dlpack(y)
+    assert u is not y and u.is_leaf and not u.requires_grad
+    with lp.no_grad():
+        y += 1.0
+    assert u.tolist() == [3.0]
+
+
+def test_numpy_scalars_where_the_standard_says_python_scalars():
+    assert lp.arange(np.int64(3)).tolist() == [0, 1, 2] and lp.arange(np.int64(3)).dtype == lp.int64
+    assert lp.full(2, np.int64(1)).dtype == lp.int64
+    assert lp.full_like(lp.ones(2), np.int64(4)).tolist() == [4.0, 4.0]
+    assert lp.full(2, np.bool_(True)).dtype == lp.bool

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numbers
 
 from .._checks import device_message
-from .._dtypes import iinfo
+from .._dtypes import dtype_name, iinfo
 from .._node import as_tensor, init_tensor
 from ..backends import backend_of_array, host_array
 from ..tensor import Tensor
@@ -44,8 +44,9 @@ def operand(like: Tensor, other):
     """The other operand of a binary operator or function: a Tensor, a Python number,
     or NotImplemented. Host data (lists, NumPy arrays) goes to ``like``'s device in
     ``like``'s dtype, unless it is of a higher kind (floats with an integer tensor:
-    they keep their own dtype rather than being truncated); arrays of other
-    libraries keep their device (and so may mismatch)."""
+    they keep their own dtype rather than being truncated) or holds integers that
+    dtype cannot (they keep theirs, and promote); arrays of other libraries keep
+    their device (and so may mismatch)."""
     if isinstance(other, Tensor):
         return other
     kind = type(other)
@@ -67,13 +68,11 @@ def operand(like: Tensor, other):
             if _RANK[host.dtype.kind] > _RANK[like.dtype.kind]:
                 return as_tensor(host, device=like._backend)
             if host.size and host.dtype.kind in "iu" and like.dtype.kind in "iu":
-                limits = iinfo(like.dtype)  # as a Python int operand: no silent wrap-around
-                low, high = int(host.min()), int(host.max())
-                if low < limits.min or high > limits.max:
-                    raise OverflowError(
-                        f"operand: integer values in [{low}, {high}] do not fit the tensor's dtype {like.dtype} "
-                        f"([{limits.min}, {limits.max}]); convert one operand first (x.astype(...))"
-                    )
+                limits = iinfo(like.dtype)
+                if int(host.min()) < limits.min or int(host.max()) > limits.max:
+                    # values the tensor's dtype cannot hold: no wrap-around, the data keeps its
+                    # own dtype and the two promote (NumPy: int8 + [300] is int64 [344])
+                    return as_tensor(host, device=like._backend, dtype=dtype_name(host.dtype))
             return as_tensor(host, device=like._backend, dtype=like.dtype)
         return as_tensor(other)
     except TypeError:

@@ -7,6 +7,7 @@ the input's device for ``*_like``) and ``dtype=`` (default: the standard's, with
 
 from __future__ import annotations
 
+import numbers
 import operator
 
 from .. import ops
@@ -82,6 +83,8 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
     if isinstance(obj, (list, tuple)) and any(isinstance(x, Tensor) for x in _flat(obj)):
         from .manipulation import stack
 
+        if device is None:  # numbers among the tensors go where the tensors are
+            device = next(x for x in _flat(obj) if isinstance(x, Tensor)).device
         items = [asarray(x, dtype=dtype, device=device) for x in obj]
         return stack(items) if items else asarray([], dtype=dtype, device=device)
     t = _new(Tensor)
@@ -113,6 +116,20 @@ def empty(shape, *, dtype=None, device=None):
     return _made(backend, backend.create("zeros", _shape(shape, "empty"), dtype=_dtype(backend, dtype, "", "empty")))
 
 
+def _python_number(value):
+    """A NumPy scalar as the Python number it holds (NumPy and PyTorch take them where
+    the standard says Python scalars); anything else as it is."""
+    if isinstance(value, (bool, int, float, complex)):
+        return value
+    if is_bool(value) and getattr(value, "ndim", 0) == 0:  # numpy.True_
+        return bool(value)
+    if not isinstance(value, numbers.Number):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    return float(value) if isinstance(value, numbers.Real) else complex(value)
+
+
 def _fill_kind(fill_value, op):
     if isinstance(fill_value, bool):
         return "bool"
@@ -129,6 +146,7 @@ def full(shape, fill_value, *, dtype=None, device=None):
     backend = get_backend(device)
     if isinstance(fill_value, Tensor):
         fill_value = fill_value.item()
+    fill_value = _python_number(fill_value)
     kind = _fill_kind(fill_value, "full")
     if dtype is None:
         name = "bool" if kind == "bool" else _default(kind)
@@ -162,6 +180,7 @@ def empty_like(x, /, *, dtype=None, device=None):
 
 def full_like(x, /, fill_value, *, dtype=None, device=None):
     x, backend, dt = _like(x, dtype, device, "full_like")
+    fill_value = _python_number(fill_value)
     _fill_kind(fill_value, "full_like")
     return _made(backend, backend.create("full", x.shape, fill_value, dtype=dt))
 
@@ -171,6 +190,7 @@ def arange(start, /, stop=None, step=1, *, dtype=None, device=None):
     backend = get_backend(device)
     if stop is None:
         start, stop = 0, start
+    start, stop, step = (_python_number(v) for v in (start, stop, step))
     for value in (start, stop, step):
         if isinstance(value, (bool, complex)) or not isinstance(value, (int, float)):
             raise TypeError(f"arange: start, stop and step must be real numbers, got {type(value).__name__}")
@@ -205,8 +225,8 @@ def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None):
 def from_dlpack(x, /, *, device=None, copy=None):
     """A Tensor sharing the memory of ``x`` (an object with ``__dlpack__``: a NumPy,
     CuPy or PyTorch array, or a Tensor), zero-copy where the libraries allow it."""
-    if isinstance(x, Tensor):
-        return asarray(x, device=device, copy=copy)
+    if isinstance(x, Tensor):  # a new leaf on its memory (counting in-place changes with it)
+        return asarray(x.detach(), device=device, copy=copy)
     if not hasattr(x, "__dlpack__"):
         raise TypeError(f"from_dlpack: {type(x).__name__} does not support DLPack (no __dlpack__)")
     if device is None:

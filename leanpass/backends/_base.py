@@ -84,8 +84,15 @@ def host_array(data, op: str = "Tensor", dtype=None) -> np.ndarray:
             raise OverflowError(f"{op}: {exc}") from None
         except ValueError as exc:  # NaN
             raise ValueError(f"{op}: {exc}") from None
-    elif big:
-        raise OverflowError(f"{op}: a Python integer is too large for any integer dtype (int64, uint64)")
+    elif big:  # Python integers in an object array (or a list with one beyond int64)
+        for candidate in ("int64", "uint64"):
+            try:
+                arr = arr.astype(candidate)
+                break
+            except OverflowError:
+                continue
+        else:
+            raise OverflowError(f"{op}: a Python integer is too large for any integer dtype (int64, uint64)")
     if arr.dtype.kind == "c" and dtype is not None and not dtype_name(dtype).startswith("complex"):
         raise TypeError(  # the array API standard forbids it; NumPy would warn and drop the imaginary part
             f"{op}: cannot cast complex data to {dtype_name(dtype)}: the imaginary part would be lost; "
