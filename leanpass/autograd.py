@@ -390,6 +390,28 @@ def _store(tensor, grad, fresh: bool) -> None:
     tensor._read_zeros = False
 
 
+def _check_devices(pairs) -> None:
+    """Raise, before any ``.grad`` is written, for a gradient computed on another device
+    than its tensor's: the tensor moved (``model.to``) after the graph was recorded."""
+    from .backends import backend_of_array
+
+    for tensor, grad in pairs:
+        backend = tensor._backend
+        if backend.one_device and type(grad) is backend.array_type:
+            continue
+        array, data = getattr(grad, "_data", grad), tensor._data  # a Tensor's array (create_graph)
+        if type(array) is type(data) and getattr(array, "device", None) == getattr(data, "device", None):
+            continue
+        source = backend_of_array(array)
+        if source is backend or (source is None and backend.one_device):  # NumPy's scalars for 0-d results
+            continue
+        raise ValueError(
+            f"backward: a gradient on {source.device if source is not None else 'cpu'} for a "
+            f"tensor of shape {tuple(tensor._data.shape)} on {tensor.device}: the tensor moved to another device "
+            "after the graph was recorded (model.to(...) between forward and backward); run the forward again"
+        )
+
+
 class Released:
     """``_prev`` of a node after a backward call released its graph: not its inputs
     any more (they, and the arrays they hold, are freed unless someone else keeps
@@ -480,6 +502,7 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
             else:
                 old = leaves.get(parent)
                 leaves[parent] = (pgrad, fresh) if old is None else (old[0] + pgrad, True)
+    _check_devices([(leaf, g) for leaf, (g, _) in leaves.items()])
     with grad_lock:
         for node, g in retained:
             _store(node, g, fresh=False)
@@ -702,6 +725,7 @@ def backprop(roots, grads, *, create_graph: bool, retain_graph: bool, targets=No
             if id(t) in wanted:
                 found[id(t)] = g
     else:
+        _check_devices(leaves.items())
         with grad_lock:
             for node, g in retained:
                 _store_any(node, g, create_graph)

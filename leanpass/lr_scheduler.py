@@ -317,10 +317,11 @@ class MultiStepLR(LRScheduler):
             milestones = Counter(values["milestones"])
         except TypeError:
             raise TypeError(f"MultiStepLR: milestones must be a list of ints, got {values['milestones']!r}") from None
-        for step, count in milestones.items():
-            _int(self, "each milestone", step, -math.inf)
-            _int(self, f"the count of milestone {step}", count, 1)
-        values["milestones"] = milestones
+        checked = Counter()
+        for step, count in milestones.items():  # Python ints (NumPy's would not save)
+            checked[_int(self, "each milestone", step, -math.inf)] += _int(self, f"the count of milestone {step}",
+                                                                            count, 1)
+        values["milestones"] = checked
         values["gamma"] = _real(self, "gamma", values["gamma"])
         return values
 

@@ -30,6 +30,9 @@ FORMAT = "leanpass"
 VERSION = 1
 _META = "__leanpass__"
 _ARRAY_KINDS = "biufc"  # bool, integers, floats, complex: what .npy holds without pickle
+_STANDARD_DTYPES = frozenset(  # of those, the array API standard's (float16 or longdouble load on no device but cpu)
+    ["bool", "float32", "float64", "complex64", "complex128"]
+    + [f"{sign}int{bits}" for sign in ("", "u") for bits in (8, 16, 32, 64)])
 # The default cap of ``load``: above any state dict LeanPass is made for (a billion float32
 # values), below what takes a common machine's memory when a small file claims more.
 _DEFAULT_MAX_BYTES = 4 * 2**30
@@ -69,10 +72,11 @@ def save(obj, path) -> None:
         if _is_array(value):
             backend = backend_of_array(value)
             host = np.asarray(value) if backend is None else backend.to_host(value)
-            if host.dtype.kind not in _ARRAY_KINDS:
+            if host.dtype.kind not in _ARRAY_KINDS or host.dtype.name not in _STANDARD_DTYPES:
                 raise TypeError(
-                    f"save: the array at {_where(keys)} has dtype {host.dtype}; LeanPass files hold bool, "
-                    "integer, float and complex arrays only (no pickle)"
+                    f"save: the array at {_where(keys)} has dtype {host.dtype}; LeanPass files hold the array "
+                    "API standard's bool, integer, float and complex dtypes only (every device loads them; no "
+                    "pickle)"
                 )
             key = f"a{len(arrays)}"
             arrays[key] = host

@@ -759,3 +759,17 @@ def test_backward_with_create_graph_under_no_grad_keeps_the_gradient_in_the_grap
         y.backward(v, create_graph=True)
     (gv,) = leanpass.autograd.grad(x.grad.sum(), v)
     np.testing.assert_allclose(gv.numpy(), [2.0, 4.0])  # d/dv sum(2 x v) = 2 x
+
+
+
+@pytest.mark.parametrize("move", [("cpu", "strict"), ("strict", "cpu"), ("strict", "strict:1")])
+def test_backward_after_the_parameters_moved_raises_naming_the_devices(move):
+    """A graph recorded before model.to: the gradients are on the old device. It used to
+    fail inside the array library, or store a gradient of strict in a strict:1 tensor."""
+    before, after = move
+    m = leanpass.nn.Linear(2, 1, device=before)
+    loss = leanpass.nn.mse_loss(m(Tensor(np.ones((3, 2)), device=before)), np.zeros((3, 1)))
+    m.to(after)
+    with pytest.raises(ValueError, match=f"on {after}: the tensor moved"):
+        loss.backward()
+    assert not m.weight.has_grad and not m.bias.has_grad

@@ -344,6 +344,28 @@ def test_register_backend_adds_a_device_type():
             register_backend("bad", 42)
 
 
+def test_the_registry_names_the_device_a_backend_reports():
+    """A class registered with always_index=True, or under another type name, reports
+    the registry's canonical device string (it reported its class's defaults: "toy"
+    for "toy:0", "toy" for tensors made on "alias")."""
+    register_backend("toy", _ListBackend, library="toy_arrays", always_index=True)
+    try:
+        assert canonical_device("toy") == "toy:0"
+        assert Tensor([1.0], device="toy").device == "toy:0"
+    finally:
+        backends._TYPES.pop("toy")
+        backends._LIBRARIES.pop("toy_arrays")
+        for key in [k for k, b in backends._INSTANCES.items() if b.device_type == "toy"]:
+            del backends._INSTANCES[key]
+    with registered("alias", lambda: _ListBackend, "alias_arrays"):
+        assert Tensor([1.0], device="alias").device == "alias"
+
+
+def test_a_device_index_of_other_digits_is_a_runtime_error():
+    with pytest.raises(RuntimeError, match="must be a number"):
+        get_backend("strict:\u00b2")
+
+
 def test_a_library_belongs_to_one_device_type():
     class MyNumpy(_ListBackend):
         device_type = "mine"

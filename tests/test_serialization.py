@@ -545,3 +545,23 @@ def test_a_copy_keeps_a_gradient_written_into_read_zeros(device):
     other = copy.deepcopy(w)
     assert other.has_grad
     np.testing.assert_array_equal(np.asarray(other.grad), [5.0, 0.0])
+
+
+
+def test_dtypes_outside_the_standard_are_refused_by_save(tmp_path):
+    """float16 and longdouble load on no device but cpu: save refuses them, naming the key."""
+    for dtype in (np.float16, np.longdouble):
+        if np.dtype(dtype).name in ("float64",):  # longdouble is float64 on some platforms
+            continue
+        with pytest.raises(TypeError, match=r"\['w'\] has dtype"):
+            leanpass.save({"w": np.ones(2, dtype=dtype)}, tmp_path / "h.npz")
+    assert not (tmp_path / "h.npz").exists()
+
+
+def test_a_multistep_schedule_with_numpy_milestones_saves(tmp_path):
+    sched = optim.lr_scheduler.MultiStepLR(optim.SGD(nn.Linear(2, 1).parameters(), lr=0.1),
+                                           milestones=np.array([30, 60, 30]))
+    state = sched.state_dict()
+    assert all(type(k) is int for k in state["milestones"])
+    leanpass.save(state, tmp_path / "s.npz")
+    assert dict(leanpass.load(tmp_path / "s.npz")["milestones"]) == {30: 2, 60: 1}

@@ -139,7 +139,7 @@ def _parse(device) -> tuple[_Entry, int]:
         )
     if not sep:
         return entry, 0
-    if not index.isdigit():
+    if not (index.isascii() and index.isdigit()):  # not '²', which int() refuses
         raise RuntimeError(f"invalid device {device!r}: the index after ':' must be a number, as in '{type_}:0'")
     return entry, int(index)
 
@@ -193,6 +193,8 @@ def _create_backend(device) -> Backend:
             have = ", ".join(canonical_name(entry.type, i, entry.always_index) for i in indices)
             raise RuntimeError(f"device {name!r} does not exist on this machine; available: {have}")
         backend = cls(index)
+        if backend.device != name:  # the registry's name and its always_index, not the class's defaults
+            backend.device_type, backend.device = entry.type, name
         if _seed is not None:
             backend.seed(_seed)
         _INSTANCES[name] = backend  # published only once ready: other threads read without the lock
