@@ -155,6 +155,10 @@ class Tensor:
         """The number of elements."""
         return math.prod(self._data.shape)
 
+    def numel(self) -> int:
+        """The number of elements (PyTorch's name; ``t.size`` is the standard's)."""
+        return math.prod(self._data.shape)
+
     @property
     def dtype(self):
         """The data type: ``leanpass.float32`` etc., which also compares equal to the

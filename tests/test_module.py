@@ -497,3 +497,71 @@ def test_deleting_a_buffer_frees_its_name():
     del m.scale
     m.scale = Tensor([2.0], requires_grad=True)  # now a parameter, as in PyTorch
     assert [n for n, _ in m.named_parameters()] == ["scale"] and m.buffers() == []
+
+
+# ---- PyTorch's Module API, found missing or different by review -------------------------------
+
+
+def test_repr_shows_extra_repr_with_children():
+    class Scaled(nn.Module):
+        def __init__(self):
+            self.scale = 3
+            self.inner = nn.Linear(2, 1)
+
+        def extra_repr(self):
+            return "scale=3"
+
+    assert repr(Scaled()) == "Scaled(\n  scale=3\n  (inner): Linear(in_features=2, out_features=1, bias=True)\n)"
+
+
+def test_assigning_to_a_buffer_name():
+    """A Parameter makes it a parameter (optimizers see it), a non-Tensor raises
+    TypeError (it silently dropped the buffer), a Tensor keeps it a buffer."""
+    m = nn.Module()
+    m.register_buffer("s", Tensor([1.0]))
+    m.s = nn.Parameter([2.0])
+    assert [n for n, _ in m.named_parameters()] == ["s"] and m.named_buffers() == []
+    b = nn.Module()
+    b.register_buffer("s", Tensor([1.0]))
+    with pytest.raises(TypeError, match="buffer 's'"):
+        b.s = 5
+    assert [n for n, _ in b.named_buffers()] == ["s"] and "s" in b.state_dict()
+    b.s = Tensor([3.0])
+    assert [n for n, _ in b.named_buffers()] == ["s"]
+
+
+def test_container_pop_and_concatenation():
+    a, r = nn.Linear(1, 1), nn.ReLU()
+    ml = nn.ModuleList([a, r])
+    assert len(ml + ml) == 4 and ml.pop() is r and list(ml) == [a]
+    seq = nn.Sequential(a, r)
+    both = seq + nn.Sequential(nn.Tanh())
+    assert len(both) == 3 and len(seq) == 2
+    seq += nn.Sequential(nn.Tanh())
+    assert len(seq) == 3 and seq.pop(0) is a and len(seq) == 2
+    with pytest.raises(IndexError, match="pop"):
+        nn.Sequential().pop()
+
+
+def test_train_mode_must_be_a_bool():
+    m = nn.Linear(1, 1)
+    with pytest.raises(ValueError, match="bool"):
+        m.train("False")
+    assert m.training
+
+
+def test_add_module_register_parameter_get_submodule_cpu_numel():
+    m = nn.Module()
+    m.add_module("a", nn.Sequential(nn.Linear(1, 1)))
+    m.register_parameter("p", nn.Parameter([1.0]))
+    assert [n for n, _ in m.named_parameters()] == ["a.layers.0.weight", "a.layers.0.bias", "p"]
+    assert m.get_submodule("a.layers.0") is m.a[0] and m.get_submodule("") is m
+    with pytest.raises(AttributeError, match="no sub-module"):
+        m.get_submodule("a.b")
+    with pytest.raises(TypeError, match="Parameter"):
+        m.register_parameter("q", Tensor([1.0]))
+    with pytest.raises(TypeError, match="not a Module"):
+        m.add_module("b", 3)
+    with pytest.raises(KeyError, match="invalid name"):
+        m.add_module("x.y", nn.ReLU())
+    assert m.cpu() is m and Tensor([[1.0, 2.0]]).numel() == 2

@@ -229,6 +229,21 @@ class Sequential(Module):
         self.layers.extend(modules)
         return self
 
+    def pop(self, index: int = -1):
+        if not -len(self.layers) <= index < len(self.layers):
+            raise IndexError(f"Sequential.pop: index {index} is out of range for {len(self.layers)} layers")
+        return self.layers.pop(index)
+
+    def __add__(self, other) -> Sequential:
+        if not isinstance(other, Sequential):
+            return NotImplemented
+        return Sequential(self.layers + other.layers)
+
+    def __iadd__(self, other) -> Sequential:
+        if not isinstance(other, Sequential):
+            return NotImplemented
+        return self.extend(other.layers)
+
     def _torch_key(self, key: str) -> str:  # torch.nn.Sequential: "0.weight"
         return key.partition(".")[2] if key.startswith("layers.") else key
 

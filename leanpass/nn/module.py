@@ -76,6 +76,13 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} must define forward()")
 
     def __setattr__(self, name, value):
+        buffers = self.__dict__.get("_buffers")
+        if buffers and name in buffers and not (value is None or type(value) is Tensor):
+            if isinstance(value, (Parameter, Module)):  # no longer a buffer: a parameter, a sub-module (PyTorch)
+                del buffers[name]
+            elif not isinstance(value, Tensor):
+                raise TypeError(f"{type(self).__name__}: cannot assign a {type(value).__name__} as buffer {name!r} "
+                                "(a Tensor or None is expected; del the attribute first to use the name otherwise)")
         object.__setattr__(self, name, value)
         _CHANGES[0] += 1  # after the change: a check that sees the new count sees the new member
 
@@ -224,9 +231,50 @@ class Module:
         return self
 
     def train(self, mode: bool = True) -> Module:
+        """Set training mode (``mode``, a bool) on this module and every sub-module;
+        returns this module."""
+        if not isinstance(mode, bool):
+            raise ValueError(f"train: the training mode must be a bool, got {mode!r}")
         for m in self.modules():
-            m.training = bool(mode)
+            m.training = mode
         return self
+
+    def cpu(self) -> Module:
+        """``to("cpu")``."""
+        return self.to("cpu")
+
+    def add_module(self, name: str, module) -> None:
+        """``setattr(self, name, module)`` for a Module or None, with PyTorch's checks."""
+        self._check_name(name, "add_module")
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"add_module: {type(module).__name__} is not a Module")
+        setattr(self, name, module)
+
+    register_module = add_module
+
+    def register_parameter(self, name: str, param) -> None:
+        """``setattr(self, name, param)`` for a Parameter or None, with PyTorch's checks."""
+        self._check_name(name, "register_parameter")
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"register_parameter: cannot assign a {type(param).__name__} as parameter {name!r} "
+                            "(a leanpass.nn.Parameter or None is required)")
+        setattr(self, name, param)
+
+    def _check_name(self, name, op: str) -> None:
+        if not isinstance(name, str):
+            raise TypeError(f"{op}: the name must be a str, got {type(name).__name__}")
+        if "." in name or not name:
+            raise KeyError(f"{op}: invalid name {name!r} (empty, or containing '.')")
+        if hasattr(self, name) and name not in self.__dict__:
+            raise KeyError(f"{op}: attribute {name!r} already exists in {type(self).__name__}")
+
+    def get_submodule(self, target: str) -> Module:
+        """The sub-module at the dotted path ``target`` (``""``: this module), as
+        PyTorch's; ``AttributeError`` naming the missing part."""
+        found = dict(self.named_modules())
+        if target not in found:
+            raise AttributeError(f"get_submodule: {type(self).__name__} has no sub-module {target!r}")
+        return found[target]
 
     def eval(self) -> Module:
         return self.train(False)
@@ -312,12 +360,14 @@ class Module:
         return IncompatibleKeys(missing, unexpected)
 
     def __repr__(self) -> str:
-        lines = [f"{type(self).__name__}("]
-        for name, value in self.named_children():
+        children = self.named_children()
+        extra = self.extra_repr()
+        if not children:
+            return f"{type(self).__name__}({extra})"
+        lines = [f"{type(self).__name__}("] + [f"  {line}" for line in extra.split("\n") if extra]
+        for name, value in children:
             inner = repr(value).replace("\n", "\n  ")
             lines.append(f"  ({name}): {inner}")
-        if len(lines) == 1:
-            return f"{type(self).__name__}({self.extra_repr()})"
         return "\n".join(lines) + "\n)"
 
     def extra_repr(self) -> str:
@@ -380,6 +430,14 @@ class ModuleList(Module):
 
     def insert(self, index: int, module) -> None:
         self._list.insert(index, _module(module, "ModuleList.insert"))
+
+    def pop(self, index: int = -1) -> Module:
+        return self._list.pop(self._index(index, "ModuleList.pop"))
+
+    def __add__(self, other) -> ModuleList:
+        if not isinstance(other, ModuleList):
+            return NotImplemented
+        return ModuleList(self._list + other._list)
 
 
 class ModuleDict(Module):
