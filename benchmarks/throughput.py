@@ -8,8 +8,8 @@
 
 One step is forward, cross-entropy, backward and an SGD update of:
 - ``--model mlp`` (default): an MLP with ``--depth`` hidden layers of ``--width``
-  units (default 4 x 4096, batch 1024), against the same step written by hand with
-  the device's array library too;
+  units (default 4 x 4096, batch 1024; ``--depth 0`` is one Linear layer), against
+  the same step written by hand with the device's array library too;
 - ``--model cnn``: ``benchmarks/models.py``'s CNN (3x3 convolutions of ``--width``
   and twice as many channels, BatchNorm, pooling) on 28x28 images (default width
   32, batch 256);
@@ -19,6 +19,9 @@ Each contestant (LeanPass, PyTorch where installed, and for the MLP the step by
 hand) runs ``--steps`` steps per round, with the device synchronised before the
 clock stops; rounds interleave the contestants, and the table gives medians and
 the ratio to LeanPass.
+
+Sizes and counts must be integers >= 1 (``--depth`` and ``--warmup`` >= 0): anything
+else is a usage error (exit status 2), as is a device that cannot be used here.
 """
 
 from __future__ import annotations
@@ -41,6 +44,19 @@ DEFAULTS = {  # model: (width, depth, batch size)
     "cnn": (32, None, 256),
     "transformer": (128, 2, 32),
 }
+
+
+def _integer(low):
+    def parse(text):
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text}")
+        return value
+    parse.__name__ = "integer"  # argparse names the type in its message
+    return parse
+
+
+positive, natural = _integer(1), _integer(0)
 
 
 def measure(steps: dict, n_steps: int, rounds: int, warmup: int) -> dict:
@@ -81,24 +97,28 @@ def main(argv=None):
     p.add_argument("--device", default="cpu")
     p.add_argument("--model", default="mlp", choices=list(DEFAULTS))
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    p.add_argument("--width", type=int, default=None, help="units, channels or embedding width")
-    p.add_argument("--depth", type=int, default=None, help="hidden layers or transformer blocks")
-    p.add_argument("--features", type=int, default=1024, help="the MLP's inputs")
-    p.add_argument("--classes", type=int, default=10, help="the MLP's classes")
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--steps", type=int, default=20, help="steps per round")
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--width", type=positive, default=None, help="units, channels or embedding width")
+    p.add_argument("--depth", type=natural, default=None,
+                   help="hidden layers (0: one Linear layer) or transformer blocks (>= 1); not used by the CNN")
+    p.add_argument("--features", type=positive, default=1024, help="the MLP's inputs")
+    p.add_argument("--classes", type=positive, default=10, help="the MLP's classes")
+    p.add_argument("--batch-size", type=positive, default=None)
+    p.add_argument("--steps", type=positive, default=20, help="steps per round")
+    p.add_argument("--rounds", type=positive, default=5)
+    p.add_argument("--warmup", type=natural, default=3)
     p.add_argument("--only", nargs="*", choices=list(NAMES), help="contestants (default: all available)")
     args = p.parse_args(argv)
+    if args.model == "transformer" and args.depth == 0:
+        p.error("--depth 0: a transformer needs at least one block")
     try:  # a device that cannot be used is a one-line error (exit status 2), not a traceback
         get_backend(args.device)
     except (ValueError, RuntimeError) as exc:
         p.exit(2, f"{p.prog}: error: {exc}\n")
 
-    width, depth, batch = DEFAULTS[args.model]
-    args.width, args.depth = args.width or width, args.depth or depth
-    args.batch_size = args.batch_size or batch
+    width, depth, batch = DEFAULTS[args.model]  # for the options not given (None), never for a 0
+    args.width = width if args.width is None else args.width
+    args.depth = depth if args.depth is None else args.depth
+    args.batch_size = batch if args.batch_size is None else args.batch_size
     if args.model == "mlp":
         steps, flops, described = mlp_steps(args)
     else:

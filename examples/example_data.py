@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import zipfile
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,17 +76,28 @@ def load_mnist(path: str) -> Dataset:
     if os.path.isdir(path):
         arrays = {key: read_idx(_find(path, stem)) for key, stem in _MNIST_FILES.items()}
     elif os.path.isfile(path):
-        with np.load(path, allow_pickle=False) as archive:
-            missing = [k for k in _MNIST_FILES if k not in archive.files]
-            if missing:
-                raise ValueError(f"{path}: an MNIST .npz needs the keys {list(_MNIST_FILES)}; missing {missing}")
-            arrays = {key: archive[key] for key in _MNIST_FILES}
+        if not zipfile.is_zipfile(path):  # np.load would take it for a pickle and say so
+            raise ValueError(f"{path}: not MNIST data: neither an .npz archive (keys {', '.join(_MNIST_FILES)}) "
+                             "nor a folder of the four IDX files")
+        try:
+            with np.load(path, allow_pickle=False) as archive:
+                missing = [k for k in _MNIST_FILES if k not in archive.files]
+                if missing:
+                    raise ValueError(f"{path}: an MNIST .npz needs the keys {list(_MNIST_FILES)}; missing {missing}")
+                arrays = {key: archive[key] for key in _MNIST_FILES}
+        except (zipfile.BadZipFile, EOFError) as exc:
+            raise ValueError(f"{path}: not a readable .npz archive ({exc})") from None
     else:
         raise FileNotFoundError(f"MNIST: no such file or folder: {path}")
     for split in ("train", "test"):
         x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
+        if x.dtype.kind not in "biuf" or y.dtype.kind not in "biu" or x.ndim < 2 or y.ndim != 1:
+            raise ValueError(f"MNIST: the {split} images must be numbers of shape (n, rows, columns) and the labels "
+                             f"integers of shape (n,), got {x.dtype} {x.shape} and {y.dtype} {y.shape}")
         if x.shape[0] != y.shape[0]:
             raise ValueError(f"MNIST: {x.shape[0]} {split} images but {y.shape[0]} labels")
+        if y.size and y.min() < 0:
+            raise ValueError(f"MNIST: the {split} labels must be >= 0, got {y.min()}")
     scale = 255.0 if arrays["x_train"].dtype == np.uint8 else 1.0
 
     def flat(x):

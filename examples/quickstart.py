@@ -3,6 +3,10 @@
     python examples/quickstart.py                  # on the CPU
     python examples/quickstart.py --device strict  # on the array-API stand-in
     python examples/quickstart.py --device cuda    # on a CUDA GPU (needs leanpass[cuda12])
+
+A device that cannot be used here (``--device cuda`` without CuPy or a GPU, a
+misspelled one) ends the script at once with a one-line reason and exit status 2,
+as a bad argument does.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import numpy as np
 
 import leanpass
 from leanpass import Tensor, nn, optim
+from leanpass.backends import get_backend
 
 
 def tour(device: str) -> None:
@@ -62,11 +67,25 @@ def fit_line(device: str, steps: int = 300, lr: float = 0.1) -> tuple[float, flo
     return weight, bias
 
 
+def positive(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text}")
+    return value
+
+
+positive.__name__ = "integer"  # argparse names the type in its message
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", help="cpu, strict, strict:1, cuda, cuda:N (default: cpu)")
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--steps", type=positive, default=300, help="SGD steps of the fit (default: 300)")
     args = parser.parse_args(argv)
+    try:  # a device that cannot be used is a one-line error (exit status 2), not a traceback
+        get_backend(args.device)
+    except (ValueError, RuntimeError) as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
     print("LeanPass", leanpass.__version__, "| devices here:", ", ".join(leanpass.available_devices()))
     tour(args.device)
     weight, bias = fit_line(args.device, steps=args.steps)

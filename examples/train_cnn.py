@@ -67,7 +67,7 @@ def build_cnn(args, data, device):
     """The model and how the first line describes it: square images only."""
     side = math.isqrt(data.features)
     if side * side != data.features:
-        raise ValueError(f"{data.name}: {data.features} features are not a square image")
+        train_mlp.refuse(args, f"--data: {data.name}'s {data.features} features are not a square image")
     model = CNN(side, args.channels, data.classes, device=device, dtype=args.dtype)
     return model, f"CNN {side}x{side} -> channels {args.channels} -> {data.classes}"
 

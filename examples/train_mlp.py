@@ -13,7 +13,9 @@ the script at once with a one-line reason and exit status 2, as a bad argument d
 Data: scikit-learn's 8x8 digits by default (shipped inside scikit-learn, no
 download), or MNIST from files you downloaded (--data: a folder with the four
 IDX files, gzipped or not, or an mnist.npz). The same --seed gives the same
-numbers on the CPU, also across --resume.
+numbers on the CPU, also across --resume (which refuses a checkpoint made with
+another --seed, --dtype, data or model: the seed splits the digits, and another
+one would train on held-out samples).
 
 --distributed trains one model on every process that ``mpiexec`` started
 (``pip install "leanpass[mpi]"``): each epoch's shuffled samples are split between
@@ -45,17 +47,33 @@ from leanpass import distributed as dist  # noqa: E402
 from leanpass.backends import get_backend  # noqa: E402
 
 
-def _integer(low):
+def _integer(low, high=None):
+    """An int >= ``low`` (and < ``high`` if given), for argparse's ``type``."""
     def parse(text):
         value = int(text)
         if value < low:
             raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text}")
+        if high is not None and value >= high:
+            raise argparse.ArgumentTypeError(f"must be an integer in [{low}, {high_text}), got {text}")
         return value
+    high_text = "2**64" if high == 2**64 else str(high)
     parse.__name__ = "integer"  # argparse names the type in its message
     return parse
 
 
 positive, natural = _integer(1), _integer(0)
+seed = _integer(0, 2**64)  # leanpass.manual_seed takes [-2**63, 2**64); NumPy's generators no negatives
+
+
+def non_negative(text):
+    """A finite number >= 0 (a weight decay)."""
+    value = float(text)
+    if not 0.0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+non_negative.__name__ = "number"
 
 
 def rate(text):
@@ -77,7 +95,7 @@ def arg_parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=positive, default=20)
     p.add_argument("--batch-size", type=positive, default=64)
     p.add_argument("--lr", type=rate, default=3e-3, help="Adam's learning rate")
-    p.add_argument("--seed", type=natural, default=0)
+    p.add_argument("--seed", type=seed, default=0)
     p.add_argument("--data", default=None, help="MNIST folder (IDX files) or mnist.npz; default: digits")
     p.add_argument("--plot", default=None, metavar="PNG", help="write loss and accuracy curves here")
     p.add_argument("--checkpoint", default=None, metavar="NPZ", help="save model and optimizer here each epoch")
@@ -99,10 +117,36 @@ def sizes_option(p: argparse.ArgumentParser, option: str, text: str) -> list:
     return sizes
 
 
+def output_path(p: argparse.ArgumentParser, option: str, path) -> None:
+    """A usage error now, not after training, if ``path`` cannot be written: its folder must exist."""
+    if path is None:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        p.error(f"{option} {path!r} is a folder; give a file name in it")
+    if not os.path.isdir(folder):
+        p.error(f"{option} {path!r}: there is no folder {folder!r} to write it in")
+    if not os.access(folder, os.W_OK):
+        p.error(f"{option} {path!r}: the folder {folder!r} is not writable")
+
+
+def refuse(args, message: str):
+    """A usage error (exit status 2) from inside ``train``: ``args.error`` is the parser's."""
+    error = getattr(args, "error", None)
+    if error is not None:
+        error(message)
+    raise ValueError(message)
+
+
 def checked(p: argparse.ArgumentParser, args) -> argparse.Namespace:
     """The checks every script makes once its own options are read."""
     if args.resume and not args.checkpoint:
         p.error("--resume needs --checkpoint PATH")
+    if args.data is not None and not os.path.exists(args.data):
+        p.error(f"--data {args.data!r} is not a file or folder")
+    output_path(p, "--plot", args.plot)
+    output_path(p, "--checkpoint", args.checkpoint)
+    args.error = p.error  # for the checks only train() can make (the data, a checkpoint)
     try:  # before loading any data: a device that cannot be used is a one-line error, not a traceback
         if args.distributed:
             dist.init_process_group(device=args.device)
@@ -181,6 +225,30 @@ def plot(history, path):
     plt.close(fig)
 
 
+def resume_checkpoint(args, device, keys) -> dict:
+    """``--checkpoint`` read for ``--resume``: a usage error if it is not one of this script's."""
+    try:
+        saved = leanpass.load(args.checkpoint, device=device)
+    except (OSError, ValueError) as exc:
+        refuse(args, f"--checkpoint {args.checkpoint!r} cannot be resumed: {exc}")
+    missing = [key for key in keys if key not in saved]
+    if missing:
+        refuse(args, f"--checkpoint {args.checkpoint!r} was not written by this script (it lacks {missing})")
+    return saved
+
+
+def same_settings(args, saved: dict, settings: dict) -> None:
+    """Refuse to resume with another --dtype, --seed or data than the checkpoint's run had."""
+    for name, value in settings.items():
+        if name not in saved or saved[name] == value:
+            continue
+        if name == "data":
+            refuse(args, f"the checkpoint was trained on {saved[name]}, not on {value}: resume with the same --data")
+        why = " (another seed splits and orders the data differently)" if name == "seed" else ""
+        refuse(args, f"the checkpoint was made with --{name} {saved[name]}, not --{name} {value}{why}: "
+                     f"resume with --{name} {saved[name]} (or write another --checkpoint)")
+
+
 def main(argv=None, parse=parse_args, build=build_mlp):
     args = parse(argv)
     try:
@@ -194,7 +262,11 @@ def train(args, build=build_mlp):
     """Train ``build(args, data, device)``'s model; the history of each epoch's figures."""
     rank, processes = (dist.get_rank(), dist.get_world_size()) if args.distributed else (0, 1)
     say = print if rank == 0 else (lambda *a, **k: None)  # rank 0 alone prints
-    data = load_mnist(args.data) if args.data else load_digits(seed=args.seed)
+    try:
+        data = load_mnist(args.data) if args.data else load_digits(seed=args.seed)
+    except (OSError, ValueError) as exc:  # a folder without the files, a file that is not MNIST
+        reason = str(exc)
+        refuse(args, f"--data: {reason}" if args.data in reason else f"--data {args.data!r}: {reason}")
     backend = get_backend(args.device)
     device = backend.device
     x_train = Tensor(data.x_train, device=device, dtype=args.dtype)
@@ -208,10 +280,21 @@ def train(args, build=build_mlp):
     net = nn.parallel.DistributedDataParallel(model) if args.distributed else model  # what the steps call
     history = {"train_loss": [], "test_loss": [], "test_accuracy": [], "samples_per_s": []}
     first_epoch = 1
+    # What a resumed run must share with the run that wrote the checkpoint: the seed splits
+    # the digits (another one would train on held-out samples) and orders each epoch.
+    settings = {"dtype": args.dtype, "seed": args.seed,
+                "data": f"{data.name}, {len(data.y_train)} train / {len(data.y_test)} held out"}
     if args.resume and os.path.exists(args.checkpoint):
-        saved = leanpass.load(args.checkpoint, device=device)
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
+        saved = resume_checkpoint(args, device, ("model", "optimizer", "epoch", "history", "model_description"))
+        same_settings(args, saved.get("settings", {}), settings)
+        if saved["model_description"] != described:
+            refuse(args, f"the checkpoint holds a model of {saved['model_description']}, not {described}: "
+                         "resume with the options that made it (or write another --checkpoint)")
+        try:
+            model.load_state_dict(saved["model"])
+            optimizer.load_state_dict(saved["optimizer"])
+        except (ValueError, KeyError, TypeError) as exc:
+            refuse(args, f"--checkpoint {args.checkpoint!r} does not fit this model: {exc}")
         history = saved["history"]
         first_epoch = saved["epoch"] + 1
         say(f"resumed from {args.checkpoint} after epoch {saved['epoch']}")
@@ -269,7 +352,8 @@ def train(args, build=build_mlp):
             f"accuracy {accuracy:.4f}  {seen / seconds:,.0f} samples/s")
         if args.checkpoint and rank == 0:  # the model without the wrapper: resumes on any number of processes
             leanpass.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                           "epoch": epoch, "history": history, "model_description": described}, args.checkpoint)
+                           "epoch": epoch, "history": history, "model_description": described,
+                           "settings": settings}, args.checkpoint)
     if args.plot and history["train_loss"] and rank == 0:
         plot(history, args.plot)
         say(f"curves written to {args.plot}")

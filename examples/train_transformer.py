@@ -26,7 +26,9 @@ Training: AdamW, the learning rate warming up linearly for --warmup steps then
 falling on a cosine to a tenth at --steps, gradients clipped to norm 1. Each step
 draws --batch-size windows at random (seeded by --seed and the step), so the same
 --seed gives the same numbers on the CPU, also across --stop-after / --resume with
-the same --steps. A checkpoint is written at each evaluation (--eval-every).
+the same --steps (and the same --dtype and model sizes, which --resume insists on).
+A checkpoint is written at each evaluation (--eval-every) and at the --stop-after
+step, with the training loss summed since the last evaluation.
 
 A device that cannot be used here (``--device cuda`` without CuPy or a GPU) ends
 the script at once with a one-line reason and exit status 2, as a bad argument does.
@@ -59,7 +61,7 @@ from leanpass.nn import functional as F  # noqa: E402
 LN2 = math.log(2.0)
 
 
-positive, natural, rate = train_mlp.positive, train_mlp.natural, train_mlp.rate
+positive, natural, rate, seed = train_mlp.positive, train_mlp.natural, train_mlp.rate, train_mlp.seed
 
 
 def parse_args(argv=None):
@@ -76,8 +78,9 @@ def parse_args(argv=None):
     p.add_argument("--heads", type=positive, default=4)
     p.add_argument("--lr", type=rate, default=3e-3, help="AdamW's peak learning rate")
     p.add_argument("--warmup", type=natural, default=30, help="steps of linear warm-up")
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--seed", type=natural, default=0)
+    p.add_argument("--weight-decay", type=train_mlp.non_negative, default=0.01,
+                   help="AdamW's weight decay (default: 0.01)")
+    p.add_argument("--seed", type=seed, default=0)
     p.add_argument("--data", default=None, help="a text file; default: this Python's standard library source")
     p.add_argument("--corpus-mb", type=float, default=1.0, help="megabytes of the default corpus (default: 1)")
     p.add_argument("--eval-every", type=positive, default=100, metavar="STEPS", help="held-out loss every STEPS")
@@ -96,8 +99,8 @@ def parse_args(argv=None):
         p.error(f"--width {args.width} is not a multiple of --heads {args.heads}")
     if not args.temperature > 0:
         p.error(f"--temperature must be > 0, got {args.temperature}")
-    if not args.lr > 0 or not args.corpus_mb > 0:
-        p.error(f"--lr and --corpus-mb must be > 0, got {args.lr} and {args.corpus_mb}")
+    if not args.lr > 0 or not 0 < args.corpus_mb < math.inf:
+        p.error(f"--lr and --corpus-mb must be finite numbers > 0, got {args.lr} and {args.corpus_mb}")
     if args.data is not None and not os.path.isfile(args.data):
         p.error(f"--data {args.data!r} is not a file")
     args.error = p.error
@@ -259,7 +262,10 @@ def train(args):
     rank, processes = (dist.get_rank(), dist.get_world_size()) if args.distributed else (0, 1)
     say = print if rank == 0 else (lambda *a, **k: None)  # rank 0 alone prints
     device = get_backend(args.device).device
-    saved = leanpass.load(args.checkpoint, device=device) if args.resume and os.path.exists(args.checkpoint) else None
+    saved = None
+    if args.resume and os.path.exists(args.checkpoint):
+        saved = train_mlp.resume_checkpoint(args, device, ("model", "optimizer", "scheduler", "step", "history",
+                                                           "vocab", "sizes"))
     name, text = read_text(args.data, args.corpus_mb)
     codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)  # one code point per character
     vocab = saved["vocab"] if saved else "".join(map(chr, np.unique(codes)))
@@ -283,17 +289,25 @@ def train(args):
     sizes = {"context": args.context, "width": args.width, "layers": args.layers, "heads": args.heads}
     if saved and saved["sizes"] != sizes:
         args.error(f"the checkpoint holds a model of {saved['sizes']}, not {sizes}")
+    if saved:
+        train_mlp.same_settings(args, saved, {"dtype": args.dtype})
     model = CharTransformer(len(vocab), **sizes, device=device, dtype=args.dtype)
     optimizer = optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99), weight_decay=args.weight_decay)
     scheduler = optim.lr_scheduler.LambdaLR(optimizer, schedule(args.warmup, args.steps))
     net = nn.parallel.DistributedDataParallel(model) if args.distributed else model  # what the steps call
     history = {"step": [], "train_bits": [], "held_out_bits": [], "chars_per_s": []}
-    done = 0
+    done, running, counted = 0, None, 0  # steps done; the training loss summed since the last evaluation
     if saved:
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        scheduler.load_state_dict(saved["scheduler"])
+        try:
+            model.load_state_dict(saved["model"])
+            optimizer.load_state_dict(saved["optimizer"])
+            scheduler.load_state_dict(saved["scheduler"])
+        except (ValueError, KeyError, TypeError) as exc:
+            args.error(f"--checkpoint {args.checkpoint!r} does not fit this model: {exc}")
         history, done = saved["history"], saved["step"]
+        if saved.get("counted"):  # stopped between evaluations: the next one averages over those steps too
+            running = Tensor(saved["running"], device=device, dtype=args.dtype)
+            counted = saved["counted"]
         say(f"resumed from {args.checkpoint} after step {done}")
         if args.distributed:  # every process read the same file; make sure they agree
             net._broadcast_state(model.parameters())
@@ -305,7 +319,15 @@ def train(args):
         f"{parameters:,} parameters, {args.dtype} on {device}{shares}")
     last = min(args.steps, args.stop_after or args.steps)
     bar = progress(last, done, args.quiet or rank != 0)
-    running, counted, start = None, 0, time.perf_counter()
+
+    def save(step, loss_sum=0.0, steps_summed=0):
+        if args.checkpoint and rank == 0:  # the model without the wrapper: resumes on any number of processes
+            leanpass.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                           "scheduler": scheduler.state_dict(), "step": step, "history": history,
+                           "vocab": vocab, "sizes": sizes, "dtype": args.dtype,
+                           "running": loss_sum, "counted": steps_summed}, args.checkpoint)
+
+    timed, start = 0, time.perf_counter()
     for step in range(done + 1, last + 1):
         model.train()
         rng = np.random.default_rng([args.seed, step, rank])  # per step and process: resumable, distinct
@@ -319,9 +341,18 @@ def train(args):
         scheduler.step()
         running = loss.detach() if running is None else running + loss.detach()  # stays on the device
         counted += 1
+        timed += 1
         if bar is not None:
             bar.update(1)
-        if step % args.eval_every and step != last:
+        if step % args.eval_every and step != args.steps:
+            if step == last and args.checkpoint:
+                # --stop-after between evaluations: no evaluation (an uninterrupted run has none here);
+                # the checkpoint keeps the loss summed so far, so the resumed run's next figures are the same
+                loss_sum = running.item()
+                if args.distributed:  # the processes' mean: they all go on from it when resumed
+                    loss_sum = float(dist.all_reduce(Tensor([loss_sum], device=device, dtype="float64"))
+                                     .numpy()[0]) / processes
+                save(step, loss_sum, counted)
             continue
         train_loss = running.item() / counted
         if args.distributed:  # every process's windows: one all-reduce per evaluation
@@ -331,17 +362,17 @@ def train(args):
         history["step"].append(step)
         history["train_bits"].append(train_loss / LN2)
         history["held_out_bits"].append(bits)
-        history["chars_per_s"].append(counted * args.batch_size * args.context * processes / seconds)
+        history["chars_per_s"].append(timed * args.batch_size * args.context * processes / seconds)
         message = (f"step {step:5d}  train bits/char {train_loss / LN2:.3f}  held-out bits/char {bits:.3f}  "
                    f"{history['chars_per_s'][-1]:,.0f} chars/s")
         (bar.write if bar is not None else say)(message)  # above the progress bar
-        if args.checkpoint and rank == 0:  # the model without the wrapper: resumes on any number of processes
-            leanpass.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                           "scheduler": scheduler.state_dict(), "step": step, "history": history,
-                           "vocab": vocab, "sizes": sizes}, args.checkpoint)
-        running, counted, start = None, 0, time.perf_counter()
+        save(step)
+        running, counted, timed, start = None, 0, 0, time.perf_counter()
     if bar is not None:
         bar.close()
+    if last < args.steps and done < last:
+        say(f"stopped after step {last} of {args.steps}"
+            + (f": continue with --checkpoint {args.checkpoint} --resume" if args.checkpoint else ""))
     if args.plot and history["step"] and rank == 0:
         plot(history, args.plot)
         say(f"curves written to {args.plot}")

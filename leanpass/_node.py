@@ -9,6 +9,8 @@ links the result into the graph.
 
 from __future__ import annotations
 
+import numbers
+
 from . import ops
 from ._checks import broadcast_shapes, device_message
 from ._dtypes import DTYPES, as_dtype, dtype_name
@@ -583,11 +585,12 @@ def init_tensor(self, data, requires_grad, name, device, dtype, copy, infer="flo
         converted = dtype_name(host.dtype) != dtype
         if copy is False and converted:
             raise ValueError(f"asarray: copy=False, but converting {dtype_name(host.dtype)} to {dtype} needs a copy")
-        # NumPy made new memory (from Python numbers, a NumPy scalar), or shares data's
-        # (a NumPy array, a view of one, a torch tensor, a memoryview, any __array__)
-        made = host is not data and host.base is None
+        # NumPy made new memory from Python numbers; any array, buffer or __array__
+        # object may have handed over its own (the constructor copies it, copy=False
+        # keeps it); a NumPy scalar's array is new but cannot be shared
+        made = not _array_like(data)
         array = backend.from_host(host, dtype)
-        if copy is False and (made or array is not host):
+        if copy is False and (made or array is not host or isinstance(data, numbers.Number)):
             kind = type(data)
             raise ValueError(f"asarray: copy=False, but {kind.__module__.partition('.')[0]}.{kind.__qualname__} data "
                              f"on {backend.device} needs a copy (a scalar, another byte order, or a device that "

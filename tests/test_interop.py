@@ -362,3 +362,22 @@ def test_numpy_scalars_where_the_standard_says_python_scalars():
     assert lp.full(2, np.int64(1)).dtype == lp.int64
     assert lp.full_like(lp.ones(2), np.int64(4)).tolist() == [4.0, 4.0]
     assert lp.full(2, np.bool_(True)).dtype == lp.bool
+
+
+def test_an_array_object_handing_over_its_own_memory_is_copied():
+    """NumPy-2-style __array__ may return the object's own array (base None): the
+    constructor and copy=True still copy it."""
+    class Wrap:
+        def __init__(self, a):
+            self.a = a
+
+        def __array__(self, dtype=None, copy=None):
+            return self.a.copy() if copy else self.a
+
+    a = np.array([1.0, 2.0])
+    w = Wrap(a)
+    t, u, p = Tensor(w), lp.asarray(w, copy=True), lp.nn.Parameter(w)
+    shared = lp.asarray(w)
+    a[0] = 99.0
+    assert t.tolist() == u.tolist() == p.tolist() == [1.0, 2.0]
+    assert shared.tolist() == [99.0, 2.0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -52,9 +53,39 @@ def test_mnist_files_and_plot(tmp_path):
 
 @pytest.mark.parametrize("argv", [["--channels", "abc"], ["--channels", ""], ["--channels", "8,0"], ["--resume"],
                                   ["--batch-size", "0"], ["--batch-size", "-5"], ["--epochs", "0"], ["--lr", "-1"],
-                                  ["--lr", "nan"], ["--seed", "-1"]])
+                                  ["--lr", "nan"], ["--seed", "-1"], ["--seed", "99999999999999999999999"],
+                                  ["--data", "no/such/mnist"], ["--plot", "no/such/folder/c.png"],
+                                  ["--checkpoint", "no/such/folder/x.npz"]])
 def test_bad_arguments(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         cnn.main(argv)
     assert exc.value.code == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_data_that_is_not_square_mnist_is_a_usage_error(tmp_path, capsys):
+    (tmp_path / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "wide.npz", x_train=rng.integers(0, 255, (8, 5, 6), dtype=np.uint8), y_train=np.arange(8) % 2,
+             x_test=rng.integers(0, 255, (4, 5, 6), dtype=np.uint8), y_test=np.arange(4) % 2)
+    for path, message in [(tmp_path / "passwd", "not MNIST data"), (tmp_path / "wide.npz", "not a square image")]:
+        with pytest.raises(SystemExit) as exc:
+            run("--data", str(path))
+        assert exc.value.code == 2
+        out, err = capsys.readouterr()
+        assert message in err and "Traceback" not in err and "epoch" not in out
+
+
+def test_resume_with_another_model_is_a_usage_error(tmp_path, capsys):
+    pytest.importorskip("sklearn", reason="the default data set needs scikit-learn")
+    checkpoint = str(tmp_path / "cnn.npz")
+    cnn.main(["--quiet", "--channels", "4", "--epochs", "1", "--checkpoint", checkpoint])
+    capsys.readouterr()
+    for argv, message in [(["--channels", "4,4"], "the checkpoint holds a model of CNN 8x8 -> channels [4] -> 10"),
+                          (["--channels", "4", "--dtype", "float64"], "made with --dtype float32, not --dtype float64"),
+                          (["--channels", "4", "--seed", "1"], "made with --seed 0, not --seed 1")]:
+        with pytest.raises(SystemExit) as exc:
+            cnn.main(["--quiet", "--epochs", "2", "--checkpoint", checkpoint, "--resume", *argv])
+        assert exc.value.code == 2
+        out, err = capsys.readouterr()
+        assert message in err and "Traceback" not in err and "epoch" not in out, argv

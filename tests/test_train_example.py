@@ -11,6 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from leanpass import load as leanpass_load
+from leanpass import save as leanpass_save
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES))
 datasets = pytest.importorskip("example_data", reason="examples/example_data.py")
@@ -122,18 +125,70 @@ def test_mnist_files_and_plot(tmp_path):
 
 
 @pytest.mark.parametrize("argv", [["--hidden", "abc"], ["--resume"], ["--batch-size", "0"], ["--batch-size", "-5"],
-                                  ["--epochs", "0"], ["--lr", "-1"], ["--lr", "inf"], ["--seed", "-1"]])
+                                  ["--epochs", "0"], ["--lr", "-1"], ["--lr", "inf"], ["--seed", "-1"],
+                                  ["--seed", "99999999999999999999999"], ["--seed", str(2**64)],
+                                  ["--data", "no/such/mnist"], ["--plot", "no/such/folder/c.png"],
+                                  ["--checkpoint", "no/such/folder/x.npz"], ["--checkpoint", "."]])
 def test_bad_arguments(argv, capsys):
-    """Usage errors (argparse's exit status 2 and one line), not a traceback midway."""
+    """Usage errors (argparse's exit status 2 and one line), not a traceback midway
+    (nor after training, for an output path whose folder does not exist)."""
     with pytest.raises(SystemExit) as exc:
         run(*argv)
     assert exc.value.code == 2
-    err = capsys.readouterr().err
-    assert "error:" in err and "Traceback" not in err
+    out, err = capsys.readouterr()
+    assert "error:" in err and "Traceback" not in err and "epoch" not in out
+
+
+def test_the_largest_seed_is_taken():
+    pytest.importorskip("sklearn", reason="the default data set needs scikit-learn")
+    history = run("--epochs", "1", "--seed", str(2**64 - 1), "--hidden", "8")
+    assert len(history["train_loss"]) == 1
+
+
+def test_data_that_is_not_mnist_is_a_usage_error(tmp_path, capsys):
+    """A missing path, a file that is not an .npz (NumPy would speak of pickles), a folder
+    without the IDX files, an .npz without the keys: one line naming the path, exit status 2."""
+    (tmp_path / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
+    (tmp_path / "empty").mkdir()
+    np.savez(tmp_path / "other.npz", x=np.ones(2))
+    cases = [(tmp_path / "nothing", "is not a file or folder"), (tmp_path / "passwd", "not MNIST data"),
+             (tmp_path / "empty", "not found in"), (tmp_path / "other.npz", "needs the keys")]
+    for path, message in cases:
+        with pytest.raises(SystemExit) as exc:
+            run("--data", str(path))
+        assert exc.value.code == 2
+        out, err = capsys.readouterr()
+        line = err.splitlines()[-1]
+        assert "error: --data" in line and message in line and str(path) in line
+        assert "Traceback" not in err and out == ""
+
+
+def test_resume_with_other_settings_is_a_usage_error(tmp_path, capsys):
+    """The checkpoint keeps the seed (it splits the digits: another one would train on held-out
+    samples), the dtype, the data and the model; a resume that differs is refused by name."""
+    pytest.importorskip("sklearn", reason="the default data set needs scikit-learn")
+    checkpoint = str(tmp_path / "part.npz")
+    run("--epochs", "1", "--checkpoint", checkpoint)
+    assert leanpass_load(checkpoint)["settings"]["seed"] == 0
+    capsys.readouterr()
+    for argv, message in [(["--hidden", "64"], "the checkpoint holds a model of MLP [64, 128, 10], not MLP [64, 64"),
+                          (["--dtype", "float64"], "made with --dtype float32, not --dtype float64"),
+                          (["--seed", "3"], "made with --seed 0, not --seed 3")]:
+        with pytest.raises(SystemExit) as exc:
+            run("--epochs", "2", "--checkpoint", checkpoint, "--resume", *argv)
+        assert exc.value.code == 2
+        out, err = capsys.readouterr()
+        assert message in err and "Traceback" not in err and "epoch" not in out, argv
+    resumed = run("--epochs", "2", "--checkpoint", checkpoint, "--resume")  # the same settings still resume
+    assert len(resumed["train_loss"]) == 2
+    leanpass_save({"x": 1}, checkpoint)
+    with pytest.raises(SystemExit) as exc:
+        run("--epochs", "2", "--checkpoint", checkpoint, "--resume")
+    assert exc.value.code == 2 and "was not written by this script" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("script", ["examples/train_mlp.py", "examples/train_cnn.py", "examples/train_transformer.py",
-                                    "benchmarks/throughput.py"])
+                                    "examples/quickstart.py", "benchmarks/throughput.py"])
 def test_unusable_device_is_a_one_line_error(script):
     """`--device cuda` where CUDA cannot be used: LeanPass's reason on one line of
     stderr and exit status 2 (a bad argument), no traceback, nothing trained."""

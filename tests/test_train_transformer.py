@@ -57,6 +57,35 @@ def test_resume_continues_identically(text_file, tmp_path, capsys):
     assert leanpass.load(checkpoint)["vocab"] == "".join(sorted(set(TEXT)))
 
 
+def test_stop_between_evaluations_then_resume_prints_the_straight_numbers(text_file, tmp_path, capsys):
+    """--stop-after at a step that is no evaluation step adds no evaluation (the straight
+    run has none there) and keeps the running training loss in the checkpoint: the
+    resumed run's figures and history are the uninterrupted run's, to the bit."""
+    args = ["--data", text_file, "--steps", "12", "--eval-every", "4"]
+    straight = run(*args)
+    checkpoint = str(tmp_path / "run.npz")
+    stopped = run(*args, "--checkpoint", checkpoint, "--stop-after", "6")
+    assert stopped["step"] == [4]
+    assert "stopped after step 6 of 12" in capsys.readouterr().out
+    assert leanpass.load(checkpoint)["step"] == 6
+    resumed = run(*args, "--checkpoint", checkpoint, "--resume")
+    for key in ("step", "train_bits", "held_out_bits"):
+        assert resumed[key] == straight[key], key
+
+
+def test_resume_with_another_dtype_is_a_usage_error(text_file, tmp_path, capsys):
+    checkpoint = str(tmp_path / "run.npz")
+    run("--data", text_file, "--steps", "4", "--eval-every", "2", "--checkpoint", checkpoint, "--stop-after", "2")
+    capsys.readouterr()
+    for argv, message in [(["--dtype", "float64"], "made with --dtype float32, not --dtype float64"),
+                          (["--width", "8"], "the checkpoint holds a model of")]:
+        with pytest.raises(SystemExit) as exit_info:
+            run("--data", text_file, "--steps", "4", "--eval-every", "2", "--checkpoint", checkpoint, "--resume", *argv)
+        assert exit_info.value.code == 2
+        out, err = capsys.readouterr()
+        assert message in err and "Traceback" not in err and out == "", argv
+
+
 def test_sample_and_plot(text_file, tmp_path, capsys):
     pytest.importorskip("matplotlib", reason="--plot needs matplotlib")
     png = tmp_path / "curves.png"
@@ -102,6 +131,12 @@ def test_default_corpus_is_the_standard_library():
     (["--data", "no/such/file.txt"], "is not a file"),
     (["--sample", "5", "--prompt", "XYZ"], "--prompt must be"),
     (["--context", "500"], "too few"),
+    (["--weight-decay", "-1"], "--weight-decay: must be a finite number >= 0, got -1"),
+    (["--weight-decay", "nan"], "--weight-decay: must be a finite number >= 0, got nan"),
+    (["--seed", "99999999999999999999999"], "--seed: must be an integer in [0, 2**64)"),
+    (["--corpus-mb", "inf"], "--corpus-mb must be finite numbers > 0"),
+    (["--plot", "no/such/folder/c.png"], "--plot 'no/such/folder/c.png': there is no folder"),
+    (["--checkpoint", "no/such/folder/x.npz"], "--checkpoint 'no/such/folder/x.npz': there is no folder"),
 ])
 def test_bad_arguments_are_one_line_errors(argv, message, text_file, capsys):
     data = [] if "--data" in argv else ["--data", text_file]

@@ -82,7 +82,7 @@ class Module:
                 del buffers[name]
             elif not isinstance(value, Tensor):
                 raise TypeError(f"{type(self).__name__}: cannot assign a {type(value).__name__} as buffer {name!r} "
-                                "(a Tensor or None is expected; del the attribute first to use the name otherwise)")
+                                "(a Tensor, a Module or None is expected)")
         object.__setattr__(self, name, value)
         _CHANGES[0] += 1  # after the change: a check that sees the new count sees the new member
 
