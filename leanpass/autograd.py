@@ -500,9 +500,10 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
                 else:
                     grads[parent] = old + pgrad
             else:
+                if parent._backend is not node._backend:  # the leaf moved (model.to) since the graph was made
+                    _check_devices(((parent, pgrad),))
                 old = leaves.get(parent)
                 leaves[parent] = (pgrad, fresh) if old is None else (old[0] + pgrad, True)
-    _check_devices([(leaf, g) for leaf, (g, _) in leaves.items()])
     with grad_lock:
         for node, g in retained:
             _store(node, g, fresh=False)
