@@ -565,3 +565,16 @@ def test_add_module_register_parameter_get_submodule_cpu_numel():
     with pytest.raises(KeyError, match="invalid name"):
         m.add_module("x.y", nn.ReLU())
     assert m.cpu() is m and Tensor([[1.0, 2.0]]).numel() == 2
+
+
+def test_parameters_and_buffers_without_recursing():
+    class Own(nn.Module):
+        def __init__(self):
+            self.w = nn.Parameter([1.0])
+            self.sub = nn.Linear(1, 1)
+            self.register_buffer("b", Tensor([0.0]))
+
+    m = Own()
+    assert [n for n, _ in m.named_parameters(recurse=False)] == ["w"]
+    assert m.parameters(recurse=False) == [m.w] and len(m.parameters()) == 3
+    assert [n for n, _ in m.named_buffers(recurse=False)] == ["b"] and m.buffers(recurse=False) == [m.b]

@@ -154,21 +154,25 @@ class Module:
                 seen.add(id(value))
         return found
 
-    def named_parameters(self, prefix: str = "") -> list[tuple[str, Tensor]]:
+    def named_parameters(self, prefix: str = "", recurse: bool = True) -> list[tuple[str, Tensor]]:
         """``[(dotted.name, tensor), ...]``: every parameter once, in a stable order
-        (attribute order, then list/tuple position, then dict insertion order)."""
-        return [(name, value) for kind, name, value, _, _ in self._walk(prefix) if kind == "parameter"]
+        (attribute order, then list/tuple position, then dict insertion order);
+        ``recurse=False``: only this module's own, as PyTorch."""
+        return [(name, value) for kind, name, value, owner, _ in self._walk(prefix)
+                if kind == "parameter" and (recurse or owner is self)]
 
-    def parameters(self) -> list[Tensor]:
-        """Every parameter once, in a stable order."""
-        return [p for _, p in self.named_parameters()]
+    def parameters(self, recurse: bool = True) -> list[Tensor]:
+        """Every parameter once, in a stable order (``recurse=False``: this module's own)."""
+        return [p for _, p in self.named_parameters(recurse=recurse)]
 
-    def named_buffers(self, prefix: str = "") -> list[tuple[str, Tensor]]:
-        """``[(dotted.name, tensor), ...]``: every buffer once (persistent or not)."""
-        return [(name, value) for kind, name, value, _, _ in self._walk(prefix) if kind == "buffer"]
+    def named_buffers(self, prefix: str = "", recurse: bool = True) -> list[tuple[str, Tensor]]:
+        """``[(dotted.name, tensor), ...]``: every buffer once (persistent or not);
+        ``recurse=False``: only this module's own."""
+        return [(name, value) for kind, name, value, owner, _ in self._walk(prefix)
+                if kind == "buffer" and (recurse or owner is self)]
 
-    def buffers(self) -> list[Tensor]:
-        return [b for _, b in self.named_buffers()]
+    def buffers(self, recurse: bool = True) -> list[Tensor]:
+        return [b for _, b in self.named_buffers(recurse=recurse)]
 
     def named_modules(self, prefix: str = "") -> list[tuple[str, Module]]:
         """``[(dotted.name, module), ...]``: this module (named ``prefix``) and every
