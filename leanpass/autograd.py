@@ -574,7 +574,8 @@ class GraphBackend:
         self.syncs_cheaply = base.syncs_cheaply
         self.array_type = Tensor
         for name in ("zeros", "ones", "arange", "create", "matmul", "index_add", "index_set", "index_get",
-                     "take_rows", "sub_at_rows", "all_in_range", "relu_fresh", "relu_mask_fresh"):
+                     "take_rows", "sub_at_rows", "all_in_range", "relu_fresh", "relu_mask_fresh",
+                     "scale_fresh"):
             setattr(self, name, getattr(Backend, name).__get__(self))
 
     def copy(self, t):

@@ -104,6 +104,8 @@ MUTANTS = [
            "if False:", ("tests/test_module.py",), "optimizers never see a Parameter set on a buffer's name"),
     Mutant("buffer-takes-anything", "leanpass/nn/module.py", "            elif not isinstance(value, Tensor):",
            "            elif False:", ("tests/test_module.py",)),
+    Mutant("attention-scale-dropped", "leanpass/backends/numpy_backend.py", "        x *= s\n        return x",
+           "        return x", ("tests/test_norm_attention.py",)),
     Mutant("det-svd-rule-at-invertible", "leanpass/ops/linalg.py",
            "return ((g * d)[..., None, None] * _transpose(xp, be.linalg.inv(a)),)",
            "return (g[..., None, None] * _svd_cofactor(be, a),)", ("tests/test_linalg.py",),

@@ -512,3 +512,39 @@ def test_layer_sizes_may_be_numpy_integers(device):
     assert bn.num_features == 8 and type(bn.num_features) is int
     mha = nn.MultiheadAttention(np.int64(8), np.int32(2), device=device)
     assert mha.embed_dim == 8 and mha.num_heads == 2
+
+
+def test_attention_of_batched_queries_and_shared_keys_differentiates_twice(device):
+    """q of (N, L, E) with k, v of (S, E): the products' scaling was written in place into
+    a reshape view when the rule ran again on Tensors (create_graph)."""
+    rng = np.random.default_rng(0)
+    q = Tensor(rng.normal(size=(2, 4, 3)), requires_grad=True, device=device)
+    k = Tensor(rng.normal(size=(5, 3)), requires_grad=True, device=device)
+    v = Tensor(rng.normal(size=(5, 2)), requires_grad=True, device=device)
+    assert leanpass.gradgradcheck(lambda a, b, c: F.scaled_dot_product_attention(a, b, c), [q, k, v])
+    assert leanpass.gradgradcheck(lambda a, b, c: F.scaled_dot_product_attention(b[None], a, a[0]),
+                                  [Tensor(rng.normal(size=(2, 5, 3)), requires_grad=True, device=device),
+                                   Tensor(rng.normal(size=(4, 3)), requires_grad=True, device=device), v])
+
+
+def test_functional_errors_name_the_function_and_change_nothing(device):
+    rm = Tensor(np.zeros(3), device=device)
+    rv = leanpass.asarray(np.ones(3, dtype=np.int64), device=device)
+    with pytest.raises(TypeError, match="batch_norm: running_var must be floating-point"):
+        F.batch_norm(Tensor(np.arange(6.0).reshape(2, 3), device=device), rm, rv, training=True)
+    np.testing.assert_array_equal(host(rm), np.zeros(3))
+    with pytest.raises(TypeError, match="mse_loss: the target"):
+        nn.mse_loss(Tensor([1.0, 2.0], device=device), ["a", "b"])
+    with pytest.raises(ValueError, match="constant_: cannot fill"):
+        nn.init.constant_(Tensor(np.zeros((2, 2)), device=device), np.ones(3))
+    with pytest.raises(ValueError, match="clip_grad_norm_"):
+        nn.utils.clip_grad_norm_([], 1.0, norm_type="fro")
+
+
+def test_cross_entropy_over_no_classes_is_nan(device):
+    """Probability targets with an empty class axis: NaN, as PyTorch (a NumPy error before)."""
+    logits = Tensor(np.zeros((2, 0)), requires_grad=True, device=device)
+    loss = nn.cross_entropy_loss(logits, np.zeros((2, 0)))
+    assert np.isnan(float(loss))
+    loss.backward()
+    assert host(logits.grad).shape == (2, 0)

@@ -326,6 +326,13 @@ class Backend:
         view. Generic version: True, the cautious answer."""
         return True
 
+    def scale_fresh(self, x, s):
+        """``x * s`` (``s`` a Python number) of a fresh array ``x`` the caller owns (a
+        product), in place where the library writes in place; returns the result.
+
+        Generic version: a new array (graph replays, where the product may be a view)."""
+        return x * s
+
     def relu_fresh(self, x):
         """``maximum(x, 0)`` of a fresh array ``x`` the caller owns (a layer's product),
         in place where the library writes in place; returns the result.

@@ -131,6 +131,10 @@ class NumpyBackend(Backend):
     def shares_memory(self, a, b) -> bool:
         return np.may_share_memory(a, b)
 
+    def scale_fresh(self, x, s):
+        x *= s
+        return x
+
     def relu_fresh(self, x):
         return np.maximum(x, 0, out=x)  # x is the caller's own: no second array of its size
 

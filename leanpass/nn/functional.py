@@ -270,6 +270,8 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
                              f"({channels} channels on axis 1)")
         if t.device != x.device:
             raise ValueError(f"{_op}: {name} is on {t.device} but the input is on {x.device}")
+        if name.startswith("running") and t.dtype.kind != "f":  # before either is updated in place
+            raise TypeError(f"{_op}: {name} must be floating-point to hold the running statistic, got {t.dtype}")
     axes = (0,) + tuple(range(2, x.ndim))
     count = math.prod(x.shape[a] for a in axes)
     shape = (1, channels) + (1,) * (x.ndim - 2)

@@ -111,8 +111,12 @@ def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
 
 
 def constant_(tensor: Tensor, val) -> Tensor:
-    """Fill with ``val``."""
-    return _write(_tensor(tensor, "constant_"), val)
+    """Fill with ``val`` (a number, or a tensor or array that broadcasts to its shape)."""
+    _tensor(tensor, "constant_")
+    try:
+        return _write(tensor, val)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"constant_: cannot fill a tensor of shape {tensor.shape} with {val!r}: {exc}") from None
 
 
 def zeros_(tensor: Tensor) -> Tensor:

@@ -26,7 +26,10 @@ def _target(prediction: Tensor, target, op: str) -> Tensor:
                 f"move one with .to({prediction.device!r})"
             )
         return target if target.dtype == prediction.dtype else target.astype(prediction.dtype)
-    return as_tensor(target, device=prediction.device, dtype=prediction.dtype)
+    try:
+        return as_tensor(target, device=prediction.device, dtype=prediction.dtype)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{op}: the target cannot be read: {exc}") from None
 
 
 def _same_shape(prediction: Tensor, target: Tensor, op: str) -> None:

@@ -44,7 +44,11 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
     ``error_if_nonfinite=True``, a total norm that is nan or infinite raises
     ``RuntimeError`` before anything changes; that check reads the norm on the
     host (a GPU synchronisation)."""
-    max_norm, norm_type = float(max_norm), float(norm_type)
+    try:
+        max_norm, norm_type = float(max_norm), float(norm_type)
+    except (TypeError, ValueError):
+        raise ValueError(f"clip_grad_norm_: max_norm and norm_type must be numbers (or 'inf'), got {max_norm!r} "
+                         f"and {norm_type!r}") from None
     grads = _grads(parameters, "clip_grad_norm_")
     if not grads:
         return Tensor(0.0)

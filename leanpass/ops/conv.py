@@ -6,7 +6,8 @@ number of spatial axes.
 ``stride`` and ``dilation`` one int per axis. Patches are taken with one strided
 slice per kernel offset (a loop over the kernel, never over output pixels), and
 scattered back the same way, with ``xp`` only: run again on Tensors (backward with
-``create_graph=True``) the rules differentiate themselves, any number of times.
+``create_graph=True``) the rules differentiate themselves once more (second
+derivatives); the scatter adds into a buffer in place, so a third derivative raises.
 """
 
 from __future__ import annotations

@@ -144,12 +144,16 @@ def cross_entropy(be, logits, probs, axis, needs=(True, False)):
     node: its backward is ``(softmax * sum(probs) - probs) / count``. A probability
     of 0 adds nothing, even where the logit is -inf (``0 * log 0`` counts as 0)."""
     xp = be.xp
-    z = logits - xp.max(logits, axis=axis, keepdims=True)
+    z = logits - _top(xp, logits, axis)
     e = xp.exp(z)
     total = xp.sum(e, axis=axis, keepdims=True)
-    log_probs = z - xp.log(total)
     count = math.prod(n for i, n in enumerate(logits.shape) if i != axis)
-    out = -xp.sum(probs * xp.where(probs == 0, 0.0, log_probs)) / count
+    if not logits.shape[axis]:  # no classes: NaN, as PyTorch (and no log of 0)
+        log_probs = z
+        out = xp.sum(probs) * math.nan
+    else:
+        log_probs = z - xp.log(total)
+        out = -xp.sum(probs * xp.where(probs == 0, 0.0, log_probs)) / count
     need_probs = needs[1]
 
     def backward(g):
@@ -376,7 +380,7 @@ def attention(be, q, k, v, mask=None, scale=1.0, needs=(True, True, True, True))
     ``k: gs^T @ q * scale``, ``v: w^T @ g``, a float mask: ``gs``."""
     xp = be.xp
     scores = be.matmul(q, xp.matrix_transpose(k))
-    scores *= scale
+    scores = be.scale_fresh(scores, scale)  # the product's own array (a view of it in replays)
     if mask is not None:
         if mask.dtype == xp.bool:
             scores = xp.where(mask, scores, -math.inf)
@@ -405,10 +409,10 @@ def attention(be, q, k, v, mask=None, scale=1.0, needs=(True, True, True, True))
         gq = gk = None
         if need_q:
             gq = be.matmul(gs, k)
-            gq *= scale
+            gq = be.scale_fresh(gq, scale)
         if need_k:
             gk = be.matmul(xp.matrix_transpose(gs), q)
-            gk *= scale
+            gk = be.scale_fresh(gk, scale)
         gv = be.matmul(xp.matrix_transpose(weights), g) if need_v else None
         return (gq, gk, gv) if mask is None else (gq, gk, gv, gs if need_mask else None)
 

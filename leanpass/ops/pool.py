@@ -2,7 +2,8 @@
 
 Both loop over the kernel's offsets, never over output pixels: the windows' elements
 at one offset are one strided slice of the padded input. The backward rules add the
-gradient back through the same slices, with ``xp`` alone, so they differentiate again.
+gradient back through the same slices, with ``xp`` alone, so they differentiate again
+(second derivatives; the scatter adds into a buffer in place, so not a third time).
 The callers (``leanpass.nn.pooling``) check the arguments and give the output size.
 """
 
