@@ -286,15 +286,9 @@ def increment_version(tensor) -> None:
 
 
 def increment_versions(tensors) -> None:
-    """:func:`increment_version` of each tensor (an optimizer's step): ``Version.bump``
-    written out, one loop and no calls per tensor."""
+    """:func:`increment_version` of each tensor (an optimizer's step)."""
     for t in tensors:
-        vc = t._vc
-        if vc is None:
-            vc = t._vc = Version()
-        vc.count += 1
-        vc.changed = vc.last = now = next(sequence)
-        vc.times.append(now)
+        version_of(t).bump()
 
 
 def _stale(node, parent, seq):
@@ -574,8 +568,8 @@ class GraphBackend:
         self.syncs_cheaply = base.syncs_cheaply
         self.array_type = Tensor
         for name in ("zeros", "ones", "arange", "create", "matmul", "index_add", "index_set", "index_get",
-                     "take_rows", "sub_at_rows", "all_in_range", "relu_fresh", "relu_mask_fresh",
-                     "scale_fresh"):
+                     "take_rows", "sub_at_rows", "all_in_range", "relu_fresh", "relu_mask",
+                     "relu_mask_fresh", "scale_fresh"):
             setattr(self, name, getattr(Backend, name).__get__(self))
 
     def copy(self, t):

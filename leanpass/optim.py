@@ -174,8 +174,7 @@ class Optimizer:
             for p, data, grad, backend in with_gradients(group["params"]):
                 shape, dtype = data.shape, data.dtype
                 if (grad.shape != shape or grad.dtype != dtype or backend.read_only(data)
-                        or (type(grad) is not backend.array_type and not isinstance(grad, backend.array_type)
-                            if backend.one_device
+                        or (not isinstance(grad, backend.array_type) if backend.one_device
                             else getattr(grad, "device", None) != getattr(data, "device", None))):
                     self._refuse(p, data, grad)
                 key = id(p)

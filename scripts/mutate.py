@@ -44,8 +44,8 @@ class Mutant:
 
 MUTANTS = [
     # ---- backward rules -----------------------------------------------------------------
-    Mutant("relu-kink", "leanpass/ops/nn.py", "return (g * xp.astype(a > 0, g.dtype),)",
-           "return (g * xp.astype(a >= 0, g.dtype),)", ("tests/test_reliability.py", "tests/test_ops.py"),
+    Mutant("relu-kink", "leanpass/backends/_base.py", "return g * xp.astype(out > 0, g.dtype)",
+           "return g * xp.astype(out >= 0, g.dtype)", ("tests/test_reliability.py", "tests/test_ops.py"),
            "relu's gradient at 0 is 0 (PyTorch), not 1"),
     Mutant("tanh-grad-sign", "leanpass/ops/elementwise.py", "return (g - g * out * out,)",
            "return (g + g * out * out,)", ("tests/test_ops.py", "tests/test_elementwise.py")),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numbers
 
-from .._checks import device_message
+from .._checks import device_message, is_bool
 from .._dtypes import dtype_name, iinfo
 from .._node import as_tensor, init_tensor
 from ..backends import backend_of_array, host_array
@@ -40,6 +40,20 @@ def tensors(op, *xs):
     return out
 
 
+def python_number(value):
+    """A NumPy scalar as the Python number it holds (NumPy and PyTorch take them where
+    the standard says Python scalars); anything else as it is."""
+    if type(value) in (bool, int, float, complex):  # not numpy.float64, a float subclass
+        return value
+    if is_bool(value) and getattr(value, "ndim", 0) == 0:  # numpy.True_
+        return bool(value)
+    if not isinstance(value, numbers.Number):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    return float(value) if isinstance(value, numbers.Real) else complex(value)
+
+
 def operand(like: Tensor, other):
     """The other operand of a binary operator or function: a Tensor, a Python number,
     or NotImplemented. Host data (lists, NumPy arrays) goes to ``like``'s device in
@@ -53,11 +67,7 @@ def operand(like: Tensor, other):
     if kind is int or kind is float or kind is bool or kind is complex:
         return other
     if isinstance(other, numbers.Number):  # NumPy scalars: as Python numbers, which do not promote
-        if isinstance(other, numbers.Integral):
-            return int(other)
-        if isinstance(other, numbers.Real):
-            return float(other)
-        return complex(other)
+        return python_number(other)
     if isinstance(other, (str, bytes)) or other is None:
         return NotImplemented
     if type(other).__module__.startswith("numpy.ma"):  # not NotImplemented: numpy.ma would drop the mask

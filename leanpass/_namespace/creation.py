@@ -7,7 +7,6 @@ the input's device for ``*_like``) and ``dtype=`` (default: the standard's, with
 
 from __future__ import annotations
 
-import numbers
 import operator
 
 from .. import ops
@@ -16,7 +15,7 @@ from .._dtypes import as_dtype
 from .._node import init_tensor, leaf, run1
 from ..backends import backend_of_array, get_backend, get_default_dtype
 from ..tensor import Tensor
-from ._util import asarray_like
+from ._util import asarray_like, python_number
 
 __all__ = [
     "asarray", "arange", "empty", "empty_like", "eye", "from_dlpack", "full", "full_like", "linspace",
@@ -116,20 +115,6 @@ def empty(shape, *, dtype=None, device=None):
     return _made(backend, backend.create("zeros", _shape(shape, "empty"), dtype=_dtype(backend, dtype, "", "empty")))
 
 
-def _python_number(value):
-    """A NumPy scalar as the Python number it holds (NumPy and PyTorch take them where
-    the standard says Python scalars); anything else as it is."""
-    if isinstance(value, (bool, int, float, complex)):
-        return value
-    if is_bool(value) and getattr(value, "ndim", 0) == 0:  # numpy.True_
-        return bool(value)
-    if not isinstance(value, numbers.Number):
-        return value
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    return float(value) if isinstance(value, numbers.Real) else complex(value)
-
-
 def _fill_kind(fill_value, op):
     if isinstance(fill_value, bool):
         return "bool"
@@ -146,7 +131,7 @@ def full(shape, fill_value, *, dtype=None, device=None):
     backend = get_backend(device)
     if isinstance(fill_value, Tensor):
         fill_value = fill_value.item()
-    fill_value = _python_number(fill_value)
+    fill_value = python_number(fill_value)
     kind = _fill_kind(fill_value, "full")
     if dtype is None:
         name = "bool" if kind == "bool" else _default(kind)
@@ -180,7 +165,7 @@ def empty_like(x, /, *, dtype=None, device=None):
 
 def full_like(x, /, fill_value, *, dtype=None, device=None):
     x, backend, dt = _like(x, dtype, device, "full_like")
-    fill_value = _python_number(fill_value)
+    fill_value = python_number(fill_value)
     _fill_kind(fill_value, "full_like")
     return _made(backend, backend.create("full", x.shape, fill_value, dtype=dt))
 
@@ -190,7 +175,7 @@ def arange(start, /, stop=None, step=1, *, dtype=None, device=None):
     backend = get_backend(device)
     if stop is None:
         start, stop = 0, start
-    start, stop, step = (_python_number(v) for v in (start, stop, step))
+    start, stop, step = (python_number(v) for v in (start, stop, step))
     for value in (start, stop, step):
         if isinstance(value, (bool, complex)) or not isinstance(value, (int, float)):
             raise TypeError(f"arange: start, stop and step must be real numbers, got {type(value).__name__}")

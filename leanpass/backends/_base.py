@@ -340,18 +340,21 @@ class Backend:
         Generic version: a new array."""
         return self.xp.maximum(x, 0.0)
 
-    def relu_mask_fresh(self, g, out):
-        """``g * (out > 0)``, the gradient through a ReLU whose output is ``out``, for a
-        fresh ``g`` the caller owns: in place where the library writes in place;
-        returns the result (0 where ``out`` is 0, as PyTorch).
-
-        Generic version: the fused kernel where one is offered, else a product with
-        the mask as ``g``'s dtype."""
+    def relu_mask(self, g, out):
+        """``g * (out > 0)``, the gradient through a ReLU whose input or output is
+        ``out`` (0 where ``out`` is 0, as PyTorch): the fused kernel where one is
+        offered, else a product with the mask as ``g``'s dtype (branch-free, several
+        times faster than ``where`` on NumPy for mixed signs)."""
         fused = self.fused.relu_backward
         if fused is not None:
             return fused(g, out)
         xp = self.xp
         return g * xp.astype(out > 0, g.dtype)
+
+    def relu_mask_fresh(self, g, out):
+        """:meth:`relu_mask` for a fresh ``g`` the caller owns: in place where the
+        library writes in place. Generic version: :meth:`relu_mask`."""
+        return self.relu_mask(g, out)
 
     def all_in_range(self, index, high: int) -> bool:
         """Whether every value of the integer array ``index`` lies in ``[0, high)``

@@ -13,16 +13,10 @@ _GELU_K = 0.044715
 
 @op("relu", saves=(0,), saves_out=False)
 def relu(be, a):
-    xp = be.xp
-    fused = be.fused.relu_backward  # one GPU kernel instead of three, where offered
-
     def backward(g):
-        if fused is not None:
-            return (fused(g, a),)
-        # a float mask, not xp.where: branch-free, ~7x faster on NumPy for mixed signs
-        return (g * xp.astype(a > 0, g.dtype),)
+        return (be.relu_mask(g, a),)
 
-    return xp.maximum(a, 0.0), backward
+    return be.xp.maximum(a, 0.0), backward
 
 
 @op("leaky_relu", saves=(), saves_out=False)
@@ -248,11 +242,9 @@ def linear_relu(be, x, w, b=None, needs=(True, True, True)):
     whose positive entries are where the gradient passes (0 at 0, as PyTorch)."""
     out, linear_backward = linear.fn(be, x, w, b, needs=needs)
     out = be.relu_fresh(out)  # linear's product is this node's own
-    fused = be.fused.relu_backward  # g * (out > 0) in one GPU kernel, where offered
 
     def backward(g):
-        g = fused(g, out) if fused is not None else g * be.xp.astype(out > 0, g.dtype)
-        return linear_backward(g)
+        return linear_backward(be.relu_mask(g, out))
 
     return out, backward
 
@@ -286,6 +278,7 @@ def _mlp(be, x, *params, needs):
     below = [bool(needs[0])]
     for i in range(depth):
         below.append(below[-1] or bool(needs[1 + i]) or bool(needs[1 + depth + i]))
+
     def backward(g):
         grads = [None] * (1 + 2 * depth)
         g = xp.reshape(g, (inputs[0].shape[0], g.shape[-1])) if flat else g
