@@ -502,7 +502,11 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
         for node, g in retained:
             _store(node, g, fresh=False)
         for leaf, (g, fresh) in leaves.items():
-            _store(leaf, g, fresh)
+            if fresh and leaf._grad is None and type(g) is leaf._backend.array_type and g.dtype == leaf._data.dtype:
+                leaf._grad = g  # the common case of _store, written out: a training step's every leaf
+                leaf._read_zeros = False
+            else:
+                _store(leaf, g, fresh)
     if not retain_graph:
         _release(done, leaves, retained)
     if _hooks_registered:
@@ -569,7 +573,7 @@ class GraphBackend:
         self.array_type = Tensor
         for name in ("zeros", "ones", "arange", "create", "matmul", "index_add", "index_set", "index_get",
                      "take_rows", "sub_at_rows", "all_in_range", "relu_fresh", "relu_mask",
-                     "relu_mask_fresh", "scale_fresh"):
+                     "relu_mask_fresh", "scale_fresh", "sum_rows"):
             setattr(self, name, getattr(Backend, name).__get__(self))
 
     def copy(self, t):

@@ -414,6 +414,31 @@ def test_numpy_namespace_reductions_are_numpys(name, dtype):
         np.testing.assert_array_equal(fast(x, dtype=np.float64), slow(x, dtype=np.float64))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "complex64"])
+def test_sum_rows_is_the_sum_over_rows_on_every_device(device, dtype):
+    """A bias's gradient (``Backend.sum_rows``; on NumPy a product with ones for float
+    matrices): the sum over the first axis, a new array of the sum's dtype, for
+    empty, transposed and non-finite rows too."""
+    be = get_backend(device)
+    rng = np.random.default_rng(4)
+    cases = [rng.normal(size=(128, 33)) * 10, rng.normal(size=(7, 5)).T, np.zeros((0, 4)), np.zeros((3, 0)),
+             np.array([[np.inf, np.nan, 1.0, -2.0], [-np.inf, 1.0, np.inf, 2.0]])]
+    for host in cases:
+        if dtype == "int64" and not np.isfinite(host).all():
+            continue
+        host = host.astype(dtype)
+        x = be.as_array(np.ascontiguousarray(host)) if host.flags.c_contiguous else be.xp.matrix_transpose(
+            be.as_array(np.ascontiguousarray(host.T)))
+        with np.errstate(invalid="ignore"):
+            got = be.sum_rows(x)
+            want = host.astype("complex128").sum(axis=0)
+        got_host = np.asarray(leanpass.Tensor(got, device=device, dtype=dtype).cpu().data)
+        assert got_host.shape == want.shape and got_host.dtype == np.dtype(dtype), host.shape
+        np.testing.assert_allclose(got_host, want, rtol=1e-5, atol=1e-3, equal_nan=True)
+        if host.size:
+            assert not be.shares_memory(got, x) or device == "strict"  # strict's shares_memory is cautious
+
+
 def test_numpy_namespace_astype_copies_unless_told_not_to():
     xp = get_backend("cpu").xp
     x = np.arange(4.0)

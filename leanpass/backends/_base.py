@@ -356,6 +356,11 @@ class Backend:
         library writes in place. Generic version: :meth:`relu_mask`."""
         return self.relu_mask(g, out)
 
+    def sum_rows(self, g):
+        """``sum(g, axis=0)`` of the 2-D ``g``, a new array: the gradient of a bias
+        added to every row of a product. Generic version: the library's sum."""
+        return self.xp.sum(g, axis=0)
+
     def all_in_range(self, index, high: int) -> bool:
         """Whether every value of the integer array ``index`` lies in ``[0, high)``
         (reads one value back to the host)."""

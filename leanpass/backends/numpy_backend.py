@@ -75,6 +75,23 @@ def _row_numbers(n: int):
     return rows
 
 
+_BLAS_FLOATS = (np.dtype("float32"), np.dtype("float64"))
+_ONES: dict = {}
+
+
+def _ones(n: int, dtype):
+    """A read-only vector of ``n`` ones of ``dtype``, kept for the next call (at most
+    64 kept, as :func:`_row_numbers`)."""
+    ones = _ONES.get((n, dtype))
+    if ones is None:
+        if len(_ONES) >= 64:
+            _ONES.clear()
+        ones = np.ones(n, dtype)
+        ones.flags.writeable = False
+        _ONES[n, dtype] = ones
+    return ones
+
+
 class NumpyBackend(Backend):
     device_type = "cpu"
     library = "numpy"
@@ -140,6 +157,14 @@ class NumpyBackend(Backend):
 
     def relu_mask_fresh(self, g, out):
         return np.multiply(g, out > 0, out=g)
+
+    def sum_rows(self, g):
+        """As :meth:`Backend.sum_rows`; for a float matrix, a product with a vector of
+        ones (one BLAS call; NumPy's sum over the first axis is a loop over the rows,
+        three times slower for a layer's gradient of 128 rows)."""
+        if g.ndim == 2 and g.dtype in _BLAS_FLOATS:
+            return _ones(g.shape[0], g.dtype) @ g
+        return np.add.reduce(g, axis=0)
 
     def all_in_range(self, index, high: int) -> bool:
         if index.size == 0:

@@ -231,7 +231,7 @@ def linear(be, x, w, b=None, needs=(True, True, True)):
         gw = rows.T @ grows if need_w else None
         if b is None:
             return gx, gw
-        return gx, gw, (xp.sum(grows, axis=0) if need_b else None)
+        return gx, gw, (be.sum_rows(grows) if need_b else None)
 
     return out, backward
 
@@ -286,7 +286,7 @@ def _mlp(be, x, *params, needs):
             if needs[1 + i]:
                 grads[1 + i] = inputs[i].T @ g
             if needs[1 + depth + i]:
-                grads[1 + depth + i] = xp.sum(g, axis=0)
+                grads[1 + depth + i] = be.sum_rows(g)
             if not below[i]:
                 break
             g = g @ weights[i].T
