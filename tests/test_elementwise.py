@@ -765,3 +765,34 @@ def test_host_integer_operands_out_of_the_tensor_dtype_promote(device):
     total = x + np.array([300, 0])
     assert total.tolist() == [344, 1] and total.dtype == lp.int64
     assert (x + [1, 2]).tolist() == [45, 3] and (x + [1, 2]).dtype == lp.int8
+
+
+def test_maximum_minimum_send_the_gradient_to_both_where_the_result_is_nan(device):
+    """PyTorch's rule: at a NaN result neither operand is below the other, so both get
+    g (not NaN); at a tie each gets half."""
+    for f in (lp.maximum, lp.minimum):
+        a = Tensor([math.nan, 1.0, 2.0, math.nan], device=device, requires_grad=True)
+        b = Tensor([1.0, math.nan, 2.0, math.nan], device=device, requires_grad=True)
+        f(a, b).sum().backward()
+        assert lp.asarray(a.grad).numpy().tolist() == [1.0, 1.0, 0.5, 1.0]
+        assert lp.asarray(b.grad).numpy().tolist() == [1.0, 1.0, 0.5, 1.0]
+
+
+def test_clip_takes_real_numbers_and_keeps_the_dtype(device):
+    """clip of complex or bool raises; a float bound does not mix with an integer
+    tensor (TypeError naming clip, on every device); an integer bound beyond the
+    dtype's range is no bound; the result has x's dtype."""
+    for x in (lp.asarray([1j, 2j], device=device), lp.asarray([True, False], device=device)):
+        with pytest.raises(TypeError, match="clip: x must have a real numeric dtype"):
+            lp.clip(x, 0, 1)
+    i = lp.asarray([1, 5, 9], dtype=lp.int8, device=device)
+    with pytest.raises(TypeError, match="clip: a Python float bound does not mix with x of dtype int8"):
+        lp.clip(i, 2.5, 7)
+    with pytest.raises(TypeError, match="clip: a bound of dtype float64 does not mix"):
+        lp.clip(i, lp.asarray(2.0, device=device))
+    got = lp.clip(i, -1000, 300)
+    assert got.dtype == lp.int8 and got.numpy().tolist() == [1, 5, 9]
+    got = lp.clip(lp.asarray([1, 200], dtype=lp.uint8, device=device), -5, 100)
+    assert got.dtype == lp.uint8 and got.numpy().tolist() == [1, 100]
+    assert lp.clip(Tensor([0.5, 3.0], device=device), 1, 2).numpy().tolist() == [1.0, 2.0]
+

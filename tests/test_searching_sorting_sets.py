@@ -466,3 +466,16 @@ def test_bad_sorting_input(device):
             fn(lp.asarray([1j, 2j], device=device))
     with pytest.raises(TypeError, match="unique_values: expected a Tensor"):
         lp.unique_values([1, 2])
+
+
+def test_ordering_functions_take_bools_on_every_device(device):
+    """argmax/argmin/sort/argsort/searchsorted order bools (False < True) alike on
+    every device (array_api_strict refuses them; NumPy and PyTorch accept them)."""
+    b = lp.asarray([True, False, True, False], device=device)
+    assert int(lp.argmax(b)) == 0 and int(lp.argmin(b)) == 1
+    s = lp.sort(b)
+    assert s.dtype == lp.bool and s.numpy().tolist() == [False, False, True, True]
+    assert lp.sort(b, descending=True).numpy().tolist() == [True, True, False, False]
+    assert lp.argsort(b).numpy().tolist() == [1, 3, 0, 2]
+    assert lp.searchsorted(s, b).numpy().tolist() == [2, 0, 2, 0]
+    assert lp.searchsorted(s, b, side="right").numpy().tolist() == [4, 2, 4, 2]

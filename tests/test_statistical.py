@@ -511,3 +511,46 @@ def test_bad_diff(device):
         lp.diff(x, append=lp.asarray(rand(3, 1), device=other))
     close(x.numpy(), a)
     assert not grad(x).any()
+
+
+def test_dtype_argument_never_drops_an_imaginary_part(device):
+    """sum/prod/cumulative_* with a real dtype= of a complex tensor raise (as astype),
+    instead of silently summing the real parts."""
+    z = lp.asarray([1 + 5j, 2 - 1j], device=device)
+    for f in (lp.sum, lp.prod, lp.cumulative_sum, lp.cumulative_prod):
+        for dtype in (lp.float64, lp.float32, lp.int8):
+            with pytest.raises(TypeError, match=f"{f.__name__}: dtype={dtype} would discard the imaginary part"):
+                f(z, dtype=dtype)
+    assert complex(lp.sum(z, dtype=lp.complex64)) == 3 + 4j
+
+
+def test_max_min_of_bools_and_axis_nothing(device):
+    """bool tensors have an order (False < True) on every device, as NumPy and PyTorch;
+    axis=() reduces nothing, so an empty tensor is fine."""
+    b = lp.asarray([[False, True], [False, False]], device=device)
+    for f, want in ((lp.max, [True, False]), (lp.min, [False, False])):
+        got = f(b, axis=1)
+        assert got.dtype == lp.bool and got.numpy().tolist() == want
+        assert f(b).dtype == lp.bool and b.max().numpy().tolist() is True
+    empty = lp.zeros((0, 3), device=device)
+    for f in (lp.max, lp.min):
+        assert f(empty, axis=()).shape == (0, 3)
+        with pytest.raises(ValueError, match=f"{f.__name__}: the tensor of shape"):
+            f(empty, axis=0)
+
+
+def test_max_of_a_row_with_nan_is_nan_without_warnings(device):
+    import warnings
+
+    x = Tensor([1.0, math.nan], device=device, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lp.max(x).backward()
+    assert np.isnan(grad(x)).all()
+
+
+def test_correction_takes_any_real_number(device):
+    x = lp.asarray([1.0, 2.0, 4.0], device=device)
+    assert float(lp.var(x, correction=np.int64(1))) == pytest.approx(7 / 3)
+    with pytest.raises(TypeError, match="var: correction must be a real number"):
+        lp.var(x, correction=True)

@@ -99,3 +99,11 @@ def axis_method(function):
     method.__name__ = method.__qualname__ = function.__name__
     method.__doc__ = function.__doc__
     return method
+
+
+def orderable(x):
+    """``x`` ready for a function that orders values (max, sort, argmax...): a bool
+    tensor as uint8 (False < True; NumPy orders bools, array_api_strict does not, so
+    every device orders them this way), any other tensor as it is."""
+    return x.astype("uint8") if x.dtype.kind == "b" else x
+

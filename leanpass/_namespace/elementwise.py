@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .. import ops
 from .._checks import broadcast_shapes, device_message
-from .._dtypes import DTYPES, dtype_name
+from .._dtypes import DTYPES, dtype_name, iinfo
 from .._node import _guarded, leaf, make, run, run1, run2
 from ..backends import get_default_dtype
 from ..ops import elementwise as table
@@ -176,6 +176,9 @@ def clip(x, /, min=None, max=None):  # noqa: A002 - the standard's names
     the bound that was taken outside it (PyTorch's ``clamp``); where ``min > max``
     the result is ``max``."""
     x = asarray_like(x, "clip")
+    kind = x.dtype.kind
+    if kind not in "iuf":
+        raise TypeError(f"clip: x must have a real numeric dtype, got {x.dtype}")
     bounds = []
     shapes = [x.shape]
     for bound in (min, max):
@@ -185,7 +188,15 @@ def clip(x, /, min=None, max=None):  # noqa: A002 - the standard's names
         elif bound is not None and not isinstance(bound, SCALARS):
             bound = asarray_like(bound, "clip")
         if isinstance(bound, Tensor):
+            if bound.dtype.kind != kind and not (bound.dtype.kind in "iu" and kind in "iu"):
+                raise TypeError(f"clip: a bound of dtype {bound.dtype} does not mix with x of dtype {x.dtype}")
             shapes.append(bound.shape)
+        elif bound is not None:
+            if isinstance(bound, (bool, complex)) or (isinstance(bound, float) and kind != "f"):
+                raise TypeError(f"clip: a Python {type(bound).__name__} bound does not mix with x of dtype {x.dtype}")
+            if kind != "f":  # a bound beyond the dtype's range: every value is inside it
+                limits = iinfo(x.dtype)
+                bound = limits.min if bound < limits.min else limits.max if bound > limits.max else bound
         bounds.append(bound)
     if all(b is None for b in bounds):
         return run1(ops.copy, x)

@@ -11,7 +11,7 @@ from .._checks import broadcast_shapes, normalize_axes, normalize_axis
 from .._dtypes import promote
 from .._node import _guarded, leaf, run, run1
 from ..tensor import Tensor
-from ._util import SCALARS, asarray_like, axis_method, tensors
+from ._util import SCALARS, asarray_like, axis_method, orderable, tensors
 
 __all__ = ["argmax", "argmin", "count_nonzero", "nonzero", "searchsorted", "where"]
 
@@ -30,7 +30,7 @@ def _arg(name, op, word):
         if (x.shape[axis] if axis is not None else math.prod(x.shape)) == 0:
             raise ValueError(f"{name}: the tensor of shape {x.shape} is empty along the searched axis")
         try:
-            return run1(op, x, axis, bool(keepdims))
+            return run1(op, orderable(x), axis, bool(keepdims))
         except TypeError as exc:
             raise TypeError(f"{name}: not defined for a tensor of dtype {x.dtype}: {exc}") from None
 
@@ -94,7 +94,7 @@ def searchsorted(x1, x2, /, *, side="left", sorter=None):
         if t.dtype.kind == "c":
             raise TypeError(f"{name}: complex numbers have no order (dtype {t.dtype})")
     common = promote(x1.dtype, x2.dtype, op=name)
-    x1, x2 = (t if t.dtype == common else t.astype(common) for t in (x1, x2))
+    x1, x2 = (orderable(t if t.dtype == common else t.astype(common)) for t in (x1, x2))
     return run(ops.searchsorted, [x1, x2], side, None if sorter is None else sorter._data)
 
 

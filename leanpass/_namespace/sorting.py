@@ -5,7 +5,7 @@ from __future__ import annotations
 from .. import ops
 from .._checks import normalize_axis
 from .._node import run, run1
-from ._util import asarray_like
+from ._util import asarray_like, orderable
 
 __all__ = ["argsort", "sort"]
 
@@ -24,7 +24,7 @@ def argsort(x, /, *, axis=-1, descending=False, stable=True):
     ``descending``. With ``stable`` (the default) equal values keep their relative order,
     in either direction. int64 of ``x``'s shape; never requires grad."""
     x, axis = _check(x, axis, "argsort")
-    return run1(ops.argsort, x, axis, bool(descending), bool(stable))
+    return run1(ops.argsort, orderable(x), axis, bool(descending), bool(stable))
 
 
 def sort(x, /, *, axis=-1, descending=False, stable=True):
@@ -33,6 +33,8 @@ def sort(x, /, *, axis=-1, descending=False, stable=True):
     Gradient: each element of ``x`` gets the gradient of the place it was sorted to
     (with ties, the order ``argsort`` gives decides)."""
     x, axis = _check(x, axis, "sort")
+    if x.dtype.kind == "b":  # never requires grad
+        return run(ops.sort, [orderable(x)], axis, bool(descending), bool(stable)).astype("bool")
     return run(ops.sort, [x], axis, bool(descending), bool(stable))
 
 

@@ -7,14 +7,14 @@ integer results never require grad.
 
 from __future__ import annotations
 
-import math
+import numbers
 
 from .. import ops
 from .._checks import normalize_axes, normalize_axis
 from .._dtypes import DTYPES, as_dtype
 from .._node import _guarded, leaf, run1
 from ..backends import get_default_dtype
-from ._util import asarray_like
+from ._util import asarray_like, orderable
 
 __all__ = ["cumulative_prod", "cumulative_sum", "max", "mean", "min", "prod", "std", "sum", "var"]
 
@@ -26,7 +26,13 @@ def accumulation_dtype(x, dtype, op):
     given; else integers (and booleans) widen to int64 (unsigned: uint64), the
     others keep their dtype."""
     if dtype is not None:
-        return as_dtype(dtype, op)
+        dtype = as_dtype(dtype, op)
+        if x.dtype.kind == "c" and dtype.kind != "c":
+            raise TypeError(
+                f"{op}: dtype={dtype.name} would discard the imaginary part of a {x.dtype.name} tensor; "
+                "take the real part first (lp.real)"
+            )
+        return dtype
     kind = x.dtype.kind
     if kind in "ib":
         return DTYPES["int64"]
@@ -90,10 +96,12 @@ def _extremum(name, op):
     def function(x, /, *, axis=None, keepdims=False):
         x = asarray_like(x, name)
         axes = normalize_axes(axis, x.ndim, name)
-        if any(x.shape[i] == 0 for i in axes) or (not axes and x.ndim and math.prod(x.shape) == 0):
+        if any(x.shape[i] == 0 for i in axes):  # axis=() reduces nothing: an empty tensor is fine
             raise ValueError(f"{name}: the tensor of shape {x.shape} is empty along the reduced axes")
         if x.dtype.kind == "c":
             raise TypeError(f"{name}: complex numbers have no order (dtype {x.dtype})")
+        if x.dtype.kind == "b":
+            return reduce(op, orderable(x), name, DTYPES["uint8"], axes, keepdims).astype("bool")
         return reduce(op, x, name, x.dtype, axes, keepdims)
 
     function.__name__ = function.__qualname__ = name
@@ -110,10 +118,11 @@ def _spread(name, op):
     def function(x, /, *, axis=None, correction=0.0, keepdims=False):
         x = asarray_like(x, name)
         axes = normalize_axes(axis, x.ndim, name)
-        if isinstance(correction, bool) or not isinstance(correction, (int, float)):
+        if isinstance(correction, bool) or not isinstance(correction, numbers.Real):
             raise TypeError(f"{name}: correction must be a real number, got {type(correction).__name__}")
         if correction < 0:
             raise ValueError(f"{name}: correction must be non-negative, got {correction}")
+        correction = int(correction) if isinstance(correction, numbers.Integral) else float(correction)
         if x.dtype.kind == "c":
             raise TypeError(f"{name}: x must have a real dtype, got {x.dtype}")
         if x.dtype.kind != "f":  # integers: in the default float dtype, as the standard says

@@ -468,10 +468,14 @@ logical_not = unary("logical_not", lambda xp, x: xp.logical_not(x), method=("log
 bitwise_invert = unary("bitwise_invert", lambda xp, x: xp.bitwise_invert(x), symbol="~")
 
 
-def _max_share(xp, a, b, out, g):  # maximum/minimum: a tie splits the gradient equally
+def _max_share(xp, a, b, out, g):
+    """maximum/minimum: ``g`` to the operand taken, split equally at a tie, and to
+    both where the result is NaN (PyTorch's rule: neither is below the other).
+    With ``win``/``lose`` whether ``a``/``b`` equals the result, the share
+    ``1 - lose * (1 - win / 2)`` is 1, 0, 1/2 and 1 for (1, 0), (0, 1), (1, 1), (0, 0)."""
     win = xp.astype(a == out, g.dtype)
     lose = xp.astype(b == out, g.dtype)
-    return g * (win / (win + lose))
+    return g * (1.0 - lose * (1.0 - 0.5 * win))
 
 
 def _max_share_b(xp, a, b, out, g):

@@ -126,7 +126,8 @@ def _extremum(name, reduce):
             if not keepdims:
                 g = xp.reshape(g, kept.shape)
             winners = xp.astype(a == kept, g.dtype)
-            return (winners * (g / xp.sum(winners, axis=axes, keepdims=True)),)
+            with be.quiet():  # a row with NaN has no winner: NaN, as torch.amax, without warnings
+                return (winners * (g / xp.sum(winners, axis=axes, keepdims=True)),)
 
         return out, backward
 
