@@ -319,11 +319,18 @@ def _value(t, value, region, mask=None):
         xp = t._backend.xp
         region = (int(xp.sum(xp.astype(mask, xp.int64))),) + t.shape[mask.ndim:]
     if not isinstance(value, Tensor):
-        value = as_tensor(value, device=t._backend, dtype=dtype_name(t._data.dtype))
+        try:
+            value = as_tensor(value, device=t._backend, dtype=dtype_name(t._data.dtype))
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"setitem: cannot write a value of type {type(value).__name__} into the tensor of "
+                            f"shape {t.shape} and dtype {t.dtype}: {exc}") from None
     elif value._backend is not t._backend:
         raise ValueError(device_message("setitem", t, value))
     if value._data.dtype != t._data.dtype:
         value = value.astype(t.dtype)
+    extra = value.ndim - len(region)
+    if extra > 0 and all(n == 1 for n in value.shape[:extra]):  # leading axes of one: dropped, as NumPy
+        value = value.reshape(value.shape[extra:])
     try:
         shape = broadcast_shapes("setitem", value.shape, region)
     except ValueError:

@@ -373,9 +373,11 @@ def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=N
         raise TypeError(f"{label}: the result of {op!r} carries no gradient and cannot be written into a tensor "
                         "that requires grad")
     bases = _view_bases(t, label)
+    vc = version_of(t)
+    if _outer:
+        _check_remakes(vc, t, bases, label)
     current = t._data
     source = backend.copy(current) if op.saved(0) else current
-    vc = version_of(t)
     # An operand that is t, or a view of it, would change under the op's saved array.
     aliases = [isinstance(o, Tensor) and (o is t or o._vc is vc) for o in others]
     if any(aliases):
@@ -388,7 +390,8 @@ def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=N
     old._vc = vc if getattr(old._op, "saves_out", False) else None
     if out is not current:
         _write(t, out)
-    vc.bump()
+    if _outer:  # one change of the memory: its bases (below) share the counter, counted once
+        vc.bump()
     tensors = tuple((old if o is t else o) for o in others if isinstance(o, Tensor))
     keep = (0, *(i + 1 for i, o in enumerate(others) if isinstance(o, Tensor)))  # op inputs in t._prev
     if len(tensors) != len(others):
@@ -414,12 +417,11 @@ def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=N
     t._rg = True
     t._seq = next(_sequence)
     t._older = old
-    view = t
-    for base, _key, remake in bases:  # t is a slice of other tensors: they changed too
+    if bases:  # t is a slice of another tensor: that changed too (and, in this call, what it is a slice of)
+        base, _key, remake = bases[0]
         set_key, set_shape = remake[1][1], remake[1][2]
-        value = view if set_shape is None else run1(ops.reshape, view, tuple(set_shape))
+        value = t if set_shape is None else run1(ops.reshape, t, tuple(set_shape))
         inplace(base, ops.setitem, [value], "basic", set_key, name=label, _outer=False)
-        view = base
     if _outer:
         _remake_views(vc, (t, *(b for b, _, _ in bases)))
     return t
@@ -445,6 +447,21 @@ def _snapshot(t):
     if older is not None:
         old._older = older
     return old
+
+
+def _check_remakes(vc, t, bases, label):
+    """Raise, before a recorded change of ``t``'s memory, if a live view of it (other
+    than ``t`` and its bases) cannot be made anew from its changed base: a view made
+    by a custom op (``apply``), whose graph would describe values it no longer holds."""
+    if not vc.views:
+        return
+    for view in vc.live_views():
+        if view._base[2] is None and view is not t and not any(view is b for b, _, _ in bases):
+            raise RuntimeError(
+                f"{label}: {view!r} is a view of this tensor's memory made by {view._op!r}, which cannot be made "
+                "anew after an in-place change while a graph is recorded; make that op return a copy, or change "
+                "a copy of this tensor"
+            )
 
 
 def _remake_views(vc, changed):

@@ -671,3 +671,68 @@ def test_a_reshape_that_copies_is_not_a_view(device):
     with lp.no_grad():
         g[0, 0] = 7.0
     assert view.tolist()[0] == 7.0
+
+
+def test_a_change_through_nested_views_counts_once(device):
+    """One ``+=`` of a slice of a slice is one change of the memory (PyTorch: version
+    1), with or without a graph; the gradient is still right."""
+    x = Tensor(np.arange(6.0), device=device, requires_grad=True)
+    h = x * 1
+    w = h[1:][1:][1:]
+    w += 1
+    assert h._version == w._version == 1
+    h.sum().backward()
+    assert lp.asarray(x.grad).numpy().tolist() == [1.0] * 6
+    with lp.no_grad():
+        a = lp.asarray(np.arange(6.0), device=device)
+        b = a[1:][1:][1:]
+        b += 1
+    assert a._version == 1
+
+
+def test_setitem_value_gradient_is_its_own_writable_array(device):
+    """The gradient a written value gets (a basic index of the incoming gradient) is
+    a new array: clipping it in place, or ``v.grad *= 0.5``, works."""
+    x = Tensor(np.ones(4), device=device, requires_grad=True)
+    v = Tensor([2.0, 3.0], device=device, requires_grad=True)
+    h = x * 1
+    h[0:2] = v
+    h.sum().backward()
+    v.grad *= 0.5
+    assert lp.asarray(v.grad).numpy().tolist() == [0.5, 0.5]
+    lp.nn.utils.clip_grad_norm_([x, v], 0.1)
+
+
+def test_setitem_drops_leading_axes_of_one_and_names_itself(device):
+    h = lp.zeros(3, device=device)
+    h[...] = lp.asarray([[7.0, 8.0, 9.0]], device=device)
+    assert h.numpy().tolist() == [7.0, 8.0, 9.0]
+    with pytest.raises(ValueError, match="does not broadcast"):
+        h[...] = lp.asarray([[7.0, 8.0, 9.0], [1.0, 2.0, 3.0]], device=device)
+    with pytest.raises(TypeError, match=r"setitem: cannot write a value of type NoneType into the tensor of shape"):
+        h[0:2] = None
+    assert h.numpy().tolist() == [7.0, 8.0, 9.0]
+
+
+def test_a_custom_op_view_refuses_a_recorded_change_of_its_base(device):
+    """A custom op whose result is a view of its input cannot be made anew after its
+    base changes: the change raises RuntimeError up front, and nothing changes."""
+    from leanpass.tensor import apply
+
+    def first_row(be, a):
+        shape, dtype = a.shape, a.dtype
+
+        def backward(g):
+            return (be.xp.concat([be.xp.reshape(g, (1, -1)), be.zeros((shape[0] - 1, shape[1]), dtype)]),)
+
+        return a[0, ...], backward
+
+    x = Tensor([[1.0, 2.0], [3.0, 4.0]], device=device, requires_grad=True)
+    h = x * 2
+    r = apply(first_row, h)
+    before = (h.numpy().tolist(), h._version)
+    with pytest.raises(RuntimeError, match="setitem: .* is a view of this tensor's memory made by 'first_row'"):
+        h[1] = 0.0
+    assert (h.numpy().tolist(), h._version) == before
+    r.sum().backward()
+    assert lp.asarray(x.grad).numpy().tolist() == [[2.0, 2.0], [0.0, 0.0]]

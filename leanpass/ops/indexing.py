@@ -111,6 +111,8 @@ def setitem(be, a, v, kind, key, needs=(True, True)):
             be.index_set(ga, kind, key, 0)
         if need_v:
             gv = be.index_get(g, kind, key)
+            if kind == "basic":  # a view of g: the value's gradient must be an array of its own (fresh)
+                gv = be.copy(gv)
         return ga, gv
 
     return a, backward
