@@ -292,6 +292,40 @@ def _checked(name: str, t):
     return group, backend
 
 
+def _writable(name: str, t, backend) -> None:
+    """Raise before any communication if ``t``'s array cannot be written in place."""
+    if backend.read_only(t.data):
+        raise ValueError(f"{name}: the tensor of shape {t.shape} is read-only: its array cannot be written in "
+                         "place (set t.data to a writable copy)")
+
+
+def same_everywhere(name: str, lines: list) -> None:
+    """Raise ``ValueError`` on every process unless all of them give the same ``lines``
+    (descriptions of their models: one parameter's name, shape and dtype per line),
+    naming the first line where a process differs from rank 0. Two all-gathers: the
+    lengths of the texts, then the texts padded to the longest."""
+    group = _require(name)
+    lib = group.lib
+    text = "\n".join(lines).encode()
+    lengths = lib.empty((group.size, 1), dtype="int64")
+    group.all_gather(lib.asarray([len(text)], dtype="int64"), lengths)
+    lengths = [int(n) for n in lengths[:, 0].tolist()]
+    send = lib.zeros(max(lengths), dtype="uint8")
+    if text:
+        send[:len(text)] = lib.asarray(list(text), dtype="uint8")
+    texts = lib.empty((group.size, max(lengths)), dtype="uint8")
+    group.all_gather(send, texts)
+    everyone = [bytes(row[:n]).decode() for row, n in zip(texts.tolist(), lengths)]
+    for rank, other in enumerate(everyone):
+        if other != everyone[0]:
+            mine, theirs = everyone[0].split("\n"), other.split("\n")
+            i = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
+            first = mine[i] if i < len(mine) else "nothing more"
+            second = theirs[i] if i < len(theirs) else "nothing more"
+            raise ValueError(f"{name}: the processes' models differ: rank 0 has {first!r} where rank {rank} has "
+                             f"{second!r}; every process must build the same model")
+
+
 class _Buffer:
     """A tensor's data as a buffer the group can send and receive: the array itself
     when it is a contiguous, writable array of the group's library (NumPy for ``mpi``,
@@ -330,6 +364,7 @@ def all_reduce(tensor: Tensor, op: str = "sum") -> Tensor:
         raise TypeError(f"all_reduce: op {op!r} is not defined for a tensor of dtype {kind} (shape {tensor.shape})")
     if op == "mean" and not (kind.startswith("float") or kind.startswith("complex")):
         raise TypeError(f"all_reduce: 'mean' needs a floating-point tensor, got dtype {kind} (shape {tensor.shape})")
+    _writable("all_reduce", tensor, backend)
     buf = _Buffer(group, backend, tensor)
     nan = None
     lib = group.lib
@@ -353,6 +388,7 @@ def broadcast(tensor: Tensor, src: int = 0) -> Tensor:
     group, backend = _checked("broadcast", tensor)
     if not isinstance(src, numbers.Integral) or isinstance(src, bool) or not 0 <= src < group.size:
         raise ValueError(f"broadcast: src must be a rank in [0, {group.size}), got {src!r}")
+    _writable("broadcast", tensor, backend)
     buf = _Buffer(group, backend, tensor)
     group.broadcast(buf.array, int(src))
     buf.write_back()
@@ -375,6 +411,7 @@ def all_gather(tensor_list: list, tensor: Tensor) -> list:
                 f"all_gather: tensor_list[{r}] has shape {out.shape}, dtype {out.dtype} on {out.device}; "
                 f"the tensor has shape {tensor.shape}, dtype {tensor.dtype} on {tensor.device}"
             )
+        _writable(f"all_gather: tensor_list[{r}]", out, backend)
     send = _Buffer(group, backend, tensor).array
     recv = group.lib.empty((group.size, *send.shape), dtype=send.dtype)
     group.all_gather(send, recv)

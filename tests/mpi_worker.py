@@ -293,6 +293,50 @@ def buffers():
     assert model.running.numpy().tolist() == [7.0] * 3
 
 
+def mismatch():
+    """Models that differ across ranks (another shape, another count) raise ValueError
+    on every rank at construction, naming the parameter; nothing hangs."""
+    rank = dist.get_rank()
+    expect(ValueError, lambda: DDP(nn.Linear(2, 3 if rank == 0 else 4, device=DEVICES[0])),
+           "models differ", "parameter weight: shape (2, 3)", "parameter weight: shape (2, 4)")
+    layers = [2, 4] + ([3] if rank else [])
+    expect(ValueError, lambda: DDP(nn.MLP(layers, device=DEVICES[0])), "models differ", "nothing more")
+    DDP(nn.Linear(2, 3, device=DEVICES[0]))  # the same model: fine
+
+
+def evaluation():
+    """A forward under no_grad (an evaluation) does not arm the next backward: a
+    backward of the module itself on rank 0 alone stays local (a hang would time out)."""
+    rank = dist.get_rank()
+    model = nn.Linear(2, 1, device=DEVICES[0], dtype="float64")
+    ddp_model = DDP(model)
+    x = lp.ones((1, 2), device=DEVICES[0], dtype="float64")
+    with lp.no_grad():
+        ddp_model(x)
+    if rank == 0:
+        model(x).sum().backward()
+        np.testing.assert_allclose(model.weight.grad.tolist(), [[1.0], [1.0]])
+    dist.barrier()
+
+
+def copies():
+    """copy.deepcopy of a wrapper (an EMA copy) is a wrapper of its own that averages
+    its own gradients; pickle works too."""
+    import copy
+    import pickle
+
+    rank, size = dist.get_rank(), dist.get_world_size()
+    ddp_model = DDP(nn.Linear(2, 1, device=DEVICES[0], dtype="float64"))
+    twin = copy.deepcopy(ddp_model)
+    pickle.loads(pickle.dumps(ddp_model))
+    assert twin.module.weight is not ddp_model.module.weight
+    x = lp.ones((1, 2), device=DEVICES[0], dtype="float64") * (rank + 1)
+    twin(x).sum().backward()
+    mean = sum(r + 1 for r in range(size)) / size
+    np.testing.assert_allclose(twin.module.weight.grad.tolist(), [[mean], [mean]])
+    assert not ddp_model.module.weight.has_grad
+
+
 def failure():
     """Rank 1 raises while rank 0 waits in a collective: python -m mpi4py aborts both."""
     if dist.get_rank() == 1:

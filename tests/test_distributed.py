@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import leanpass as lp
@@ -111,6 +112,10 @@ DDP_SCENARIOS = {
                   "averaging; a backward without a forward through the wrapper, or after it is dropped, "
                   "makes no collective call (rank 0 alone runs one: a hang would hit the timeout)",
     "buffers": "rank 0's buffers reach every rank at construction and at each forward outside no_sync",
+    "mismatch": "models that differ across ranks raise ValueError on every rank at construction, naming "
+                "the parameter",
+    "evaluation": "a forward under no_grad does not arm the next backward (a local one does not hang)",
+    "copies": "copy.deepcopy and pickle of a wrapper work; the copy averages its own gradients",
 }
 
 
@@ -157,6 +162,22 @@ def test_collectives_need_a_process_group():
         with pytest.raises(RuntimeError, match="init_process_group"):
             call()
     assert t.numpy().tolist() == [1.0, 1.0, 1.0]
+
+
+@pytest.mark.mpi
+@needs_mpi
+def test_collectives_refuse_read_only_tensors_before_communicating():
+    dist.init_process_group()
+    try:
+        data = np.ones(3)
+        data.flags.writeable = False
+        t = lp.from_dlpack(data)
+        for name, call in (("all_reduce", lambda: dist.all_reduce(t)), ("broadcast", lambda: dist.broadcast(t)),
+                           ("all_gather", lambda: dist.all_gather([t], lp.ones(3)))):
+            with pytest.raises(ValueError, match=f"{name}.*read-only"):
+                call()
+    finally:
+        dist.destroy_process_group()
 
 
 def test_init_process_group_refuses_an_unknown_backend():

@@ -346,3 +346,37 @@ def test_embedding_on_a_device_that_waits_for_reads_makes_bad_rows_nan(device, m
     assert host(e.weight.grad).tolist() == [[0, 0], [1, 1], [0, 0], [1, 1]]
     with pytest.raises(IndexError, match=r"Embedding: indices must be in \[0, 4\)"):
         e([0, 4])
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_embedding_from_pretrained_matches_torch(device, freeze):
+    """A given table (frozen unless freeze=False), its padding row kept and given no
+    gradient, as torch.nn.Embedding.from_pretrained; the table is a copy."""
+    torch = torch_or_skip()
+    table = np.arange(12.0).reshape(4, 3)
+    given = Tensor(table, device=device)
+    ours = nn.Embedding.from_pretrained(given, freeze=freeze, padding_idx=1)
+    theirs = torch.nn.Embedding.from_pretrained(torch.tensor(table), freeze=freeze, padding_idx=1)
+    assert ours.weight.requires_grad is (not freeze) and ours.weight.device == given.device
+    assert repr(ours) == "Embedding(4, 3, padding_idx=1)"
+    y, ty = ours([1, 2, 2]), theirs(torch.tensor([1, 2, 2]))
+    close(y, ty)
+    if not freeze:
+        y.sum().backward()
+        ty.sum().backward()
+        close(ours.weight.grad, theirs.weight.grad)
+        given_before = host(given).copy()
+        with leanpass.no_grad():
+            ours.weight -= 1.0
+        close(given, given_before)
+    with pytest.raises(ValueError, match="Embedding.from_pretrained: embeddings must be a 2-D table"):
+        nn.Embedding.from_pretrained(np.ones(3))
+    with pytest.raises(TypeError, match="Embedding.from_pretrained: embeddings must be floating point"):
+        nn.Embedding.from_pretrained(leanpass.asarray([[1, 2]], device=device))
+
+
+def test_embedding_padding_idx_must_be_an_integer(device):
+    for bad in (2.5, True, "1"):
+        with pytest.raises(TypeError, match="Embedding: padding_idx must be an integer row"):
+            nn.Embedding(4, 3, padding_idx=bad, device=device)
+    assert nn.Embedding(4, 3, padding_idx=np.int64(-1), device=device).padding_idx == 3

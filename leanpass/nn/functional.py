@@ -184,6 +184,8 @@ def embedding(indices, weight: Tensor, padding_idx: int | None = None, *, _op: s
 
 def _padding_index(padding_idx, rows: int, op: str) -> int:
     """``padding_idx`` in ``[0, rows)`` (a negative one counts from the end, as PyTorch)."""
+    if isinstance(padding_idx, bool) or not isinstance(padding_idx, numbers.Integral):
+        raise TypeError(f"{op}: padding_idx must be an integer row, got {padding_idx!r}")
     if not -rows <= padding_idx < rows:
         raise ValueError(f"{op}: padding_idx must be within [{-rows}, {rows}), got {padding_idx}")
     return int(padding_idx) % rows

@@ -121,10 +121,41 @@ class DistributedDataParallel(Module):
         self._no_sync = False
         self._round = None  # the backward call (autograd.hook_round) this wrapper last joined
         self._order = next(_created)  # every process makes its wrappers in the same order
+        distributed.same_everywhere("DistributedDataParallel", self._description())
         self._broadcast_state(params)
         self._buckets = self._make_buckets([p for p in params if p.requires_grad])
+        self._hook()
+
+    def _description(self) -> list:
+        """One line per parameter and buffer: name, shape, dtype, whether it trains."""
+        named_buffers = getattr(self.module, "named_buffers", lambda: ())
+        return ([f"parameter {n}: shape {p.shape}, {p.dtype}, requires_grad={p.requires_grad}"
+                 for n, p in self.module.named_parameters()]
+                + [f"buffer {n}: shape {b.shape}, {b.dtype}" for n, b in named_buffers()])
+
+    def _hook(self) -> None:
         ready = _weak_hook(self)
         self._handles = [p.register_post_accumulate_grad_hook(ready) for b in self._buckets for p in b.params]
+
+    # ---- copies ------------------------------------------------------------------------------
+    def __getstate__(self) -> dict:
+        """``copy.deepcopy`` and ``pickle`` (as PyTorch's): everything but the process
+        group and the hooks, which a copy gets anew from the current process group."""
+        state = dict(self.__dict__)
+        for key in ("_group", "_handles", "_round"):
+            state.pop(key, None)
+        state["_buckets"] = [b.params for b in self._buckets]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        state = dict(state)
+        buckets = [_Bucket(params) for params in state.pop("_buckets")]
+        self.__dict__.update(state)
+        self._buckets = buckets
+        self._group = distributed._group  # None when there is none: forward then says so
+        self._round = None
+        self._order = next(_created)
+        self._hook()
 
     # ---- set-up -------------------------------------------------------------------------------
     def _broadcast_state(self, params) -> None:
@@ -161,8 +192,10 @@ class DistributedDataParallel(Module):
         if not distributed.is_initialized() or distributed._group is not self._group:
             raise RuntimeError("DistributedDataParallel: its process group was destroyed; wrap the module again "
                                "after init_process_group()")
-        self._sync_next = not self._no_sync
-        if self.broadcast_buffers and self._sync_next:
+        # only a forward that records a graph arms the next backward (PyTorch's rule): after
+        # an evaluation under no_grad, a local backward must not wait for the others
+        self._sync_next = not self._no_sync and autograd.is_grad_enabled()
+        if self.broadcast_buffers and not self._no_sync:
             self._broadcast_module_buffers()
         return self.module(*args, **kwargs)
 

@@ -36,6 +36,29 @@ class Embedding(Module):
             with no_grad():
                 self.weight[padding_idx] = 0.0
 
+    @classmethod
+    def from_pretrained(cls, embeddings, freeze: bool = True, padding_idx: int | None = None) -> Embedding:
+        """An Embedding whose table is ``embeddings`` (a 2-D floating-point Tensor or
+        array: one row per index), as ``torch.nn.Embedding.from_pretrained``: frozen
+        (``requires_grad=False``) unless ``freeze=False``; the row ``padding_idx`` keeps
+        its values and gets no gradient. The table is a copy on the tensor's device (a
+        LeanPass Parameter owns its data)."""
+        if not isinstance(embeddings, Tensor):
+            embeddings = Tensor(embeddings)
+        if embeddings.ndim != 2 or 0 in embeddings.shape:
+            raise ValueError(f"Embedding.from_pretrained: embeddings must be a 2-D table with rows and columns, "
+                             f"got shape {embeddings.shape}")
+        if embeddings.dtype.kind != "f":
+            raise TypeError(f"Embedding.from_pretrained: embeddings must be floating point, got {embeddings.dtype}")
+        rows, dim = embeddings.shape
+        module = cls.__new__(cls)
+        module.num_embeddings, module.embedding_dim = rows, dim
+        module.padding_idx = None if padding_idx is None else F._padding_index(
+            padding_idx, rows, "Embedding.from_pretrained")
+        module.weight = Parameter(embeddings.detach(), requires_grad=not freeze, name="weight",
+                                  device=embeddings.device)
+        return module
+
     def forward(self, indices) -> Tensor:
         return F.embedding(indices, self.weight, self.padding_idx, _op="Embedding")
 
