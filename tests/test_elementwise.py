@@ -796,3 +796,15 @@ def test_clip_takes_real_numbers_and_keeps_the_dtype(device):
     assert got.dtype == lp.uint8 and got.numpy().tolist() == [1, 100]
     assert lp.clip(Tensor([0.5, 3.0], device=device), 1, 2).numpy().tolist() == [1.0, 2.0]
 
+
+
+def test_functions_that_order_values_refuse_complex_on_every_device(device):
+    """NumPy orders complex numbers lexicographically; the standard (and PyTorch) do
+    not: maximum, minimum and <, <=, >, >= raise TypeError on every device."""
+    z = lp.asarray([1 + 1j], device=device)
+    for f in (lp.maximum, lp.minimum, lp.less, lp.less_equal, lp.greater, lp.greater_equal):
+        with pytest.raises(TypeError, match="complex numbers have no order"):
+            f(z, z)
+    with pytest.raises(TypeError, match="complex numbers have no order"):
+        lp.asarray([1.0], device=device) < 1j
+    assert (z == z).tolist() == [True]

@@ -509,10 +509,26 @@ logaddexp = binary("logaddexp", lambda xp, a, b: xp.logaddexp(a, b),
                    lambda xp, a, b, out, g: g / (1.0 + xp.exp(b - a)),
                    lambda xp, a, b, out, g: g / (1.0 + xp.exp(a - b)),
                    uses=("a", "b"), method=("logaddexp",))
-maximum = binary("maximum", lambda xp, a, b: xp.maximum(a, b), _max_share, _max_share_b,
-                 uses=("a", "b", "out"), method=("maximum",))
-minimum = binary("minimum", lambda xp, a, b: xp.minimum(a, b), _max_share, _max_share_b,
-                 uses=("a", "b", "out"), method=("minimum",))
+def _ordered(xp, a, b):
+    """Refuse complex operands of a function that orders values (NumPy orders complex
+    numbers lexicographically; the standard and PyTorch do not order them)."""
+    for x in (a, b):
+        if isinstance(x, complex) or (hasattr(x, "dtype") and xp.isdtype(x.dtype, "complex floating")):
+            raise TypeError("complex numbers have no order")
+
+
+def _maximum(xp, a, b):
+    _ordered(xp, a, b)
+    return xp.maximum(a, b)
+
+
+def _minimum(xp, a, b):
+    _ordered(xp, a, b)
+    return xp.minimum(a, b)
+
+
+maximum = binary("maximum", _maximum, _max_share, _max_share_b, uses=("a", "b", "out"), method=("maximum",))
+minimum = binary("minimum", _minimum, _max_share, _max_share_b, uses=("a", "b", "out"), method=("minimum",))
 remainder = binary("remainder", lambda xp, a, b: xp.remainder(a, b),
                    lambda xp, a, b, out, g: g, lambda xp, a, b, out, g: -g * xp.floor_divide(a, b),
                    quiet=True, symbol="%")
@@ -538,10 +554,10 @@ nextafter = binary("nextafter", lambda xp, a, b: xp.nextafter(a, b), ZERO, ZERO,
 
 equal = binary("equal", lambda xp, a, b: a == b, symbol="==")
 not_equal = binary("not_equal", lambda xp, a, b: a != b, symbol="!=")
-less = binary("less", lambda xp, a, b: a < b, symbol="<")
-less_equal = binary("less_equal", lambda xp, a, b: a <= b, symbol="<=")
-greater = binary("greater", lambda xp, a, b: a > b, symbol=">")
-greater_equal = binary("greater_equal", lambda xp, a, b: a >= b, symbol=">=")
+less = binary("less", lambda xp, a, b: _ordered(xp, a, b) or a < b, symbol="<")
+less_equal = binary("less_equal", lambda xp, a, b: _ordered(xp, a, b) or a <= b, symbol="<=")
+greater = binary("greater", lambda xp, a, b: _ordered(xp, a, b) or a > b, symbol=">")
+greater_equal = binary("greater_equal", lambda xp, a, b: _ordered(xp, a, b) or a >= b, symbol=">=")
 logical_and = binary("logical_and", lambda xp, a, b: xp.logical_and(a, b))
 logical_or = binary("logical_or", lambda xp, a, b: xp.logical_or(a, b))
 logical_xor = binary("logical_xor", lambda xp, a, b: xp.logical_xor(a, b))
