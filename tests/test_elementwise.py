@@ -806,5 +806,14 @@ def test_functions_that_order_values_refuse_complex_on_every_device(device):
         with pytest.raises(TypeError, match="complex numbers have no order"):
             f(z, z)
     with pytest.raises(TypeError, match="complex numbers have no order"):
-        lp.asarray([1.0], device=device) < 1j
+        _ = lp.asarray([1.0], device=device) < 1j
     assert (z == z).tolist() == [True]
+
+
+def test_imag_of_a_real_tensor_is_zeros_on_every_device(device):
+    x = Tensor([1.0, -2.0], device=device, requires_grad=True)
+    y = lp.imag(x)
+    assert y.dtype == lp.float64 and y.tolist() == [0.0, 0.0]
+    (y * 3.0 + lp.real(x)).sum().backward()
+    assert lp.asarray(x.grad).numpy().tolist() == [1.0, 1.0]
+    assert lp.imag(lp.asarray([1, 2], device=device)).tolist() == [0, 0]

@@ -381,3 +381,16 @@ def test_an_array_object_handing_over_its_own_memory_is_copied():
     a[0] = 99.0
     assert t.tolist() == u.tolist() == p.tolist() == [1.0, 2.0]
     assert shared.tolist() == [99.0, 2.0]
+
+
+def test_tensors_from_pytorch_tensors_in_a_graph(device):
+    """A PyTorch tensor that requires grad (a parameter, an output) gives its values,
+    as torch.tensor(param) does: a copy, outside any graph."""
+    torch = pytest.importorskip("torch")
+    w = torch.nn.Linear(3, 2).weight
+    want = w.detach().numpy()
+    for make, scale in ((lambda: lp.Tensor(w, device=device), 1), (lambda: lp.as_tensor(w * 2, device=device), 2),
+                        (lambda: lp.nn.Parameter(w, device=device), 1)):
+        t = make()
+        assert t.shape == (2, 3) and t._prev == ()
+        np.testing.assert_allclose(t.numpy(), want * scale, rtol=1e-6)

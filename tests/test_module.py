@@ -578,3 +578,34 @@ def test_parameters_and_buffers_without_recursing():
     assert [n for n, _ in m.named_parameters(recurse=False)] == ["w"]
     assert m.parameters(recurse=False) == [m.w] and len(m.parameters()) == 3
     assert [n for n, _ in m.named_buffers(recurse=False)] == ["b"] and m.buffers(recurse=False) == [m.b]
+
+
+def test_to_dtype_float_and_double_cast_in_place(device):
+    """Module.to(dtype), float(), double() (PyTorch's): floating-point parameters,
+    their gradients and buffers change dtype in place (the same Tensor objects, so the
+    optimizer keeps working); integer buffers keep theirs; a non-float dtype raises."""
+    model = nn.Sequential(nn.Linear(3, 2, device=device), nn.BatchNorm1d(2, device=device))
+    opt = optim.Adam(model.parameters(), lr=0.1)
+    data = np.random.default_rng(0).normal(size=(4, 3))
+    x = Tensor(data, device=device)
+    nn.mse_loss(model(x), leanpass.zeros((4, 2), device=device)).backward()
+    opt.step()
+    weight = model.layers[0].weight
+    assert model.float() is model and model.layers[0].weight is weight
+    dtypes = {k: str(v.dtype).rsplit(".", 1)[-1] for k, v in model.state_dict().items()}
+    assert dtypes["layers.0.weight"] == dtypes["layers.1.running_var"] == "float32"
+    assert dtypes["layers.1.num_batches_tracked"] == "int64"
+    assert leanpass.asarray(weight.grad).dtype == leanpass.float32
+    before = weight.numpy().copy()
+    opt.zero_grad()
+    x32 = Tensor(data, device=device, dtype="float32")
+    nn.mse_loss(model(x32), leanpass.zeros((4, 2), device=device, dtype="float32")).backward()
+    opt.step()  # the optimizer's state follows the new dtype
+    assert weight.dtype == leanpass.float32 and not np.array_equal(weight.numpy(), before)
+    model.double()
+    assert weight.dtype == leanpass.float64
+    model.to(leanpass.float32)
+    assert weight.dtype == leanpass.float32 and weight.device == device
+    with pytest.raises(TypeError, match="Module.to: dtype must be floating point"):
+        model.to(leanpass.int32)
+    assert weight.dtype == leanpass.float32

@@ -89,11 +89,40 @@ def operand(like: Tensor, other):
         return NotImplemented
 
 
+_VALUES_ONLY = ("max", "min", "sort")  # PyTorch's forms with dim= give (values, indices); these give values
+
+
+def torch_axis(name, axis, dim, keepdims=False, keepdim=None):
+    """``(axis, keepdims)`` of a method that also takes PyTorch's names ``dim=`` and
+    ``keepdim=``. For ``max``, ``min`` and ``sort`` a ``dim=`` raises ``TypeError``:
+    PyTorch's ``t.max(dim=1)`` gives values and indices, LeanPass's values only (the
+    standard's and NumPy's rule), and an unpacking would silently take rows."""
+    if dim is not None:
+        if name in _VALUES_ONLY:
+            raise TypeError(
+                f"{name}: LeanPass's t.{name}(axis) gives the values only (as NumPy and the standard), not "
+                f"PyTorch's (values, indices) of t.{name}(dim=...); call t.{name}(axis) and "
+                f"t.arg{name}(axis)" if name != "sort" else
+                "sort: LeanPass's t.sort(axis) gives the sorted values only (as NumPy and the standard), not "
+                "PyTorch's (values, indices) of t.sort(dim=...); call t.sort(axis) and t.argsort(axis)"
+            )
+        if axis is not None:
+            raise TypeError(f"{name}: give axis or dim (PyTorch's name for it), not both")
+        axis = dim
+    if keepdim is not None:
+        keepdims = keepdim
+    return axis, keepdims
+
+
 def axis_method(function):
     """A Tensor method for ``function(x, axis=..., keepdims=...)`` whose ``axis`` may
-    also be given positionally: ``t.max(0)``."""
+    also be given positionally (``t.max(0)``) or as PyTorch's ``dim=`` (with
+    ``keepdim=``); see :func:`torch_axis`."""
+    name = function.__name__
 
-    def method(self, axis=None, keepdims=False):
+    def method(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
+        if dim is not None or keepdim is not None:
+            axis, keepdims = torch_axis(name, axis, dim, keepdims, keepdim)
         return function(self, axis=axis, keepdims=keepdims)
 
     method.__name__ = method.__qualname__ = function.__name__

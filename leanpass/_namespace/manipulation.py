@@ -168,6 +168,11 @@ def _joined(op, arrays):
         raise ValueError(f"{op}: need at least one tensor to join")
     ts = tensors(op, *arrays)
     dtype = promote(*(t.dtype for t in ts), op=op)
+    if dtype.kind == "c" and any(t._rg and t.dtype.kind != "c" for t in ts):
+        raise TypeError(
+            f"{op}: a real tensor that requires grad joined with a complex one would give a complex result "
+            f"(dtypes {', '.join(str(t.dtype) for t in ts)}), and complex gradients are not supported"
+        )
     return [t if dtype_name(t._data.dtype) == dtype.name else t.astype(dtype) for t in ts]
 
 

@@ -13,7 +13,7 @@ from .._node import run1
 from ..ops import elementwise as table
 from ..tensor import Tensor
 from . import elementwise, indexing, linalg, manipulation, searching, sets, sorting, statistical, utility
-from ._util import axis_method
+from ._util import axis_method, torch_axis
 
 for _entry in (*table.UNARY.values(), *table.BINARY.values()):
     for _method in _entry.method:
@@ -33,7 +33,9 @@ _attach((indexing, linalg, manipulation, searching, sets, sorting, statistical, 
 # ---- reductions: axis may be given positionally --------------------------------------------
 
 
-def _sum(self, axis=None, keepdims=False, *, dtype=None):
+def _sum(self, axis=None, keepdims=False, *, dtype=None, dim=None, keepdim=None):
+    if dim is not None or keepdim is not None:
+        axis, keepdims = torch_axis("sum", axis, dim, keepdims, keepdim)
     return statistical.sum(self, axis=axis, keepdims=keepdims, dtype=dtype)
 
 
@@ -71,13 +73,17 @@ def softplus(self):
     return run1(ops.softplus, self)
 
 
-def softmax(self, axis: int = -1):
-    """exp(x) / sum(exp(x)) along ``axis``, shifted by the max (no overflow)."""
+def softmax(self, axis: int = -1, *, dim=None):
+    """exp(x) / sum(exp(x)) along ``axis`` (or PyTorch's ``dim=``), shifted by the max (no overflow)."""
+    if dim is not None:
+        axis = torch_axis("softmax", None, dim)[0]
     return run1(ops.softmax, self, normalize_axis(axis, self.ndim, "softmax"))
 
 
-def log_softmax(self, axis: int = -1):
-    """log(softmax(x)) along ``axis``, computed as ``z - log(sum(exp(z)))``, ``z = x - max(x)``."""
+def log_softmax(self, axis: int = -1, *, dim=None):
+    """log(softmax(x)) along ``axis`` (or ``dim=``), computed as ``z - log(sum(exp(z)))``, ``z = x - max(x)``."""
+    if dim is not None:
+        axis = torch_axis("log_softmax", None, dim)[0]
     return run1(ops.log_softmax, self, normalize_axis(axis, self.ndim, "log_softmax"))
 
 
@@ -203,3 +209,77 @@ def copy(self):
 
 Tensor.copy = copy
 Tensor.clone = copy
+
+
+# ---- more of PyTorch's everyday names ---------------------------------------------------------
+
+
+def view(self, *shape):
+    """PyTorch's name for :meth:`reshape` (``t.view(2, -1)``). Unlike PyTorch's ``view``
+    it also works where the data does not allow a view: it then copies, as ``reshape``."""
+    return reshape(self, *shape)
+
+
+def dim(self) -> int:
+    """The number of axes (PyTorch's ``t.dim()``; ``t.ndim`` in the standard)."""
+    return self.ndim
+
+
+def pow(self, exponent):  # noqa: A001
+    """``t ** exponent`` (PyTorch's ``t.pow``)."""
+    return self ** exponent
+
+
+def masked_fill(self, mask, value):
+    """A copy with ``value`` where the bool tensor ``mask`` (broadcasting) is True
+    (PyTorch's ``masked_fill``): ``lp.where(mask, value, t)``; the gradient passes where
+    ``mask`` is False."""
+    return searching.where(mask, value, self)
+
+
+def zero_(self):
+    """Set every element to 0, in place (PyTorch's ``zero_``; ``t[...] = 0``); returns ``t``."""
+    self[...] = 0
+    return self
+
+
+def fill_(self, value):
+    """Set every element to ``value``, in place (``t[...] = value``); returns ``t``."""
+    self[...] = value
+    return self
+
+
+def copy_(self, src):
+    """Write ``src`` (broadcasting, cast to this dtype) into this tensor, in place
+    (``t[...] = src``; the gradient of ``src`` is recorded as for any setitem); returns ``t``."""
+    self[...] = src
+    return self
+
+
+def add_(self, other, *, alpha=1):
+    """``t += alpha * other``, in place (PyTorch's ``add_``); returns ``t``."""
+    self += other if alpha == 1 else other * alpha
+    return self
+
+
+def sub_(self, other, *, alpha=1):
+    """``t -= alpha * other``, in place (PyTorch's ``sub_``); returns ``t``."""
+    self -= other if alpha == 1 else other * alpha
+    return self
+
+
+def mul_(self, other):
+    """``t *= other``, in place; returns ``t``."""
+    self *= other
+    return self
+
+
+def div_(self, other):
+    """``t /= other``, in place; returns ``t``."""
+    self /= other
+    return self
+
+
+for _f in (view, dim, pow, masked_fill, zero_, fill_, copy_, add_, sub_, mul_, div_):
+    setattr(Tensor, _f.__name__, _f)
+del _f

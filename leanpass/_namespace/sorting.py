@@ -5,7 +5,7 @@ from __future__ import annotations
 from .. import ops
 from .._checks import normalize_axis
 from .._node import run, run1
-from ._util import asarray_like, orderable
+from ._util import asarray_like, orderable, torch_axis
 
 __all__ = ["argsort", "sort"]
 
@@ -38,11 +38,15 @@ def sort(x, /, *, axis=-1, descending=False, stable=True):
     return run(ops.sort, [x], axis, bool(descending), bool(stable))
 
 
-def _argsort_method(self, axis=-1, descending=False, *, stable=True):
+def _argsort_method(self, axis=-1, descending=False, *, stable=True, dim=None):
+    if dim is not None:  # PyTorch's name
+        axis = torch_axis("argsort", None, dim)[0]
     return argsort(self, axis=axis, descending=descending, stable=stable)
 
 
-def _sort_method(self, axis=-1, descending=False, *, stable=True):
+def _sort_method(self, axis=-1, descending=False, *, stable=True, dim=None):
+    if dim is not None:
+        torch_axis("sort", None, dim)  # raises: PyTorch's form gives (values, indices)
     return sort(self, axis=axis, descending=descending, stable=stable)
 
 

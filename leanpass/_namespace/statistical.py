@@ -14,7 +14,7 @@ from .._checks import normalize_axes, normalize_axis
 from .._dtypes import DTYPES, as_dtype
 from .._node import _guarded, leaf, run1
 from ..backends import get_default_dtype
-from ._util import asarray_like, orderable
+from ._util import asarray_like, orderable, torch_axis
 
 __all__ = ["cumulative_prod", "cumulative_sum", "max", "mean", "min", "prod", "std", "sum", "var"]
 
@@ -183,12 +183,16 @@ Gradient as ``torch.cumprod``'s, right where some elements are zero."""
 # ---- Tensor methods ----------------------------------------------------------------------------
 
 
-def _prod_method(self, axis=None, keepdims=False, *, dtype=None):
+def _prod_method(self, axis=None, keepdims=False, *, dtype=None, dim=None, keepdim=None):
+    if dim is not None or keepdim is not None:
+        axis, keepdims = torch_axis("prod", axis, dim, keepdims, keepdim)
     return prod(self, axis=axis, keepdims=keepdims, dtype=dtype)
 
 
 def _spread_method(function):
-    def method(self, axis=None, *, correction=0.0, keepdims=False):
+    def method(self, axis=None, *, correction=0.0, keepdims=False, dim=None, keepdim=None):
+        if dim is not None or keepdim is not None:
+            axis, keepdims = torch_axis(function.__name__, axis, dim, keepdims, keepdim)
         return function(self, axis=axis, correction=correction, keepdims=keepdims)
 
     method.__name__ = method.__qualname__ = function.__name__
@@ -201,7 +205,9 @@ def _spread_method(function):
 
 
 def _running_method(function, name):
-    def method(self, axis=None, *, dtype=None, include_initial=False):
+    def method(self, axis=None, *, dtype=None, include_initial=False, dim=None):
+        if dim is not None:
+            axis = torch_axis(name, axis, dim)[0]
         return function(self, axis=axis, dtype=dtype, include_initial=include_initial)
 
     method.__name__ = method.__qualname__ = name

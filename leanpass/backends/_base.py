@@ -69,6 +69,8 @@ def host_array(data, op: str = "Tensor", dtype=None) -> np.ndarray:
             f"{op}: data of type {type(data).__name__} is not numeric; expected a "
             "number, a (nested) list of numbers or an array"
         )
+    if type(data).__module__.partition(".")[0] == "torch" and getattr(data, "requires_grad", False):
+        data = data.detach()  # a PyTorch tensor in its graph: its values (LeanPass copies them; no graph crosses)
     try:
         arr = np.asarray(data)
     except (ValueError, TypeError) as exc:

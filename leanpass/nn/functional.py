@@ -32,7 +32,17 @@ __all__ = [
     "batch_norm", "multi_head_attention_forward",
 ]
 
-cross_entropy = cross_entropy_loss
+
+
+def cross_entropy(input, target, axis: int | None = None) -> Tensor:  # noqa: A002 - PyTorch's names
+    """PyTorch's ``F.cross_entropy``: :func:`leanpass.nn.cross_entropy_loss` with the
+    classes along axis 1 (PyTorch's ``(N, C, ...)`` layout; the only axis of 1-D logits)
+    unless ``axis`` is given. ``nn.cross_entropy_loss`` itself takes the last axis."""
+    if axis is None:
+        axis = 1 if isinstance(input, Tensor) and input.ndim >= 2 else -1
+    return cross_entropy_loss(input, target, axis=axis)
+
+
 binary_cross_entropy_with_logits = binary_cross_entropy_loss
 
 
@@ -81,14 +91,14 @@ def tanh(x: Tensor) -> Tensor:
     return _tensor(x, "tanh").tanh()
 
 
-def softmax(x: Tensor, axis: int = -1) -> Tensor:
-    """Softmax along ``axis`` (PyTorch's ``dim``), shifted by the max."""
-    return _tensor(x, "softmax").softmax(axis)
+def softmax(x: Tensor, axis: int = -1, *, dim=None) -> Tensor:
+    """Softmax along ``axis`` (or PyTorch's ``dim=``), shifted by the max."""
+    return _tensor(x, "softmax").softmax(axis, dim=dim)
 
 
-def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
-    """``log(softmax(x))`` along ``axis``, computed stably."""
-    return _tensor(x, "log_softmax").log_softmax(axis)
+def log_softmax(x: Tensor, axis: int = -1, *, dim=None) -> Tensor:
+    """``log(softmax(x))`` along ``axis`` (or PyTorch's ``dim=``), computed stably."""
+    return _tensor(x, "log_softmax").log_softmax(axis, dim=dim)
 
 
 def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:

@@ -132,8 +132,10 @@ class LeakyReLU(Module):
 
 
 class Softmax(Module):
-    def __init__(self, axis: int = -1):
-        self.axis = axis
+    """Softmax along ``axis`` (or PyTorch's ``dim=``)."""
+
+    def __init__(self, axis: int = -1, *, dim: int | None = None):
+        self.axis = axis if dim is None else dim
 
     def forward(self, x):
         _check_input(x, self)

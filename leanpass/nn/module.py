@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from .._dtypes import as_dtype
 from ..autograd import increment_version
 from ..backends import dtype_name, get_backend
 from ..tensor import Tensor, as_tensor, clear_gradients
@@ -32,6 +33,16 @@ class Parameter(Tensor):
 
     def __repr__(self) -> str:
         return "Parameter" + super().__repr__()[len("Tensor"):]
+
+
+def _is_dtype(value) -> bool:
+    """Whether ``value`` names a dtype (``lp.float32``, ``"float32"``, ``numpy.float32``)
+    rather than a device."""
+    try:
+        as_dtype(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 class IncompatibleKeys(NamedTuple):
@@ -283,17 +294,43 @@ class Module:
     def eval(self) -> Module:
         return self.train(False)
 
-    def to(self, device) -> Module:
-        """Move every parameter (and its gradient) and every buffer to ``device`` in
-        place: the same Tensor objects, so an optimizer made before keeps working."""
-        target = get_backend(device)
+    def to(self, device=None, dtype=None) -> Module:
+        """Move every parameter (and its gradient) and every buffer to ``device``, and/or
+        cast the floating-point ones to the float ``dtype``, in place: the same Tensor
+        objects, so an optimizer made before keeps working (its state follows at the
+        next step). PyTorch's forms: ``to("cuda")``, ``to(lp.float32)``,
+        ``to("cuda", lp.float32)``, ``to(dtype=...)``; integer buffers keep their dtype."""
+        if dtype is None and device is not None and _is_dtype(device):
+            device, dtype = None, device
+        target = None if device is None else get_backend(device)
+        if dtype is not None:
+            dtype = dtype_name(as_dtype(dtype, "Module.to"))
+            if dtype not in ("float32", "float64"):
+                raise TypeError(f"Module.to: dtype must be floating point (float32 or float64), got {dtype}")
         for kind, _, p, _, _ in self._walk():
-            if kind != "module" and p.device != target.device:
-                grad = p.grad if p.has_grad else None
-                moved = p.to(target.device).detach()
-                p.data = moved.data
-                p.grad = None if grad is None else Tensor(grad, device=target.device).data
+            if kind == "module":
+                continue
+            move = target is not None and p.device != target.device
+            cast = dtype is not None and dtype_name(p.dtype) in ("float32", "float64") and dtype_name(p.dtype) != dtype
+            if not (move or cast):
+                continue
+            grad = p.grad if p.has_grad else None
+            moved = p.detach()
+            if move:
+                moved = moved.to(target.device)
+            if cast:
+                moved = moved.astype(dtype)
+            p.data = moved.data
+            p.grad = None if grad is None else Tensor(grad, device=moved.device, dtype=dtype_name(moved.dtype)).data
         return self
+
+    def float(self) -> Module:
+        """``to(dtype="float32")``: floating-point parameters and buffers as float32 (PyTorch's)."""
+        return self.to(dtype="float32")
+
+    def double(self) -> Module:
+        """``to(dtype="float64")``."""
+        return self.to(dtype="float64")
 
     # ---- state -------------------------------------------------------------------
     def _state_entries(self, layout: str) -> dict:

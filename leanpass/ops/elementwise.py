@@ -454,7 +454,8 @@ conj = unary("conj", lambda xp, x: xp.conj(x), lambda xp, x, out, g: g, uses=(),
 # one, which would change unseen by version counters (the standard leaves it open).
 real = unary("real", lambda xp, x: xp.asarray(xp.real(x), copy=True), lambda xp, x, out, g: g, uses=(),
              fresh=False)
-imag = unary("imag", lambda xp, x: xp.asarray(xp.imag(x), copy=True), ZERO)
+imag = unary("imag", lambda xp, x: (xp.asarray(xp.imag(x), copy=True) if xp.isdtype(x.dtype, "complex floating")
+                                    else xp.zeros_like(x)), ZERO)  # 0 for real input on every library
 ceil = unary("ceil", lambda xp, x: xp.ceil(x), ZERO, method=("ceil",))
 floor = unary("floor", lambda xp, x: xp.floor(x), ZERO, method=("floor",))
 trunc = unary("trunc", lambda xp, x: xp.trunc(x), ZERO, method=("trunc",))

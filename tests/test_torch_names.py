@@ -1,0 +1,100 @@
+"""PyTorch's everyday names on Tensors and layers (``dim=``/``keepdim=``, ``view``,
+``masked_fill``, the in-place ``_`` methods), compared with PyTorch where it is
+installed, on every device."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import close, torch_or_skip
+
+import leanpass as lp
+from leanpass import Tensor, nn
+
+A = np.array([[1.0, 5.0, -2.0], [3.0, 2.0, 0.5]])
+
+
+@pytest.mark.parametrize("name, kwargs", [
+    ("sum", {"dim": 1}), ("sum", {"dim": 0, "keepdim": True}), ("mean", {"dim": 1, "keepdim": True}),
+    ("prod", {"dim": 0}), ("argmax", {"dim": 1}), ("argmin", {"dim": 0, "keepdim": True}),
+    ("cumsum", {"dim": 1}), ("softmax", {"dim": 0}), ("log_softmax", {"dim": 1}), ("argsort", {"dim": 1}),
+    ("std", {"dim": 1}), ("var", {"dim": 0, "keepdim": True}),
+])
+def test_dim_and_keepdim_as_pytorch(device, name, kwargs):
+    torch = torch_or_skip()
+    ours = getattr(Tensor(A, device=device), name)(**kwargs)
+    theirs = getattr(torch.tensor(A), name)(**kwargs)
+    if name in ("std", "var"):  # the standard's correction=0 against PyTorch's unbiased default
+        theirs = getattr(torch.tensor(A), name)(**kwargs, correction=0)
+    assert ours.shape == tuple(theirs.shape)
+    close(ours, theirs)
+
+
+def test_dim_where_pytorch_gives_values_and_indices_raises(device):
+    """t.max(dim=1) in PyTorch gives (values, indices); LeanPass's t.max(axis) gives
+    values only, so dim= there raises (an unpacking would silently take rows)."""
+    t = Tensor(A, device=device)
+    for call in (lambda: t.max(dim=1), lambda: t.min(dim=0), lambda: t.sort(dim=1)):
+        with pytest.raises(TypeError, match="values only"):
+            call()
+    with pytest.raises(TypeError, match="sum: give axis or dim"):
+        t.sum(0, dim=1)
+    assert t.max(1).tolist() == [5.0, 3.0]
+
+
+def test_softmax_functions_and_layer_take_dim(device):
+    t = Tensor(A, device=device)
+    for out in (nn.functional.softmax(t, dim=0), nn.Softmax(dim=0)(t)):
+        close(out, t.softmax(0))
+    close(nn.functional.log_softmax(t, dim=0), t.log_softmax(0))
+
+
+def test_view_dim_pow_masked_fill(device):
+    torch = torch_or_skip()
+    x = Tensor(A, device=device, requires_grad=True)
+    tx = torch.tensor(A, requires_grad=True)
+    ours = (x * 1).view(3, 2).pow(2).view(-1).masked_fill(lp.asarray(np.arange(6) % 2 == 0, device=device), -1.0)
+    theirs = (tx * 1).view(3, 2).pow(2).view(-1).masked_fill(torch.arange(6) % 2 == 0, -1.0)
+    close(ours, theirs)
+    ours.sum().backward()
+    theirs.sum().backward()
+    close(x.grad, tx.grad)
+    assert x.dim() == 2 and x.T.view(6).shape == (6,)  # a transposed tensor: view copies, as reshape
+
+
+def test_in_place_underscore_methods(device):
+    """zero_/fill_/copy_/add_/sub_/mul_/div_ change the tensor itself and return it;
+    on a leaf that requires grad they need no_grad (RuntimeError otherwise, nothing changed)."""
+    w = Tensor([1.0, 2.0], device=device, requires_grad=True)
+    with lp.no_grad():
+        assert w.add_(Tensor([1.0, 1.0], device=device), alpha=2) is w and w.tolist() == [3.0, 4.0]
+        assert w.sub_(1.0).tolist() == [2.0, 3.0] and w.mul_(3).tolist() == [6.0, 9.0]
+        assert w.div_(2).tolist() == [3.0, 4.5] and w.zero_().tolist() == [0.0, 0.0]
+        assert w.fill_(5).tolist() == [5.0, 5.0] and w.copy_(Tensor([7.0, 8.0], device=device)).tolist() == [7.0, 8.0]
+    assert w.requires_grad and w._version == 7
+    with pytest.raises(RuntimeError, match="leaf tensor that requires grad"):
+        w.zero_()
+    assert w.tolist() == [7.0, 8.0]
+    # a non-leaf: recorded, the gradient flows as for t[...] = v
+    v = Tensor([2.0, 3.0], device=device, requires_grad=True)
+    h = w * 1
+    h.copy_(v * 2)
+    h.sum().backward()
+    assert lp.asarray(v.grad).numpy().tolist() == [2.0, 2.0]
+
+
+def test_functional_cross_entropy_takes_pytorchs_class_axis(device):
+    """F.cross_entropy classes along axis 1 of (N, C, L) logits, as PyTorch's (with
+    probabilities or class indices); nn.cross_entropy_loss keeps the last axis."""
+    torch = torch_or_skip()
+    rng = np.random.default_rng(0)
+    logits, probs = rng.normal(size=(2, 3, 4)), rng.dirichlet(np.ones(3), size=(2, 4)).transpose(0, 2, 1)
+    labels = rng.integers(0, 3, size=(2, 4))
+    x = Tensor(logits, device=device)
+    tx = torch.tensor(logits)
+    close(nn.functional.cross_entropy(x, Tensor(probs, device=device)),
+          torch.nn.functional.cross_entropy(tx, torch.tensor(probs)))
+    close(nn.functional.cross_entropy(x, lp.asarray(labels, device=device)),
+          torch.nn.functional.cross_entropy(tx, torch.tensor(labels)))
+    close(nn.cross_entropy_loss(x, Tensor(probs, device=device), axis=1),
+          torch.nn.functional.cross_entropy(tx, torch.tensor(probs)))
