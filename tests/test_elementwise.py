@@ -817,3 +817,20 @@ def test_imag_of_a_real_tensor_is_zeros_on_every_device(device):
     (y * 3.0 + lp.real(x)).sum().backward()
     assert lp.asarray(x.grad).numpy().tolist() == [1.0, 1.0]
     assert lp.imag(lp.asarray([1, 2], device=device)).tolist() == [0, 0]
+
+
+def test_integer_tensors_with_python_scalars_agree_on_every_device(device):
+    """An int tensor with a Python float computes in the default float dtype (NumPy's
+    result; array_api_strict refuses the mix), a bool counts as 0/1, and what no
+    device can do raises naming the function."""
+    i = lp.asarray([3, -2], device=device)
+    assert (i * 1.5).tolist() == [4.5, -3.0] and (i * 1.5).dtype == lp.float64
+    assert (1.5 + i).tolist() == [4.5, -0.5] and lp.multiply(i, 1.5).dtype == lp.float64
+    assert (i // 1.5).tolist() == [2.0, -2.0]
+    assert (i + True).tolist() == [4, -1] and (i + True).dtype == lp.int64
+    with pytest.raises(ValueError, match="pow: not defined for a tensor of dtype int64 and the int -1"):
+        i ** -1
+    small = lp.asarray([3, -2], dtype=lp.int8, device=device)
+    for call in (lambda: small + 300, lambda: lp.add(small, 300)):
+        with pytest.raises(OverflowError, match="add: 300 does not fit the tensor's dtype int8"):
+            call()

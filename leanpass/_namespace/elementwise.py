@@ -98,13 +98,34 @@ def _unary_function(entry):
     return function
 
 
+def scalar_refused(entry, t: Tensor, s, reflected: bool, exc: Exception):
+    """What a fast ``t (op) s`` that the library refused gives instead: an integer or
+    bool tensor with a Python float computes in the default float dtype on every
+    device (NumPy's result; array_api_strict refuses the mix); anything else raises
+    the library's error as a ``TypeError`` (``OverflowError`` for an integer beyond
+    the tensor's dtype) naming the function."""
+    kind = kind_of(t)
+    if type(s) is float and kind in "biu":
+        return with_scalar(entry, as_floating(t), s, reflected)
+    if type(s) is bool and kind in "iuf":  # a bool counts as 0 or 1 with numbers (NumPy, PyTorch)
+        return with_scalar(entry, t, int(s), reflected)
+    if isinstance(exc, OverflowError):
+        raise OverflowError(f"{entry.name}: {s!r} does not fit the tensor's dtype {t.dtype}: {exc}") from None
+    raise (ValueError if isinstance(exc, ValueError) else TypeError)(
+        f"{entry.name}: not defined for a tensor of dtype {t.dtype} and the {type(s).__name__} {s!r}: {exc}"
+    ) from None
+
+
 def with_scalar(entry, t: Tensor, s, reflected: bool):
     """``t (op) s`` (or ``s (op) t`` when ``reflected``) for a Python number ``s``."""
     kind = type(s)
     if kind is int or kind is float:
         fast = entry.rscalar_op if reflected else entry.scalar_op
         if fast is not None:
-            return run1(fast, t, s)
+            try:
+                return run1(fast, t, s)
+            except (TypeError, ValueError, OverflowError) as exc:
+                return scalar_refused(entry, t, s, reflected, exc)
     op = entry.op
     if isinstance(s, complex) and t._rg and op.differentiable and not dtype_name(t._data.dtype).startswith("complex"):
         raise TypeError(
@@ -115,10 +136,8 @@ def with_scalar(entry, t: Tensor, s, reflected: bool):
         backend = t._backend
         try:
             out = _guarded(op.fn, backend, *((s, t._data) if reflected else (t._data, s)))[0]
-        except (TypeError, ValueError) as exc:
-            raise (TypeError if isinstance(exc, TypeError) else ValueError)(
-                f"{entry.name}: not defined for a tensor of dtype {t.dtype} and a {type(s).__name__}: {exc}"
-            ) from None
+        except (TypeError, ValueError, OverflowError) as exc:
+            return scalar_refused(entry, t, s, reflected, exc)
         return leaf(out, backend, op)
     return run(op, [s, t] if reflected else [t, s])
 

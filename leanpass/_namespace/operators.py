@@ -16,7 +16,7 @@ from ..ops import elementwise as table
 from ..tensor import Tensor
 from . import elementwise
 from ._util import SCALARS, operand
-from .elementwise import as_floating, with_scalar
+from .elementwise import as_floating, scalar_refused, with_scalar
 
 __all__ = ["matmul"]
 
@@ -29,10 +29,13 @@ def _operator(entry, reflected=False):
         kind = type(other)
         if fast is not None and (kind is float or kind is int):  # the hot path
             backend = self._backend
-            if backend.guard is None:
-                out, backward = fast.fn(backend, self._data, other)
-            else:
-                out, backward = _guarded(fast.fn, backend, self._data, other)
+            try:
+                if backend.guard is None:
+                    out, backward = fast.fn(backend, self._data, other)
+                else:
+                    out, backward = _guarded(fast.fn, backend, self._data, other)
+            except (TypeError, ValueError, OverflowError) as exc:  # int tensor with a float on strict, int8 + 300
+                return scalar_refused(entry, self, other, reflected, exc)
             return make(out, backend, fast, (self,), backward, self._rg, (other,) if self._rg else None)
         if kind is not Tensor:
             other = operand(self, other)
