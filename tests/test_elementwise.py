@@ -834,3 +834,12 @@ def test_integer_tensors_with_python_scalars_agree_on_every_device(device):
     for call in (lambda: small + 300, lambda: lp.add(small, 300)):
         with pytest.raises(OverflowError, match="add: 300 does not fit the tensor's dtype int8"):
             call()
+
+
+def test_power_one_half_follows_the_standards_special_cases(device):
+    """pow(-inf, 0.5) is +inf and pow(-0.0, 0.5) is +0 (NumPy's scalar power 0.5 is sqrt:
+    nan and -0.0), with a Python exponent as with a tensor one."""
+    t = Tensor([-math.inf, -0.0, 4.0], device=device)
+    for out in (t ** 0.5, lp.pow(t, 0.5), lp.pow(t, Tensor([0.5], device=device))):
+        values = lp.asarray(out).numpy()
+        assert values.tolist() == [math.inf, 0.0, 2.0] and not np.signbit(values[1])

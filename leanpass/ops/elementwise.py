@@ -197,6 +197,8 @@ def pow(be, a, b):
     xp = be.xp
     with be.quiet():
         out = a**b
+        if xp.isdtype(out.dtype, "real floating"):
+            out = _half_power_cases(xp, a, b == 0.5, out)
 
     def backward(g):
         with be.quiet():
@@ -252,6 +254,14 @@ def rdiv_scalar(be, a, s):
     return out, backward
 
 
+def _half_power_cases(xp, a, half, out):
+    """The standard's ``pow(-inf, 0.5) = +inf`` and ``pow(-0.0, 0.5) = +0`` where ``half``
+    (the exponent is 0.5): NumPy computes a power 0.5 by a scalar or a broadcast
+    exponent as ``sqrt``, which gives nan and -0.0 there. Both are ``abs(a)``."""
+    fix = ((a == -math.inf) | (a == 0)) & half
+    return xp.where(fix, xp.abs(a), out)
+
+
 @op("**", saves=(0,), saves_out=False)
 def pow_scalar(be, a, p):
     """``a ** p`` for a Python number ``p``; ``** 2`` gives exactly ``2 * a``. The
@@ -274,6 +284,8 @@ def pow_scalar(be, a, p):
         return xp.ones_like(a), backward
     with be.quiet():
         out = a**p
+        if p == 0.5 and xp.isdtype(out.dtype, "real floating"):
+            out = _half_power_cases(xp, a, True, out)
 
     def backward(g):
         with be.quiet():
