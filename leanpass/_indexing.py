@@ -70,7 +70,7 @@ def _index_array(t, item, op):
     if kind.startswith(("int", "uint")):
         return xp.astype(array, xp.int64)
     if kind.startswith("float") and isinstance(item, Tensor):
-        if bool(xp.any(xp.floor(array) != array)):
+        if bool(xp.any(~xp.isfinite(array) | (xp.floor(array) != array))):
             raise IndexError(f"{op}: a float tensor used as an index must hold whole numbers")
         return xp.astype(array, xp.int64)
     raise IndexError(f"{op}: index arrays must hold integers or booleans, got dtype {kind}")
@@ -94,7 +94,7 @@ def parse(t, index, op="getitem") -> Parsed:
             if item._backend is not t._backend:
                 raise ValueError(device_message(op, t, item))
             value = item.item()
-            if value != int(value):
+            if isinstance(value, complex) or not math.isfinite(value) or value != int(value):
                 raise IndexError(f"{op}: a float tensor used as an index must hold whole numbers, got {value}")
             parsed.append(int(value))
         else:
@@ -258,7 +258,7 @@ def _index_integer(t, parsed):
     first, last = block[0], block[-1]
     shape = t.shape
     if len(block) > 1:
-        t = run1(ops.getitem_reshape, t, shape[:first] + (-1,) + shape[last + 1:])
+        t = run1(ops.getitem_reshape, t, shape[:first] + (math.prod(shape[first:last + 1]),) + shape[last + 1:])
     out_shape = _result_shape(full, at, index_shape, sizes)
     if len(index_shape) == 1 and out_shape == shape[:first] + index_shape + shape[last + 1:]:
         return run1(ops.getitem_take, t, linear, first)

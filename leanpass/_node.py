@@ -114,6 +114,18 @@ def run1(op: Op, a: Tensor, *params):
     return t
 
 
+def _refuse_complex_mix(op, tensors, out) -> None:
+    """Raise ``TypeError`` where a real tensor that requires grad went into a complex
+    result: its gradient would be complex (not supported), and casting it back would
+    silently drop the imaginary part."""
+    if dtype_name(out.dtype).startswith("complex") and any(
+            t._rg and not dtype_name(t._data.dtype).startswith("complex") for t in tensors):
+        raise TypeError(
+            f"{op}: a real tensor that requires grad with a complex one would give a complex result "
+            f"(dtypes {', '.join(str(t.dtype) for t in tensors)}), and complex gradients are not supported"
+        )
+
+
 def _cast_back(backward, xp, dtypes):
     """Gradients returned in the dtype of each input (mixed-dtype operands)."""
 
@@ -193,7 +205,10 @@ def run(op: Op, args, *params, **kw):
                 return tuple(grads[i] for i in positions)
 
         if any(d != out.dtype for d in dtypes) and isinstance(out, backend.array_type):
+            if _grad_state.enabled:
+                _refuse_complex_mix(op, tensors, out)
             backward = _cast_back(backward, backend.xp, dtypes)
+
     def replay(gb, prev):
         full = list(args)
         for i, p in zip(positions, prev):
@@ -256,6 +271,8 @@ def apply(fn, *inputs: Tensor, op: str | None = None, **params) -> Tensor:
     else:
         out, backward = _guarded(operation.fn, backend, *arrays, **params)
     rg = operation.differentiable and any(needs)
+    if rg and out.dtype != arrays[0].dtype and _grad_state.enabled:  # mixed dtypes (rare): real into complex?
+        _refuse_complex_mix(operation, inputs, out)
     if not user:
         return make(out, backend, operation, inputs, backward, rg, params if rg else None)
     # a plain function: integer and bool results never require grad, and a result that

@@ -169,6 +169,10 @@ class Optimizer:
         work = []
         relaid = []  # (key, layout, state, moved): state to change once every parameter is checked
         for group in self.param_groups:
+            for key in self._non_negative:  # options set since (a NumPy lr, as PyTorch allows): checked floats
+                value = group.get(key)
+                if value is not None and type(value) is not float:
+                    group[key] = self._real(key, value)
             items = []
             # only the parameters with a gradient since zero_grad (PyTorch skips the others too)
             for p, data, grad, backend in with_gradients(group["params"]):

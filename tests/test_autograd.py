@@ -773,3 +773,21 @@ def test_backward_after_the_parameters_moved_raises_naming_the_devices(move):
     with pytest.raises(ValueError, match=f"on {after}: the tensor moved"):
         loss.backward()
     assert not m.weight.has_grad and not m.bias.has_grad
+
+
+def test_ops_through_run_and_apply_refuse_real_in_graph_with_complex(device):
+    lp = leanpass
+    """F.linear/conv/layer_norm/attention and diff with a complex operand and a real
+    tensor that requires grad raise TypeError in the forward (as @ and *), instead of a
+    complex result whose backward drops the imaginary part."""
+    from leanpass.nn import functional as F
+
+    x = lp.Tensor(np.ones((2, 3)), device=device, requires_grad=True)
+    wc = lp.asarray(np.ones((3, 2)) * (1 + 1j), device=device)
+    calls = {"linear": lambda: F.linear(x, wc), "diff": lambda: lp.diff(x, prepend=lp.asarray(
+        np.ones((2, 1)) * 1j, device=device)), "layer_norm": lambda: F.layer_norm(x, (3,), lp.asarray(
+        np.ones(3) * 1j, device=device))}
+    for name, call in calls.items():
+        with pytest.raises(TypeError, match=f"{name}: a real tensor that requires grad with a complex one"):
+            call()
+    assert F.linear(x.detach(), wc).dtype == lp.complex128

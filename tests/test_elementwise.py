@@ -843,3 +843,12 @@ def test_power_one_half_follows_the_standards_special_cases(device):
     for out in (t ** 0.5, lp.pow(t, 0.5), lp.pow(t, Tensor([0.5], device=device))):
         values = lp.asarray(out).numpy()
         assert values.tolist() == [math.inf, 0.0, 2.0] and not np.signbit(values[1])
+
+
+def test_host_operands_of_a_higher_kind_keep_their_dtype(device):
+    """A bool tensor with integer host data is int64 (NumPy's), not the default float."""
+    b = lp.asarray([True, False], device=device)
+    if device.startswith("strict"):
+        pytest.skip("strict refuses mixed kinds, as the standard leaves them undefined")
+    assert (b + [1, 2]).dtype == lp.int64 and (b + np.array([1, 2])).tolist() == [2, 2]
+    assert (b + [1.5, 2.0]).dtype == lp.float64

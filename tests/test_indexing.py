@@ -522,3 +522,24 @@ def test_zero_d_masks_add_an_axis(device):
     t = Tensor(X, requires_grad=True, device=device)
     assert t[device_mask(device, np.asarray(True))].shape == (1,) + SHAPE
     assert t[device_mask(device, np.asarray(False))].shape == (0,) + SHAPE
+
+
+def test_several_index_arrays_beside_an_empty_axis(device):
+    """Two integer arrays (or an integer and an array) with a zero-length axis elsewhere
+    (reshape by -1 could not tell its size): NumPy's shapes, on every device."""
+    x = lp.zeros((2, 3, 0), device=device)
+    assert x[[0, 1], [0, 2]].shape == (2, 0)
+    y = lp.zeros((2, 3, 4), device=device)
+    assert y[0:0, [0, 1], [0, 2]].shape == (0, 2)
+    assert y[1, [0, 2], 0:0].shape == (2, 0)
+
+
+def test_float_tensor_indices_must_be_finite_whole_numbers(device):
+    import math
+
+    t = lp.asarray([1.0, 2.0, 3.0], device=device)
+    assert t[lp.Tensor([2, 0], device=device)].tolist() == [3.0, 1.0] and float(t[lp.Tensor(1, device=device)]) == 2.0
+    for bad in (math.inf, math.nan, 1.5):
+        for key in (lp.asarray(bad, device=device), lp.asarray([bad], device=device)):
+            with pytest.raises(IndexError, match="must hold whole numbers"):
+                t[key]

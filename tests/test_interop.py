@@ -394,3 +394,15 @@ def test_tensors_from_pytorch_tensors_in_a_graph(device):
         t = make()
         assert t.shape == (2, 3) and t._prev == ()
         np.testing.assert_allclose(t.numpy(), want * scale, rtol=1e-6)
+
+
+def test_asarray_changes_dtype_and_device_in_one_call(device):
+    other = "strict" if device != "strict" else "cpu"
+    t = lp.Tensor([1.0, 2.0], device=device, requires_grad=True)
+    for copy in (None, True):
+        u = lp.asarray(t, device=other, dtype=lp.float32, copy=copy)
+        assert u.device == other and u.dtype == lp.float32 and u.requires_grad
+    u.sum().backward()
+    assert lp.asarray(t.grad).numpy().tolist() == [1.0, 1.0]
+    with pytest.raises(ValueError, match="copy=False"):
+        lp.asarray(t, device=other, dtype=lp.float32, copy=False)

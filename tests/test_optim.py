@@ -740,3 +740,20 @@ def test_a_gradient_written_into_the_zeros_that_grad_gave_counts(device):
     assert w.has_grad
     opt.step()
     np.testing.assert_allclose(w.numpy(), [1.0 - 0.1 * (5.0 + 0.5), 1.0 - 0.1 * 0.5])
+
+
+def test_options_set_after_construction_are_checked_floats(device):
+    """An lr set in param_groups after construction (a NumPy float, as PyTorch allows)
+    is used as a Python float: float32 parameters stay float32 on every device; a bad
+    value raises naming the optimizer, nothing changed."""
+    w = leanpass.Tensor([1.0, 2.0], dtype="float32", device=device, requires_grad=True)
+    opt = optim.SGD([w], lr=0.1)
+    opt.param_groups[0]["lr"] = np.float64(0.5)
+    (w * w).sum().backward()
+    opt.step()
+    assert w.dtype == leanpass.float32 and w.tolist() == [0.0, 0.0]
+    assert type(opt.param_groups[0]["lr"]) is float
+    opt.param_groups[0]["lr"] = "fast"
+    with pytest.raises(TypeError, match="SGD: lr must be a real number"):
+        opt.step()
+    assert w.tolist() == [0.0, 0.0]

@@ -75,8 +75,8 @@ def operand(like: Tensor, other):
     try:
         if backend_of_array(other) is None:
             host = host_array(other, "operand")
-            if _RANK[host.dtype.kind] > _RANK[like.dtype.kind]:
-                return as_tensor(host, device=like._backend)
+            if _RANK[host.dtype.kind] > _RANK[like.dtype.kind]:  # its own dtype (not Tensor's float rule)
+                return as_tensor(host, device=like._backend, dtype=dtype_name(host.dtype))
             if host.size and host.dtype.kind in "iu" and like.dtype.kind in "iu":
                 limits = iinfo(like.dtype)
                 if int(host.min()) < limits.min or int(host.max()) > limits.max:

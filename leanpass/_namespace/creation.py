@@ -66,17 +66,16 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
     are differentiable."""
     if isinstance(obj, Tensor):
         out = obj
+        copied = False  # a conversion made a new array: copy=True needs no further copy
         if dtype is not None and as_dtype(dtype, "asarray") != obj.dtype:
             if copy is False:
                 raise ValueError(f"asarray: copy=False, but converting {obj.dtype} to {dtype} needs a copy")
-            out = out.astype(dtype)
-            copy = False
+            out, copied = out.astype(dtype), True
         if device is not None and get_backend(device) is not out._backend:
             if copy is False:
                 raise ValueError(f"asarray: copy=False, but moving {out.device} to {device} needs a copy")
-            out = out.to(device)
-            copy = False
-        if copy:
+            out, copied = out.to(device), True
+        if copy and not copied:
             out = run1(ops.copy, out)
         return out
     if isinstance(obj, (list, tuple)) and any(isinstance(x, Tensor) for x in _flat(obj)):

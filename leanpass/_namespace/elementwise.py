@@ -100,13 +100,13 @@ def _unary_function(entry):
 
 def scalar_refused(entry, t: Tensor, s, reflected: bool, exc: Exception):
     """What a fast ``t (op) s`` that the library refused gives instead: an integer or
-    bool tensor with a Python float computes in the default float dtype on every
-    device (NumPy's result; array_api_strict refuses the mix); anything else raises
+    bool tensor with a Python float computes in float64 on every device (NumPy's
+    result, whatever the default dtype; array_api_strict refuses the mix); anything else raises
     the library's error as a ``TypeError`` (``OverflowError`` for an integer beyond
     the tensor's dtype) naming the function."""
     kind = kind_of(t)
     if type(s) is float and kind in "biu":
-        return with_scalar(entry, as_floating(t), s, reflected)
+        return with_scalar(entry, t.astype("float64"), s, reflected)
     if type(s) is bool and kind in "iuf":  # a bool counts as 0 or 1 with numbers (NumPy, PyTorch)
         return with_scalar(entry, t, int(s), reflected)
     if isinstance(exc, OverflowError):
