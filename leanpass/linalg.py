@@ -188,6 +188,9 @@ def trace(x, /, *, offset=0, dtype=None):
         name = {"i": "int64", "u": "uint64"}.get(x.dtype.kind, x.dtype.name)
     else:
         name = as_dtype(dtype, "trace").name
+        if x.dtype.kind == "c" and not name.startswith("complex"):
+            raise TypeError(f"trace: dtype={name} would discard the imaginary part of a {x.dtype} tensor; "
+                            "take the real part first (lp.real)")
     return _apply("trace", ops.trace, [x], integer(offset, "trace", "offset"), x._backend.dtype(name))
 
 

@@ -433,7 +433,7 @@ class Adam(Optimizer):
             data *= decay
         m += (1.0 - b1) * (grad - m)  # PyTorch's lerp
         v *= b2
-        v += (1.0 - b2) * (grad * grad)
+        v += ((1.0 - b2) * grad) * grad  # scaled first (PyTorch's addcmul): finite for larger gradients
         data -= step_size * (m / (backend.xp.sqrt(v) / bc2_sqrt + eps))
 
 
@@ -474,7 +474,7 @@ class RMSprop(Optimizer):
             grad = grad + wd * data
         square_avg = state["square_avg"]
         square_avg *= alpha
-        square_avg += (1.0 - alpha) * (grad * grad)
+        square_avg += ((1.0 - alpha) * grad) * grad
         if group["centered"]:
             grad_avg = state.get("grad_avg")
             if grad_avg is None:

@@ -517,3 +517,34 @@ def test_products_of_an_integer_and_a_float_tensor_differentiate(device, name):
 def test_a_float_offset_raises_type_error_naming_the_function(device, fn):
     with pytest.raises(TypeError, match=f"{fn}: offset must be an integer"):
         getattr(L, fn)(lp.eye(3, device=device), offset=1.0)
+
+
+def test_det_second_derivative_at_a_rank_deficient_product(device):
+    """A = B @ C of rank 3 (det is rounding noise, not 0): the Hessian-vector product
+    of det is the derivative of the cofactor matrix, a polynomial, so central
+    differences of the (exact) cofactor have an error of order h^2 only. det(A) A^-T
+    cancelled there (errors of 10%)."""
+    rng = np.random.default_rng(0)
+    a0 = rng.normal(size=(4, 3)) @ rng.normal(size=(3, 4))
+    v0 = rng.normal(size=(4, 4))
+
+    def cofactor(m):
+        return np.array([[(-1) ** (i + j) * np.linalg.det(np.delete(np.delete(m, i, 0), j, 1)) for j in range(4)]
+                         for i in range(4)])
+
+    h = 1e-5
+    want = (cofactor(a0 + h * v0) - cofactor(a0 - h * v0)) / (2 * h)
+    a = leaf(device, a0)
+    (g,) = lp.autograd.grad(L.det(a), [a], create_graph=True)
+    (hv,) = lp.autograd.grad((g * arr(device, v0)).sum(), [a])
+    np.testing.assert_allclose(np.asarray(lp.asarray(hv).numpy()), want, atol=1e-7 * np.abs(want).max())
+
+
+def test_matrix_rank_of_empty_matrices_and_trace_dtype(device):
+    for shape, rank in (((0, 0), 0), ((0, 3), 0), ((2, 3, 0), [0, 0]), ((2, 0, 0), [0, 0])):
+        got = L.matrix_rank(arr(device, np.zeros(shape)))
+        assert got.dtype == lp.int64 and got.numpy().tolist() == rank
+    z = arr(device, np.array([[1 + 2j, 0], [0, 3 + 4j]]))
+    with pytest.raises(TypeError, match="trace: dtype=float64 would discard the imaginary part"):
+        L.trace(z, dtype=lp.float64)
+    assert complex(L.trace(z)) == 4 + 6j

@@ -548,3 +548,16 @@ def test_cross_entropy_over_no_classes_is_nan(device):
     assert np.isnan(float(loss))
     loss.backward()
     assert host(logits.grad).shape == (2, 0)
+
+
+def test_layer_norm_of_a_constant_row_is_exactly_zero(device):
+    """A constant row (BERT's eps=1e-12, float32): output and gradient 0, as PyTorch's,
+    where the rounding of the row's mean would be scaled up to +-1."""
+    import leanpass as lp
+    from leanpass.nn import functional as F
+
+    x = lp.Tensor(np.full((2, 768), 1234.567), dtype="float32", device=device, requires_grad=True)
+    y = F.layer_norm(x, (768,), eps=1e-12)
+    assert float(lp.max(lp.abs(y))) == 0.0
+    y.sum().backward()  # the gradient is (g - mean(g)) / sqrt(eps) there: 0 for a constant g
+    assert float(np.abs(lp.asarray(x.grad).numpy()).max()) == 0.0

@@ -386,3 +386,10 @@ def test_zero_d_results_are_arrays(device):
     z = leaf(device, 3.0)
     (z * z).backward()
     assert type(z.grad) is backend.array_type and float(z.grad) == 6.0
+
+
+def test_gelu_gradient_is_finite_for_huge_float32_inputs(device):
+    """Where tanh saturates the second term is exactly 0: no inf * 0 = NaN (PyTorch: 0, 1)."""
+    x = Tensor([-1e18, -3e13, 3e13, 1e15, 1e18], dtype="float32", device=device, requires_grad=True)
+    x.gelu().sum().backward()
+    assert leanpass.asarray(x.grad).numpy().tolist() == [0.0, 0.0, 1.0, 1.0, 1.0]

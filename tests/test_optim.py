@@ -757,3 +757,14 @@ def test_options_set_after_construction_are_checked_floats(device):
     with pytest.raises(TypeError, match="SGD: lr must be a real number"):
         opt.step()
     assert w.tolist() == [0.0, 0.0]
+
+
+def test_adam_and_rmsprop_second_moments_stay_finite_for_large_float32_gradients(device):
+    """(1 - b2) * g * g scaled before squaring (PyTorch's addcmul): a gradient of 1e20
+    in float32 still moves the parameter, where g * g overflows to inf."""
+    for make, want in ((lambda p: optim.Adam([p], lr=0.1), 0.9), (lambda p: optim.RMSprop([p], lr=0.1), 0.0)):
+        p = leanpass.Tensor([1.0], dtype="float32", device=device, requires_grad=True)
+        opt = make(p)
+        p.grad = leanpass.asarray([1e20], dtype=leanpass.float32, device=device).data
+        opt.step()
+        assert abs(float(p.numpy()[0]) - want) < 1e-4

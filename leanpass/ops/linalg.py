@@ -16,6 +16,8 @@ sum of the outputs' contributions and the engine adds them like any other.
 
 from __future__ import annotations
 
+import math
+
 from ._op import op
 
 
@@ -266,7 +268,12 @@ def det(be, a):
     d = xp.asarray(be.linalg.det(a))
 
     def backward(g):
-        invertible = d != 0
+        # invertible in practice: |det| above sqrt(eps) times Hadamard's bound (the product of
+        # the row norms, which |det| never exceeds). Below it (a product of rank-deficient
+        # factors, whose det is rounding noise) det(A) A^-T cancels catastrophically in its
+        # derivative, and the SVD form is the accurate one.
+        bound = xp.prod(be.linalg.vector_norm(a, axis=-1), axis=-1)
+        invertible = xp.abs(d) > math.sqrt(xp.finfo(a.dtype).eps) * bound
         every = be.syncs_cheaply and bool(xp.all(invertible))
         if every:
             return ((g * d)[..., None, None] * _transpose(xp, be.linalg.inv(a)),)
@@ -533,4 +540,6 @@ def identity_power(be, a):
 def matrix_rank(be, a, rtol):
     """The number of singular values above ``rtol`` times the largest (int64)."""
     xp = be.xp
+    if a.shape[-1] == 0 or a.shape[-2] == 0:  # no singular values: rank 0 (the library's max of nothing raises)
+        return be.zeros(a.shape[:-2], xp.int64), None
     return xp.astype(xp.asarray(be.linalg.matrix_rank(a, rtol=rtol)), xp.int64, copy=False), None

@@ -73,10 +73,11 @@ def gelu(be, a):
     Each full-size temporary is fresh and changed in place (never the output of
     ``tanh``, which its own backward reads when this rule is replayed on Tensors)."""
     xp = be.xp
-    inner = a * a
-    inner *= _SQRT_2_OVER_PI * _GELU_K
-    inner += _SQRT_2_OVER_PI
-    inner *= a  # c (a + k a^3)
+    with be.quiet():  # a^3 overflows to inf for huge a, where tanh is 1 anyway
+        inner = a * a
+        inner *= _SQRT_2_OVER_PI * _GELU_K
+        inner += _SQRT_2_OVER_PI
+        inner *= a  # c (a + k a^3)
     t = xp.tanh(inner)
     out = t + 1.0
     out *= a
@@ -86,11 +87,11 @@ def gelu(be, a):
         # d/da = 0.5 (1 + t) + 0.5 c a (1 + 3 k a^2) (1 - t^2)
         slope = a * a
         slope *= 1.5 * _GELU_K * _SQRT_2_OVER_PI
-        slope += 0.5 * _SQRT_2_OVER_PI
-        slope *= a  # 0.5 c a (1 + 3 k a^2)
+        slope += 0.5 * _SQRT_2_OVER_PI  # 0.5 c (1 + 3 k a^2)
         squared = t * t
         squared -= 1.0
-        slope *= squared  # -0.5 c a (1 + 3 k a^2) (1 - t^2)
+        slope *= squared  # times (t^2 - 1) before a: exactly 0 where tanh saturates, so a large
+        slope *= a  # a cannot overflow it to inf * 0 = NaN first; -0.5 c a (1 + 3 k a^2) (1 - t^2)
         grad = t + 1.0
         grad *= 0.5
         grad -= slope
@@ -326,7 +327,11 @@ def layer_norm(be, x, weight=None, bias=None, count=1, eps=1e-5, needs=(True, Tr
     xp = be.xp
     axes = tuple(range(x.ndim - count, x.ndim))
     lead = tuple(range(x.ndim - count))
-    centered = x - xp.mean(x, axis=axes, keepdims=True)
+    # shifted by each row's first value first (the variance does not change): a constant
+    # row is then exactly 0, where the rounding of its mean would leave +-1 ulp that a
+    # small eps scales up to +-1 (PyTorch's Welford mean is exact there)
+    shifted = x - x[(...,) + (slice(0, 1),) * count]
+    centered = shifted - xp.mean(shifted, axis=axes, keepdims=True)
     inv_std = 1.0 / xp.sqrt(xp.mean(centered * centered, axis=axes, keepdims=True) + eps)
     xhat = centered * inv_std
     if weight is None:
