@@ -837,12 +837,14 @@ def test_integer_tensors_with_python_scalars_agree_on_every_device(device):
 
 
 def test_power_one_half_follows_the_standards_special_cases(device):
-    """pow(-inf, 0.5) is +inf and pow(-0.0, 0.5) is +0 (NumPy's scalar power 0.5 is sqrt:
-    nan and -0.0), with a Python exponent as with a tensor one."""
+    """With a tensor exponent, pow(-inf, 0.5) is +inf and pow(-0.0, 0.5) is +0 also where
+    it broadcasts (NumPy computes a broadcast power 0.5 as sqrt: nan and -0.0), as
+    PyTorch's; ``t ** 0.5`` is sqrt, as in NumPy and PyTorch."""
     t = Tensor([-math.inf, -0.0, 4.0], device=device)
-    for out in (t ** 0.5, lp.pow(t, 0.5), lp.pow(t, Tensor([0.5], device=device))):
-        values = lp.asarray(out).numpy()
+    for exponent in (Tensor([0.5], device=device), Tensor(0.5, device=device), Tensor([0.5] * 3, device=device)):
+        values = lp.asarray(lp.pow(t, exponent)).numpy()
         assert values.tolist() == [math.inf, 0.0, 2.0] and not np.signbit(values[1])
+    assert np.isnan(lp.asarray(t ** 0.5).numpy()[0])
 
 
 def test_host_operands_of_a_higher_kind_keep_their_dtype(device):
@@ -852,3 +854,17 @@ def test_host_operands_of_a_higher_kind_keep_their_dtype(device):
         pytest.skip("strict refuses mixed kinds, as the standard leaves them undefined")
     assert (b + [1, 2]).dtype == lp.int64 and (b + np.array([1, 2])).tolist() == [2, 2]
     assert (b + [1.5, 2.0]).dtype == lp.float64
+
+
+def test_python_bools_with_tensors_that_require_grad_and_clip_bounds(device):
+    x = Tensor([1.0, 2.0], device=device, requires_grad=True)
+    y = x + True
+    y.sum().backward()
+    assert y.tolist() == [2.0, 3.0] and lp.asarray(x.grad).numpy().tolist() == [1.0, 1.0]
+    i = lp.asarray([1, 2], dtype=lp.int32, device=device)
+    with pytest.raises(TypeError, match="bitwise_and: not defined for a tensor of dtype int32 and the float 1.5"):
+        i & 1.5
+    f = Tensor([0.5, 5.0], dtype="float32", device=device)
+    assert lp.clip(f, True).tolist() == [1.0, 5.0]
+    got = lp.clip(f, lp.asarray([1, 2], device=device))
+    assert got.dtype == lp.float32 and got.tolist() == [1.0, 5.0]

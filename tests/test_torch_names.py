@@ -98,3 +98,19 @@ def test_functional_cross_entropy_takes_pytorchs_class_axis(device):
           torch.nn.functional.cross_entropy(tx, torch.tensor(labels)))
     close(nn.cross_entropy_loss(x, Tensor(probs, device=device), axis=1),
           torch.nn.functional.cross_entropy(tx, torch.tensor(probs)))
+
+
+def test_masked_fill_keeps_the_dtype_and_axis_dim_conflicts(device):
+    """masked_fill in the tensor's dtype (PyTorch's: 2.5 into int64 is 2, a float64 0-d
+    value into float32 is float32); an axis given both positionally and as dim= raises."""
+    mask = lp.asarray([True, False], device=device)
+    f = Tensor([1.0, 2.0], dtype="float32", device=device)
+    assert f.masked_fill(mask, lp.asarray(7.0, device=device)).dtype == lp.float32
+    i = lp.asarray([1, 2], device=device)
+    got = i.masked_fill(mask, 2.5)
+    assert got.dtype == lp.int64 and got.tolist() == [2, 2]
+    t = Tensor(A, device=device)
+    for call in (lambda: t.softmax(0, dim=1), lambda: t.argsort(0, dim=1), lambda: nn.Softmax(0, dim=1)):
+        with pytest.raises(TypeError, match="give axis or dim"):
+            call()
+    close(nn.functional.softmax(t), t.softmax(-1))

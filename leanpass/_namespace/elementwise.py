@@ -106,9 +106,10 @@ def scalar_refused(entry, t: Tensor, s, reflected: bool, exc: Exception):
     the tensor's dtype) naming the function."""
     kind = kind_of(t)
     if type(s) is float and kind in "biu":
-        return with_scalar(entry, t.astype("float64"), s, reflected)
-    if type(s) is bool and kind in "iuf":  # a bool counts as 0 or 1 with numbers (NumPy, PyTorch)
-        return with_scalar(entry, t, int(s), reflected)
+        try:
+            return with_scalar(entry, t.astype("float64"), s, reflected)
+        except (TypeError, ValueError, OverflowError):
+            pass  # not defined for floats either (bitwise operators): the error names t's own dtype
     if isinstance(exc, OverflowError):
         raise OverflowError(f"{entry.name}: {s!r} does not fit the tensor's dtype {t.dtype}: {exc}") from None
     raise (ValueError if isinstance(exc, ValueError) else TypeError)(
@@ -119,6 +120,8 @@ def scalar_refused(entry, t: Tensor, s, reflected: bool, exc: Exception):
 def with_scalar(entry, t: Tensor, s, reflected: bool):
     """``t (op) s`` (or ``s (op) t`` when ``reflected``) for a Python number ``s``."""
     kind = type(s)
+    if kind is bool and kind_of(t) in "iuf":  # a bool counts as 0 or 1 with numbers (NumPy, PyTorch)
+        s, kind = int(s), int
     if kind is int or kind is float:
         fast = entry.rscalar_op if reflected else entry.scalar_op
         if fast is not None:
@@ -207,13 +210,18 @@ def clip(x, /, min=None, max=None):  # noqa: A002 - the standard's names
         elif bound is not None and not isinstance(bound, SCALARS):
             bound = asarray_like(bound, "clip")
         if isinstance(bound, Tensor):
-            if bound.dtype.kind != kind and not (bound.dtype.kind in "iu" and kind in "iu"):
+            bound_kind = bound.dtype.kind
+            if kind == "f" and bound_kind in "iu":  # integer bounds of a float tensor: in its dtype
+                bound = bound.astype(x.dtype)
+            elif bound_kind != kind and not (bound_kind in "iu" and kind in "iu"):
                 raise TypeError(f"clip: a bound of dtype {bound.dtype} does not mix with x of dtype {x.dtype}")
             shapes.append(bound.shape)
         elif bound is not None:
-            if isinstance(bound, (bool, complex)) or (isinstance(bound, float) and kind != "f"):
+            if isinstance(bound, bool):  # 0 or 1, as with_scalar takes a bool with numbers
+                bound = int(bound)
+            if isinstance(bound, complex) or (isinstance(bound, float) and kind != "f"):
                 raise TypeError(f"clip: a Python {type(bound).__name__} bound does not mix with x of dtype {x.dtype}")
-            if kind != "f":  # a bound beyond the dtype's range: every value is inside it
+            if kind != "f":  # an integer bound beyond the dtype's range: clamped to the range
                 limits = iinfo(x.dtype)
                 bound = limits.min if bound < limits.min else limits.max if bound > limits.max else bound
         bounds.append(bound)

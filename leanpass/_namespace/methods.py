@@ -73,18 +73,18 @@ def softplus(self):
     return run1(ops.softplus, self)
 
 
-def softmax(self, axis: int = -1, *, dim=None):
-    """exp(x) / sum(exp(x)) along ``axis`` (or PyTorch's ``dim=``), shifted by the max (no overflow)."""
-    if dim is not None:
-        axis = torch_axis("softmax", None, dim)[0]
-    return run1(ops.softmax, self, normalize_axis(axis, self.ndim, "softmax"))
+def softmax(self, axis: int | None = None, *, dim=None):
+    """exp(x) / sum(exp(x)) along ``axis`` (or PyTorch's ``dim=``; the last by default),
+    shifted by the max (no overflow)."""
+    axis = torch_axis("softmax", axis, dim)[0]
+    return run1(ops.softmax, self, normalize_axis(-1 if axis is None else axis, self.ndim, "softmax"))
 
 
-def log_softmax(self, axis: int = -1, *, dim=None):
-    """log(softmax(x)) along ``axis`` (or ``dim=``), computed as ``z - log(sum(exp(z)))``, ``z = x - max(x)``."""
-    if dim is not None:
-        axis = torch_axis("log_softmax", None, dim)[0]
-    return run1(ops.log_softmax, self, normalize_axis(axis, self.ndim, "log_softmax"))
+def log_softmax(self, axis: int | None = None, *, dim=None):
+    """log(softmax(x)) along ``axis`` (or ``dim=``; the last by default), computed as
+    ``z - log(sum(exp(z)))``, ``z = x - max(x)``."""
+    axis = torch_axis("log_softmax", axis, dim)[0]
+    return run1(ops.log_softmax, self, normalize_axis(-1 if axis is None else axis, self.ndim, "log_softmax"))
 
 
 def clip(self, a_min=None, a_max=None):
@@ -232,8 +232,15 @@ def pow(self, exponent):  # noqa: A001
 
 def masked_fill(self, mask, value):
     """A copy with ``value`` where the bool tensor ``mask`` (broadcasting) is True
-    (PyTorch's ``masked_fill``): ``lp.where(mask, value, t)``; the gradient passes where
-    ``mask`` is False."""
+    (PyTorch's ``masked_fill``): ``lp.where(mask, value, t)`` in this tensor's dtype (a
+    Python number is cast to it, as PyTorch: 2.5 into an integer tensor is 2; a 0-d
+    tensor value is cast differentiably); the gradient passes where ``mask`` is False."""
+    kind = self.dtype.kind
+    if isinstance(value, Tensor):
+        if value.dtype != self.dtype:
+            value = value.astype(self.dtype)
+    elif isinstance(value, (bool, int, float)) and not isinstance(value, complex):
+        value = bool(value) if kind == "b" else int(value) if kind in "iu" else float(value)
     return searching.where(mask, value, self)
 
 

@@ -38,10 +38,9 @@ def sort(x, /, *, axis=-1, descending=False, stable=True):
     return run(ops.sort, [x], axis, bool(descending), bool(stable))
 
 
-def _argsort_method(self, axis=-1, descending=False, *, stable=True, dim=None):
-    if dim is not None:  # PyTorch's name
-        axis = torch_axis("argsort", None, dim)[0]
-    return argsort(self, axis=axis, descending=descending, stable=stable)
+def _argsort_method(self, axis=None, descending=False, *, stable=True, dim=None):
+    axis = torch_axis("argsort", axis, dim)[0]  # dim=: PyTorch's name
+    return argsort(self, axis=-1 if axis is None else axis, descending=descending, stable=stable)
 
 
 def _sort_method(self, axis=-1, descending=False, *, stable=True, dim=None):

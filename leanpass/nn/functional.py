@@ -91,12 +91,12 @@ def tanh(x: Tensor) -> Tensor:
     return _tensor(x, "tanh").tanh()
 
 
-def softmax(x: Tensor, axis: int = -1, *, dim=None) -> Tensor:
+def softmax(x: Tensor, axis: int | None = None, *, dim=None) -> Tensor:
     """Softmax along ``axis`` (or PyTorch's ``dim=``), shifted by the max."""
     return _tensor(x, "softmax").softmax(axis, dim=dim)
 
 
-def log_softmax(x: Tensor, axis: int = -1, *, dim=None) -> Tensor:
+def log_softmax(x: Tensor, axis: int | None = None, *, dim=None) -> Tensor:
     """``log(softmax(x))`` along ``axis`` (or PyTorch's ``dim=``), computed stably."""
     return _tensor(x, "log_softmax").log_softmax(axis, dim=dim)
 

@@ -134,8 +134,10 @@ class LeakyReLU(Module):
 class Softmax(Module):
     """Softmax along ``axis`` (or PyTorch's ``dim=``)."""
 
-    def __init__(self, axis: int = -1, *, dim: int | None = None):
-        self.axis = axis if dim is None else dim
+    def __init__(self, axis: int | None = None, *, dim: int | None = None):
+        if axis is not None and dim is not None:
+            raise TypeError("Softmax: give axis or dim (PyTorch's name for it), not both")
+        self.axis = -1 if axis is None and dim is None else (axis if dim is None else dim)
 
     def forward(self, x):
         _check_input(x, self)

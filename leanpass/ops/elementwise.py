@@ -197,8 +197,10 @@ def pow(be, a, b):
     xp = be.xp
     with be.quiet():
         out = a**b
-        if xp.isdtype(out.dtype, "real floating"):
-            out = _half_power_cases(xp, a, b == 0.5, out)
+        # NumPy's sqrt path (below) is taken for a single exponent broadcast against a
+        if be.syncs_cheaply and math.prod(b.shape) == 1 and xp.isdtype(out.dtype, "real floating") \
+                and float(xp.reshape(b, ())) == 0.5:
+            out = _half_power_cases(xp, a, out)
 
     def backward(g):
         with be.quiet():
@@ -254,12 +256,12 @@ def rdiv_scalar(be, a, s):
     return out, backward
 
 
-def _half_power_cases(xp, a, half, out):
-    """The standard's ``pow(-inf, 0.5) = +inf`` and ``pow(-0.0, 0.5) = +0`` where ``half``
-    (the exponent is 0.5): NumPy computes a power 0.5 by a scalar or a broadcast
-    exponent as ``sqrt``, which gives nan and -0.0 there. Both are ``abs(a)``."""
-    fix = ((a == -math.inf) | (a == 0)) & half
-    return xp.where(fix, xp.abs(a), out)
+def _half_power_cases(xp, a, out):
+    """The standard's ``pow(-inf, 0.5) = +inf`` and ``pow(-0.0, 0.5) = +0`` of ``out =
+    pow(a, b)`` for a tensor exponent ``b`` of one element 0.5: NumPy computes a power
+    0.5 by a broadcast exponent as ``sqrt``, which gives nan and -0.0 there (PyTorch
+    gives the standard's values for a tensor exponent). ``out + 0.0`` makes -0.0 +0."""
+    return xp.where(a == -math.inf, math.inf, out + 0.0)
 
 
 @op("**", saves=(0,), saves_out=False)
@@ -283,9 +285,7 @@ def pow_scalar(be, a, p):
 
         return xp.ones_like(a), backward
     with be.quiet():
-        out = a**p
-        if p == 0.5 and xp.isdtype(out.dtype, "real floating"):
-            out = _half_power_cases(xp, a, True, out)
+        out = a**p  # ** 0.5 is sqrt on NumPy, as in PyTorch: nan at -inf, -0.0 at -0.0 (the standard: +inf, +0)
 
     def backward(g):
         with be.quiet():
@@ -526,7 +526,13 @@ def _ordered(xp, a, b):
     """Refuse complex operands of a function that orders values (NumPy orders complex
     numbers lexicographically; the standard and PyTorch do not order them)."""
     for x in (a, b):
-        if isinstance(x, complex) or (hasattr(x, "dtype") and xp.isdtype(x.dtype, "complex floating")):
+        dtype = getattr(x, "dtype", None)
+        if dtype is None:
+            complex_ = isinstance(x, complex)
+        else:  # NumPy's, CuPy's and LeanPass's dtypes have a kind; array_api_strict's do not
+            kind = getattr(dtype, "kind", None)
+            complex_ = kind == "c" if kind is not None else xp.isdtype(dtype, "complex floating")
+        if complex_:
             raise TypeError("complex numbers have no order")
 
 
