@@ -293,7 +293,9 @@ def _checked(name: str, t):
 
 
 def _writable(name: str, t, backend) -> None:
-    """Raise before any communication if ``t``'s array cannot be written in place."""
+    """Raise if ``t``'s array cannot be written in place: after the communication (an
+    error before it on one process only would leave the others waiting in the
+    collective), before anything is written."""
     if backend.read_only(t.data):
         raise ValueError(f"{name}: the tensor of shape {t.shape} is read-only: its array cannot be written in "
                          "place (set t.data to a writable copy)")
@@ -364,7 +366,6 @@ def all_reduce(tensor: Tensor, op: str = "sum") -> Tensor:
         raise TypeError(f"all_reduce: op {op!r} is not defined for a tensor of dtype {kind} (shape {tensor.shape})")
     if op == "mean" and not (kind.startswith("float") or kind.startswith("complex")):
         raise TypeError(f"all_reduce: 'mean' needs a floating-point tensor, got dtype {kind} (shape {tensor.shape})")
-    _writable("all_reduce", tensor, backend)
     buf = _Buffer(group, backend, tensor)
     nan = None
     lib = group.lib
@@ -378,6 +379,7 @@ def all_reduce(tensor: Tensor, op: str = "sum") -> Tensor:
         lib.copyto(buf.array, float("nan"), where=nan.astype(bool))
     if op == "mean":
         buf.array /= group.size
+    _writable("all_reduce", tensor, backend)
     buf.write_back()
     return tensor
 
@@ -388,10 +390,11 @@ def broadcast(tensor: Tensor, src: int = 0) -> Tensor:
     group, backend = _checked("broadcast", tensor)
     if not isinstance(src, numbers.Integral) or isinstance(src, bool) or not 0 <= src < group.size:
         raise ValueError(f"broadcast: src must be a rank in [0, {group.size}), got {src!r}")
-    _writable("broadcast", tensor, backend)
     buf = _Buffer(group, backend, tensor)
     group.broadcast(buf.array, int(src))
-    buf.write_back()
+    if group.rank != src:  # the source's tensor is only read
+        _writable("broadcast", tensor, backend)
+        buf.write_back()
     return tensor
 
 
@@ -411,10 +414,11 @@ def all_gather(tensor_list: list, tensor: Tensor) -> list:
                 f"all_gather: tensor_list[{r}] has shape {out.shape}, dtype {out.dtype} on {out.device}; "
                 f"the tensor has shape {tensor.shape}, dtype {tensor.dtype} on {tensor.device}"
             )
-        _writable(f"all_gather: tensor_list[{r}]", out, backend)
     send = _Buffer(group, backend, tensor).array
     recv = group.lib.empty((group.size, *send.shape), dtype=send.dtype)
     group.all_gather(send, recv)
+    for r, out in enumerate(tensor_list):
+        _writable(f"all_gather: tensor_list[{r}]", out, backend)
     xp = backend.xp
     for r, out in enumerate(tensor_list):
         out.data[...] = xp.asarray(recv[r], device=backend.xp_device)

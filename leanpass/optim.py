@@ -121,6 +121,9 @@ class Optimizer:
         when ``below_one``. NaN and infinity are refused (PyTorch takes infinity, which
         only turns the parameters into NaN)."""
         name = type(self).__name__
+        if not isinstance(value, numbers.Number) and getattr(value, "shape", None) == () \
+                and getattr(getattr(value, "dtype", None), "kind", "f") in "iuf":
+            value = float(value)  # a 0-d array or tensor (a learning rate PyTorch users keep as one)
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise TypeError(f"{name}: {key} must be a real number, got {value!r} ({type(value).__name__})")
         value = float(value)

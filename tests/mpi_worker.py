@@ -319,6 +319,30 @@ def evaluation():
     dist.barrier()
 
 
+def evaluation_between():
+    """An evaluation forward (no_grad) between a training forward and its backward
+    keeps that backward averaging (PyTorch's); a read-only tensor on one rank only
+    makes that rank raise after the collective, so no rank waits forever."""
+    rank, size = dist.get_rank(), dist.get_world_size()
+    model = nn.Linear(2, 1, device=DEVICES[0], dtype="float64")
+    ddp_model = DDP(model)
+    x = lp.ones((1, 2), device=DEVICES[0], dtype="float64") * (rank + 1)
+    loss = ddp_model(x).sum()
+    with lp.no_grad():
+        ddp_model(x)
+    loss.backward()
+    mean = sum(r + 1 for r in range(size)) / size
+    np.testing.assert_allclose(model.weight.grad.tolist(), [[mean], [mean]])
+    t = lp.ones(3, device=DEVICES[0])
+    if rank == 1 and DEVICES[0] == "cpu":
+        t = lp.from_dlpack(np.ones(3))
+        t.data.flags.writeable = False
+        expect(ValueError, lambda: dist.all_reduce(t), "all_reduce", "read-only")
+    else:
+        dist.all_reduce(t)
+    dist.barrier()
+
+
 def copies():
     """copy.deepcopy of a wrapper (an EMA copy) is a wrapper of its own that averages
     its own gradients; pickle works too."""
@@ -335,6 +359,11 @@ def copies():
     mean = sum(r + 1 for r in range(size)) / size
     np.testing.assert_allclose(twin.module.weight.grad.tolist(), [[mean], [mean]])
     assert not ddp_model.module.weight.has_grad
+    # a copy made between a forward and its backward, or inside no_sync, starts unarmed
+    ddp_model(x)
+    with ddp_model.no_sync():
+        third = copy.deepcopy(ddp_model)
+    assert not third._sync_next and not third._no_sync
 
 
 def failure():

@@ -116,6 +116,8 @@ DDP_SCENARIOS = {
                 "the parameter",
     "evaluation": "a forward under no_grad does not arm the next backward (a local one does not hang)",
     "copies": "copy.deepcopy and pickle of a wrapper work; the copy averages its own gradients",
+    "evaluation_between": "an evaluation forward between a forward and its backward keeps the averaging; a "
+                          "read-only tensor on one rank raises there after the collective (no hang)",
 }
 
 
@@ -166,16 +168,18 @@ def test_collectives_need_a_process_group():
 
 @pytest.mark.mpi
 @needs_mpi
-def test_collectives_refuse_read_only_tensors_before_communicating():
+def test_collectives_refuse_read_only_tensors_without_writing():
     dist.init_process_group()
     try:
         data = np.ones(3)
         data.flags.writeable = False
         t = lp.from_dlpack(data)
-        for name, call in (("all_reduce", lambda: dist.all_reduce(t)), ("broadcast", lambda: dist.broadcast(t)),
+        for name, call in (("all_reduce", lambda: dist.all_reduce(t)),
                            ("all_gather", lambda: dist.all_gather([t], lp.ones(3)))):
             with pytest.raises(ValueError, match=f"{name}.*read-only"):
                 call()
+        assert dist.broadcast(t, src=0) is t  # the source's tensor is only read
+        assert t.numpy().tolist() == [1.0, 1.0, 1.0] and t._version == 0
     finally:
         dist.destroy_process_group()
 

@@ -380,3 +380,13 @@ def test_embedding_padding_idx_must_be_an_integer(device):
         with pytest.raises(TypeError, match="Embedding: padding_idx must be an integer row"):
             nn.Embedding(4, 3, padding_idx=bad, device=device)
     assert nn.Embedding(4, 3, padding_idx=np.int64(-1), device=device).padding_idx == 3
+
+
+def test_embedding_from_pretrained_builds_subclasses_through_their_constructor(device):
+    class Tagged(nn.Embedding):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.tag = "made by __init__"
+
+    e = Tagged.from_pretrained(Tensor(np.ones((3, 2)), device=device), padding_idx=1)
+    assert e.tag == "made by __init__" and type(e) is Tagged and e.weight.tolist() == [[1.0, 1.0]] * 3

@@ -548,3 +548,31 @@ def test_matrix_rank_of_empty_matrices_and_trace_dtype(device):
     with pytest.raises(TypeError, match="trace: dtype=float64 would discard the imaginary part"):
         L.trace(z, dtype=lp.float64)
     assert complex(L.trace(z)) == 4 + 6j
+
+
+def test_det_second_derivative_of_a_well_conditioned_matrix_with_repeated_singular_values(device):
+    """block_diag of five [[1, .99], [.99, 1]]: condition 199, det 3e-9 (small against
+    the product of the row norms in 10 dimensions) and repeated singular values: the
+    smooth det(A) A^-T rule (the SVD form would be NaN there), also in a batch with a
+    singular matrix."""
+    block = np.array([[1.0, 0.99], [0.99, 1.0]])
+    a0 = np.kron(np.eye(5), block)
+    v0 = np.random.default_rng(1).normal(size=(10, 10))
+
+    def cofactor(m):
+        return np.linalg.det(m) * np.linalg.inv(m).T
+
+    h = 1e-6
+    want = (cofactor(a0 + h * v0) - cofactor(a0 - h * v0)) / (2 * h)
+    singular = np.ones((10, 10))
+    a = leaf(device, np.stack([a0, singular]))
+    (g,) = lp.autograd.grad(L.det(a).sum(), [a], create_graph=True)
+    (hv,) = lp.autograd.grad((g * arr(device, np.stack([v0, np.zeros((10, 10))]))).sum(), [a])
+    got = np.asarray(lp.asarray(hv).numpy())[0]
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, atol=1e-6 * np.abs(want).max())
+
+
+def test_matrix_rank_of_empty_matrices_broadcasts_rtol(device):
+    got = L.matrix_rank(arr(device, np.zeros((0, 3))), rtol=arr(device, np.array([0.1, 0.2, 0.3, 0.4])))
+    assert got.shape == (4,) and got.numpy().tolist() == [0, 0, 0, 0]

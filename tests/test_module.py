@@ -609,3 +609,12 @@ def test_to_dtype_float_and_double_cast_in_place(device):
     with pytest.raises(TypeError, match="Module.to: dtype must be floating point"):
         model.to(leanpass.int32)
     assert weight.dtype == leanpass.float32
+
+
+def test_to_an_unsupported_float_dtype_says_so():
+    model = nn.Linear(2, 2)
+    for dtype in ("float16", np.float16):
+        with pytest.raises(TypeError, match="Module.to: dtype must be floating point"):
+            model.to(dtype)
+    with pytest.raises(RuntimeError, match="unknown device"):
+        model.to("bogus")

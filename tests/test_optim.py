@@ -768,3 +768,14 @@ def test_adam_and_rmsprop_second_moments_stay_finite_for_large_float32_gradients
         p.grad = leanpass.asarray([1e20], dtype=leanpass.float32, device=device).data
         opt.step()
         assert abs(float(p.numpy()[0]) - want) < 1e-4
+
+
+def test_a_zero_d_array_or_tensor_lr_set_later_works(device):
+    w = leanpass.Tensor([1.0, 2.0], device=device, requires_grad=True)
+    opt = optim.SGD([w], lr=0.1)
+    opt.param_groups[0]["lr"] = np.array(0.5)
+    (w * w).sum().backward()
+    opt.step()
+    opt.param_groups[0]["lr"] = leanpass.asarray(0.5)
+    opt.step()
+    assert w.tolist() == [-1.0, -2.0] and opt.param_groups[0]["lr"] == 0.5

@@ -302,7 +302,13 @@ class Module:
         ``to("cuda", lp.float32)``, ``to(dtype=...)``; integer buffers keep their dtype."""
         if dtype is None and device is not None and _is_dtype(device):
             device, dtype = None, device
-        target = None if device is None else get_backend(device)
+        try:
+            target = None if device is None else get_backend(device)
+        except (RuntimeError, TypeError, ValueError):
+            if any(word in str(device) for word in ("float", "int", "complex", "bool", "half", "double")):
+                raise TypeError(
+                    f"Module.to: dtype must be floating point (float32 or float64), got {device!r}") from None
+            raise
         if dtype is not None:
             dtype = dtype_name(as_dtype(dtype, "Module.to"))
             if dtype not in ("float32", "float64"):

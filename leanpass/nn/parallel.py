@@ -154,6 +154,8 @@ class DistributedDataParallel(Module):
         self._buckets = buckets
         self._group = distributed._group  # None when there is none: forward then says so
         self._round = None
+        self._sync_next = False  # no forward went through the copy yet: its first backward is local
+        self._no_sync = False  # a copy is inside no one's no_sync block
         self._order = next(_created)
         self._hook()
 
@@ -194,7 +196,8 @@ class DistributedDataParallel(Module):
                                "after init_process_group()")
         # only a forward that records a graph arms the next backward (PyTorch's rule): after
         # an evaluation under no_grad, a local backward must not wait for the others
-        self._sync_next = not self._no_sync and autograd.is_grad_enabled()
+        if autograd.is_grad_enabled():  # an evaluation between a forward and its backward keeps it armed
+            self._sync_next = not self._no_sync
         if self.broadcast_buffers and not self._no_sync:
             self._broadcast_module_buffers()
         return self.module(*args, **kwargs)
@@ -213,7 +216,7 @@ class DistributedDataParallel(Module):
     def _ready(self, p: Tensor) -> None:
         """A gradient of this wrapper's module was written by the running backward call:
         join its round (once); the averaging happens after every hook (:func:`_average`)."""
-        if not self._sync_next or self._group.size == 1:  # one process: the mean is the gradient itself
+        if not self._sync_next or self._group is None or self._group.size == 1:  # one process: the gradient is the mean
             return
         number = autograd.hook_round()
         if _round["number"] != number:  # the first wrapper of this backward call
@@ -234,4 +237,6 @@ class DistributedDataParallel(Module):
 
     def extra_repr(self) -> str:
         sizes = ", ".join(str(b.size) for b in self._buckets)
+        if self._group is None:  # unpickled where no process group exists
+            return f"no process group, buckets of [{sizes}] elements"
         return f"{self._group.size} processes ({self._group.name}), buckets of [{sizes}] elements"

@@ -51,10 +51,8 @@ class Embedding(Module):
         if embeddings.dtype.kind != "f":
             raise TypeError(f"Embedding.from_pretrained: embeddings must be floating point, got {embeddings.dtype}")
         rows, dim = embeddings.shape
-        module = cls.__new__(cls)
-        module.num_embeddings, module.embedding_dim = rows, dim
-        module.padding_idx = None if padding_idx is None else F._padding_index(
-            padding_idx, rows, "Embedding.from_pretrained")
+        # made by cls(...), as PyTorch's: a subclass's __init__ runs; then the given table
+        module = cls(rows, dim, padding_idx, device=embeddings.device, dtype=str(embeddings.dtype))
         module.weight = Parameter(embeddings.detach(), requires_grad=not freeze, name="weight",
                                   device=embeddings.device)
         return module

@@ -259,30 +259,35 @@ def _svd_cofactor(be, a):
 @op("det", saves=(0,), saves_out=True)
 def det(be, a):
     """Determinant. Its gradient is the cofactor matrix: ``det(A) A^-T`` where ``A`` is
-    invertible (PyTorch's rule: smooth there, so second derivatives exist even where
-    singular values repeat, as at the identity), and the SVD form of
-    :func:`_svd_cofactor` where it is singular. A batch of both kinds, where reading
-    back which is which would make the device wait, computes both forms, each on
-    matrices made safe for it (the identity; ``diag(1..n)``), and picks per matrix."""
+    invertible in practice (PyTorch's rule: smooth there, so second derivatives exist
+    even where singular values repeat, as at the identity), and the SVD form of
+    :func:`_svd_cofactor` where it is singular, or so ill-conditioned (``||A|| ||A^-1||``
+    in the infinity norm above ``1 / sqrt(eps)``) that the derivative of ``det(A) A^-T``
+    cancels catastrophically (a product of rank-deficient factors, whose det is rounding
+    noise, not 0). A batch of both kinds, where reading back which is which would make
+    the device wait, computes both forms, each on matrices made safe for it (the
+    identity; ``diag(1..n)``), and picks per matrix."""
     xp = be.xp
     d = xp.asarray(be.linalg.det(a))
 
     def backward(g):
-        # invertible in practice: |det| above sqrt(eps) times Hadamard's bound (the product of
-        # the row norms, which |det| never exceeds). Below it (a product of rank-deficient
-        # factors, whose det is rounding noise) det(A) A^-T cancels catastrophically in its
-        # derivative, and the SVD form is the accurate one.
-        bound = xp.prod(be.linalg.vector_norm(a, axis=-1), axis=-1)
-        invertible = xp.abs(d) > math.sqrt(xp.finfo(a.dtype).eps) * bound
-        every = be.syncs_cheaply and bool(xp.all(invertible))
-        if every:
-            return ((g * d)[..., None, None] * _transpose(xp, be.linalg.inv(a)),)
+        n = a.shape[-1]
+        eye = _eye_like(be, n, a.dtype)
+        nonzero = d != 0
+        whole = be.syncs_cheaply and bool(xp.all(nonzero))
+        if be.syncs_cheaply and not whole and not bool(xp.any(nonzero)):
+            return (g[..., None, None] * _svd_cofactor(be, a),)
+        safe = a if whole else xp.where(nonzero[..., None, None], a, eye)
+        inv = be.linalg.inv(safe)
+        with be.quiet():  # the norms of a huge inverse may overflow: infinitely ill-conditioned
+            cond = be.linalg.matrix_norm(safe, ord=math.inf) * be.linalg.matrix_norm(inv, ord=math.inf)
+        invertible = nonzero & (cond < 1.0 / math.sqrt(xp.finfo(a.dtype).eps))
+        if be.syncs_cheaply and bool(xp.all(invertible)):
+            return ((g * d)[..., None, None] * _transpose(xp, inv),)
         if be.syncs_cheaply and not bool(xp.any(invertible)):
             return (g[..., None, None] * _svd_cofactor(be, a),)
-        n = a.shape[-1]
         mask = invertible[..., None, None]
-        eye = _eye_like(be, n, a.dtype)
-        regular = d[..., None, None] * _transpose(xp, be.linalg.inv(xp.where(mask, a, eye)))
+        regular = d[..., None, None] * _transpose(xp, inv)
         distinct = eye * xp.reshape(be.arange(n, a.dtype) + 1, (1, n))  # diag(1..n): distinct singular values
         singular = _svd_cofactor(be, xp.where(mask, distinct, a))
         return (g[..., None, None] * xp.where(mask, regular, singular),)
@@ -541,5 +546,8 @@ def matrix_rank(be, a, rtol):
     """The number of singular values above ``rtol`` times the largest (int64)."""
     xp = be.xp
     if a.shape[-1] == 0 or a.shape[-2] == 0:  # no singular values: rank 0 (the library's max of nothing raises)
-        return be.zeros(a.shape[:-2], xp.int64), None
+        rank = be.zeros(a.shape[:-2], xp.int64)
+        if hasattr(rtol, "shape"):  # the stack's shape broadcast with rtol's, as for other matrices
+            rank = rank + xp.astype(xp.zeros_like(rtol), xp.int64)
+        return rank, None
     return xp.astype(xp.asarray(be.linalg.matrix_rank(a, rtol=rtol)), xp.int64, copy=False), None
