@@ -285,7 +285,7 @@ def pow_scalar(be, a, p):
 
         return xp.ones_like(a), backward
     with be.quiet():
-        out = a**p  # ** 0.5 is sqrt on NumPy, as in PyTorch: nan at -inf, -0.0 at -0.0 (the standard: +inf, +0)
+        out = a**p  # ** 0.5 is sqrt on recent NumPy, as in PyTorch: nan at -inf, -0.0 at -0.0 (standard: +inf, +0)
 
     def backward(g):
         with be.quiet():
