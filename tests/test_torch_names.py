@@ -114,3 +114,14 @@ def test_masked_fill_keeps_the_dtype_and_axis_dim_conflicts(device):
         with pytest.raises(TypeError, match="give axis or dim"):
             call()
     close(nn.functional.softmax(t), t.softmax(-1))
+
+
+def test_softmax_of_a_zero_d_tensor(device):
+    """One value: softmax 1 and log_softmax 0 along axis 0 or -1, as PyTorch."""
+    x = Tensor(2.5, device=device, requires_grad=True)
+    y = x.softmax(0)
+    (y * 3.0 + x.log_softmax(dim=-1)).backward()
+    assert y.shape == () and y.tolist() == 1.0 and float(lp.asarray(x.grad)) == 0.0
+    assert nn.functional.log_softmax(x).tolist() == 0.0
+    with pytest.raises(IndexError, match="softmax: axis 1 is out of range for a tensor of 0 dimensions"):
+        x.softmax(1)

@@ -7,6 +7,8 @@ thin wrapper where the method's signature is the familiar one (positional axes).
 
 from __future__ import annotations
 
+import numbers
+
 from .. import ops
 from .._checks import check_reshape, normalize_axis
 from .._node import run1
@@ -73,10 +75,23 @@ def softplus(self):
     return run1(ops.softplus, self)
 
 
+def _zero_d_axis(axis, op):
+    """A 0-d tensor takes axis 0 or -1 (or none), as in PyTorch."""
+    if axis is None:
+        return
+    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
+        raise TypeError(f"{op}: axis must be an integer, got {type(axis).__name__}")
+    if axis not in (0, -1):
+        raise IndexError(f"{op}: axis {axis} is out of range for a tensor of 0 dimensions")
+
+
 def softmax(self, axis: int | None = None, *, dim=None):
     """exp(x) / sum(exp(x)) along ``axis`` (or PyTorch's ``dim=``; the last by default),
     shifted by the max (no overflow)."""
     axis = torch_axis("softmax", axis, dim)[0]
+    if self.ndim == 0:  # one value (axis 0 or -1, as PyTorch): softmax over it, through a 1-element axis
+        _zero_d_axis(axis, "softmax")
+        return reshape(reshape(self, 1).softmax(0), ())
     return run1(ops.softmax, self, normalize_axis(-1 if axis is None else axis, self.ndim, "softmax"))
 
 
@@ -84,6 +99,9 @@ def log_softmax(self, axis: int | None = None, *, dim=None):
     """log(softmax(x)) along ``axis`` (or ``dim=``; the last by default), computed as
     ``z - log(sum(exp(z)))``, ``z = x - max(x)``."""
     axis = torch_axis("log_softmax", axis, dim)[0]
+    if self.ndim == 0:  # one value: log_softmax over it (0), as PyTorch
+        _zero_d_axis(axis, "log_softmax")
+        return reshape(reshape(self, 1).log_softmax(0), ())
     return run1(ops.log_softmax, self, normalize_axis(-1 if axis is None else axis, self.ndim, "log_softmax"))
 
 
