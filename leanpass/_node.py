@@ -114,14 +114,14 @@ def run1(op: Op, a: Tensor, *params):
     return t
 
 
-def _refuse_complex_mix(op, tensors, out) -> None:
-    """Raise ``TypeError`` where a real tensor that requires grad went into a complex
-    result: its gradient would be complex (not supported), and casting it back would
-    silently drop the imaginary part."""
-    if dtype_name(out.dtype).startswith("complex") and any(
+def refuse_complex_mix(op, tensors, dtype, how: str = "with") -> None:
+    """Raise ``TypeError`` where a real tensor that requires grad goes into a result of
+    the complex ``dtype``: its gradient would be complex (not supported), and casting it
+    back would silently drop the imaginary part. Called where the operands' dtypes differ."""
+    if dtype_name(dtype).startswith("complex") and any(
             t._rg and not dtype_name(t._data.dtype).startswith("complex") for t in tensors):
         raise TypeError(
-            f"{op}: a real tensor that requires grad with a complex one would give a complex result "
+            f"{op}: a real tensor that requires grad {how} a complex one would give a complex result "
             f"(dtypes {', '.join(str(t.dtype) for t in tensors)}), and complex gradients are not supported"
         )
 
@@ -160,11 +160,7 @@ def run2(op: Op, a: Tensor, b: Tensor, *params):
     requires_grad = (ra or rb) and op.differentiable
     da, db = a._data.dtype, b._data.dtype
     if requires_grad and da is not db and da != db:
-        if dtype_name(out.dtype).startswith("complex"):
-            raise TypeError(
-                f"{op}: a real tensor that requires grad with a complex one would give a complex result "
-                f"(dtypes {a.dtype} and {b.dtype}), and complex gradients are not supported"
-            )
+        refuse_complex_mix(op, (a, b), out.dtype)
         backward = _cast_back(backward, backend.xp, (da, db))
     return make(out, backend, op, (a, b), backward, requires_grad, params if requires_grad else None)
 
@@ -206,7 +202,7 @@ def run(op: Op, args, *params, **kw):
 
         if any(d != out.dtype for d in dtypes) and isinstance(out, backend.array_type):
             if _grad_state.enabled:
-                _refuse_complex_mix(op, tensors, out)
+                refuse_complex_mix(op, tensors, out.dtype)
             backward = _cast_back(backward, backend.xp, dtypes)
 
     def replay(gb, prev):
@@ -272,7 +268,7 @@ def apply(fn, *inputs: Tensor, op: str | None = None, **params) -> Tensor:
         out, backward = _guarded(operation.fn, backend, *arrays, **params)
     rg = operation.differentiable and any(needs)
     if rg and out.dtype != arrays[0].dtype and _grad_state.enabled:  # mixed dtypes (rare): real into complex?
-        _refuse_complex_mix(operation, inputs, out)
+        refuse_complex_mix(operation, inputs, out.dtype)
     if not user:
         return make(out, backend, operation, inputs, backward, rg, params if rg else None)
     # a plain function: integer and bool results never require grad, and a result that

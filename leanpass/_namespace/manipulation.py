@@ -13,7 +13,7 @@ import operator
 from .. import ops
 from .._checks import broadcast_shapes, check_reshape, device_message, is_bool, normalize_axes, normalize_axis
 from .._dtypes import dtype_name, promote
-from .._node import run, run1
+from .._node import refuse_complex_mix, run, run1
 from ..tensor import Tensor
 from ._util import asarray_like, tensors
 
@@ -168,11 +168,7 @@ def _joined(op, arrays):
         raise ValueError(f"{op}: need at least one tensor to join")
     ts = tensors(op, *arrays)
     dtype = promote(*(t.dtype for t in ts), op=op)
-    if dtype.kind == "c" and any(t._rg and t.dtype.kind != "c" for t in ts):
-        raise TypeError(
-            f"{op}: a real tensor that requires grad joined with a complex one would give a complex result "
-            f"(dtypes {', '.join(str(t.dtype) for t in ts)}), and complex gradients are not supported"
-        )
+    refuse_complex_mix(op, ts, dtype, how="joined with")  # before the casts below, which leave the graph
     return [t if dtype_name(t._data.dtype) == dtype.name else t.astype(dtype) for t in ts]
 
 

@@ -272,11 +272,11 @@ def det(be, a):
 
     def backward(g):
         n = a.shape[-1]
-        eye = _eye_like(be, n, a.dtype)
         nonzero = d != 0
         whole = be.syncs_cheaply and bool(xp.all(nonzero))
         if be.syncs_cheaply and not whole and not bool(xp.any(nonzero)):
             return (g[..., None, None] * _svd_cofactor(be, a),)
+        eye = None if whole else _eye_like(be, n, a.dtype)
         safe = a if whole else xp.where(nonzero[..., None, None], a, eye)
         inv = be.linalg.inv(safe)
         with be.quiet():  # the norms of a huge inverse may overflow: infinitely ill-conditioned
@@ -288,6 +288,7 @@ def det(be, a):
             return (g[..., None, None] * _svd_cofactor(be, a),)
         mask = invertible[..., None, None]
         regular = d[..., None, None] * _transpose(xp, inv)
+        eye = _eye_like(be, n, a.dtype) if eye is None else eye
         distinct = eye * xp.reshape(be.arange(n, a.dtype) + 1, (1, n))  # diag(1..n): distinct singular values
         singular = _svd_cofactor(be, xp.where(mask, distinct, a))
         return (g[..., None, None] * xp.where(mask, regular, singular),)
