@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import types
 
 import array_api_compat.numpy as xp_numpy
@@ -11,17 +12,10 @@ from ._base import Backend
 
 
 def _reduction(ufunc):
-    def reduce(x, /, *, axis=None, dtype=None, keepdims=False):
-        return ufunc.reduce(x, axis=axis, dtype=dtype, keepdims=keepdims)
-
-    return reduce
-
-
-def _extremum(ufunc):
-    def reduce(x, /, *, axis=None, keepdims=False):
-        return ufunc.reduce(x, axis=axis, keepdims=keepdims)
-
-    return reduce
+    """``ufunc.reduce`` over every axis unless ``axis=`` says otherwise (the
+    standard's default; the ufunc's own is the first axis): a partial is a C-level
+    callable, so a reduction on the training step's path runs no Python frame."""
+    return functools.partial(ufunc.reduce, axis=None)
 
 
 def _astype(x, dtype, /, *, copy=True, device=None):
@@ -48,8 +42,8 @@ def _namespace():
     ns.__dict__.update({k: v for k, v in vars(xp_numpy).items() if k not in ("__name__", "__doc__", "__spec__",
                                                                              "__loader__", "__package__")})
     ns.sum, ns.prod = _reduction(np.add), _reduction(np.multiply)
-    ns.max, ns.min = _extremum(np.maximum), _extremum(np.minimum)
-    ns.all, ns.any = _extremum(np.logical_and), _extremum(np.logical_or)
+    ns.max, ns.min = _reduction(np.maximum), _reduction(np.minimum)
+    ns.all, ns.any = _reduction(np.logical_and), _reduction(np.logical_or)
     ns.astype = _astype
     ns.reshape = _reshape
     return ns
@@ -139,10 +133,16 @@ class NumpyBackend(Backend):
         return not array.flags.writeable
 
     def take_rows(self, rows, index):
-        return rows[_row_numbers(rows.shape[0]), index]
+        numbers = _ROWS.get(rows.shape[0])  # _row_numbers' lookup written out (the hot path)
+        if numbers is None:
+            numbers = _row_numbers(rows.shape[0])
+        return rows[numbers, index]
 
     def sub_at_rows(self, buf, index, value):
-        buf[_row_numbers(buf.shape[0]), index] -= value  # one (i, index[i]) per row: no repeats
+        numbers = _ROWS.get(buf.shape[0])
+        if numbers is None:
+            numbers = _row_numbers(buf.shape[0])
+        buf[numbers, index] -= value  # one (i, index[i]) per row: no repeats
         return buf
 
     def shares_memory(self, a, b) -> bool:
@@ -163,7 +163,10 @@ class NumpyBackend(Backend):
         ones (one BLAS call; NumPy's sum over the first axis is a loop over the rows,
         three times slower for a layer's gradient of 128 rows)."""
         if g.ndim == 2 and g.dtype in _BLAS_FLOATS:
-            return _ones(g.shape[0], g.dtype) @ g
+            ones = _ONES.get((g.shape[0], g.dtype))  # _ones' lookup written out (the hot path)
+            if ones is None:
+                ones = _ones(g.shape[0], g.dtype)
+            return ones @ g
         return np.add.reduce(g, axis=0)
 
     def all_in_range(self, index, high: int) -> bool:

@@ -277,7 +277,8 @@ class MLP(Module):
     _fusion = None  # (changes seen, layers, activations, op, parameters, width) of the last check
 
     def forward(self, x):
-        _check_input(x, self)
+        if not isinstance(x, Tensor):
+            _check_input(x, self)
         layers = self.layers
         fusion = self._fusion
         if (fusion is None or fusion[0] != _CHANGES[0] or fusion[1] != layers

@@ -63,7 +63,8 @@ def cross_entropy_loss(logits: Tensor, target, axis: int = -1) -> Tensor:
     already on a GPU it makes the loss NaN instead, since checking would make the
     GPU wait for the host at every step.
     """
-    _check_input(logits, "cross_entropy_loss", "logits")
+    if not isinstance(logits, Tensor):
+        _check_input(logits, "cross_entropy_loss", "logits")
     logits_shape = logits.shape
     ndim = len(logits_shape)
     if ndim == 0:
@@ -101,6 +102,11 @@ def _class_indices(logits: Tensor, target, classes: int):
             )
         backend, data = get_backend(device), target.data
         kind = as_dtype(data.dtype).kind
+        if kind in "iu" and backend.syncs_cheaply and backend.guard is None:
+            # integers on a CPU device, the training step's case: _checked written out
+            if not backend.all_in_range(data, classes):
+                _refuse(backend.xp, data, classes)
+            return target, None
     else:  # host data: checked here, for free, before it moves
         backend, data = None, host_array(target, "cross_entropy_loss")
         kind = data.dtype.kind
@@ -139,11 +145,15 @@ def _checked(backend, data, kind: str, classes: int):
         index = data
         valid = backend.all_in_range(data, classes)
     if not valid:
-        raise ValueError(
-            f"cross_entropy_loss: class indices must be whole numbers in [0, {classes}), "
-            f"got values from {float(xp.min(data))} to {float(xp.max(data))}"
-        )
+        _refuse(xp, data, classes)
     return index
+
+
+def _refuse(xp, data, classes: int):
+    raise ValueError(
+        f"cross_entropy_loss: class indices must be whole numbers in [0, {classes}), "
+        f"got values from {float(xp.min(data))} to {float(xp.max(data))}"
+    )
 
 
 def binary_cross_entropy_loss(logits: Tensor, target) -> Tensor:
