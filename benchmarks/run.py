@@ -2,6 +2,7 @@
 
     python benchmarks/run.py                 # everything, 1 and 2 BLAS threads
     python benchmarks/run.py --only W1 W2 --rounds 15 --json results.json
+    python benchmarks/run.py --only W1 --rounds 21 --processes 7   # W1 over 7 fresh processes
 
 Contestants run interleaved, round by round, so drifts in the machine's speed
 hit all of them alike; each figure is a median over rounds, and each ratio is
@@ -9,7 +10,11 @@ to the table's first column.
 
 - W1: one training step of an MLP 784-256-128-10, batch 128, cross-entropy and
   SGD, float32 and float64: NumPy by hand (the floor), LeanPass, PyTorch.
-  Also minor page faults per step.
+  Also minor page faults per step. With ``--processes N`` it runs in N fresh
+  processes one after another and reports the median of their figures and the
+  range of their ratios: the ratio moves by several percent from one process to
+  the next (at two threads, two instances of the by-hand step in one process
+  differ by up to 5%), more than between the rounds of one process.
 - W2: a chain of 300 element-wise operations on a 16-element float64 tensor,
   forward plus backward: microseconds per operation (NumPy: forward only).
 - W3: backward through a 100,000-operation chain: its time against the
@@ -59,7 +64,9 @@ import os
 import platform
 import resource
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 
@@ -154,6 +161,22 @@ def w1(dtype, rounds, n_threads):
         medians = interleaved(fns, rounds, repeat=10)
         faults = {name: minor_faults(fn) for name, fn in fns.items()}
     return {name: {"ms": medians[name] * 1e3, "faults": faults[name]} for name in fns}
+
+
+def w1_processes(args) -> list:
+    """W1 run in ``args.processes`` fresh interpreters, one after another: a list of
+    their W1 results. What a process draws (where its arrays and threads land)
+    moves the ratio by several percent, more than the rounds inside one run do."""
+    runs = []
+    with tempfile.TemporaryDirectory() as folder:
+        for i in range(args.processes):
+            out = os.path.join(folder, f"w1-{i}.json")
+            command = [sys.executable, os.path.abspath(__file__), "--only", "W1", "--rounds", str(args.rounds),
+                       "--threads", *map(str, args.threads), "--json", out]
+            subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+            with open(out) as f:
+                runs.append(json.load(f)["W1"])
+    return runs
 
 
 def w4(rounds):
@@ -493,6 +516,9 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--threads", nargs="*", type=int, default=[1, 2], help="thread counts (first is the headline)")
     p.add_argument("--json", default=None, help="also write the figures here")
+    p.add_argument("--processes", type=int, default=1,
+                   help="run W1 in this many fresh processes, one after another, and report the median "
+                        "and the range of their ratios (the ratio moves by several percent between processes)")
     args = p.parse_args(argv)
     info = machine()
     results = {"machine": info}
@@ -501,17 +527,35 @@ def main(argv=None):
           f"PyTorch {info['torch']}, LeanPass {info['leanpass']}; OPENBLAS_CORETYPE={info['OPENBLAS_CORETYPE']}\n")
 
     if "W1" in args.only:
-        results["W1"] = {}
         names = ["by hand", "leanpass"] + (["pytorch"] if torch else [])
         rows = []
-        for dtype in ("float32", "float64"):
-            for n in args.threads:
-                r = results["W1"][f"{dtype}/{n}"] = w1(dtype, args.rounds, n)
-                base = r["by hand"]["ms"]
-                rows.append([dtype, n] + [f"{r[k]['ms']:.3f} ({r[k]['ms'] / base:.2f}x)" for k in names]
-                            + [" / ".join(f"{r[k]['faults']:.0f}" for k in names)])
-        print("## W1: one MLP training step (784-256-128-10, batch 128, cross-entropy, SGD), ms per step")
-        print(table(["dtype", "threads", *[f"{k} ms (ratio)" for k in names], "minor faults/step"], rows), end="\n\n")
+        if args.processes > 1:
+            runs = results["W1 processes"] = w1_processes(args)
+            results["W1"] = {}
+            for key in runs[0]:
+                dtype, n = key.split("/")
+                ms = {k: statistics.median(run[key][k]["ms"] for run in runs) for k in names}
+                ratios = {k: sorted(run[key][k]["ms"] / run[key]["by hand"]["ms"] for run in runs) for k in names}
+                results["W1"][key] = {k: {"ms": ms[k], "ratio": statistics.median(ratios[k]),
+                                          "ratio_range": [ratios[k][0], ratios[k][-1]]} for k in names}
+                rows.append([dtype, n, f"{ms[names[0]]:.3f} (1.00x)"]
+                             + [f"{ms[k]:.3f} ({statistics.median(ratios[k]):.2f}x, "
+                                f"{ratios[k][0]:.2f}–{ratios[k][-1]:.2f})" for k in names[1:]])
+            print(f"## W1: one MLP training step (784-256-128-10, batch 128, cross-entropy, SGD), ms per step: "
+                  f"medians of {len(runs)} processes, each ratio with its range")
+            print(table(["dtype", "threads", f"{names[0]} ms", *[f"{k} ms (ratio, range)" for k in names[1:]]], rows),
+                  end="\n\n")
+        else:
+            results["W1"] = {}
+            for dtype in ("float32", "float64"):
+                for n in args.threads:
+                    r = results["W1"][f"{dtype}/{n}"] = w1(dtype, args.rounds, n)
+                    base = r["by hand"]["ms"]
+                    rows.append([dtype, n] + [f"{r[k]['ms']:.3f} ({r[k]['ms'] / base:.2f}x)" for k in names]
+                                + [" / ".join(f"{r[k]['faults']:.0f}" for k in names)])
+            print("## W1: one MLP training step (784-256-128-10, batch 128, cross-entropy, SGD), ms per step")
+            print(table(["dtype", "threads", *[f"{k} ms (ratio)" for k in names], "minor faults/step"], rows),
+                  end="\n\n")
 
     if "W2" in args.only:
         results["W2"] = {}
