@@ -85,7 +85,9 @@ class TensorDataset:
 
 class DataLoader:
     """Batches of ``dataset``: tuples of Tensors for a ``TensorDataset`` (a 1-tuple for
-    one tensor); for another dataset, the stacked rows (a tuple when its rows are).
+    one tensor); for another dataset, the stacked rows, as PyTorch's ``default_collate``
+    stacks them: tuples column by column, dicts key by key, lists column by column
+    (a list of plain numbers is one vector), strings as lists.
 
     ``shuffle=True`` draws a new order each time the loader is iterated, from
     ``numpy.random.default_rng(seed)`` made here; ``seed=None`` takes a seed from
@@ -170,10 +172,33 @@ class DataLoader:
 
 
 def _collate(rows):
-    """Rows (each a tuple, or a single item) stacked into a batch."""
-    if isinstance(rows[0], tuple):
-        return tuple(_collate(list(column)) for column in zip(*rows))
+    """Rows stacked into a batch, as PyTorch's ``default_collate``: tuples column by
+    column (a tuple of batches), dicts key by key (a dict), lists of anything but
+    plain numbers column by column (a list), strings as a list; anything else
+    (Tensors, arrays, numbers, a list of numbers) stacked into one Tensor."""
+    first = rows[0]
+    if isinstance(first, dict):
+        keys = list(first)
+        for row in rows:
+            if not isinstance(row, dict) or list(row) != keys:
+                raise ValueError(f"DataLoader: the rows of a batch must be dicts with the same keys {keys}, "
+                                 f"got {list(row) if isinstance(row, dict) else type(row).__name__}")
+        return {k: _collate([row[k] for row in rows]) for k in keys}
+    if isinstance(first, tuple) or (isinstance(first, list) and not _numbers(first)):
+        for row in rows:
+            if not isinstance(row, (tuple, list)) or len(row) != len(first):
+                raise ValueError(f"DataLoader: the rows of a batch must be {type(first).__name__}s of "
+                                 f"{len(first)} items, got {row!r:.80}")
+        columns = [_collate(list(column)) for column in zip(*rows)]
+        return tuple(columns) if isinstance(first, tuple) else columns
+    if isinstance(first, str):
+        return list(rows)
     return stack([x if isinstance(x, tensor.Tensor) else asarray(x) for x in rows])
+
+
+def _numbers(items) -> bool:
+    """Whether ``items`` are numbers (Python's or NumPy's scalars): a row that is one vector."""
+    return all(isinstance(x, numbers.Number) for x in items)
 
 
 class DistributedSampler:

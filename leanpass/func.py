@@ -108,6 +108,47 @@ def _call(f, args, nums, name, kwargs=None):
     return out, inputs, nested
 
 
+def _split_aux(result, name):
+    """``(output, aux)`` of a function called with ``has_aux=True`` (``TypeError`` for
+    any other form: a length-2 Tensor must not be split along its first axis)."""
+    if not isinstance(result, tuple) or len(result) != 2:
+        raise TypeError(f"{name}: with has_aux=True the function must return a tuple (output, aux), got "
+                        f"{type(result).__name__}")
+    return result
+
+
+def _plain_aux(aux, inputs, keep: bool):
+    """``aux`` with its Tensors detached from the transform's inputs (as ``torch.func``
+    returns it), unless ``keep`` (an outer transform differentiates the results) or a
+    Tensor in it reaches a tensor outside the inputs that requires grad."""
+    found = []
+
+    def walk(value):
+        if isinstance(value, Tensor):
+            found.append(value)
+        elif isinstance(value, (tuple, list)):
+            for v in value:
+                walk(v)
+        elif isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+
+    walk(aux)
+    if keep or not found or _reaches_outer(found, {id(x) for x in inputs}):
+        return aux
+
+    def detached(value):
+        if isinstance(value, Tensor):
+            return value.detach()
+        if isinstance(value, (tuple, list)):
+            return type(value)(detached(v) for v in value)
+        if isinstance(value, dict):
+            return {k: detached(v) for k, v in value.items()}
+        return value
+
+    return detached(aux)
+
+
 def _zeros_for_none(grads, inputs):
     return tuple(zeros_like(x) if g is None else g for g, x in zip(grads, inputs))
 
@@ -146,17 +187,12 @@ def value_and_grad(f, argnums=0, has_aux=False):
     def wrapper(*args, **kwargs):
         nums = _argnums(argnums, len(args), name)
         result, inputs, nested = _call(f, args, nums, name, kwargs)
-        if has_aux:
-            if not isinstance(result, tuple) or len(result) != 2:
-                raise TypeError(f"{name}: with has_aux=True the function must return (value, aux)")
-            out, aux = result
-        else:
-            out, aux = result, None
+        out, aux = _split_aux(result, name) if has_aux else (result, None)
         out = _scalar(out, name)
         grads, create = _gradients(out, inputs, nested)
         grads = grads[0] if isinstance(argnums, int) else grads
         value = out if create else out.detach()
-        return ((value, aux), grads) if has_aux else (value, grads)
+        return ((value, _plain_aux(aux, inputs, create)), grads) if has_aux else (value, grads)
 
     return wrapper
 
@@ -191,11 +227,11 @@ def vjp(f, *primals, has_aux=False):
     primal. ``vjp_fn`` may be called many times. With ``has_aux``: ``(out, vjp_fn, aux)``."""
     name = "vjp"
     result, inputs, nested = _call(f, primals, tuple(range(len(primals))), name)
-    aux = None
-    if has_aux:
-        result, aux = result
+    result, aux = _split_aux(result, name) if has_aux else (result, None)
     outs = _outputs(result, name)
     create = nested or _reaches_outer(outs, {id(x) for x in inputs})
+    if has_aux:
+        aux = _plain_aux(aux, inputs, create)
 
     def vjp_fn(*cotangents):
         # one tuple of cotangents for a tuple of outputs (torch.func's form), or one each
@@ -210,8 +246,11 @@ def vjp(f, *primals, has_aux=False):
             if tuple(getattr(c, "shape", ())) != o.shape:
                 raise ValueError(f"vjp_fn: a cotangent of shape {getattr(c, 'shape', ())} for an output of shape "
                                  f"{o.shape}")
+        # a cotangent that requires grad (vjp inside grad or jacobian) keeps the products
+        # differentiable, with respect to it too
+        again = create or any(isinstance(c, Tensor) and c.requires_grad for _, c in used)
         grads = autograd.grad([o for o, _ in used], inputs, [c for _, c in used], retain_graph=True,
-                              create_graph=create, allow_unused=True)
+                              create_graph=again, allow_unused=True)
         return _zeros_for_none(grads, inputs)
 
     value = result if create else (tuple(o.detach() for o in outs) if isinstance(result, tuple) else result.detach())
@@ -276,9 +315,7 @@ def jacobian(f, argnums=0, has_aux=False):
     def wrapper(*args, **kwargs):
         nums = _argnums(argnums, len(args), name)
         result, inputs, nested = _call(f, args, nums, name, kwargs)
-        aux = None
-        if has_aux:
-            result, aux = result
+        result, aux = _split_aux(result, name) if has_aux else (result, None)
         if not isinstance(result, Tensor):
             raise TypeError(f"{name}: the function must return a Tensor, got {type(result).__name__}")
         out = result
@@ -301,7 +338,10 @@ def jacobian(f, argnums=0, has_aux=False):
                 jac = tuple(stack(row).reshape(out.shape + x.shape) if row else _zeros(out, x)
                             for row, x in zip(rows, inputs))
         jac = jac[0] if isinstance(argnums, int) else jac
-        return (jac, aux) if has_aux else jac
+        if has_aux:
+            keep = nested or (out.requires_grad and _reaches_outer([out], {id(x) for x in inputs}))
+            return jac, _plain_aux(aux, inputs, keep)
+        return jac
 
     return wrapper
 

@@ -76,7 +76,10 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3) -> bool:
     requires grad is checked element by element, its gradient both from
     ``backward()`` and from :func:`leanpass.autograd.grad` (which prunes the graph
     to the paths that reach the inputs, as the transforms do): ``|analytic -
-    numeric|`` must be at most ``atol + rtol * |numeric|``. Returns True, or raises
+    numeric|`` must be at most ``atol + rtol * |numeric|``. An output that does not
+    require grad has the analytic gradient 0 (a detached result then fails). The
+    ``.grad`` of tensors other than ``inputs`` (those ``fn`` closes over) is left
+    as it was, and their hooks do not run. Returns True, or raises
     :class:`GradcheckError` naming the input, the index and both values.
     """
     eps = _number(eps, "eps", positive=True)
@@ -97,18 +100,21 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3) -> bool:
     def scalar(result):
         return result if weights is None else (result * weights).sum()
 
-    scalar(out).backward()
-    # the same gradients through autograd.grad, which prunes the graph to the paths
-    # that reach the inputs (the path of lp.grad, lp.hessian and the other transforms)
-    from .autograd import grad
+    if out.requires_grad:
+        _backward_leaving_others(scalar(out), wide)
+        # the same gradients through autograd.grad, which prunes the graph to the paths
+        # that reach the inputs (the path of lp.grad, lp.hessian and the other transforms)
+        from .autograd import grad
 
-    pruned = grad(scalar(fn(*wide)), [wide[i] for i in checked], allow_unused=True)
+        pruned = grad(scalar(fn(*wide)), [wide[i] for i in checked], allow_unused=True)
+    else:  # no graph: the analytic gradient is zero (right for a constant, wrong for a detached result)
+        pruned = [None] * len(checked)
 
     for i, again in zip(checked, pruned):
         x = wide[i]
-        analytic = x.grad
         data = x._data
         backend = x._backend
+        analytic = x.grad if out.requires_grad else backend.zeros(data.shape, data.dtype)
         for index in _indices(x.shape):
             step = backend.zeros(data.shape, data.dtype)
             step[index + (Ellipsis,)] = eps
@@ -130,6 +136,31 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3) -> bool:
                         input=i, index=index, analytic=found, numeric=numeric,
                     )
     return True
+
+
+def _backward_leaving_others(root, wide) -> None:
+    """``root.backward()``, leaving the leaves outside ``wide`` (tensors ``fn`` closes
+    over, a model's parameters) as they were: their ``.grad`` is put back and their
+    post-accumulate-grad hooks do not run, as PyTorch's gradcheck leaves them."""
+    ours = {id(x) for x in wide}
+    others, seen, stack = [], set(), [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node._prev:
+            stack.extend(node._prev)
+        elif node._rg and id(node) not in ours:
+            others.append(node)
+    saved = [(t, t._grad, t._read_zeros, getattr(t, "_hooks", None)) for t in others]
+    for t in others:
+        t._hooks = None
+    try:
+        root.backward()
+    finally:
+        for t, g, read_zeros, hooks in saved:
+            t._grad, t._read_zeros, t._hooks = g, read_zeros, hooks
 
 
 def gradgradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3) -> bool:

@@ -121,6 +121,11 @@ class LRScheduler:
         except BaseException:
             _restore(groups, saved)
             raise
+        if not getattr(optimizer, "_scheduled", False):
+            # the optimizer's first scheduler: as PyTorch, "step() before optimizer.step()"
+            # counts the optimizer's steps from here on, not those of an earlier phase
+            optimizer._stepped = False
+            optimizer._scheduled = True
 
     def _initial_step(self) -> None:
         self._step_count = 0
@@ -398,7 +403,10 @@ class CosineAnnealingLR(LRScheduler):
         super().__init__(optimizer, last_epoch)
 
     def _checked(self, values):
-        values["T_max"] = _int(self, "T_max", values["T_max"], 1)
+        t_max = values["T_max"]
+        if isinstance(t_max, float) and t_max.is_integer():
+            t_max = int(t_max)  # 10.0, as PyTorch takes it
+        values["T_max"] = _int(self, "T_max", t_max, 1)
         values["eta_min"] = _real(self, "eta_min", values["eta_min"])
         return values
 

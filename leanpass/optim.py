@@ -21,7 +21,7 @@ import math
 import numbers
 import sys
 
-from .autograd import increment_versions
+from .autograd import enable_grad, increment_versions
 from .backends import FLOAT_DTYPES, backend_of_array, dtype_name, get_backend
 from .tensor import Tensor, as_tensor, clear_gradients, with_gradients
 
@@ -47,7 +47,8 @@ class Optimizer:
     # The per-parameter state: field -> int (a count >= 0) or "array" (of the parameter's shape).
     _state_fields: dict = {}
     _state_required: tuple = ()  # the fields a non-empty state must have
-    _stepped = False  # set by the first step (a scheduler stepped before it warns, as PyTorch's does)
+    _stepped = False  # set by each step (a scheduler stepped before it warns, as PyTorch's does)
+    _scheduled = False  # a scheduler was made for it (its steps count from then on)
 
     def __init__(self, params, defaults: dict):
         name = type(self).__name__
@@ -86,7 +87,12 @@ class Optimizer:
         elif isinstance(members, (dict, set)) or not hasattr(members, "__iter__"):
             raise TypeError(f"{name}: the 'params' of parameter group {k} must be a Tensor or a list of "
                             f"Tensors, got {type(members).__name__}")
-        group = self._check({**self.defaults, **param_group, "params": list(members)})
+        members = list(members)
+        if members and all(type(m) is tuple and len(m) == 2 and isinstance(m[0], str) for m in members):
+            # module.named_parameters(): the names are kept in the group, as PyTorch keeps them
+            param_group = {**param_group, "param_names": [m[0] for m in members]}
+            members = [m[1] for m in members]
+        group = self._check({**self.defaults, **param_group, "params": members})
         seen = {id(p) for p in self._params()}
         for p in group["params"]:
             where = f"parameter {len(seen)}"
@@ -160,13 +166,20 @@ class Optimizer:
             clear_gradients(group["params"], set_to_none)
 
     # ---- step -----------------------------------------------------------------------
-    def step(self) -> None:
-        """One update of every parameter that has a gradient.
+    def step(self, closure=None):
+        """One update of every parameter that has a gradient; with ``closure`` (a
+        function that zeroes the gradients, computes the loss, calls ``backward`` and
+        returns the loss, as PyTorch's), it is called first, with grad mode on, and
+        its loss returned.
 
         Every parameter is checked before any changes: its gradient has the data's
         shape, device and dtype, its data is writable and floating-point, and its state
         has the data's shape (state moves to the data's device and dtype when they
         changed, as after ``model.to``)."""
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
         self._stepped = True
         layouts, states = self._layouts, self.state
         work = []
@@ -203,6 +216,7 @@ class Optimizer:
             # before the update: the tensors are at hand now, not after a large one)
             increment_versions([item[0] for item in items])
             self._update_group(items, group)
+        return loss
 
     def _update_group(self, items: list, group: dict) -> None:
         """Update the parameters ``items`` of ``group``: ``(tensor, data, gradient,
@@ -341,20 +355,23 @@ class Optimizer:
 
 
 class SGD(Optimizer):
-    """Stochastic gradient descent with optional momentum, Nesterov momentum and
-    L2 weight decay (PyTorch's ``torch.optim.SGD`` rule, dampening 0)."""
+    """Stochastic gradient descent with optional momentum (and its dampening),
+    Nesterov momentum and L2 weight decay: PyTorch's ``torch.optim.SGD`` rule, and
+    its arguments in its order."""
 
-    _non_negative = ("lr", "momentum", "weight_decay")
+    _non_negative = ("lr", "momentum", "dampening", "weight_decay")
     _state_fields = {"momentum_buffer": "array"}
 
-    def __init__(self, params, lr=0.01, momentum=0.0, weight_decay=0.0, nesterov=False):
-        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay, nesterov=nesterov))
+    def __init__(self, params, lr=0.01, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
+        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                                      nesterov=nesterov))
 
     def _check(self, group):
         group = super()._check(group)
+        group.setdefault("dampening", 0.0)  # a state dict saved before SGD had it
         group["nesterov"] = nesterov = self._flag("nesterov", group["nesterov"])
-        if nesterov and group["momentum"] <= 0:
-            raise ValueError("SGD: nesterov momentum needs momentum > 0")
+        if nesterov and (group["momentum"] <= 0 or group["dampening"] != 0):
+            raise ValueError("SGD: nesterov momentum needs momentum > 0 and dampening 0")
         return group
 
     def _update_group(self, items, group):
@@ -368,9 +385,9 @@ class SGD(Optimizer):
                 data -= lr * grad
 
     def _update(self, backend, data, grad, state, group):
-        wd, momentum = group["weight_decay"], group["momentum"]
+        wd, momentum, dampening = group["weight_decay"], group["momentum"], group["dampening"]
         fused = backend.fused
-        if momentum and fused.sgd_momentum is not None:
+        if momentum and fused.sgd_momentum is not None and not dampening:
             first = "momentum_buffer" not in state
             if first:
                 state["momentum_buffer"] = backend.xp.zeros_like(data)
@@ -388,7 +405,7 @@ class SGD(Optimizer):
                 buf = state["momentum_buffer"] = backend.copy(grad)
             else:
                 buf *= momentum
-                buf += grad
+                buf += grad if not dampening else (1.0 - dampening) * grad
             grad = grad + momentum * buf if group["nesterov"] else buf
         data -= group["lr"] * grad
 

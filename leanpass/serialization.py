@@ -100,11 +100,11 @@ def save(obj, path) -> None:
         if isinstance(value, dict):
             items = []
             for k, v in value.items():
-                if not isinstance(k, (str, int)) or isinstance(k, bool):
+                if not isinstance(k, (str, numbers.Integral)) or isinstance(k, (bool, np.bool_)):
                     raise TypeError(
                         f"save: dict keys must be strings or integers, got {type(k).__name__} at {_where(keys)}"
                     )
-                items.append([k, encode(v, f"{keys}[{k!r}]")])
+                items.append([k if isinstance(k, str) else int(k), encode(v, f"{keys}[{k!r}]")])  # NumPy ints too
             return {"dict": items}
         kind = "list" if isinstance(value, list) else "tuple"
         return {kind: [encode(v, f"{keys}[{i}]") for i, v in enumerate(value)]}
@@ -114,7 +114,7 @@ def save(obj, path) -> None:
         blob = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
     except RecursionError:
         raise ValueError("save: the object is nested too deeply to save") from None
-    path = os.fspath(path)
+    path = os.fsdecode(os.fspath(path))  # a bytes path too
     target = os.path.realpath(path)  # through symlinks: the link stays, its target is replaced
     if os.path.exists(target) and (not os.access(target, os.W_OK) or not os.stat(target).st_mode & 0o222):
         link = f" (a link to {target!r})" if os.path.islink(path) else ""
@@ -170,7 +170,7 @@ def load(path, device=None, *, max_bytes=_DEFAULT_MAX_BYTES):
     that is truncated, corrupt, over ``max_bytes``, or not a LeanPass file.
     Reading never changes the file.
     """
-    path = os.fspath(path)
+    path = os.fsdecode(os.fspath(path))
     if max_bytes is not None:
         if not isinstance(max_bytes, numbers.Integral) or isinstance(max_bytes, bool):
             raise TypeError(f"load: max_bytes must be an integer or None, got {type(max_bytes).__name__}")
@@ -178,6 +178,8 @@ def load(path, device=None, *, max_bytes=_DEFAULT_MAX_BYTES):
             raise ValueError(f"load: max_bytes must be >= 0, got {max_bytes}")
         max_bytes = int(max_bytes)
     if not os.path.isfile(path):
+        if os.path.isdir(path):
+            raise IsADirectoryError(f"load: {path!r} is a folder, not a file saved by leanpass.save")
         raise FileNotFoundError(f"load: no such file: {path!r}")
     backend = get_backend(device)
     budget = _Budget(path, max_bytes)

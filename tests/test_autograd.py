@@ -791,3 +791,26 @@ def test_ops_through_run_and_apply_refuse_real_in_graph_with_complex(device):
         with pytest.raises(TypeError, match=f"{name}: a real tensor that requires grad with a complex one"):
             call()
     assert F.linear(x.detach(), wc).dtype == lp.complex128
+
+
+def test_gradcheck_leaves_other_tensors_gradients_and_hooks_alone(device):
+    """As PyTorch's: a tensor fn closes over (a model's parameter) keeps its .grad, and
+    its post-accumulate hooks (DDP's all-reduce) do not run."""
+    calls = []
+    w = Tensor([2.0, 3.0], requires_grad=True, device=device)
+    w.register_post_accumulate_grad_hook(lambda t: calls.append(1))
+    w.grad = np.array([7.0, 7.0])
+    x = Tensor([0.5, 1.5], requires_grad=True, device=device)
+    assert gradcheck(lambda t: (t * t * w).sum(), [x])
+    assert leanpass.gradgradcheck(lambda t: (t * t * w).sum(), [x])
+    np.testing.assert_array_equal(host(w.grad, device), [7.0, 7.0])
+    assert calls == []
+
+
+def test_gradcheck_of_a_result_outside_the_graph(device):
+    """An output that does not require grad has analytic gradient 0: a detached result
+    is a GradcheckError (not the engine's RuntimeError), a constant passes."""
+    x = Tensor([0.3, 1.7], requires_grad=True, device=device)
+    with pytest.raises(GradcheckError, match="analytic gradient 0.0 != numeric"):
+        gradcheck(lambda t: t.detach() * 2, [x])
+    assert gradcheck(lambda t: leanpass.zeros(2, device=device), [x])

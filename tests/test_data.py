@@ -462,3 +462,29 @@ def test_a_batch_changed_in_place_leaves_the_dataset_as_it_was(device):
         for (batch,) in DataLoader(TensorDataset(x), batch_size=2, shuffle=shuffle, seed=0):
             batch -= 100.0
     assert x.numpy().tolist() == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0], [6.0, 7.0]]
+
+
+class _Rows:
+    def __init__(self, make, n=4):
+        self.make, self.n = make, n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return self.make(i)
+
+
+def test_rows_that_are_dicts_lists_and_strings_batch_as_pytorch_collates():
+    batch = next(iter(DataLoader(_Rows(lambda i: {"x": np.ones(2) * i, "y": i, "name": f"n{i}"}), batch_size=3)))
+    assert list(batch) == ["x", "y", "name"] and batch["name"] == ["n0", "n1", "n2"]
+    np.testing.assert_array_equal(batch["x"].numpy(), [[0, 0], [1, 1], [2, 2]])
+    assert batch["y"].dtype == "int64"
+    mixed = next(iter(DataLoader(_Rows(lambda i: [np.ones(2) * i, i]), batch_size=2)))
+    assert isinstance(mixed, list) and mixed[0].shape == (2, 2) and mixed[1].shape == (2,)
+    vector = next(iter(DataLoader(_Rows(lambda i: [1.0 * i, 2.0]), batch_size=2)))  # a list of numbers: one vector
+    assert vector.shape == (2, 2)
+    with pytest.raises(ValueError, match="dicts with the same keys"):
+        list(DataLoader(_Rows(lambda i: {"x": 1} if i == 0 else {"y": 2}, n=2), batch_size=2))
+    with pytest.raises(ValueError, match="tuples of 2 items"):
+        list(DataLoader(_Rows(lambda i: (1, 2) if i == 0 else (1,), n=2), batch_size=2))

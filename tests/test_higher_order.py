@@ -500,3 +500,33 @@ def test_hessians_through_pooling_and_convolution(device):
         numeric[:, i] = (plus - minus) / (2 * eps)
     np.testing.assert_allclose(h, numeric, atol=1e-6)
     assert np.abs(h).max() > 0.1
+
+
+def test_vjp_fn_with_a_cotangent_that_requires_grad_stays_differentiable(device):
+    """grad/jacobian of a function of the cotangent (vjp nested inside): torch.func gives
+    d(J^T u)/du = J^T, not zeros."""
+    x0 = lp.asarray([1.0, 2.0, 3.0], device=device)
+    u0 = lp.asarray([1.0, 1.0, 1.0], device=device)
+    g = lp.grad(lambda u: lp.vjp(lambda x: x**2, x0)[1](u)[0].sum())(u0)
+    np.testing.assert_allclose(g.numpy(), [2.0, 4.0, 6.0])
+    _, fn = lp.vjp(lambda x: x**2, x0)
+    np.testing.assert_allclose(lp.jacobian(lambda u: fn(u)[0])(u0).numpy(), np.diag([2.0, 4.0, 6.0]))
+
+
+def test_has_aux_needs_a_pair_and_aux_comes_back_detached(device):
+    x = lp.asarray([1.0, 2.0], device=device)
+    for call in (lambda: lp.jacobian(lambda t: t * 2, has_aux=True)(x),
+                 lambda: lp.vjp(lambda t: t * 2, x, has_aux=True),
+                 lambda: lp.grad(lambda t: (t * t).sum(), has_aux=True)(x)):
+        with pytest.raises(TypeError, match=r"must return a tuple \(output, aux\)"):
+            call()
+    _, aux = lp.grad(lambda t: ((t**2).sum(), t * 2), has_aux=True)(x)
+    assert not aux.requires_grad
+    _, aux = lp.jacobian(lambda t: (t**2, {"a": [t * 3], "n": 1}), has_aux=True)(x)
+    assert not aux["a"][0].requires_grad and aux["n"] == 1
+    _, _, aux = lp.vjp(lambda t: (t**2, t + 1), x, has_aux=True)
+    assert not aux.requires_grad
+    w = Tensor([1.0, 2.0], requires_grad=True, device=device)  # aux reaching a tensor outside: kept in its graph
+    _, aux = lp.grad(lambda t: ((t * w).sum(), (t * w).sum()), has_aux=True)(x)
+    aux.backward()
+    np.testing.assert_allclose(lp.backends.get_backend(device).to_host(w.grad), [1.0, 2.0])

@@ -55,7 +55,7 @@ def test_layer_norm_parameters_and_bias_off(device):
     assert ln.weight.shape == (2, 3) and ln.weight.device == device
     no_bias = nn.LayerNorm(3, bias=False, device=device)
     assert no_bias.bias is None and [n for n, _ in no_bias.named_parameters()] == ["weight"]
-    assert repr(no_bias) == "LayerNorm((3,), eps=1e-05, elementwise_affine=True)"
+    assert repr(no_bias) == "LayerNorm((3,), eps=1e-05, elementwise_affine=True, bias=False)"  # as PyTorch's
 
 
 def test_layer_norm_functional_matches_torch(device):

@@ -375,3 +375,32 @@ def test_sequential_load_checks_every_inner_state_first():
     with pytest.raises(ValueError, match="SequentialLR.load_state_dict: scheduler 1: .*gamma must be >= 0"):
         sched.load_state_dict(bad)
     assert sched.state_dict() == state
+
+
+def test_the_order_warning_counts_optimizer_steps_from_the_first_scheduler():
+    """As PyTorch: an optimizer that stepped in an earlier phase, before any scheduler
+    existed, still warns when the new scheduler steps first."""
+    w = Tensor(np.ones(2), requires_grad=True)
+    opt = optim.SGD([w], lr=0.1)
+    w.grad = np.ones(2)
+    opt.step()  # a first phase without a scheduler
+    sched = lr_scheduler.StepLR(opt, 2)
+    with pytest.warns(UserWarning, match=r"before `optimizer.step\(\)`"):
+        sched.step()
+    second = lr_scheduler.StepLR(optim.SGD([w], lr=0.1), 2)
+    second.optimizer.step()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        second.step()
+
+
+def test_cosine_annealing_takes_a_whole_float_t_max():
+    w = Tensor(np.ones(2), requires_grad=True)
+    a = lr_scheduler.CosineAnnealingLR(optim.SGD([w], lr=0.1), T_max=10.0)
+    b = lr_scheduler.CosineAnnealingLR(optim.SGD([w], lr=0.1), T_max=10)
+    assert a.T_max == 10 and type(a.T_max) is int
+    for _ in range(12):
+        a.optimizer.step(), b.optimizer.step(), a.step(), b.step()
+        assert a.get_last_lr() == b.get_last_lr()
+    with pytest.raises(TypeError, match="T_max must be an int"):
+        lr_scheduler.CosineAnnealingLR(optim.SGD([w], lr=0.1), T_max=10.5)

@@ -602,3 +602,48 @@ def test_attention_is_one_node_matching_torch_twice_differentiable(device, mask)
 
     assert gradcheck(fn, tuple(ours[:3]) + tuple(rest))
     assert leanpass.gradgradcheck(fn, tuple(ours[:3]) + tuple(rest))
+
+
+def test_integer_and_bool_inputs_give_float_results_not_numpy_errors(device):
+    """gelu, sigmoid, softplus, softmax, log_softmax, layer_norm, attention and the
+    cross-entropy losses take integer and bool tensors as the default float (as relu
+    and tanh promote them), instead of failing inside NumPy."""
+    x = leanpass.asarray([[1, 2], [3, 4]], device=device)
+    b = leanpass.asarray([[True, False], [False, True]], device=device)
+    for t in (x, b):
+        wide = t.astype("float64")
+        for f in (lambda u: u.gelu(), lambda u: u.sigmoid(), lambda u: u.softplus(), lambda u: u.softmax(-1),
+                  lambda u: u.log_softmax(-1), lambda u: nn.LayerNorm(2, device=device, dtype="float64")(u),
+                  lambda u: nn.functional.scaled_dot_product_attention(u, u, u),
+                  lambda u: nn.cross_entropy_loss(u, [0, 1]),
+                  lambda u: nn.binary_cross_entropy_loss(u, np.ones((2, 2)))):
+            got = f(t)
+            assert got.dtype == "float64"
+            np.testing.assert_allclose(got.numpy(), f(wide).numpy())
+
+
+def test_attention_refuses_an_integer_mask(device):
+    q = Tensor(np.random.default_rng(0).normal(size=(1, 3, 4)), device=device)
+    with pytest.raises(TypeError, match="attn_mask must be bool .* got dtype int64"):
+        nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=np.tril(np.ones((3, 3), dtype=np.int64)))
+
+
+def test_pytorch_constructor_arguments_and_sequential_indices():
+    assert repr(nn.ReLU(inplace=True)) == "ReLU(inplace=True)" and repr(nn.ReLU()) == "ReLU()"
+    assert nn.LeakyReLU(0.2, True).inplace and repr(nn.Identity(3, unused=1)) == "Identity()"
+    assert repr(nn.LayerNorm(4, bias=False)).endswith("bias=False)")
+    x = Tensor([-1.0, 2.0])
+    np.testing.assert_array_equal(nn.ReLU(inplace=True)(x).numpy(), [0.0, 2.0])
+    np.testing.assert_array_equal(x.numpy(), [-1.0, 2.0])  # computed out of place
+    with pytest.raises(TypeError, match="Dropout: p must be a number"):
+        nn.Dropout("0.5")
+    with pytest.raises(TypeError, match="ReLU: inplace must be a bool"):
+        nn.ReLU(inplace="yes")
+    seq = nn.Sequential(nn.ReLU())
+    with pytest.raises(IndexError, match="Sequential.insert: index 5 is out of range for 1 layers"):
+        seq.insert(5, nn.Tanh())
+    with pytest.raises(IndexError, match="Sequential: index 3 is out of range"):
+        seq[3]
+    seq.insert(1, nn.Tanh())
+    seq.insert(-2, nn.Sigmoid())
+    assert [type(m).__name__ for m in seq] == ["Sigmoid", "ReLU", "Tanh"]

@@ -35,12 +35,12 @@ def run_steps(device, make, grads=GRADS, w0=W0, dtype="float64"):
 # ---- reference rules, written out by hand from PyTorch's documentation ---------------
 
 
-def ref_sgd(w, grads, lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+def ref_sgd(w, grads, lr, momentum=0.0, weight_decay=0.0, nesterov=False, dampening=0.0):
     w, buf = w.copy(), None
     for g in grads:
         g = g + weight_decay * w
         if momentum:
-            buf = g.copy() if buf is None else momentum * buf + g
+            buf = g.copy() if buf is None else momentum * buf + (1 - dampening) * g
             g = g + momentum * buf if nesterov else buf
         w = w - lr * g
     return w
@@ -67,6 +67,11 @@ CASES = {
                      lambda: ref_sgd(W0, GRADS, 0.1, momentum=0.9)),
     "sgd_nesterov_wd": (lambda p: optim.SGD(p, lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.01),
                         lambda: ref_sgd(W0, GRADS, 0.05, 0.8, 0.01, nesterov=True)),
+    "sgd_dampening": (lambda p: optim.SGD(p, lr=0.1, momentum=0.9, dampening=0.4, weight_decay=0.1),
+                      lambda: ref_sgd(W0, GRADS, 0.1, 0.9, 0.1, dampening=0.4)),
+    # PyTorch's positional order: lr, momentum, dampening, weight_decay
+    "sgd_positional": (lambda p: optim.SGD(p, 0.1, 0.9, 0.5, 0.2),
+                       lambda: ref_sgd(W0, GRADS, 0.1, 0.9, 0.2, dampening=0.5)),
     "adam": (lambda p: optim.Adam(p, lr=0.01), lambda: ref_adam(W0, GRADS, 0.01)),
     "adam_wd": (lambda p: optim.Adam(p, lr=0.02, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1),
                 lambda: ref_adam(W0, GRADS, 0.02, (0.8, 0.99), 1e-6, 0.1)),
@@ -779,3 +784,34 @@ def test_a_zero_d_array_or_tensor_lr_set_later_works(device):
     opt.param_groups[0]["lr"] = leanpass.asarray(0.5)
     opt.step()
     assert w.tolist() == [-1.0, -2.0] and opt.param_groups[0]["lr"] == 0.5
+
+
+def test_step_calls_a_closure_with_grad_mode_on_and_returns_its_loss(device):
+    w = Tensor(W0, requires_grad=True, device=device)
+    opt = optim.SGD([w], lr=0.1)
+
+    def closure():
+        opt.zero_grad()
+        loss = (w * w).sum()
+        loss.backward()
+        return loss
+
+    with leanpass.no_grad():  # PyTorch's closure runs with grad mode on too
+        loss = opt.step(closure)
+    assert float(loss) == pytest.approx(float((W0 * W0).sum()))
+    np.testing.assert_allclose(w.numpy(), W0 - 0.1 * 2 * W0)
+    assert opt.step() is None
+
+
+def test_named_parameters_and_nesterov_with_dampening(device):
+    layer = nn.Linear(2, 3, device=device)
+    opt = optim.SGD(layer.named_parameters(), lr=0.1, momentum=0.9)
+    assert opt.param_groups[0]["param_names"] == ["weight", "bias"]
+    assert opt.param_groups[0]["params"][0] is layer.weight
+    again = optim.SGD(layer.parameters(), lr=0.1, momentum=0.9)
+    again.load_state_dict(opt.state_dict())  # the names travel with the group's options
+    assert again.param_groups[0]["param_names"] == ["weight", "bias"]
+    with pytest.raises(ValueError, match="nesterov momentum needs momentum > 0 and dampening 0"):
+        optim.SGD(layer.parameters(), lr=0.1, momentum=0.9, dampening=0.1, nesterov=True)
+    with pytest.raises(ValueError, match="dampening"):
+        optim.SGD(layer.parameters(), lr=0.1, dampening=-1.0)

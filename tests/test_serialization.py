@@ -565,3 +565,19 @@ def test_a_multistep_schedule_with_numpy_milestones_saves(tmp_path):
     assert all(type(k) is int for k in state["milestones"])
     leanpass.save(state, tmp_path / "s.npz")
     assert dict(leanpass.load(tmp_path / "s.npz")["milestones"]) == {30: 2, 60: 1}
+
+
+def test_numpy_integer_keys_bytes_paths_and_folders(tmp_path):
+    """NumPy integer dict keys are saved as ints (torch.save takes them); a bytes path
+    works; a folder given to load is IsADirectoryError, not 'no such file'."""
+    path = tmp_path / "k.npz"
+    leanpass.save({np.int64(3): np.ones(2), 4: {np.uint8(1): "x"}}, path)
+    back = leanpass.load(path, device="cpu")
+    assert list(back) == [3, 4] and type(list(back)[0]) is int and back[4] == {1: "x"}
+    with pytest.raises(TypeError, match="keys must be strings or integers, got bool"):
+        leanpass.save({np.bool_(True): 1}, tmp_path / "b.npz")
+    leanpass.save({"w": np.arange(3.0)}, str(tmp_path / "bytes.npz").encode())
+    np.testing.assert_array_equal(leanpass.load(str(tmp_path / "bytes.npz").encode(), device="cpu")["w"],
+                                  np.arange(3.0))
+    with pytest.raises(IsADirectoryError, match="is a folder"):
+        leanpass.load(tmp_path)

@@ -7,13 +7,21 @@ import numbers
 from .._checks import device_message, is_bool
 from .._dtypes import dtype_name, iinfo
 from .._node import as_tensor, init_tensor
-from ..backends import backend_of_array, host_array
+from ..backends import backend_of_array, get_default_dtype, host_array
 from ..tensor import Tensor
 
 SCALARS = (bool, int, float, complex)
 _RANK = {"b": 0, "i": 1, "u": 1, "f": 2, "c": 3}  # kinds of dtypes, lowest first
 
 _new = object.__new__
+
+
+def floating(t):
+    """``t``, or an integer or bool ``t`` as the default float dtype: the activations,
+    softmax, normalisations and losses take such input as ``relu`` and ``tanh`` do."""
+    if t.dtype.kind in "fc":
+        return t
+    return t.astype(get_default_dtype())
 
 
 def asarray_like(x, op):

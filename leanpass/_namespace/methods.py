@@ -15,7 +15,7 @@ from .._node import run1
 from ..ops import elementwise as table
 from ..tensor import Tensor
 from . import elementwise, indexing, linalg, manipulation, searching, sets, sorting, statistical, utility
-from ._util import axis_method, torch_axis
+from ._util import axis_method, floating, torch_axis
 
 for _entry in (*table.UNARY.values(), *table.BINARY.values()):
     for _method in _entry.method:
@@ -62,17 +62,17 @@ def leaky_relu(self, negative_slope: float = 0.01):
 
 def gelu(self):
     """GELU, tanh approximation (the array API has no erf)."""
-    return run1(ops.gelu, self)
+    return run1(ops.gelu, floating(self))
 
 
 def sigmoid(self):
     """1 / (1 + exp(-x)), without overflow for any input."""
-    return run1(ops.sigmoid, self)
+    return run1(ops.sigmoid, floating(self))
 
 
 def softplus(self):
     """``log(1 + exp(x))``, computed without overflow."""
-    return run1(ops.softplus, self)
+    return run1(ops.softplus, floating(self))
 
 
 def _zero_d_axis(axis, op):
@@ -89,6 +89,7 @@ def softmax(self, axis: int | None = None, *, dim=None):
     """exp(x) / sum(exp(x)) along ``axis`` (or PyTorch's ``dim=``; the last by default),
     shifted by the max (no overflow)."""
     axis = torch_axis("softmax", axis, dim)[0]
+    self = floating(self)
     if self.ndim == 0:  # one value (axis 0 or -1, as PyTorch): softmax over it, through a 1-element axis
         _zero_d_axis(axis, "softmax")
         return reshape(reshape(self, 1).softmax(0), ())
@@ -99,6 +100,7 @@ def log_softmax(self, axis: int | None = None, *, dim=None):
     """log(softmax(x)) along ``axis`` (or ``dim=``; the last by default), computed as
     ``z - log(sum(exp(z)))``, ``z = x - max(x)``."""
     axis = torch_axis("log_softmax", axis, dim)[0]
+    self = floating(self)
     if self.ndim == 0:  # one value: log_softmax over it (0), as PyTorch
         _zero_d_axis(axis, "log_softmax")
         return reshape(reshape(self, 1).log_softmax(0), ())

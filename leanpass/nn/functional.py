@@ -15,6 +15,7 @@ from .. import ops
 from .._checks import broadcast_shapes
 from .._dtypes import dtype_name
 from .._namespace import ones, positive, reshape, sqrt, take, tril, where
+from .._namespace._util import floating
 from ..autograd import no_grad
 from ..backends import get_backend, host_array
 from ..tensor import Tensor, apply, as_tensor
@@ -124,7 +125,7 @@ def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: 
     variance taken over the last ``len(normalized_shape)`` axes, which must be
     ``normalized_shape``; ``weight`` and ``bias`` (optional) have that shape. One graph
     node, with a closed-form backward."""
-    _tensor(x, "layer_norm")
+    x = floating(_tensor(x, "layer_norm"))
     shape = _normalized_shape(normalized_shape, "layer_norm")
     if x.shape[max(x.ndim - len(shape), 0):] != shape or x.ndim < len(shape):
         raise ValueError(f"layer_norm: input of shape {x.shape} does not end in normalized_shape {shape}")
@@ -214,6 +215,7 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask=None
     for name, t in (("q", q), ("k", k), ("v", v)):
         if _tensor(t, op, name).ndim < 2:
             raise ValueError(f"{op}: {name} must have at least 2 axes (..., length, features), got shape {t.shape}")
+    q, k, v = floating(q), floating(k), floating(v)
     shapes = f"q of shape {q.shape}, k of shape {k.shape} and v of shape {v.shape}"
     if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
         raise ValueError(f"{op}: {shapes} do not fit (..., L, E), (..., S, E), (..., S, Ev)")
@@ -234,6 +236,9 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask=None
             attn_mask = as_tensor(data, device=q.device, dtype=dtype_name(data.dtype))
         if attn_mask.device != q.device:
             raise ValueError(f"{op}: attn_mask is on {attn_mask.device} but q is on {q.device}")
+        if attn_mask.dtype.kind not in "bf":
+            raise TypeError(f"{op}: attn_mask must be bool (True where a query may look) or floating (added to "
+                            f"the scores), got dtype {attn_mask.dtype} (an integer mask would be added, not masked)")
         scores_shape = tuple(batch) + (length, source)
         try:
             if broadcast_shapes(op, attn_mask.shape, scores_shape) != scores_shape:

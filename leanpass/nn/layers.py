@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 from .. import ops
 from .._dtypes import as_dtype
@@ -78,10 +79,28 @@ class Linear(Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
+def _inplace(layer: str, inplace) -> bool:
+    """PyTorch's ``inplace=`` option, taken for PyTorch code (``nn.ReLU(inplace=True)``):
+    LeanPass computes a new tensor either way and leaves the input as it was; the
+    result is the same."""
+    if not isinstance(inplace, (bool, int)) or inplace not in (0, 1):
+        raise TypeError(f"{layer}: inplace must be a bool, got {inplace!r}")
+    return bool(inplace)
+
+
 class ReLU(Module):
+    """``max(x, 0)``. ``inplace=True`` (PyTorch's option) is taken and computes a new
+    tensor, leaving the input as it was."""
+
+    def __init__(self, inplace: bool = False):
+        self.inplace = _inplace("ReLU", inplace)
+
     def forward(self, x):
         _check_input(x, self)
         return x.relu()
+
+    def extra_repr(self):
+        return "inplace=True" if getattr(self, "inplace", False) else ""  # not in pickles of 0.2
 
 
 class Sigmoid(Module):
@@ -120,15 +139,18 @@ class GELU(Module):
 
 
 class LeakyReLU(Module):
-    def __init__(self, negative_slope: float = 0.01):
+    """``x`` where positive, else ``negative_slope * x``; ``inplace`` as :class:`ReLU`'s."""
+
+    def __init__(self, negative_slope: float = 0.01, inplace: bool = False):
         self.negative_slope = float(negative_slope)
+        self.inplace = _inplace("LeakyReLU", inplace)
 
     def forward(self, x):
         _check_input(x, self)
         return x.leaky_relu(self.negative_slope)
 
     def extra_repr(self):
-        return f"negative_slope={self.negative_slope}"
+        return f"negative_slope={self.negative_slope}" + (", inplace=True" if getattr(self, "inplace", False) else "")
 
 
 class Softmax(Module):
@@ -148,6 +170,11 @@ class Softmax(Module):
 
 
 class Identity(Module):
+    """The input itself; takes and ignores any arguments, as PyTorch's."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
     def forward(self, x):
         return x
 
@@ -207,7 +234,10 @@ class Sequential(Module):
         ``model[:-1](x)`` runs all but the last)."""
         if isinstance(i, slice):
             return Sequential(self.layers[i])
-        return self.layers[i]
+        try:
+            return self.layers[i]
+        except IndexError:
+            raise IndexError(f"Sequential: index {i} is out of range for {len(self.layers)} layers") from None
 
     def __setitem__(self, i, module):
         self.layers[i] = _callable(module)
@@ -226,6 +256,8 @@ class Sequential(Module):
         return self
 
     def insert(self, index: int, module) -> None:
+        if not -len(self.layers) <= index <= len(self.layers):  # list.insert would clamp it
+            raise IndexError(f"Sequential.insert: index {index} is out of range for {len(self.layers)} layers")
         self.layers.insert(index, _callable(module))
 
     def extend(self, modules) -> Sequential:
@@ -354,10 +386,13 @@ class Dropout(Module):
     scale the rest by ``1 / (1 - p)``; the identity in eval mode. ``training=``
     in the call overrides the module's mode (as in LeanPass 0.1)."""
 
-    def __init__(self, p: float = 0.5):
+    def __init__(self, p: float = 0.5, inplace: bool = False):
+        if isinstance(p, bool) or not isinstance(p, numbers.Real):
+            raise TypeError(f"Dropout: p must be a number in [0, 1), got {p!r}")
         if not 0.0 <= p < 1.0:
             raise ValueError(f"Dropout: p must be in [0, 1), got {p}")
         self.p = float(p)
+        self.inplace = _inplace("Dropout", inplace)
 
     def forward(self, x: Tensor, training: bool | None = None) -> Tensor:
         _check_input(x, self)
@@ -371,4 +406,4 @@ class Dropout(Module):
         return x * as_tensor(mask, device=x.device)
 
     def extra_repr(self):
-        return f"p={self.p}"
+        return f"p={self.p}" + (", inplace=True" if getattr(self, "inplace", False) else "")

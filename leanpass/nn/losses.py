@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .. import ops
 from .._dtypes import as_dtype, dtype_name
+from .._namespace._util import floating
 from ..backends import get_backend, host_array
 from ..tensor import Tensor, apply, as_tensor
 
@@ -65,6 +66,7 @@ def cross_entropy_loss(logits: Tensor, target, axis: int = -1) -> Tensor:
     """
     if not isinstance(logits, Tensor):
         _check_input(logits, "cross_entropy_loss", "logits")
+    logits = floating(logits)
     logits_shape = logits.shape
     ndim = len(logits_shape)
     if ndim == 0:
@@ -160,6 +162,7 @@ def binary_cross_entropy_loss(logits: Tensor, target) -> Tensor:
     """Binary cross-entropy of sigmoid(logits) against targets in [0, 1], from the logits:
     ``softplus(x) - x * y``, which never overflows (finite for logits of ±1e4)."""
     _check_input(logits, "binary_cross_entropy_loss", "logits")
+    logits = floating(logits)
     target = _target(logits, target, "binary_cross_entropy_loss")
     _same_shape(logits, target, "binary_cross_entropy_loss")
     return (logits.softplus() - logits * target).mean()

@@ -43,7 +43,8 @@ class LayerNorm(Module):
         return F.layer_norm(x, shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
-        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+        no_bias = ", bias=False" if self.elementwise_affine and self.bias is None else ""
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}{no_bias}"
 
 
 class _BatchNorm(Module):
