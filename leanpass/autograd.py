@@ -88,9 +88,17 @@ class RemovableHandle:
     def remove(self) -> None:
         global _hooks_registered
         hooks, self._hooks = self._hooks, None
-        if hooks is not None:
+        if hooks is not None and self._hook in hooks:  # not if its tensor died (_forget_hooks)
             hooks.remove(self._hook)
             _hooks_registered -= 1
+
+
+def _forget_hooks(hooks: list) -> None:
+    """A tensor with hooks was freed: they no longer count (else every later backward
+    call would look for hooks)."""
+    global _hooks_registered
+    _hooks_registered -= len(hooks)
+    hooks.clear()
 
 
 def add_post_accumulate_grad_hook(tensor, hook) -> RemovableHandle:
@@ -107,6 +115,7 @@ def add_post_accumulate_grad_hook(tensor, hook) -> RemovableHandle:
     hooks = getattr(tensor, "_hooks", None)
     if hooks is None:
         hooks = tensor._hooks = []
+        weakref.finalize(tensor, _forget_hooks, hooks)
     hooks.append(hook)
     _hooks_registered += 1
     return RemovableHandle(hooks, hook)

@@ -814,3 +814,27 @@ def test_gradcheck_of_a_result_outside_the_graph(device):
     with pytest.raises(GradcheckError, match="analytic gradient 0.0 != numeric"):
         gradcheck(lambda t: t.detach() * 2, [x])
     assert gradcheck(lambda t: leanpass.zeros(2, device=device), [x])
+
+
+def test_hooks_of_freed_tensors_stop_counting():
+    """The engine looks for post-accumulate hooks only while some are registered: a
+    tensor freed with its hooks still on must not keep that count up."""
+    from leanpass import autograd
+
+    before = autograd._hooks_registered
+    for _ in range(3):
+        t = Tensor([1.0], requires_grad=True)
+        t.register_post_accumulate_grad_hook(lambda x: None)
+        del t
+    gc.collect()
+    assert autograd._hooks_registered == before
+    t = Tensor([1.0], requires_grad=True)
+    first = t.register_post_accumulate_grad_hook(lambda x: None)
+    second = t.register_post_accumulate_grad_hook(lambda x: None)
+    first.remove()
+    first.remove()  # twice: counted once
+    assert autograd._hooks_registered == before + 1
+    del t
+    gc.collect()
+    second.remove()  # after its tensor died
+    assert autograd._hooks_registered == before
