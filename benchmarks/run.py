@@ -14,7 +14,7 @@ to the table's first column.
   processes one after another and reports the median of their figures and the
   range of their ratios: the ratio moves by several percent from one process to
   the next (at two threads, two instances of the by-hand step in one process
-  differ by up to 5%), more than between the rounds of one process.
+  differ by up to 7%), more than between the rounds of one process.
 - W2: a chain of 300 element-wise operations on a 16-element float64 tensor,
   forward plus backward: microseconds per operation (NumPy: forward only).
 - W3: backward through a 100,000-operation chain: its time against the

@@ -700,10 +700,15 @@ def as_tensor(data, *, device=None, dtype=None) -> Tensor:
     """A Tensor sharing ``data``'s memory where it can (same library, device and
     dtype), as ``torch.as_tensor``; ``Tensor(data)`` always copies. A Tensor that
     needs no conversion is returned itself (``torch.as_tensor`` too): a second leaf
-    on its array would count its in-place changes apart."""
-    if isinstance(data, Tensor) and (device is None or get_backend(device) is data._backend) and (
-            dtype is None or as_dtype(dtype, "as_tensor").name == dtype_name(data._data.dtype)):
-        return data
+    on its array would count its in-place changes apart; one converted to another
+    dtype or device stays in the graph (differentiable), as with ``torch.as_tensor``."""
+    if isinstance(data, Tensor):  # converted in the graph, as torch.as_tensor (and asarray) do
+        out = data
+        if dtype is not None and as_dtype(dtype, "as_tensor").name != dtype_name(data._data.dtype):
+            out = out.astype(dtype)
+        if device is not None and get_backend(device) is not out._backend:
+            out = out.to(device)
+        return out
     t = _new(Tensor)
     init_tensor(t, data, False, None, device, dtype, copy=None)
     return t

@@ -180,7 +180,7 @@ def _collate(rows):
     if isinstance(first, dict):
         keys = list(first)
         for row in rows:
-            if not isinstance(row, dict) or list(row) != keys:
+            if not isinstance(row, dict) or row.keys() != first.keys():
                 raise ValueError(f"DataLoader: the rows of a batch must be dicts with the same keys {keys}, "
                                  f"got {list(row) if isinstance(row, dict) else type(row).__name__}")
         return {k: _collate([row[k] for row in rows]) for k in keys}
@@ -190,15 +190,18 @@ def _collate(rows):
                 raise ValueError(f"DataLoader: the rows of a batch must be {type(first).__name__}s of "
                                  f"{len(first)} items, got {row!r:.80}")
         columns = [_collate(list(column)) for column in zip(*rows)]
+        if hasattr(first, "_fields"):  # a namedtuple keeps its type
+            return type(first)(*columns)
         return tuple(columns) if isinstance(first, tuple) else columns
-    if isinstance(first, str):
+    if isinstance(first, (str, bytes)):
         return list(rows)
     return stack([x if isinstance(x, tensor.Tensor) else asarray(x) for x in rows])
 
 
 def _numbers(items) -> bool:
-    """Whether ``items`` are numbers (Python's or NumPy's scalars): a row that is one vector."""
-    return all(isinstance(x, numbers.Number) for x in items)
+    """Whether ``items`` are numbers (Python's, NumPy's scalars, 0-d arrays): a row that
+    is one vector."""
+    return all(isinstance(x, numbers.Number) or getattr(x, "shape", None) == () for x in items)
 
 
 class DistributedSampler:

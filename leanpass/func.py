@@ -24,6 +24,7 @@ tensor raises ``TypeError``.
 
 from __future__ import annotations
 
+import copy
 import numbers
 
 from . import autograd
@@ -140,10 +141,14 @@ def _plain_aux(aux, inputs, keep: bool):
     def detached(value):
         if isinstance(value, Tensor):
             return value.detach()
-        if isinstance(value, (tuple, list)):
-            return type(value)(detached(v) for v in value)
-        if isinstance(value, dict):
-            return {k: detached(v) for k, v in value.items()}
+        if isinstance(value, tuple):
+            items = [detached(v) for v in value]
+            return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)  # namedtuples too
+        if isinstance(value, (list, dict)):
+            out = copy.copy(value)  # its own type (a defaultdict keeps its factory)
+            for k in range(len(out)) if isinstance(out, list) else list(out):
+                out[k] = detached(out[k])
+            return out
         return value
 
     return detached(aux)

@@ -139,9 +139,10 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3) -> bool:
 
 
 def _backward_leaving_others(root, wide) -> None:
-    """``root.backward()``, leaving the leaves outside ``wide`` (tensors ``fn`` closes
-    over, a model's parameters) as they were: their ``.grad`` is put back and their
-    post-accumulate-grad hooks do not run, as PyTorch's gradcheck leaves them."""
+    """``root.backward()``, leaving the tensors outside ``wide`` that ``fn`` closes over
+    (a model's parameters, a retained intermediate) as they were, as PyTorch's
+    gradcheck leaves them: their ``.grad`` is put back, their post-accumulate-grad
+    hooks do not run, and their graph is kept (``retain_graph``)."""
     ours = {id(x) for x in wide}
     others, seen, stack = [], set(), [root]
     while stack:
@@ -149,15 +150,14 @@ def _backward_leaving_others(root, wide) -> None:
         if id(node) in seen:
             continue
         seen.add(id(node))
-        if node._prev:
-            stack.extend(node._prev)
-        elif node._rg and id(node) not in ours:
+        stack.extend(node._prev)
+        if node._rg and id(node) not in ours:
             others.append(node)
-    saved = [(t, t._grad, t._read_zeros, getattr(t, "_hooks", None)) for t in others]
+    saved = [(t, t._grad, getattr(t, "_read_zeros", False), getattr(t, "_hooks", None)) for t in others]
     for t in others:
         t._hooks = None
     try:
-        root.backward()
+        root.backward(retain_graph=True)
     finally:
         for t, g, read_zeros, hooks in saved:
             t._grad, t._read_zeros, t._hooks = g, read_zeros, hooks

@@ -88,10 +88,13 @@ class Optimizer:
             raise TypeError(f"{name}: the 'params' of parameter group {k} must be a Tensor or a list of "
                             f"Tensors, got {type(members).__name__}")
         members = list(members)
-        if members and all(type(m) is tuple and len(m) == 2 and isinstance(m[0], str) for m in members):
-            # module.named_parameters(): the names are kept in the group, as PyTorch keeps them
+        named = bool(members) and all(type(m) is tuple and len(m) == 2 and isinstance(m[0], str) for m in members)
+        if named:  # module.named_parameters(): the names are kept in the group, as PyTorch keeps them
             param_group = {**param_group, "param_names": [m[0] for m in members]}
             members = [m[1] for m in members]
+        if self.param_groups and named != ("param_names" in self.param_groups[0]):
+            raise ValueError(f"{name}: all parameter groups should be with names or without (named_parameters() "
+                             "or parameters()), as PyTorch's")
         group = self._check({**self.defaults, **param_group, "params": members})
         seen = {id(p) for p in self._params()}
         for p in group["params"]:
@@ -114,6 +117,8 @@ class Optimizer:
         index = {id(p): i for i, p in enumerate(self._params())}
         state["state"] = {index[k]: v for k, v in self.state.items() if k in index}
         state["_layouts"] = {}  # checked again at the next step
+        state.pop("_stepped", None)  # as PyTorch's pickles, which hold no record of steps for schedulers
+        state.pop("_scheduled", None)
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -365,6 +370,11 @@ class SGD(Optimizer):
     def __init__(self, params, lr=0.01, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
                                       nesterov=nesterov))
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        for group in self.param_groups:  # pickled before SGD had dampening
+            group.setdefault("dampening", 0.0)
 
     def _check(self, group):
         group = super()._check(group)

@@ -202,6 +202,11 @@ class Tensor:
 
     __hash__ = object.__hash__  # by identity: == is element-wise
 
+    def __contains__(self, value) -> bool:
+        """``value in t``: whether an element equals ``value`` (NumPy's and PyTorch's rule;
+        without this, Python would compare ``value`` with whole rows)."""
+        return bool((self == value).any())
+
     # ---- Python scalars -----------------------------------------------------------
     def _scalar(self, op):
         data = self._data

@@ -838,3 +838,13 @@ def test_hooks_of_freed_tensors_stop_counting():
     gc.collect()
     second.remove()  # after its tensor died
     assert autograd._hooks_registered == before
+
+
+def test_gradcheck_keeps_a_closed_over_retained_intermediate_and_its_graph():
+    w = Tensor([1.0, 2.0], requires_grad=True)
+    h = w * 3
+    h.retain_grad()
+    assert gradcheck(lambda x: (x * h).sum(), [Tensor([0.5, 0.7], requires_grad=True)])
+    assert not w.has_grad and not h.has_grad
+    (h * h).sum().backward()  # the graph of h was not released by the check
+    np.testing.assert_allclose(w.grad, [18.0, 36.0])

@@ -488,3 +488,17 @@ def test_rows_that_are_dicts_lists_and_strings_batch_as_pytorch_collates():
         list(DataLoader(_Rows(lambda i: {"x": 1} if i == 0 else {"y": 2}, n=2), batch_size=2))
     with pytest.raises(ValueError, match="tuples of 2 items"):
         list(DataLoader(_Rows(lambda i: (1, 2) if i == 0 else (1,), n=2), batch_size=2))
+
+
+def test_namedtuple_bytes_zero_d_and_reordered_dict_rows():
+    import collections
+
+    pair = collections.namedtuple("pair", "x y")
+    batch = next(iter(DataLoader(_Rows(lambda i: pair(np.ones(2) * i, i)), batch_size=2)))
+    assert type(batch) is pair and batch.x.shape == (2, 2)
+    assert next(iter(DataLoader(_Rows(lambda i: b"ab"), batch_size=2))) == [b"ab", b"ab"]
+    zero_d = next(iter(DataLoader(_Rows(lambda i: [np.array(1.0 * i), np.float32(2)]), batch_size=2)))
+    assert zero_d.shape == (2, 2)  # a row of 0-d arrays and NumPy scalars is one vector
+    rows = [{"a": 1, "b": 2}, {"b": 4, "a": 3}]
+    batch = next(iter(DataLoader(_Rows(lambda i: rows[i], n=2), batch_size=2)))
+    np.testing.assert_array_equal(batch["a"].numpy(), [1, 3])

@@ -530,3 +530,15 @@ def test_has_aux_needs_a_pair_and_aux_comes_back_detached(device):
     _, aux = lp.grad(lambda t: ((t * w).sum(), (t * w).sum()), has_aux=True)(x)
     aux.backward()
     np.testing.assert_allclose(lp.backends.get_backend(device).to_host(w.grad), [1.0, 2.0])
+
+
+def test_aux_in_namedtuples_and_dict_subclasses_keeps_its_types(device):
+    import collections
+
+    pair = collections.namedtuple("pair", "a b")
+    x = lp.asarray([1.0, 2.0], device=device)
+    _, aux = lp.grad(lambda t: ((t * t).sum(), pair(t * 2, 3)), has_aux=True)(x)
+    assert type(aux) is pair and aux.b == 3 and not aux.a.requires_grad
+    table = collections.defaultdict(list, k=[x * 1])
+    _, aux = lp.grad(lambda t: ((t * t).sum(), table), has_aux=True)(x)
+    assert type(aux) is collections.defaultdict and aux.default_factory is list

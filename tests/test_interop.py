@@ -406,3 +406,37 @@ def test_asarray_changes_dtype_and_device_in_one_call(device):
     assert lp.asarray(t.grad).numpy().tolist() == [1.0, 1.0]
     with pytest.raises(ValueError, match="copy=False"):
         lp.asarray(t, device=other, dtype=lp.float32, copy=False)
+
+
+def test_as_tensor_converting_a_tensor_keeps_the_graph(device):
+    w = lp.Tensor([1.0, 2.0], requires_grad=True, device=device)
+    assert lp.as_tensor(w) is w
+    for converted in (lp.as_tensor(w, dtype="float32"), lp.as_tensor(w, device="strict:1")):
+        assert converted.requires_grad  # as torch.as_tensor: a conversion in the graph, not a new leaf
+        (converted * converted).sum().backward()
+    np.testing.assert_allclose(get_backend(device).to_host(w.grad), [4.0, 8.0])
+
+
+def test_in_looks_for_an_element(device):
+    assert 2.0 in lp.Tensor([[1.0, 2.0], [3.0, 4.0]], device=device)
+    assert 2.0 in lp.Tensor(2.0, device=device) and 5 not in lp.asarray([1, 2], device=device)
+
+
+def test_creation_refuses_what_asarray_refuses(device):
+    with pytest.raises(TypeError, match="float16"):  # strict: its own from_dlpack refuses it first
+        lp.from_dlpack(np.ones(2, dtype=np.float16), device=device)
+    for make in (lambda: lp.full((2,), 1j, dtype="float64", device=device),
+                 lambda: lp.full_like(lp.ones(2, device=device), 1j),
+                 lambda: lp.linspace(0, 1j, 3, dtype="float64", device=device)):
+        with pytest.raises(TypeError, match="would lose the imaginary part"):
+            make()
+    assert lp.full_like(lp.ones(2, device=device), lp.Tensor(3.0, device=device)).tolist() == [3.0, 3.0]
+
+
+def test_asarray_of_a_sequence_of_tensors(device):
+    assert lp.asarray([lp.asarray(1, device=device), 2.5]).dtype == lp.float64  # as int * 2.5
+    assert lp.asarray([lp.asarray(1.0, dtype="float32", device=device), 2.5]).dtype == lp.float32
+    with pytest.raises(ValueError, match="the tensors in the sequence are on"):
+        lp.asarray([lp.Tensor(1.0, device=device), lp.Tensor(2.0, device="strict:1")])
+    with pytest.raises(ValueError, match="copy=False"):
+        lp.asarray([lp.Tensor(1.0, device=device)], copy=False)

@@ -647,3 +647,12 @@ def test_pytorch_constructor_arguments_and_sequential_indices():
     seq.insert(1, nn.Tanh())
     seq.insert(-2, nn.Sigmoid())
     assert [type(m).__name__ for m in seq] == ["Sigmoid", "ReLU", "Tanh"]
+
+
+def test_dropout_takes_a_zero_d_probability_and_sequential_names_bad_indices():
+    assert nn.Dropout(np.array(0.2)).p == 0.2 and nn.Dropout(leanpass.asarray(0.25)).p == 0.25
+    seq = nn.Sequential(nn.ReLU())
+    with pytest.raises(IndexError, match="Sequential: index 4 is out of range"):
+        seq[4] = nn.Tanh()
+    with pytest.raises(IndexError, match="Sequential: index -3 is out of range"):
+        del seq[-3]

@@ -815,3 +815,22 @@ def test_named_parameters_and_nesterov_with_dampening(device):
         optim.SGD(layer.parameters(), lr=0.1, momentum=0.9, dampening=0.1, nesterov=True)
     with pytest.raises(ValueError, match="dampening"):
         optim.SGD(layer.parameters(), lr=0.1, dampening=-1.0)
+
+
+def test_sgd_pickled_without_dampening_and_groups_with_and_without_names():
+    import pickle
+
+    w = Tensor(W0, requires_grad=True)
+    opt = optim.SGD([w], lr=0.1, momentum=0.9)
+    w.grad = GRADS[0]
+    opt.step()
+    for group in opt.param_groups:  # as an SGD pickled before dampening existed
+        del group["dampening"]
+    w2, again = pickle.loads(pickle.dumps((w, opt)))
+    assert not again._stepped  # a pickle keeps no record of steps, as PyTorch's
+    w2.grad = GRADS[1]
+    again.step()
+    np.testing.assert_allclose(w2.numpy(), ref_sgd(W0, GRADS[:2], 0.1, momentum=0.9))
+    layer, other = nn.Linear(2, 2), nn.Linear(2, 2)
+    with pytest.raises(ValueError, match="all parameter groups should be with names or without"):
+        optim.SGD(layer.parameters(), lr=0.1).add_param_group({"params": other.named_parameters()})

@@ -11,7 +11,7 @@ import operator
 
 from .. import ops
 from .._checks import is_bool
-from .._dtypes import as_dtype
+from .._dtypes import DTYPES, as_dtype, dtype_name
 from .._node import init_tensor, leaf, run1
 from ..backends import backend_of_array, get_backend, get_default_dtype
 from ..tensor import Tensor
@@ -79,10 +79,25 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
             out = run1(ops.copy, out)
         return out
     if isinstance(obj, (list, tuple)) and any(isinstance(x, Tensor) for x in _flat(obj)):
+        from .data_types import result_type
         from .manipulation import stack
 
+        if copy is False:
+            raise ValueError("asarray: copy=False, but a sequence of tensors is stacked into a new array")
+        flat = list(_flat(obj))
+        tensors = [x for x in flat if isinstance(x, Tensor)]
         if device is None:  # numbers among the tensors go where the tensors are
-            device = next(x for x in _flat(obj) if isinstance(x, Tensor)).device
+            devices = sorted({t.device for t in tensors})
+            if len(devices) > 1:
+                raise ValueError(f"asarray: the tensors in the sequence are on {', '.join(devices)}; move them to "
+                                 "one device (or give device=)")
+            device = devices[0]
+        if dtype is None:  # one dtype for all, Python numbers taking the tensors' (as in arithmetic)
+            numbers_ = [x for x in flat if isinstance(x, (bool, int, float, complex))]
+            try:
+                dtype = result_type(*tensors, *numbers_)
+            except TypeError:  # an integer or bool tensor with a Python float: float64, as in arithmetic
+                dtype = "complex128" if any(isinstance(x, complex) for x in numbers_) else "float64"
         items = [asarray(x, dtype=dtype, device=device) for x in obj]
         return stack(items) if items else asarray([], dtype=dtype, device=device)
     t = _new(Tensor)
@@ -126,6 +141,14 @@ def _fill_kind(fill_value, op):
     raise TypeError(f"{op}: fill_value must be a Python bool, int, float or complex, got {type(fill_value).__name__}")
 
 
+def _no_imaginary_loss(value, name: str, op: str) -> None:
+    """A complex value into a real or integer dtype would lose its imaginary part:
+    ``TypeError``, as ``asarray`` and ``astype`` refuse it."""
+    if isinstance(value, complex) and not name.startswith("complex"):
+        raise TypeError(f"{op}: a complex value ({value!r}) into dtype {name} would lose the imaginary part; "
+                        "give a complex dtype")
+
+
 def full(shape, fill_value, *, dtype=None, device=None):
     backend = get_backend(device)
     if isinstance(fill_value, Tensor):
@@ -136,6 +159,7 @@ def full(shape, fill_value, *, dtype=None, device=None):
         name = "bool" if kind == "bool" else _default(kind)
     else:
         name = as_dtype(dtype, "full").name
+    _no_imaginary_loss(fill_value, name, "full")
     array = backend.create("full", _shape(shape, "full"), fill_value, dtype=backend.dtype(name))
     return _made(backend, array)
 
@@ -164,8 +188,12 @@ def empty_like(x, /, *, dtype=None, device=None):
 
 def full_like(x, /, fill_value, *, dtype=None, device=None):
     x, backend, dt = _like(x, dtype, device, "full_like")
+    if isinstance(fill_value, Tensor):  # as full takes it
+        fill_value = fill_value.item()
     fill_value = python_number(fill_value)
     _fill_kind(fill_value, "full_like")
+    _no_imaginary_loss(fill_value, as_dtype(dtype, "full_like").name if dtype is not None else x.dtype.name,
+                       "full_like")
     return _made(backend, backend.create("full", x.shape, fill_value, dtype=dt))
 
 
@@ -194,6 +222,8 @@ def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True):
         raise ValueError(f"linspace: num must be a non-negative integer, got {num!r}")
     kind = "complex floating" if isinstance(start, complex) or isinstance(stop, complex) else "real floating"
     name = as_dtype(dtype, "linspace").name if dtype is not None else _default(kind)
+    for value in (start, stop):
+        _no_imaginary_loss(python_number(value) if not isinstance(value, complex) else value, name, "linspace")
     return _made(backend, backend.create("linspace", start, stop, operator.index(num), dtype=backend.dtype(name),
                                          endpoint=endpoint))
 
@@ -228,6 +258,9 @@ def from_dlpack(x, /, *, device=None, copy=None):
         backend = get_backend(device)
     with backend.context():
         array = backend.from_dlpack(x, copy=copy)
+    if dtype_name(array.dtype) not in DTYPES:
+        raise TypeError(f"from_dlpack: dtype {dtype_name(array.dtype)} is not a data type of the array API "
+                        "standard (bool, integers, float32/64, complex64/128); convert it first")
     return _made(backend, array)
 
 

@@ -52,12 +52,12 @@ Tensor.min = axis_method(statistical.min)
 
 def relu(self):
     """max(x, 0)."""
-    return run1(ops.relu, self)
+    return run1(ops.relu, floating(self))
 
 
 def leaky_relu(self, negative_slope: float = 0.01):
     """x where x > 0, else ``negative_slope * x``."""
-    return run1(ops.leaky_relu, self, float(negative_slope))
+    return run1(ops.leaky_relu, floating(self), float(negative_slope))
 
 
 def gelu(self):

@@ -240,10 +240,17 @@ class Sequential(Module):
             raise IndexError(f"Sequential: index {i} is out of range for {len(self.layers)} layers") from None
 
     def __setitem__(self, i, module):
-        self.layers[i] = _callable(module)
+        module = _callable(module)
+        try:
+            self.layers[i] = module
+        except IndexError:
+            raise IndexError(f"Sequential: index {i} is out of range for {len(self.layers)} layers") from None
 
     def __delitem__(self, i):
-        del self.layers[i]
+        try:
+            del self.layers[i]
+        except IndexError:
+            raise IndexError(f"Sequential: index {i} is out of range for {len(self.layers)} layers") from None
 
     def __len__(self):
         return len(self.layers)
@@ -387,6 +394,8 @@ class Dropout(Module):
     in the call overrides the module's mode (as in LeanPass 0.1)."""
 
     def __init__(self, p: float = 0.5, inplace: bool = False):
+        if getattr(p, "shape", None) == () and getattr(getattr(p, "dtype", None), "kind", "") in "iuf":
+            p = float(p)  # a 0-d array or tensor
         if isinstance(p, bool) or not isinstance(p, numbers.Real):
             raise TypeError(f"Dropout: p must be a number in [0, 1), got {p!r}")
         if not 0.0 <= p < 1.0:
