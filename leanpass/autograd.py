@@ -88,17 +88,28 @@ class RemovableHandle:
     def remove(self) -> None:
         global _hooks_registered
         hooks, self._hooks = self._hooks, None
-        if hooks is not None and self._hook in hooks:  # not if its tensor died (_forget_hooks)
+        if hooks is not None and self._hook in hooks:
             hooks.remove(self._hook)
-            _hooks_registered -= 1
+            live = hooks.live
+            if not live[1]:  # its tensor is alive: the hook counted till now
+                live[0] -= 1
+                _hooks_registered -= 1
 
 
-def _forget_hooks(hooks: list) -> None:
+class _HookList(list):
+    """A leaf's hooks, with ``live = [how many count, whether its tensor was freed]``:
+    the tensor's finalizer holds ``live`` only, never the hooks, which may refer to the
+    tensor (that would keep it alive for good)."""
+
+    __slots__ = ("live",)
+
+
+def _forget_hooks(live: list) -> None:
     """A tensor with hooks was freed: they no longer count (else every later backward
     call would look for hooks)."""
     global _hooks_registered
-    _hooks_registered -= len(hooks)
-    hooks.clear()
+    _hooks_registered -= live[0]
+    live[0], live[1] = 0, True
 
 
 def add_post_accumulate_grad_hook(tensor, hook) -> RemovableHandle:
@@ -114,9 +125,11 @@ def add_post_accumulate_grad_hook(tensor, hook) -> RemovableHandle:
         )
     hooks = getattr(tensor, "_hooks", None)
     if hooks is None:
-        hooks = tensor._hooks = []
-        weakref.finalize(tensor, _forget_hooks, hooks)
+        hooks = tensor._hooks = _HookList()
+        hooks.live = [0, False]
+        weakref.finalize(tensor, _forget_hooks, hooks.live)
     hooks.append(hook)
+    hooks.live[0] += 1
     _hooks_registered += 1
     return RemovableHandle(hooks, hook)
 

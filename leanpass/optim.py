@@ -92,7 +92,7 @@ class Optimizer:
         if named:  # module.named_parameters(): the names are kept in the group, as PyTorch keeps them
             param_group = {**param_group, "param_names": [m[0] for m in members]}
             members = [m[1] for m in members]
-        if self.param_groups and named != ("param_names" in self.param_groups[0]):
+        if self.param_groups and (named or "param_names" in param_group) != ("param_names" in self.param_groups[0]):
             raise ValueError(f"{name}: all parameter groups should be with names or without (named_parameters() "
                              "or parameters()), as PyTorch's")
         group = self._check({**self.defaults, **param_group, "params": members})

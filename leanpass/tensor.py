@@ -205,7 +205,10 @@ class Tensor:
     def __contains__(self, value) -> bool:
         """``value in t``: whether an element equals ``value`` (NumPy's and PyTorch's rule;
         without this, Python would compare ``value`` with whole rows)."""
-        return bool((self == value).any())
+        equal = self == value
+        if not isinstance(equal, Tensor):  # == does not take it (a string, None)
+            raise TypeError(f"in: a tensor holds numbers; cannot look for a {type(value).__name__} in it")
+        return bool(equal.any())
 
     # ---- Python scalars -----------------------------------------------------------
     def _scalar(self, op):

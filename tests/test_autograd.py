@@ -848,3 +848,27 @@ def test_gradcheck_keeps_a_closed_over_retained_intermediate_and_its_graph():
     assert not w.has_grad and not h.has_grad
     (h * h).sum().backward()  # the graph of h was not released by the check
     np.testing.assert_allclose(w.grad, [18.0, 36.0])
+
+
+def test_a_hook_that_refers_to_its_tensor_does_not_keep_it_alive():
+    """The optimizer-in-backward recipe: each parameter's hook steps its optimizer."""
+    from leanpass import autograd, nn, optim
+
+    before = autograd._hooks_registered
+
+    def train():
+        model = nn.Linear(4, 4)
+        opts = {id(p): optim.SGD([p], lr=0.1) for p in model.parameters()}
+
+        def hook(p):
+            opts[id(p)].step()
+            opts[id(p)].zero_grad()
+
+        for p in model.parameters():
+            p.register_post_accumulate_grad_hook(hook)
+        model(Tensor([[1.0] * 4])).sum().backward()
+        return weakref.ref(model.weight)
+
+    refs = [train() for _ in range(2)]
+    gc.collect()
+    assert all(r() is None for r in refs) and autograd._hooks_registered == before

@@ -420,6 +420,8 @@ def test_as_tensor_converting_a_tensor_keeps_the_graph(device):
 def test_in_looks_for_an_element(device):
     assert 2.0 in lp.Tensor([[1.0, 2.0], [3.0, 4.0]], device=device)
     assert 2.0 in lp.Tensor(2.0, device=device) and 5 not in lp.asarray([1, 2], device=device)
+    with pytest.raises(TypeError, match="cannot look for a str"):
+        lp.asarray([1.0], device=device).__contains__("a")
 
 
 def test_creation_refuses_what_asarray_refuses(device):
@@ -427,16 +429,21 @@ def test_creation_refuses_what_asarray_refuses(device):
         lp.from_dlpack(np.ones(2, dtype=np.float16), device=device)
     for make in (lambda: lp.full((2,), 1j, dtype="float64", device=device),
                  lambda: lp.full_like(lp.ones(2, device=device), 1j),
-                 lambda: lp.linspace(0, 1j, 3, dtype="float64", device=device)):
+                 lambda: lp.linspace(0, 1j, 3, dtype="float64", device=device),
+                 lambda: lp.linspace(np.array(1 + 1j), 2, 3, dtype="float64", device=device)):
         with pytest.raises(TypeError, match="would lose the imaginary part"):
             make()
     assert lp.full_like(lp.ones(2, device=device), lp.Tensor(3.0, device=device)).tolist() == [3.0, 3.0]
 
 
 def test_asarray_of_a_sequence_of_tensors(device):
-    assert lp.asarray([lp.asarray(1, device=device), 2.5]).dtype == lp.float64  # as int * 2.5
-    assert lp.asarray([lp.asarray(1.0, dtype="float32", device=device), 2.5]).dtype == lp.float32
     with pytest.raises(ValueError, match="the tensors in the sequence are on"):
         lp.asarray([lp.Tensor(1.0, device=device), lp.Tensor(2.0, device="strict:1")])
     with pytest.raises(ValueError, match="copy=False"):
         lp.asarray([lp.Tensor(1.0, device=device)], copy=False)
+
+
+def test_linspace_takes_zero_d_bounds(device):
+    assert lp.linspace(lp.asarray(1 + 1j), 2, 3, device=device).dtype == lp.complex128
+    assert lp.linspace(np.complex64(1 + 1j), 2, 3, device=device).dtype == lp.complex128
+    assert lp.linspace(lp.asarray(0.0), np.float32(1), 3, device=device).tolist() == [0.0, 0.5, 1.0]

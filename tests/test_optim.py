@@ -834,3 +834,11 @@ def test_sgd_pickled_without_dampening_and_groups_with_and_without_names():
     layer, other = nn.Linear(2, 2), nn.Linear(2, 2)
     with pytest.raises(ValueError, match="all parameter groups should be with names or without"):
         optim.SGD(layer.parameters(), lr=0.1).add_param_group({"params": other.named_parameters()})
+
+
+def test_groups_with_explicit_param_names_as_pytorch():
+    a, b = Tensor([1.0], requires_grad=True), Tensor([2.0], requires_grad=True)
+    opt = optim.SGD([{"params": [a], "param_names": ["a"]}, {"params": [b], "param_names": ["b"]}], lr=0.1)
+    assert [g["param_names"] for g in opt.param_groups] == [["a"], ["b"]]
+    named = optim.SGD(nn.Linear(1, 1).named_parameters(), lr=0.1)
+    named.add_param_group({"params": [a], "param_names": ["x"]})

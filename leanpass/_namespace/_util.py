@@ -16,12 +16,18 @@ _RANK = {"b": 0, "i": 1, "u": 1, "f": 2, "c": 3}  # kinds of dtypes, lowest firs
 _new = object.__new__
 
 
+_FLOATING: dict = {}  # (type, library dtype) -> whether it is floating (one dict read per call)
+
+
 def floating(t):
-    """``t``, or an integer or bool ``t`` as the default float dtype: the activations,
-    softmax, normalisations and losses take such input as ``relu`` and ``tanh`` do."""
-    if t.dtype.kind in "fc":
-        return t
-    return t.astype(get_default_dtype())
+    """``t``, or an integer or bool ``t`` as the default float dtype (the activations,
+    softmax, normalisations and losses take such input so)."""
+    dtype = t._data.dtype
+    key = (type(dtype), dtype)  # the type first: strict and NumPy dtypes must not meet in ==
+    found = _FLOATING.get(key)
+    if found is None:
+        found = _FLOATING[key] = dtype_name(dtype) in ("float32", "float64", "complex64", "complex128")
+    return t if found else t.astype(get_default_dtype())
 
 
 def asarray_like(x, op):

@@ -79,7 +79,6 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
             out = run1(ops.copy, out)
         return out
     if isinstance(obj, (list, tuple)) and any(isinstance(x, Tensor) for x in _flat(obj)):
-        from .data_types import result_type
         from .manipulation import stack
 
         if copy is False:
@@ -92,12 +91,6 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
                 raise ValueError(f"asarray: the tensors in the sequence are on {', '.join(devices)}; move them to "
                                  "one device (or give device=)")
             device = devices[0]
-        if dtype is None:  # one dtype for all, Python numbers taking the tensors' (as in arithmetic)
-            numbers_ = [x for x in flat if isinstance(x, (bool, int, float, complex))]
-            try:
-                dtype = result_type(*tensors, *numbers_)
-            except TypeError:  # an integer or bool tensor with a Python float: float64, as in arithmetic
-                dtype = "complex128" if any(isinstance(x, complex) for x in numbers_) else "float64"
         items = [asarray(x, dtype=dtype, device=device) for x in obj]
         return stack(items) if items else asarray([], dtype=dtype, device=device)
     t = _new(Tensor)
@@ -220,10 +213,11 @@ def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True):
     backend = get_backend(device)
     if is_bool(num) or operator.index(num) < 0:
         raise ValueError(f"linspace: num must be a non-negative integer, got {num!r}")
+    start, stop = (v.item() if getattr(v, "shape", None) == () else python_number(v) for v in (start, stop))
     kind = "complex floating" if isinstance(start, complex) or isinstance(stop, complex) else "real floating"
     name = as_dtype(dtype, "linspace").name if dtype is not None else _default(kind)
     for value in (start, stop):
-        _no_imaginary_loss(python_number(value) if not isinstance(value, complex) else value, name, "linspace")
+        _no_imaginary_loss(value, name, "linspace")
     return _made(backend, backend.create("linspace", start, stop, operator.index(num), dtype=backend.dtype(name),
                                          endpoint=endpoint))
 
