@@ -821,6 +821,7 @@ def test_hooks_of_freed_tensors_stop_counting():
     tensor freed with its hooks still on must not keep that count up."""
     from leanpass import autograd
 
+    gc.collect()  # tensors of earlier tests, freed now rather than during this test
     before = autograd._hooks_registered
     for _ in range(3):
         t = Tensor([1.0], requires_grad=True)
@@ -854,6 +855,7 @@ def test_a_hook_that_refers_to_its_tensor_does_not_keep_it_alive():
     """The optimizer-in-backward recipe: each parameter's hook steps its optimizer."""
     from leanpass import autograd, nn, optim
 
+    gc.collect()
     before = autograd._hooks_registered
 
     def train():
