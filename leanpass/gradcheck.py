@@ -186,8 +186,10 @@ def gradgradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3) -> bool:
             weights = _weights(out.shape, out._backend) if out.ndim else None
             scalar = out if weights is None else (out * weights).sum()
             targets = [xs[i] for i in checked]
-            grads = grad(scalar, targets, create_graph=True, allow_unused=True)
             total = (targets[0] * 0.0).sum()  # keeps the result in the graph if every term is None
+            if not scalar.requires_grad:  # no graph (a constant, a detached result): first derivatives 0
+                return total
+            grads = grad(scalar, targets, create_graph=True, allow_unused=True)
             for g, x in zip(grads, targets):
                 if g is not None:
                     total = total + (g * _weights(x.shape, x._backend)).sum()
