@@ -5,7 +5,7 @@ from __future__ import annotations
 import numbers
 
 from .._checks import device_message, is_bool
-from .._dtypes import dtype_name, iinfo
+from .._dtypes import DTYPES, dtype_name, iinfo
 from .._node import as_tensor, init_tensor
 from ..backends import backend_of_array, get_default_dtype, host_array
 from ..tensor import Tensor
@@ -16,18 +16,13 @@ _RANK = {"b": 0, "i": 1, "u": 1, "f": 2, "c": 3}  # kinds of dtypes, lowest firs
 _new = object.__new__
 
 
-_FLOATING: dict = {}  # (type, library dtype) -> whether it is floating (one dict read per call)
-
-
 def floating(t):
     """``t``, or an integer or bool ``t`` as the default float dtype (the activations,
-    softmax, normalisations and losses take such input so)."""
-    dtype = t._data.dtype
-    key = (type(dtype), dtype)  # the type first: strict and NumPy dtypes must not meet in ==
-    found = _FLOATING.get(key)
-    if found is None:
-        found = _FLOATING[key] = dtype_name(dtype) in ("float32", "float64", "complex64", "complex128")
-    return t if found else t.astype(get_default_dtype())
+    softmax, normalisations and losses take such input so). The dtype is read through
+    ``dtype_name``'s cache: this runs for every activation."""
+    if DTYPES[dtype_name(t._data.dtype)].kind in "fc":
+        return t
+    return t.astype(get_default_dtype())
 
 
 def asarray_like(x, op):
