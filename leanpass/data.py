@@ -244,8 +244,9 @@ class DistributedSampler:
         self.total_size = self.num_samples * num_replicas
 
     def set_epoch(self, epoch: int) -> None:
-        """Shuffle with ``default_rng(seed + epoch)``; call it with the same epoch on every rank."""
-        self.epoch = _int(epoch, "DistributedSampler.set_epoch", "epoch", 0)
+        """Shuffle with ``default_rng(seed + epoch)`` (modulo 2**64: any int, as PyTorch's);
+        call it with the same epoch on every rank."""
+        self.epoch = _int(epoch, "DistributedSampler.set_epoch", "epoch", None)
 
     def __len__(self) -> int:
         return self.num_samples

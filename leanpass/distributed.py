@@ -42,10 +42,17 @@ from .tensor import Tensor
 __all__ = [
     "init_process_group", "destroy_process_group", "is_initialized", "is_available",
     "get_rank", "get_world_size", "get_local_rank", "get_backend",
-    "all_reduce", "broadcast", "all_gather", "barrier",
+    "all_reduce", "broadcast", "all_gather", "barrier", "ReduceOp",
 ]
 
 _OPS = ("sum", "mean", "max", "min")
+
+
+class ReduceOp:
+    """PyTorch's names for :func:`all_reduce`'s ``op``: ``all_reduce(t, op=ReduceOp.SUM)``
+    is ``all_reduce(t, "sum")``; ``AVG`` is ``"mean"``."""
+
+    SUM, AVG, MAX, MIN = "sum", "mean", "max", "min"
 
 _group = None  # the process group: an _MPIGroup or _NCCLGroup while initialized
 
@@ -211,8 +218,9 @@ class _NCCLGroup(_MPIGroup):
 def init_process_group(backend: str | None = None, *, device=None) -> None:
     """Join every process started by ``mpiexec`` (or this process alone) into the group.
 
-    ``backend``: ``"mpi"`` (host tensors) or ``"nccl"`` (``cuda`` tensors); ``None``
-    chooses from ``device`` (default: :func:`leanpass.get_default_device`). With
+    ``backend``: ``"mpi"`` (host tensors) or ``"nccl"`` (``cuda`` tensors), in any
+    case; ``None`` chooses from ``device`` (default: :func:`leanpass.get_default_device`).
+    A ``device`` the backend does not carry is a ``ValueError``. With
     ``"nccl"`` each process takes the GPU ``cuda:<local rank>`` (its rank among the
     processes on its node) as CuPy's current device; use ``get_local_rank()`` for the
     device string."""
@@ -222,9 +230,17 @@ def init_process_group(backend: str | None = None, *, device=None) -> None:
             f"init_process_group: the process group is already initialized ({_group.name}, rank {_group.rank} "
             f"of {_group.size}); call destroy_process_group() first"
         )
+    if isinstance(backend, str):
+        backend = backend.lower()  # "MPI", "NCCL": as PyTorch's names
+    if device is not None:
+        device = backends.canonical_device(device)  # an unknown device raises here
+        wanted = "nccl" if device.startswith("cuda") else "mpi"
+        if backend is not None and backend != wanted:
+            raise ValueError(f"init_process_group: backend {backend!r} does not carry tensors on {device}: "
+                             f"{'nccl carries cuda tensors only' if backend == 'nccl' else 'use nccl for cuda'}")
     if backend is None:
         device = backends.get_default_device() if device is None else device
-        backend = "nccl" if str(device).startswith("cuda") else "mpi"
+        backend = "nccl" if device.startswith("cuda") else "mpi"
     if backend == "mpi":
         _group = _MPIGroup()
     elif backend == "nccl":
@@ -337,7 +353,8 @@ class _Buffer:
     def __init__(self, group, backend, t: Tensor):
         self.t, self.backend = t, backend
         data, lib = t.data, group.lib
-        if type(data) is lib.ndarray and data.flags.c_contiguous and data.flags.writeable:
+        # not data.flags.writeable: CuPy's flags have no such field (backend.read_only knows)
+        if type(data) is lib.ndarray and data.flags.c_contiguous and not backend.read_only(data):
             self.array = data
         elif group.name == "nccl":  # a view: a contiguous copy on the same GPU
             self.array = lib.ascontiguousarray(data)

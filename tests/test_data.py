@@ -321,6 +321,7 @@ def test_distributed_sampler_set_epoch_changes_order_and_still_partitions():
         assert sorted(_flat(parts)) == list(range(40))
     assert shards(0)[0] == np.random.default_rng(1).permutation(40)[0::4].tolist()
     assert shards(1)[0] == np.random.default_rng(2).permutation(40)[0::4].tolist()  # seed + epoch
+    assert shards(-1)[0] == np.random.default_rng(0).permutation(40)[0::4].tolist()  # any int, as PyTorch's
 
 
 @given(

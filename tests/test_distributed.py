@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -188,6 +189,57 @@ def test_init_process_group_refuses_an_unknown_backend():
     with pytest.raises(ValueError, match="'gloo'"):
         dist.init_process_group("gloo")
     assert not dist.is_initialized()
+
+
+def test_init_process_group_refuses_a_device_its_backend_does_not_carry():
+    with pytest.raises(RuntimeError, match="unknown device 'bogus'"):
+        dist.init_process_group(device="bogus")
+    with pytest.raises(ValueError, match="init_process_group: backend 'nccl' does not carry tensors on cpu"):
+        dist.init_process_group("NCCL", device="cpu")  # names in any case, as PyTorch's
+    with pytest.raises(ValueError, match="init_process_group: backend 'mpi' does not carry tensors on cuda:0"):
+        dist.init_process_group("mpi", device="cuda")
+    assert not dist.is_initialized()
+
+
+def test_reduce_op_names_are_the_op_strings():
+    assert (dist.ReduceOp.SUM, dist.ReduceOp.AVG, dist.ReduceOp.MAX, dist.ReduceOp.MIN) == ("sum", "mean", "max", "min")
+
+
+class _Flags:  # CuPy's ndarray.flags: c_contiguous, f_contiguous and owndata only
+    c_contiguous, f_contiguous, owndata = True, False, True
+
+
+class _NoWriteableFlag(np.ndarray):
+    flags = _Flags()
+
+
+def test_buffer_uses_a_contiguous_array_whose_flags_have_no_writeable_field():
+    """NCCL's buffers are CuPy arrays, whose flags have no ``writeable``: the array
+    itself is the buffer (it raised AttributeError; no GPU here, so an array type
+    with CuPy's flags stands in for the library)."""
+    t = types.SimpleNamespace(data=np.ones(3).view(_NoWriteableFlag))  # _Buffer reads only .data
+    group = types.SimpleNamespace(lib=types.SimpleNamespace(ndarray=_NoWriteableFlag), name="nccl")
+    backend = types.SimpleNamespace(read_only=lambda a: lp.backends.Backend.read_only(None, a))  # CuPy's backend's
+    buf = dist._Buffer(group, backend, t)
+    assert buf.array is t.data and not buf.copied
+
+
+@pytest.mark.mpi
+@needs_mpi
+def test_ddp_takes_pytorchs_device_arguments_for_its_own_device():
+    dist.init_process_group()
+    try:
+        ddp = nn.parallel.DistributedDataParallel(nn.Linear(2, 2), device_ids=["cpu"], output_device="cpu",
+                                                 find_unused_parameters=True)
+        assert ddp(lp.ones((1, 2))).shape == (1, 2)
+        with pytest.raises(ValueError, match=r"DistributedDataParallel: device_ids=\[0\] names another device"):
+            nn.parallel.DistributedDataParallel(nn.Linear(2, 2), device_ids=[0])
+        with pytest.raises(ValueError, match="device_ids must name one device"):
+            nn.parallel.DistributedDataParallel(nn.Linear(2, 2), device_ids=["cpu", "cpu"])
+        with pytest.raises(ValueError, match="no parameter that requires a gradient"):
+            nn.parallel.DistributedDataParallel(nn.ReLU())
+    finally:
+        dist.destroy_process_group()
 
 
 def test_ddp_needs_a_process_group_and_a_module():

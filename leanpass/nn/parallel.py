@@ -25,6 +25,7 @@ import weakref
 
 from .. import autograd, distributed
 from .._dtypes import DTYPES, dtype_name
+from ..backends import canonical_device
 from ..tensor import Tensor
 from .module import Module
 
@@ -73,6 +74,23 @@ class _Bucket:
         self.size = size
 
 
+def _check_device(name: str, given, device: str) -> None:
+    """PyTorch's ``device_ids`` (a list of one device) and ``output_device``: LeanPass
+    runs the module where its parameters are, so these may only name that device
+    (an int ``i`` is ``cuda:i``)."""
+    if given is None:
+        return
+    many = isinstance(given, (list, tuple))
+    if many and len(given) != 1:
+        raise ValueError(f"DistributedDataParallel: {name} must name one device (one per process), got {given!r}")
+    one = given[0] if many else given
+    if isinstance(one, int) and not isinstance(one, bool):
+        one = f"cuda:{one}"
+    if not isinstance(one, str) or canonical_device(one) != device:
+        raise ValueError(f"DistributedDataParallel: {name}={given!r} names another device than the module's "
+                         f"parameters, on {device}; move the module with module.to(device) instead")
+
+
 class DistributedDataParallel(Module):
     """``module``, with its gradients averaged over the processes of the group after
     each backward call (``leanpass.distributed.init_process_group()`` first).
@@ -95,14 +113,23 @@ class DistributedDataParallel(Module):
       has a gradient for keeps ``.grad`` as it was (None), as PyTorch's.
     - The parameters' hooks hold the wrapper weakly: a dropped wrapper stops averaging.
 
+    - PyTorch's ``device_ids`` and ``output_device`` may be given, naming the device
+      of the module's parameters (where it runs); ``find_unused_parameters`` is
+      accepted and changes nothing: unused parameters are always handled, as above.
+    - A module with no parameter that requires a gradient is a ``ValueError``.
+
     The wrapped module is ``.module``; its parameters appear under ``module.`` in
     ``state_dict`` (as PyTorch's), so save ``ddp.module.state_dict()`` to load
     the weights without the wrapper.
     """
 
-    def __init__(self, module: Module, *, bucket_cap_mb: float = 25.0, broadcast_buffers: bool = True):
+    def __init__(self, module: Module, device_ids=None, output_device=None, *, bucket_cap_mb: float = 25.0,
+                 broadcast_buffers: bool = True, find_unused_parameters: bool = False):
         if not isinstance(module, Module):
             raise TypeError(f"DistributedDataParallel: expected a Module, got {type(module).__name__}")
+        if not isinstance(find_unused_parameters, bool):
+            raise TypeError("DistributedDataParallel: find_unused_parameters must be a bool, got "
+                            f"{type(find_unused_parameters).__name__}")
         if not isinstance(bucket_cap_mb, (int, float)) or isinstance(bucket_cap_mb, bool) or not bucket_cap_mb > 0:
             raise ValueError(f"DistributedDataParallel: bucket_cap_mb must be a positive number, got {bucket_cap_mb!r}")
         group = distributed._require("DistributedDataParallel")
@@ -111,8 +138,13 @@ class DistributedDataParallel(Module):
         if len(devices) > 1:
             raise ValueError(f"DistributedDataParallel: the module's parameters are on several devices {devices}; "
                              "move it to one with module.to(device)")
+        if not any(p.requires_grad for p in params):
+            raise ValueError("DistributedDataParallel: the module has no parameter that requires a gradient: "
+                             "there is nothing to average (as PyTorch, which refuses it too)")
         for p in params:
             distributed._checked("DistributedDataParallel", p)  # a device the group carries
+        for name, given in (("device_ids", device_ids), ("output_device", output_device)):
+            _check_device(name, given, devices[0])
         self.module = module
         self.bucket_cap_mb = float(bucket_cap_mb)
         self.broadcast_buffers = bool(broadcast_buffers)
