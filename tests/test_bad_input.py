@@ -716,7 +716,7 @@ AXIS_CALLS = {
     "moveaxis": lambda x, a: lp.moveaxis(x, a, 0),
     "flatten": lambda x, a: x.flatten(a),
     "sum_method": lambda x, a: x.sum(a),
-    "max_method": lambda x, a: x.max(a),
+    "max_method": lambda x, a: x.max(axis=a),
 }
 
 
@@ -853,3 +853,69 @@ def test_an_empty_complex_index_is_an_index_error(device):
     with pytest.raises(IndexError, match="getitem: index arrays must hold integers or booleans, got dtype complex128"):
         t[np.array([], dtype=complex)]
     assert t[np.array([], dtype=float)].shape == (0,)
+
+
+# ---- bool arguments, dtype=bool, reshape entries, searchsorted's sorter -----------------------------
+
+FLAG_CALLS = {
+    "sum": lambda x, v: lp.sum(x, keepdims=v),
+    "prod": lambda x, v: lp.prod(x, keepdims=v),
+    "mean": lambda x, v: lp.mean(x, keepdims=v),
+    "max": lambda x, v: lp.max(x, keepdims=v),
+    "var": lambda x, v: lp.var(x, keepdims=v),
+    "argmax": lambda x, v: lp.argmax(x, axis=0, keepdims=v),
+    "count_nonzero": lambda x, v: lp.count_nonzero(x, keepdims=v),
+    "sort": lambda x, v: lp.sort(x, descending=v),
+    "argsort": lambda x, v: lp.argsort(x, stable=v),
+    "cumulative_sum": lambda x, v: lp.cumulative_sum(x, axis=0, include_initial=v),
+    "reshape": lambda x, v: lp.reshape(x, (6,), copy=v),
+}
+
+
+@pytest.mark.parametrize("value", ["no", 1, 0.0], ids=repr)
+@pytest.mark.parametrize("name", list(FLAG_CALLS))
+def test_a_bool_argument_takes_only_a_bool(device, name, value):
+    """keepdims="no" is not keepdims=True: TypeError naming the function and argument
+    (None too, where None is not the argument's own "unset" value)."""
+    x = Tensor(np.arange(6.0).reshape(2, 3), device=device)
+    with pytest.raises(TypeError, match=f"{name}: [a-z_]+ must be a bool, got"):
+        FLAG_CALLS[name](x, value)
+    FLAG_CALLS[name](x, np.True_)  # NumPy's bool is a bool
+
+
+def test_sum_and_prod_refuse_a_bool_dtype_on_every_device(device):
+    x = Tensor([1.5, 2.0], device=device)
+    for call in (lambda: lp.sum(x, dtype=lp.bool), lambda: lp.prod(x, dtype=lp.bool),
+                 lambda: lp.cumulative_sum(x, dtype=lp.bool)):
+        with pytest.raises(TypeError, match=r"(sum|prod|cumulative_sum): dtype=bool is not a numeric dtype"):
+            call()
+
+
+def test_reshape_refuses_bool_entries(device):
+    x = lp.ones((2, 3), device=device)
+    for call in (lambda: lp.reshape(x, (True, 6)), lambda: x.view(True, -1), lambda: x.reshape(2, True, 3)):
+        with pytest.raises(TypeError, match="reshape: shape must be a tuple of integers"):
+            call()
+
+
+def test_mean_over_an_empty_axis_differentiates_without_a_warning(device):
+    import warnings
+
+    x = Tensor(np.zeros((0, 3)), device=device, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lp.mean(x, axis=0).sum().backward()
+    assert x.grad.shape == (0, 3)
+
+
+def test_searchsorted_checks_sorter_values_and_python_ints(device):
+    x1 = lp.asarray([3.0, 1.0, 2.0], device=device)
+    with pytest.raises(ValueError, match=r"searchsorted: sorter has indices outside \[0, 3\)"):
+        lp.searchsorted(x1, lp.asarray([2.5], device=device), sorter=lp.asarray([5, 0, 1], device=device))
+    with pytest.raises(ValueError, match=r"searchsorted: sorter has indices outside"):
+        lp.searchsorted(x1, 2.5, sorter=lp.asarray([-1, 0, 1], device=device))
+    small = lp.asarray([1, 2], dtype=lp.int8, device=device)
+    with pytest.raises(OverflowError, match="searchsorted: the Python int 1000 is out of the range of dtype int8"):
+        lp.searchsorted(small, 1000)
+    with pytest.raises(OverflowError, match="where: the Python int 1000"):
+        lp.where(lp.asarray([True, False], device=device), small, 1000)

@@ -795,6 +795,19 @@ def test_clip_takes_real_numbers_and_keeps_the_dtype(device):
     got = lp.clip(lp.asarray([1, 200], dtype=lp.uint8, device=device), -5, 100)
     assert got.dtype == lp.uint8 and got.numpy().tolist() == [1, 100]
     assert lp.clip(Tensor([0.5, 3.0], device=device), 1, 2).numpy().tolist() == [1.0, 2.0]
+    # tensor bounds of a wider dtype: cast to x's (array_api_strict's result), clamped to its range first
+    got = lp.clip(i, min=lp.asarray([5, -1000, 5], device=device), max=lp.asarray([300, 3, 7], dtype=lp.int16,
+                                                                                device=device))
+    assert got.dtype == lp.int8 and got.numpy().tolist() == [5, 3, 7]
+    got = lp.clip(lp.asarray([1, 200], dtype=lp.uint8, device=device), lp.asarray(-5, device=device))
+    assert got.dtype == lp.uint8 and got.numpy().tolist() == [1, 200]
+    x32 = Tensor([0.5, 3.0], device=device, dtype=lp.float32, requires_grad=True)
+    high = Tensor([1.5, 1.5], device=device, requires_grad=True)
+    got = lp.clip(x32, max=high)
+    assert got.dtype == lp.float32 and got.numpy().tolist() == [0.5, 1.5]
+    got.sum().backward()
+    assert np.asarray(x32.grad).tolist() == [1.0, 0.0] and np.asarray(high.grad).tolist() == [0.0, 1.0]
+    assert np.asarray(high.grad).dtype == np.float64
 
 
 

@@ -258,13 +258,17 @@ def test_sort_gradient_follows_the_permutation(device):
 
 
 def test_sort_methods_return_new_tensors(device):
+    """t.sort() gives PyTorch's (values, indices), sorting nothing in place."""
     a = rand(3, 4)
     x = lp.asarray(a, device=device)
-    out = x.sort()
-    assert out is not x
-    np.testing.assert_array_equal(out.numpy(), np.sort(a))
+    values, indices = x.sort()
+    np.testing.assert_array_equal(values.numpy(), np.sort(a))
+    np.testing.assert_array_equal(indices.numpy(), np.argsort(a, kind="stable"))
     np.testing.assert_array_equal(x.numpy(), a)  # unchanged: not in place
-    np.testing.assert_array_equal(x.sort(0, True).numpy(), np.flip(np.sort(a, axis=0), axis=0))
+    out = x.sort(0, True)
+    assert out.values is out[0] and out.indices is out[1]
+    np.testing.assert_array_equal(out.values.numpy(), np.flip(np.sort(a, axis=0), axis=0))
+    np.testing.assert_array_equal(x.sort(dim=0).indices.numpy(), np.argsort(a, axis=0, kind="stable"))
     np.testing.assert_array_equal(x.argsort(0).numpy(), np.argsort(a, axis=0, kind="stable"))
     np.testing.assert_array_equal(x.argsort(descending=True).numpy(), np.argsort(-a, axis=-1, kind="stable"))
 
@@ -479,3 +483,18 @@ def test_ordering_functions_take_bools_on_every_device(device):
     assert lp.argsort(b).numpy().tolist() == [1, 3, 0, 2]
     assert lp.searchsorted(s, b).numpy().tolist() == [2, 0, 2, 0]
     assert lp.searchsorted(s, b, side="right").numpy().tolist() == [4, 2, 4, 2]
+
+
+def test_sort_method_matches_pytorchs_values_indices_and_gradient(device):
+    torch = pytest.importorskip("torch")
+    a = np.array([[3.0, 1.0, 3.0, np.nan, 2.0], [0.5, 0.5, -1.0, 4.0, 0.0]])
+    w = np.arange(10.0).reshape(2, 5)
+    for descending in (False, True):
+        x = lp.Tensor(a, device=device, requires_grad=True)
+        tx = torch.tensor(a, requires_grad=True)
+        ours, theirs = x.sort(1, descending), tx.sort(stable=True, dim=1, descending=descending)
+        np.testing.assert_array_equal(ours.values.numpy(), theirs.values.detach().numpy())
+        np.testing.assert_array_equal(ours.indices.numpy(), theirs.indices.numpy())
+        (ours.values * lp.asarray(w, device=device)).sum().backward()
+        (theirs.values * torch.tensor(w)).sum().backward()
+        np.testing.assert_array_equal(np.asarray(x.grad), tx.grad.numpy())

@@ -30,16 +30,20 @@ def test_dim_and_keepdim_as_pytorch(device, name, kwargs):
     close(ours, theirs)
 
 
-def test_dim_where_pytorch_gives_values_and_indices_raises(device):
-    """t.max(dim=1) in PyTorch gives (values, indices); LeanPass's t.max(axis) gives
-    values only, so dim= there raises (an unpacking would silently take rows)."""
+def test_max_and_min_where_pytorch_gives_values_and_indices_raise(device):
+    """t.max(1) / t.max(dim=1) in PyTorch give (values, indices), and t.max(other) the
+    element-wise maximum; LeanPass's t.max(axis=1) gives values only (NumPy's), so
+    the PyTorch forms raise rather than unpack rows silently (``t.max(1)[1]``)."""
     t = Tensor(A, device=device)
-    for call in (lambda: t.max(dim=1), lambda: t.min(dim=0), lambda: t.sort(dim=1)):
+    for call in (lambda: t.max(dim=1), lambda: t.min(dim=0)):
         with pytest.raises(TypeError, match="values only"):
+            call()
+    for call in (lambda: t.max(1), lambda: t.min(0, True), lambda: t.max(lp.asarray(0, device=device))):
+        with pytest.raises(TypeError, match=r"(max|min): give the axis by name.*\(values, indices\)"):
             call()
     with pytest.raises(TypeError, match="sum: give axis or dim"):
         t.sum(0, dim=1)
-    assert t.max(1).tolist() == [5.0, 3.0]
+    assert t.max(axis=1).tolist() == [5.0, 3.0] and t.min(axis=0, keepdims=True).shape == (1, 3)
 
 
 def test_softmax_functions_and_layer_take_dim(device):

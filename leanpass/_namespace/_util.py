@@ -98,22 +98,31 @@ def operand(like: Tensor, other):
         return NotImplemented
 
 
-_VALUES_ONLY = ("max", "min", "sort")  # PyTorch's forms with dim= give (values, indices); these give values
+def flag(name: str, key: str, value) -> bool:
+    """``value`` of the bool argument ``key`` of ``name`` (``keepdims``, ``descending``
+    ...): Python's or NumPy's bool; anything else (``"no"``, ``None``, ``1``) is a
+    ``TypeError`` naming the function, rather than read by its truth."""
+    if value is True or value is False:
+        return value
+    if type(value).__name__ in ("bool", "bool_"):  # NumPy's np.True_
+        return bool(value)
+    raise TypeError(f"{name}: {key} must be a bool, got {type(value).__name__} {value!r}")
+
+
+_VALUES_ONLY = ("max", "min")  # PyTorch's forms with dim= give (values, indices); these give values
 
 
 def torch_axis(name, axis, dim, keepdims=False, keepdim=None):
     """``(axis, keepdims)`` of a method that also takes PyTorch's names ``dim=`` and
-    ``keepdim=``. For ``max``, ``min`` and ``sort`` a ``dim=`` raises ``TypeError``:
+    ``keepdim=``. For ``max`` and ``min`` a ``dim=`` raises ``TypeError``:
     PyTorch's ``t.max(dim=1)`` gives values and indices, LeanPass's values only (the
     standard's and NumPy's rule), and an unpacking would silently take rows."""
     if dim is not None:
         if name in _VALUES_ONLY:
             raise TypeError(
-                f"{name}: LeanPass's t.{name}(axis) gives the values only (as NumPy and the standard), not "
-                f"PyTorch's (values, indices) of t.{name}(dim=...); call t.{name}(axis) and "
-                f"t.arg{name}(axis)" if name != "sort" else
-                "sort: LeanPass's t.sort(axis) gives the sorted values only (as NumPy and the standard), not "
-                "PyTorch's (values, indices) of t.sort(dim=...); call t.sort(axis) and t.argsort(axis)"
+                f"{name}: LeanPass's t.{name}(axis=...) gives the values only (as NumPy and the standard), not "
+                f"PyTorch's (values, indices) of t.{name}(dim=...); call t.{name}(axis=...) and "
+                f"t.arg{name}(axis=...)"
             )
         if axis is not None:
             raise TypeError(f"{name}: give axis or dim (PyTorch's name for it), not both")
@@ -125,7 +134,7 @@ def torch_axis(name, axis, dim, keepdims=False, keepdim=None):
 
 def axis_method(function):
     """A Tensor method for ``function(x, axis=..., keepdims=...)`` whose ``axis`` may
-    also be given positionally (``t.max(0)``) or as PyTorch's ``dim=`` (with
+    also be given positionally (``t.sum(0)``) or as PyTorch's ``dim=`` (with
     ``keepdim=``); see :func:`torch_axis`."""
     name = function.__name__
 
@@ -135,6 +144,32 @@ def axis_method(function):
         return function(self, axis=axis, keepdims=keepdims)
 
     method.__name__ = method.__qualname__ = function.__name__
+    method.__doc__ = function.__doc__
+    return method
+
+
+def extremum_method(function):
+    """``t.max`` / ``t.min``: ``function(t, axis=..., keepdims=...)``, the axis given by
+    name (or as PyTorch's ``dim=``, which raises: see :func:`torch_axis`). A positional
+    argument is refused: NumPy's ``t.max(1)`` gives the values, PyTorch's ``(values,
+    indices)``, and PyTorch's ``t.max(other)`` the element-wise maximum; read one way it
+    would silently be wrong for the others (``t.max(1)[1]`` taking a row of values)."""
+    name = function.__name__
+
+    def method(self, *args, axis=None, keepdims=False, dim=None, keepdim=None):
+        if args:
+            given = args[0] if isinstance(args[0], int) and not isinstance(args[0], bool) else "..."
+            raise TypeError(
+                f"{name}: give the axis by name, t.{name}(axis={given}) for the values (NumPy's t.{name}({given})); "
+                f"PyTorch's t.{name}({given}) gives (values, indices) and its t.{name}(other) the element-wise "
+                f"{name}imum, so a positional argument is refused rather than read one way: use t.{name}(axis=...) "
+                f"and t.arg{name}(axis=...), or lp.{name}imum(t, other)"
+            )
+        if dim is not None or keepdim is not None:
+            axis, keepdims = torch_axis(name, axis, dim, keepdims, keepdim)
+        return function(self, axis=axis, keepdims=keepdims)
+
+    method.__name__ = method.__qualname__ = name
     method.__doc__ = function.__doc__
     return method
 

@@ -10,6 +10,8 @@ are floating point already and skip these checks.
 
 from __future__ import annotations
 
+import builtins
+
 from .. import ops
 from .._checks import broadcast_shapes, device_message
 from .._dtypes import DTYPES, dtype_name, iinfo
@@ -196,7 +198,9 @@ def clip(x, /, min=None, max=None):  # noqa: A002 - the standard's names
     """Clamp ``x`` to ``[min, max]``; either bound may be ``None``, a number or a
     Tensor (the three broadcast together). Gradients: to ``x`` inside the range, to
     the bound that was taken outside it (PyTorch's ``clamp``); where ``min > max``
-    the result is ``max``."""
+    the result is ``max``. The result has ``x``'s dtype (the standard's rule; NumPy
+    and PyTorch promote): a tensor bound of another dtype is cast to it, an integer
+    bound beyond its range first clamped to the range."""
     x = asarray_like(x, "clip")
     kind = x.dtype.kind
     if kind not in "iuf":
@@ -211,10 +215,13 @@ def clip(x, /, min=None, max=None):  # noqa: A002 - the standard's names
             bound = asarray_like(bound, "clip")
         if isinstance(bound, Tensor):
             bound_kind = bound.dtype.kind
-            if kind == "f" and bound_kind in "iu":  # integer bounds of a float tensor: in its dtype
-                bound = bound.astype(x.dtype)
-            elif bound_kind != kind and not (bound_kind in "iu" and kind in "iu"):
+            if bound_kind != kind and not (bound_kind in "iu" and kind in "iuf"):
                 raise TypeError(f"clip: a bound of dtype {bound.dtype} does not mix with x of dtype {x.dtype}")
+            if bound.dtype != x.dtype:  # the result has x's dtype (the standard): so does each bound
+                if kind != "f":  # an integer bound beyond x's range is no bound there, not a wrapped value
+                    own, limits = iinfo(bound.dtype), iinfo(x.dtype)
+                    bound = clip(bound, builtins.max(limits.min, own.min), builtins.min(limits.max, own.max))
+                bound = bound.astype(x.dtype)
             shapes.append(bound.shape)
         elif bound is not None:
             if isinstance(bound, bool):  # 0 or 1, as with_scalar takes a bool with numbers

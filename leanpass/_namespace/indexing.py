@@ -71,7 +71,8 @@ def take_along_axis(x, indices, /, *, axis=-1):
 
 def _take(self, indices, axis=None):
     """``take(x, indices, axis=axis)``; without ``axis`` the tensor is read flattened
-    (as NumPy's and PyTorch's ``take``)."""
+    (as NumPy's and PyTorch's ``take``). ``indices`` is 1-D, as the standard's
+    ``take`` has it (NumPy and PyTorch also take other shapes)."""
     if axis is None and self.ndim != 1:
         self = run1(ops.reshape, self, (-1,))
     return take(self, indices, axis=axis)

@@ -15,7 +15,7 @@ from .._checks import broadcast_shapes, check_reshape, device_message, is_bool, 
 from .._dtypes import dtype_name, promote
 from .._node import refuse_complex_mix, run, run1
 from ..tensor import Tensor
-from ._util import asarray_like, tensors
+from ._util import asarray_like, flag, tensors
 
 __all__ = [
     "broadcast_arrays", "broadcast_to", "concat", "expand_dims", "flip", "moveaxis", "permute_dims", "repeat",
@@ -47,9 +47,14 @@ def reshape(x, /, shape, *, copy=None):
     ``ValueError`` where a copy would be needed."""
     x = asarray_like(x, "reshape")
     try:
-        shape = tuple(operator.index(n) for n in shape)
+        entries = tuple(shape)
+        if any(is_bool(n) for n in entries):  # True is not 1 here, as in NumPy
+            raise TypeError
+        shape = tuple(operator.index(n) for n in entries)
     except TypeError:
         raise TypeError(f"reshape: shape must be a tuple of integers, got {shape!r}") from None
+    if copy is not None:
+        copy = flag("reshape", "copy", copy)
     check_reshape(x.shape, shape, "reshape")
     if copy is False:
         try:

@@ -11,7 +11,7 @@ from .._checks import broadcast_shapes, normalize_axes, normalize_axis
 from .._dtypes import promote
 from .._node import _guarded, leaf, run, run1
 from ..tensor import Tensor
-from ._util import SCALARS, asarray_like, axis_method, orderable, tensors
+from ._util import SCALARS, asarray_like, axis_method, flag, orderable, tensors
 
 __all__ = ["argmax", "argmin", "count_nonzero", "nonzero", "searchsorted", "where"]
 
@@ -19,6 +19,7 @@ __all__ = ["argmax", "argmin", "count_nonzero", "nonzero", "searchsorted", "wher
 def _arg(name, op, word):
     def function(x, /, *, axis=None, keepdims=False):
         x = asarray_like(x, name)
+        keepdims = flag(name, "keepdims", keepdims)
         if x.dtype.kind == "c":
             raise TypeError(f"{name}: complex numbers have no order (dtype {x.dtype})")
         if axis is not None:
@@ -30,7 +31,7 @@ def _arg(name, op, word):
         if (x.shape[axis] if axis is not None else math.prod(x.shape)) == 0:
             raise ValueError(f"{name}: the tensor of shape {x.shape} is empty along the searched axis")
         try:
-            return run1(op, orderable(x), axis, bool(keepdims))
+            return run1(op, orderable(x), axis, keepdims)
         except TypeError as exc:
             raise TypeError(f"{name}: not defined for a tensor of dtype {x.dtype}: {exc}") from None
 
@@ -51,7 +52,8 @@ def count_nonzero(x, /, *, axis=None, keepdims=False):
     non-zero (``True`` for booleans; either part for complex numbers). int64, never
     requires grad."""
     x = asarray_like(x, "count_nonzero")
-    return run1(ops.count_nonzero, x, normalize_axes(axis, x.ndim, "count_nonzero"), bool(keepdims))
+    return run1(ops.count_nonzero, x, normalize_axes(axis, x.ndim, "count_nonzero"),
+                flag("count_nonzero", "keepdims", keepdims))
 
 
 def nonzero(x, /):
@@ -90,6 +92,8 @@ def searchsorted(x1, x2, /, *, side="left", sorter=None):
                 f"{name}: sorter must be integer indices of x1's shape {x1.shape}, got dtype {sorter.dtype} "
                 f"and shape {sorter.shape}"
             )
+        if not x1._backend.all_in_range(sorter._data, x1.shape[0]):
+            raise ValueError(f"{name}: sorter has indices outside [0, {x1.shape[0]}), the positions of x1")
     for t in (x1, x2):
         if t.dtype.kind == "c":
             raise TypeError(f"{name}: complex numbers have no order (dtype {t.dtype})")
@@ -106,7 +110,10 @@ def scalar_like(value, like, name):
     if kind not in {bool: "b", int: "iuf", float: "fc", complex: "fc"}[python]:
         raise TypeError(f"{name}: a Python {python.__name__} does not mix with a tensor of dtype {like.dtype}")
     dtype = promote(like.dtype, "complex64") if python is complex else like.dtype
-    return Tensor(python(value), device=like.device, dtype=dtype)
+    try:
+        return Tensor(python(value), device=like.device, dtype=dtype)
+    except OverflowError:
+        raise OverflowError(f"{name}: the Python int {value} is out of the range of dtype {like.dtype}") from None
 
 
 def where(condition, x1, x2, /):

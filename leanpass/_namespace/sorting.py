@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from .. import ops
 from .._checks import normalize_axis
 from .._node import run, run1
-from ._util import asarray_like, orderable, torch_axis
+from ..tensor import Tensor
+from ._util import asarray_like, flag, orderable, torch_axis
+from .indexing import take_along_axis
 
 __all__ = ["argsort", "sort"]
 
@@ -24,7 +28,8 @@ def argsort(x, /, *, axis=-1, descending=False, stable=True):
     ``descending``. With ``stable`` (the default) equal values keep their relative order,
     in either direction. int64 of ``x``'s shape; never requires grad."""
     x, axis = _check(x, axis, "argsort")
-    return run1(ops.argsort, orderable(x), axis, bool(descending), bool(stable))
+    return run1(ops.argsort, orderable(x), axis, flag("argsort", "descending", descending),
+                flag("argsort", "stable", stable))
 
 
 def sort(x, /, *, axis=-1, descending=False, stable=True):
@@ -33,9 +38,10 @@ def sort(x, /, *, axis=-1, descending=False, stable=True):
     Gradient: each element of ``x`` gets the gradient of the place it was sorted to
     (with ties, the order ``argsort`` gives decides)."""
     x, axis = _check(x, axis, "sort")
+    descending, stable = flag("sort", "descending", descending), flag("sort", "stable", stable)
     if x.dtype.kind == "b":  # never requires grad
-        return run(ops.sort, [orderable(x)], axis, bool(descending), bool(stable)).astype("bool")
-    return run(ops.sort, [x], axis, bool(descending), bool(stable))
+        return run(ops.sort, [orderable(x)], axis, descending, stable).astype("bool")
+    return run(ops.sort, [x], axis, descending, stable)
 
 
 def _argsort_method(self, axis=None, descending=False, *, stable=True, dim=None):
@@ -43,19 +49,29 @@ def _argsort_method(self, axis=None, descending=False, *, stable=True, dim=None)
     return argsort(self, axis=-1 if axis is None else axis, descending=descending, stable=stable)
 
 
-def _sort_method(self, axis=-1, descending=False, *, stable=True, dim=None):
-    if dim is not None:
-        torch_axis("sort", None, dim)  # raises: PyTorch's form gives (values, indices)
-    return sort(self, axis=axis, descending=descending, stable=stable)
+class SortResult(NamedTuple):
+    """``t.sort()``'s result, as PyTorch's: the sorted values and the indices they came from."""
+
+    values: Tensor
+    indices: Tensor
+
+
+def _sort_method(self, axis=None, descending=False, *, stable=True, dim=None):
+    axis = torch_axis("sort", axis, dim)[0]  # dim=: PyTorch's name
+    indices = argsort(self, axis=-1 if axis is None else axis, descending=descending, stable=stable)
+    # the values picked by the indices: one order for both, whatever the ties and NaNs
+    return SortResult(take_along_axis(self, indices, axis=-1 if axis is None else axis), indices)
 
 
 _argsort_method.__name__ = _argsort_method.__qualname__ = "argsort"
 _argsort_method.__doc__ = ("``argsort(t, axis=axis, descending=descending, stable=stable)``; ``axis`` and "
                            "``descending`` may be given positionally (PyTorch's order).")
 _sort_method.__name__ = _sort_method.__qualname__ = "sort"
-_sort_method.__doc__ = ("``sort(t, axis=axis, descending=descending, stable=stable)``: a new sorted tensor "
-                        "(the values only; unlike NumPy's ``ndarray.sort`` nothing is sorted in place, and "
-                        "unlike PyTorch no indices are returned: use ``t.argsort()``).")
+_sort_method.__doc__ = ("``(values, indices)`` along ``axis`` (the last by default; PyTorch's ``dim=`` too), "
+                        "as PyTorch's ``t.sort()``: ``indices = t.argsort(axis, descending, stable=stable)`` and "
+                        "the values they pick (gradient: to where each came from). Nothing is sorted in place "
+                        "(NumPy's ``ndarray.sort`` sorts in place and returns None); ``lp.sort`` gives the "
+                        "values alone.")
 
 # Tensor methods for these functions: {method name: function}.
 METHODS: dict = {"argsort": _argsort_method, "sort": _sort_method}

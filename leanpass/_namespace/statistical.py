@@ -14,7 +14,7 @@ from .._checks import normalize_axes, normalize_axis
 from .._dtypes import DTYPES, as_dtype
 from .._node import _guarded, leaf, run1
 from ..backends import get_default_dtype
-from ._util import asarray_like, orderable, torch_axis
+from ._util import asarray_like, flag, orderable, torch_axis
 
 __all__ = ["cumulative_prod", "cumulative_sum", "max", "mean", "min", "prod", "std", "sum", "var"]
 
@@ -27,6 +27,8 @@ def accumulation_dtype(x, dtype, op):
     others keep their dtype."""
     if dtype is not None:
         dtype = as_dtype(dtype, op)
+        if dtype.kind == "b":  # the standard's sum/prod are of numeric dtypes: on every device
+            raise TypeError(f"{op}: dtype={dtype.name} is not a numeric dtype")
         if x.dtype.kind == "c" and dtype.kind != "c":
             raise TypeError(
                 f"{op}: dtype={dtype.name} would discard the imaginary part of a {x.dtype.name} tensor; "
@@ -64,7 +66,7 @@ def sum(x, /, *, axis=None, dtype=None, keepdims=False):  # noqa: A001
     ``dtype`` casts ``x`` before summing. Gradient: ``g`` broadcast back."""
     x = asarray_like(x, "sum")
     axes = normalize_axes(axis, x.ndim, "sum")
-    dtype = accumulation_dtype(x, dtype, "sum")
+    dtype, keepdims = accumulation_dtype(x, dtype, "sum"), flag("sum", "keepdims", keepdims)
     return reduce(ops.sum, x, "sum", dtype, axes, keepdims, _library_dtype(x, dtype))
 
 
@@ -77,7 +79,7 @@ def prod(x, /, *, axis=None, dtype=None, keepdims=False):
     elements are zero (as in PyTorch); nothing is divided by ``x``."""
     x = asarray_like(x, "prod")
     axes = normalize_axes(axis, x.ndim, "prod")
-    dtype = accumulation_dtype(x, dtype, "prod")
+    dtype, keepdims = accumulation_dtype(x, dtype, "prod"), flag("prod", "keepdims", keepdims)
     return reduce(ops.prod, x, "prod", dtype, axes, keepdims, _library_dtype(x, dtype))
 
 
@@ -89,13 +91,14 @@ def mean(x, /, *, axis=None, keepdims=False):
     axes = normalize_axes(axis, x.ndim, "mean")
     if x.dtype.kind not in "fc":
         x = x.astype(get_default_dtype())
-    return run1(ops.mean, x, axes, keepdims)
+    return run1(ops.mean, x, axes, flag("mean", "keepdims", keepdims))
 
 
 def _extremum(name, op):
     def function(x, /, *, axis=None, keepdims=False):
         x = asarray_like(x, name)
         axes = normalize_axes(axis, x.ndim, name)
+        keepdims = flag(name, "keepdims", keepdims)
         if any(x.shape[i] == 0 for i in axes):  # axis=() reduces nothing: an empty tensor is fine
             raise ValueError(f"{name}: the tensor of shape {x.shape} is empty along the reduced axes")
         if x.dtype.kind == "c":
@@ -127,7 +130,7 @@ def _spread(name, op):
             raise TypeError(f"{name}: x must have a real dtype, got {x.dtype}")
         if x.dtype.kind != "f":  # integers: in the default float dtype, as the standard says
             x = x.astype(get_default_dtype())
-        return run1(op, x, axes, correction, keepdims)
+        return run1(op, x, axes, correction, flag(name, "keepdims", keepdims))
 
     function.__name__ = function.__qualname__ = name
     return function
@@ -159,8 +162,8 @@ def _running(name, op):
                 raise ValueError(f"{name}: axis is required for a tensor of {x.ndim} dimensions (shape {x.shape})")
             axis = 0
         axis = normalize_axis(axis, x.ndim, name)
-        dtype = accumulation_dtype(x, dtype, name)
-        return reduce(op, x, name, dtype, axis, _library_dtype(x, dtype), bool(include_initial))
+        dtype, initial = accumulation_dtype(x, dtype, name), flag(name, "include_initial", include_initial)
+        return reduce(op, x, name, dtype, axis, _library_dtype(x, dtype), initial)
 
     function.__name__ = function.__qualname__ = name
     return function

@@ -67,7 +67,8 @@ def mean(be, a, axes, keepdims):
     def backward(g):
         if not keepdims:
             g = xp.reshape(g, kept_shape(shape, axes))
-        return (xp.broadcast_to(g / count, shape),)
+        # nothing reduced: an empty gradient (no 0-division and its warning)
+        return (xp.broadcast_to(g / count if count else g, shape),)
 
     if count == 0:  # the mean of nothing is nan (0 / 0), without a warning
         with be.quiet():
