@@ -137,6 +137,8 @@ def _frequencies(name, n, d, dtype, device):
     dtype = as_dtype(dtype, name).name if dtype is not None else get_default_dtype()
     if dtype not in _COMPLEX:
         raise ValueError(f"{name}: dtype must be a real floating-point dtype, got {dtype}")
+    if d == 0:  # NumPy's own error is an unnamed ZeroDivisionError
+        raise ZeroDivisionError(f"{name}: the sample spacing d must not be 0 (the frequencies are 1 / (d * n))")
     with backend.context():
         out = getattr(backend.fft, name)(n, d=float(d), dtype=backend.dtype(dtype), device=backend.xp_device)
     return leaf(out, backend, name)

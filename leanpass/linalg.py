@@ -35,7 +35,7 @@ from . import ops, tensor  # tensor before the graph layer (_node), which import
 from ._checks import broadcast_shapes, integer, is_bool, normalize_axes, normalize_axis
 from ._dtypes import as_dtype
 from ._namespace import elementwise, statistical
-from ._namespace._util import tensors
+from ._namespace._util import flag, pair, python_number, tensors
 from ._namespace.linalg import call as _apply
 from ._namespace.linalg import matrix_transpose, no_complex_grad, tensordot, vecdot
 from ._namespace.manipulation import reshape
@@ -132,12 +132,12 @@ def _rtol(x, rtol, name):
     """``rtol`` as a number or a Tensor on ``x``'s device (None: the library's default)."""
     if rtol is None or isinstance(rtol, Tensor):
         return rtol
-    if isinstance(rtol, bool):
-        raise TypeError(f"{name}: rtol must be a real number or a tensor, got bool")
+    rtol = python_number(rtol)  # NumPy's scalars are numbers
+    if isinstance(rtol, bool) or isinstance(rtol, complex):
+        raise TypeError(f"{name}: rtol must be a real number or a tensor, got {type(rtol).__name__}")
     if isinstance(rtol, (int, float)):
         return float(rtol)
-    (rtol,) = tensors(name, rtol)
-    return rtol
+    return pair(name, x, rtol)[1]  # host data (a NumPy array) on x's device
 
 
 # ---- products and parts of matrices -----------------------------------------------------------
@@ -146,7 +146,7 @@ def _rtol(x, rtol, name):
 def cross(x1, x2, /, *, axis=-1):
     """Cross products of the 3-element vectors along ``axis`` (negative, counted from
     the end; that axis must have size 3 in both and does not broadcast, the others do)."""
-    x1, x2 = tensors("cross", x1, x2)
+    x1, x2 = pair("cross", x1, x2)
     _numeric(x1, "cross")
     _numeric(x2, "cross")
     ndim = min(x1.ndim, x2.ndim)
@@ -163,7 +163,7 @@ def cross(x1, x2, /, *, axis=-1):
 
 def outer(x1, x2, /):
     """The outer product ``x1[:, None] * x2[None, :]`` of two 1-D tensors."""
-    x1, x2 = tensors("outer", x1, x2)
+    x1, x2 = pair("outer", x1, x2)
     if x1.ndim != 1 or x2.ndim != 1:
         raise ValueError(f"outer: operands must be 1-D, got shapes {x1.shape} and {x2.shape}")
     _numeric(x1, "outer")
@@ -191,6 +191,8 @@ def trace(x, /, *, offset=0, dtype=None):
         if x.dtype.kind == "c" and not name.startswith("complex"):
             raise TypeError(f"trace: dtype={name} would discard the imaginary part of a {x.dtype} tensor; "
                             "take the real part first (lp.real)")
+    if not name.startswith(("float", "complex")):  # an integer result never requires grad (as lp.sum's)
+        x = x.detach()
     return _apply("trace", ops.trace, [x], integer(offset, "trace", "offset"), x._backend.dtype(name))
 
 
@@ -207,7 +209,7 @@ def solve(x1, x2, /):
     """``X`` with ``x1 @ X == x2``: ``x1`` of shape ``(..., M, M)``; ``x2`` of shape
     ``(M,)`` (one right-hand side for every matrix; result ``(..., M)``) or
     ``(..., M, K)`` (stack shapes broadcast; result ``(..., M, K)``)."""
-    x1, x2 = tensors("solve", x1, x2)
+    x1, x2 = pair("solve", x1, x2)
     x1 = _matrix(x1, "solve", square=True)
     _floating(x2, "solve")
     m = x1.shape[-1]
@@ -258,7 +260,7 @@ def matrix_power(x, n, /):
     if n == 0:
         return run(ops.identity_power, [x])
     if n < 0:
-        x, n = inv(x), -n
+        x, n = _apply("matrix_power", ops.inv, [x]), -n  # a singular matrix: an error naming matrix_power
     result = None
     while True:  # square-and-multiply
         if n & 1:
@@ -283,7 +285,7 @@ def cholesky(x, /, *, upper=False):
     """The lower Cholesky factor ``L`` of each symmetric positive-definite matrix
     (``x = L L^T``), or the upper one ``U = L^T`` when ``upper``."""
     x = _matrix(x, "cholesky", square=True)
-    return _apply("cholesky", ops.cholesky, [x], bool(upper))
+    return _apply("cholesky", ops.cholesky, [x], flag("cholesky", "upper", upper))
 
 
 def eigh(x, /):
@@ -313,7 +315,7 @@ def svd(x, /, *, full_matrices=True):
     """``SVDResult(U, S, Vh)`` with ``x = U diag(S) Vh`` and ``S`` descending;
     ``full_matrices=False`` keeps only ``K = min(M, N)`` singular vectors."""
     x = _matrix(x, "svd")
-    return SVDResult(*_several("svd", ops.svd, x, bool(full_matrices)))
+    return SVDResult(*_several("svd", ops.svd, x, flag("svd", "full_matrices", full_matrices)))
 
 
 def svdvals(x, /):
@@ -326,6 +328,7 @@ def svdvals(x, /):
 
 
 def _real_number(ord, name):  # noqa: A002
+    ord = python_number(ord)  # NumPy's scalars (np.int64(1)) are numbers, as NumPy and PyTorch take them
     if isinstance(ord, bool) or not isinstance(ord, (int, float)):
         raise TypeError(f"{name}: ord must be a real number, got {ord!r}")
     return ord
@@ -339,7 +342,7 @@ def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):  # noqa: A002 - the 
     _floating(x, "vector_norm")
     ord = _real_number(ord, "vector_norm")
     axes = None if axis is None else normalize_axes(axis, x.ndim, "vector_norm")
-    return _apply("vector_norm", ops.vector_norm, [x], axes, bool(keepdims), ord)
+    return _apply("vector_norm", ops.vector_norm, [x], axes, flag("vector_norm", "keepdims", keepdims), ord)
 
 
 def matrix_norm(x, /, *, keepdims=False, ord="fro"):  # noqa: A002 - the standard's name
@@ -348,6 +351,8 @@ def matrix_norm(x, /, *, keepdims=False, ord="fro"):  # noqa: A002 - the standar
     (the largest/smallest column sum of ``abs(x)``), ``inf``/``-inf`` (row sums).
     ``keepdims`` keeps the last two axes as size 1."""
     x = _matrix(x, "matrix_norm")
+    keepdims = flag("matrix_norm", "keepdims", keepdims)
+    ord = python_number(ord)  # noqa: A001 - NumPy's scalars are numbers
     if isinstance(ord, str):
         valid = ord in ("fro", "nuc")
     else:

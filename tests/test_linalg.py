@@ -576,3 +576,62 @@ def test_det_second_derivative_of_a_well_conditioned_matrix_with_repeated_singul
 def test_matrix_rank_of_empty_matrices_broadcasts_rtol(device):
     got = L.matrix_rank(arr(device, np.zeros((0, 3))), rtol=arr(device, np.array([0.1, 0.2, 0.3, 0.4])))
     assert got.shape == (4,) and got.numpy().tolist() == [0, 0, 0, 0]
+
+
+# ---- found by review (2026-12-02) ------------------------------------------------------------------
+
+
+def test_trace_to_an_integer_dtype_carries_no_gradient(device):
+    x = lp.Tensor(np.array([[1.7, 0.0], [0.0, 2.6]]), device=device, requires_grad=True)
+    for dtype in (lp.int64, lp.bool):
+        y = lp.linalg.trace(x, dtype=dtype)
+        assert not y.requires_grad and y.dtype == dtype
+    assert int(lp.linalg.trace(x, dtype=lp.int64)) == 3
+    assert lp.linalg.trace(x).requires_grad
+
+
+def test_numpy_scalars_are_numbers_for_rtol_ord_and_axes(device):
+    x = lp.asarray(np.diag([1.0, 0.05, 1e-3]), device=device)
+    assert int(lp.linalg.matrix_rank(x, rtol=np.float32(0.01))) == 2
+    assert int(lp.linalg.matrix_rank(x, rtol=np.array(0.01))) == 2  # host data: on x's device
+    assert lp.linalg.pinv(x, rtol=np.float64(0.01)).device == x.device
+    a = lp.asarray([[3.0, 4.0], [1.0, 2.0]], device=device)
+    assert float(lp.linalg.vector_norm(a, ord=np.int64(1))) == 10.0
+    assert float(lp.linalg.matrix_norm(a, ord=np.int64(1))) == 6.0
+    assert lp.linalg.tensordot(a, a, axes=(np.int64(1), np.int64(0))).tolist() == [[13.0, 20.0], [5.0, 8.0]]
+    with pytest.raises(TypeError, match="tensordot: axes must be"):
+        lp.linalg.tensordot(a, a, axes=(True, 0))
+
+
+def test_host_data_beside_a_tensor_takes_its_device_and_dtype(device):
+    """As with ``A @ h``: lp.matmul, solve, vecdot, cross, outer, tensordot."""
+    a = lp.asarray(np.eye(2) * 2, dtype=lp.float32, device=device)
+    h = np.ones(2)
+    for out in (lp.matmul(a, h), lp.matmul(h, a), lp.linalg.solve(a, h), lp.vecdot(a, h), lp.linalg.outer(h, a[0]),
+                lp.linalg.tensordot(a, h, axes=1), lp.linalg.cross(np.ones(3), lp.ones(3, dtype=lp.float32,
+                                                                                      device=device))):
+        assert out.dtype == lp.float32 and out.device == a.device
+    np.testing.assert_array_equal(lp.matmul(a, h).numpy(), (a @ h).numpy())
+    with pytest.raises(TypeError, match="matmul: operands must be Tensors, got Tensor and float"):
+        lp.matmul(a, 2.0)
+
+
+def test_errors_name_the_function_once(device):
+    singular = np.array([[1.0, 2.0], [2.0, 4.0]])
+    x = lp.Tensor(singular, device=device, requires_grad=True)
+    if device == "cpu":  # NumPy raises for a singular inverse; other libraries give inf/nan
+        with pytest.raises(ValueError, match="slogdet: the gradient of logabsdet at a singular matrix"):
+            lp.linalg.slogdet(x).logabsdet.backward()
+        assert x._grad is None  # nothing written
+        with pytest.raises(ValueError, match="^matrix_power: "):
+            lp.linalg.matrix_power(lp.asarray(singular), -1)
+    other = "strict" if device != "strict" else "cpu"
+    with pytest.raises(ValueError, match="^pinv: operands are on different devices"):
+        lp.linalg.pinv(lp.eye(2, device=device), rtol=lp.asarray(0.1, device=other))
+    for call, text in ((lambda: lp.linalg.cholesky(lp.eye(2, device=device), upper="no"), "cholesky: upper"),
+                       (lambda: lp.linalg.svd(lp.eye(2, device=device), full_matrices=None), "svd: full_matrices"),
+                       (lambda: lp.linalg.matrix_norm(lp.eye(2, device=device), keepdims=1), "matrix_norm: keepdims")):
+        with pytest.raises(TypeError, match=f"{text} must be a bool"):
+            call()
+    with pytest.raises(ZeroDivisionError, match="fftfreq: the sample spacing d must not be 0"):
+        lp.fft.fftfreq(4, d=0, device=device)

@@ -49,6 +49,24 @@ def tensors(op, *xs):
     return out
 
 
+def pair(op, x1, x2):
+    """``x1, x2`` as Tensors on one device. Host data (a list, a NumPy array) beside a
+    Tensor goes to that Tensor's device, in its dtype, as an operator's operand does
+    (:func:`operand`: ``A @ h`` and ``lp.linalg.solve(A, h)`` agree)."""
+    if isinstance(x1, Tensor) and not isinstance(x2, Tensor) and backend_of_array(x2) is None:
+        x2 = _host_operand(op, x1, x2)
+    elif isinstance(x2, Tensor) and not isinstance(x1, Tensor) and backend_of_array(x1) is None:
+        x1 = _host_operand(op, x2, x1)
+    return tensors(op, x1, x2)
+
+
+def _host_operand(op, like, data):
+    found = operand(like, data)
+    if not isinstance(found, Tensor):  # a Python number, a string...: not an array
+        raise TypeError(f"{op}: expected a Tensor, got {type(data).__name__}; make one with leanpass.asarray(...)")
+    return found
+
+
 def python_number(value):
     """A NumPy scalar as the Python number it holds (NumPy and PyTorch take them where
     the standard says Python scalars); anything else as it is."""

@@ -10,7 +10,7 @@ from .._checks import broadcast_shapes, is_bool, normalize_axis
 from .._node import run
 from ..autograd import is_grad_enabled
 from ..tensor import Tensor
-from ._util import tensors
+from ._util import pair, tensors
 from .manipulation import permute_dims
 from .operators import matmul
 
@@ -44,6 +44,8 @@ def call(name, op, args, *params):
     try:
         return run(op, args, *params)
     except (TypeError, ValueError) as exc:
+        if str(exc).startswith(f"{name}: "):  # the graph layer's own check, which names the function already
+            raise
         described = [f"{a.shape} {a.dtype}" for a in args if isinstance(a, Tensor)]
         raise type(exc)(f"{name}: {exc} (tensor{'s' if len(described) > 1 else ''} of shape and dtype "
                         f"{' and '.join(described)})") from None
@@ -54,13 +56,18 @@ def tensordot(x1, x2, /, *, axes=2):
     ``x1`` with the first ``N`` of ``x2``) or two sequences of axes, paired in order.
     The result's axes are ``x1``'s free axes then ``x2``'s. Contracted axes must have
     equal sizes (they do not broadcast)."""
-    x1, x2 = tensors("tensordot", x1, x2)
+    x1, x2 = pair("tensordot", x1, x2)
     if is_bool(axes):
         raise TypeError("tensordot: axes must be an int or a pair of sequences of ints, got bool")
     if isinstance(axes, (tuple, list)):
         if len(axes) != 2:
             raise ValueError(f"tensordot: axes must be an int or a pair of sequences of ints, got {axes!r}")
-        first, second = ([a] if isinstance(a, int) else list(a) for a in axes)
+        try:  # an axis or a sequence of axes (NumPy's integers too) for each operand
+            if any(is_bool(a) for a in axes):
+                raise TypeError
+            first, second = ([operator.index(a)] if not isinstance(a, (tuple, list)) else list(a) for a in axes)
+        except TypeError:
+            raise TypeError(f"tensordot: axes must be an int or a pair of sequences of ints, got {axes!r}") from None
         if len(first) != len(second):
             raise ValueError(f"tensordot: axes {axes!r} name {len(first)} axes of x1 but {len(second)} of x2")
         first = tuple(normalize_axis(a, x1.ndim, "tensordot") for a in first)
@@ -92,7 +99,7 @@ def vecdot(x1, x2, /, *, axis=-1):
     """Dot products ``sum(conj(x1) * x2)`` along ``axis`` (negative, counted from the end
     of the broadcast shape); the other axes broadcast, the contracted axis must have
     the same size in both."""
-    x1, x2 = tensors("vecdot", x1, x2)
+    x1, x2 = pair("vecdot", x1, x2)
     ndim = min(x1.ndim, x2.ndim)
     if ndim == 0:
         raise ValueError(f"vecdot: operands must have at least one axis, got shapes {x1.shape} and {x2.shape}")

@@ -15,7 +15,7 @@ from .._node import _guarded, inplace, make, run2
 from ..ops import elementwise as table
 from ..tensor import Tensor
 from . import elementwise
-from ._util import SCALARS, operand
+from ._util import SCALARS, operand, pair
 from .elementwise import as_floating, scalar_refused, with_scalar
 
 __all__ = ["matmul"]
@@ -138,9 +138,12 @@ Tensor.__invert__ = elementwise.bitwise_invert
 
 
 def matmul(x1, x2, /):
-    """Matrix product (1-D and batched N-D operands, as the ``@`` operator)."""
+    """Matrix product (1-D and batched N-D operands, as the ``@`` operator; host data
+    beside a Tensor takes its device and dtype, as with ``@``)."""
     if not isinstance(x1, Tensor) or not isinstance(x2, Tensor):
-        raise TypeError(f"matmul: operands must be Tensors, got {type(x1).__name__} and {type(x2).__name__}")
+        if isinstance(x1, SCALARS) or isinstance(x2, SCALARS):  # the standard's matmul takes no scalars
+            raise TypeError(f"matmul: operands must be Tensors, got {type(x1).__name__} and {type(x2).__name__}")
+        x1, x2 = pair("matmul", x1, x2)
     a, b = x1, x2
     if a._data.ndim == 0 or b._data.ndim == 0:
         raise ValueError(f"matmul: operands must have at least one axis, got shapes {a.shape} and {b.shape}")

@@ -304,7 +304,12 @@ def slogdet(be, a):
     sign, logabsdet = be.linalg.slogdet(a)
 
     def backward(g):
-        return (g[..., None, None] * _transpose(xp, be.linalg.inv(a)),)
+        try:
+            inverse = be.linalg.inv(a)
+        except ValueError as exc:  # NumPy's LinAlgError: a singular matrix
+            raise type(exc)(f"slogdet: the gradient of logabsdet at a singular matrix is infinite (shape "
+                            f"{a.shape}): {exc}") from None
+        return (g[..., None, None] * _transpose(xp, inverse),)
 
     return (xp.asarray(sign), xp.asarray(logabsdet)), (_none, backward)
 
