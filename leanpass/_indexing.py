@@ -275,10 +275,11 @@ def _basic_args(t, items):
 # ---- writing -------------------------------------------------------------------------------
 
 
-def setitem(t, index, value):
+def setitem(t, index, value, name="setitem"):
     """``t[index] = value``: ``value`` (a number, a Tensor or array data, broadcast to
-    the indexed shape, cast to ``t``'s dtype) is written into ``t`` itself."""
-    p = parse(t, index, "setitem")
+    the indexed shape, cast to ``t``'s dtype) is written into ``t`` itself. ``name``
+    is the operation errors name (``fill_`` and friends write through here)."""
+    p = parse(t, index, name)
     perm = None
     if p.kind == "basic":
         key = tuple(k for k in p.items if k is not None)
@@ -288,29 +289,29 @@ def setitem(t, index, value):
         key = p.mask
         region = stored = None  # data-dependent: counted only when a non-scalar value must be checked
     else:
-        full, entries, block, at, index_shape = _integer_block(t, p.items, "setitem")
-        key = tuple(_checked_positions(t, item, axis, "setitem") if axis in block and not isinstance(item, int)
+        full, entries, block, at, index_shape = _integer_block(t, p.items, name)
+        key = tuple(_checked_positions(t, item, axis, name) if axis in block and not isinstance(item, int)
                     else item for axis, item in enumerate(entries))
         sizes = [len(range(*s.indices(t.shape[i]))) for i, s in enumerate(entries) if isinstance(s, slice)]
         region = _result_shape(full, at, index_shape, sizes)
         # The key written has no None or ellipsis: its arrays may stand together where
         # the user's did not; then the value's index axes move from the front to them.
-        at_stored = _integer_block(t, entries, "setitem")[3]
+        at_stored = _integer_block(t, entries, name)[3]
         stored = _result_shape(entries, at_stored, index_shape, sizes)
         if at is None and at_stored is not None:
             n, before = len(index_shape), sum(1 for i in range(block[0]) if isinstance(entries[i], slice))
             perm = (*range(n, n + before), *range(n), *range(n + before, n + len(sizes)))
-    value = _value(t, value, region, key if p.kind == "mask" else None)
+    value = _value(t, value, region, key if p.kind == "mask" else None, name)
     if isinstance(value, Tensor) and (stored != region or perm):
         value = run1(ops.broadcast_to, value, region)
         if perm:
             value = run1(ops.permute_dims, run1(ops.reshape, value, index_shape + tuple(sizes)), perm)
         value = run1(ops.reshape, value, stored)
-    inplace(t, ops.setitem, [value], p.kind, key, name="setitem",
+    inplace(t, ops.setitem, [value], p.kind, key, name=name,
             write=lambda data, v, *_: t._backend.index_set(data, p.kind, key, v))
 
 
-def _value(t, value, region, mask=None):
+def _value(t, value, region, mask=None, name="setitem"):
     """``value`` as a Tensor (or Python number) of ``t``'s dtype and device that
     broadcasts to the indexed ``region``."""
     if isinstance(value, (bool, int, float, complex)) and not isinstance(value, Tensor):
@@ -322,22 +323,22 @@ def _value(t, value, region, mask=None):
         try:
             value = as_tensor(value, device=t._backend, dtype=dtype_name(t._data.dtype))
         except (TypeError, ValueError) as exc:
-            raise type(exc)(f"setitem: cannot write a value of type {type(value).__name__} into the tensor of "
+            raise type(exc)(f"{name}: cannot write a value of type {type(value).__name__} into the tensor of "
                             f"shape {t.shape} and dtype {t.dtype}: {exc}") from None
     elif value._backend is not t._backend:
-        raise ValueError(device_message("setitem", t, value))
+        raise ValueError(device_message(name, t, value))
     if value._data.dtype != t._data.dtype:
         value = value.astype(t.dtype)
     extra = value.ndim - len(region)
     if extra > 0 and all(n == 1 for n in value.shape[:extra]):  # leading axes of one: dropped, as NumPy
         value = value.reshape(value.shape[extra:])
     try:
-        shape = broadcast_shapes("setitem", value.shape, region)
+        shape = broadcast_shapes(name, value.shape, region)
     except ValueError:
         shape = None
     if shape != tuple(region):
         raise ValueError(
-            f"setitem: a value of shape {value.shape} does not broadcast to the indexed shape {tuple(region)} "
+            f"{name}: a value of shape {value.shape} does not broadcast to the indexed shape {tuple(region)} "
             f"of the tensor of shape {t.shape}"
         )
     return value

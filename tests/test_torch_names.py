@@ -129,3 +129,13 @@ def test_softmax_of_a_zero_d_tensor(device):
     assert nn.functional.log_softmax(x).tolist() == 0.0
     with pytest.raises(IndexError, match="softmax: axis 1 is out of range for a tensor of 0 dimensions"):
         x.softmax(1)
+
+
+def test_in_place_methods_name_themselves_in_errors(device):
+    w = Tensor([1.0, 2.0], device=device, requires_grad=True)
+    for name, call in (("zero_", w.zero_), ("fill_", lambda: w.fill_(3.0)), ("copy_", lambda: w.copy_(lp.ones(2, device=device)))):
+        with pytest.raises(RuntimeError, match=f"^{name}: a leaf tensor that requires grad"):
+            call()
+    with pytest.raises(ValueError, match=r"^copy_: a value of shape \(3,\) does not broadcast"):
+        w.detach().copy_(lp.ones(3, device=device))
+    assert w.tolist() == [1.0, 2.0]

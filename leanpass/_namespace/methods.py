@@ -11,6 +11,7 @@ import numbers
 
 from .. import ops
 from .._checks import check_reshape, normalize_axis
+from .._indexing import setitem
 from .._node import run1
 from ..ops import elementwise as table
 from ..tensor import Tensor
@@ -266,20 +267,20 @@ def masked_fill(self, mask, value):
 
 def zero_(self):
     """Set every element to 0, in place (PyTorch's ``zero_``; ``t[...] = 0``); returns ``t``."""
-    self[...] = 0
+    setitem(self, ..., 0, name="zero_")
     return self
 
 
 def fill_(self, value):
     """Set every element to ``value``, in place (``t[...] = value``); returns ``t``."""
-    self[...] = value
+    setitem(self, ..., value, name="fill_")
     return self
 
 
 def copy_(self, src):
     """Write ``src`` (broadcasting, cast to this dtype) into this tensor, in place
     (``t[...] = src``; the gradient of ``src`` is recorded as for any setitem); returns ``t``."""
-    self[...] = src
+    setitem(self, ..., src, name="copy_")
     return self
 
 
