@@ -332,7 +332,7 @@ def _check_gradients(name, grads, shapes, tensors=False):
 # ---- in-place changes ----------------------------------------------------------------------
 
 
-def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=None, _outer=True):
+def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=None, _outer=True, _olds=None):
     """Change ``t`` itself to ``op(t, *others, *params)``.
 
     Without a graph to record (grad mode off, or nothing requires grad) the new
@@ -389,6 +389,10 @@ def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=N
     vc = version_of(t)
     if _outer:
         _check_remakes(vc, t, bases, label)
+        # An operand that is one of t's bases (``v = h[:]; v += h``) changes below too: it
+        # enters the graph as its state before the change, the node its own change
+        # makes (a live h would be an input of the node that h itself becomes: a loop).
+        _olds = {id(b): _snapshot(b) for b, _, _ in bases if any(o is b for o in others)}
     current = t._data
     source = backend.copy(current) if op.saved(0) else current
     # An operand that is t, or a view of it, would change under the op's saved array.
@@ -397,7 +401,9 @@ def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=N
         arrays = [backend.copy(a) if alias and op.saved(i + 1) else a
                   for i, (a, alias) in enumerate(zip(arrays, aliases))]
     out, backward = _inplace_forward(label, t, op, source, arrays, params, others)
-    old = _snapshot(t)
+    old = _olds.pop(id(t), None) if _olds else None
+    if old is None:
+        old = _snapshot(t)
     # The old state keeps the shared counter only where its backward reads its output
     # (then that backward must raise); otherwise it is just the value t had.
     old._vc = vc if getattr(old._op, "saves_out", False) else None
@@ -405,7 +411,8 @@ def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=N
         _write(t, out)
     if _outer:  # one change of the memory: its bases (below) share the counter, counted once
         vc.bump()
-    tensors = tuple((old if o is t else o) for o in others if isinstance(o, Tensor))
+    tensors = tuple((old if o is t else _olds.get(id(o), o) if _olds else o)
+                    for o in others if isinstance(o, Tensor))
     keep = (0, *(i + 1 for i, o in enumerate(others) if isinstance(o, Tensor)))  # op inputs in t._prev
     if len(tensors) != len(others):
         inner = backward
@@ -434,7 +441,7 @@ def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=N
         base, _key, remake = bases[0]
         set_key, set_shape = remake[1][1], remake[1][2]
         value = t if set_shape is None else run1(ops.reshape, t, tuple(set_shape))
-        inplace(base, ops.setitem, [value], "basic", set_key, name=label, _outer=False)
+        inplace(base, ops.setitem, [value], "basic", set_key, name=label, _outer=False, _olds=_olds)
     if _outer:
         _remake_views(vc, (t, *(b for b, _, _ in bases)))
     return t
