@@ -22,7 +22,7 @@ import operator
 
 from . import ops
 from ._checks import broadcast_shapes, device_message
-from ._dtypes import dtype_name
+from ._dtypes import DTYPES, dtype_name, iinfo
 from ._node import as_tensor, inplace, run1
 from .backends import backend_of_array, host_array
 from .tensor import Tensor
@@ -311,11 +311,35 @@ def setitem(t, index, value, name="setitem"):
             write=lambda data, v, *_: t._backend.index_set(data, p.kind, key, v))
 
 
+def _scalar_for(t, value, name):
+    """A Python number to write into ``t``, as a number of ``t``'s kind: cast as NumPy
+    and PyTorch cast it (a float into an integer tensor is truncated toward zero), on
+    every device (array_api_strict refuses numbers of another kind). A complex number
+    into a real tensor, or an integer beyond the dtype's range, raises."""
+    kind = DTYPES[dtype_name(t._data.dtype)].kind
+    if isinstance(value, complex) and kind != "c":
+        raise TypeError(f"{name}: a complex number cannot be written into the tensor of dtype {t.dtype} (the "
+                        "imaginary part would be lost); write its .real")
+    if kind == "b":
+        return bool(value)
+    if kind == "f":
+        return float(value)
+    if kind == "c":
+        return complex(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{name}: {value} cannot be written into the tensor of integer dtype {t.dtype}")
+    value = int(value)
+    limits = iinfo(t.dtype)
+    if not limits.min <= value <= limits.max:
+        raise OverflowError(f"{name}: the Python int {value} is out of the range of dtype {t.dtype}")
+    return value
+
+
 def _value(t, value, region, mask=None, name="setitem"):
     """``value`` as a Tensor (or Python number) of ``t``'s dtype and device that
     broadcasts to the indexed ``region``."""
     if isinstance(value, (bool, int, float, complex)) and not isinstance(value, Tensor):
-        return value
+        return _scalar_for(t, value, name)
     if region is None:  # a boolean mask: as many rows as it selects
         xp = t._backend.xp
         region = (int(xp.sum(xp.astype(mask, xp.int64))),) + t.shape[mask.ndim:]

@@ -791,3 +791,40 @@ def test_a_view_changed_with_its_own_base_differentiates(device, change):
     _, loss = run(lp, y, lp.asarray(weights, device=device))
     (grad,) = _returns_within(30, lambda: lp.autograd.grad(loss, [y]))
     np.testing.assert_allclose(grad.numpy(), tx.grad.numpy())
+
+
+def test_python_numbers_write_and_combine_in_place_alike_on_every_device(device):
+    """array_api_strict refuses a Python number of another kind; LeanPass casts it as
+    NumPy and PyTorch do, on every device (``i += True``, ``i[...] = 2.7``)."""
+    i = lp.asarray([7, -3], device=device)
+    i += True
+    i <<= True
+    assert i.tolist() == [16, -4]
+    f = lp.asarray([1.5], device=device)
+    f += True
+    assert f.tolist() == [2.5]
+    cases = [("int64", 2.7, [2, 2]), ("int64", -2.7, [-2, -2]), ("int64", True, [1, 1]), ("bool", 2, [True, True]),
+             ("bool", 0.0, [False, False]), ("float32", True, [1.0, 1.0]), ("complex64", 2, [2 + 0j, 2 + 0j])]
+    for dtype, value, expected in cases:
+        t = lp.zeros(2, dtype=dtype, device=device)
+        t[...] = value
+        assert t.tolist() == expected and t.dtype == dtype
+    t = lp.zeros(2, dtype="uint8", device=device)
+    for value, error, text in ((1j, TypeError, "a complex number cannot be written"),
+                               (-1, OverflowError, "the Python int -1 is out of the range of dtype uint8"),
+                               (float("nan"), ValueError, "nan cannot be written")):
+        with pytest.raises(error, match=f"setitem: {text}"):
+            t[...] = value
+    assert t.tolist() == [0, 0] and t._version == 0
+
+
+def test_a_number_of_no_standard_kind_is_refused():
+    import decimal
+
+    x = Tensor([1.0, 2.0])
+    with pytest.raises(TypeError, match="unsupported operand"):
+        x + decimal.Decimal("2")
+    y = x * 1
+    with pytest.raises(TypeError):
+        y **= decimal.Decimal("2")
+    assert (lp.asarray([1.0, 4.0]) ** 1j).dtype == lp.complex128  # a complex exponent: a complex result

@@ -133,7 +133,8 @@ def test_softmax_of_a_zero_d_tensor(device):
 
 def test_in_place_methods_name_themselves_in_errors(device):
     w = Tensor([1.0, 2.0], device=device, requires_grad=True)
-    for name, call in (("zero_", w.zero_), ("fill_", lambda: w.fill_(3.0)), ("copy_", lambda: w.copy_(lp.ones(2, device=device)))):
+    calls = (("zero_", w.zero_), ("fill_", lambda: w.fill_(3.0)), ("copy_", lambda: w.copy_(lp.ones(2, device=device))))
+    for name, call in calls:
         with pytest.raises(RuntimeError, match=f"^{name}: a leaf tensor that requires grad"):
             call()
     with pytest.raises(ValueError, match=r"^copy_: a value of shape \(3,\) does not broadcast"):

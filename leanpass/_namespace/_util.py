@@ -78,7 +78,10 @@ def python_number(value):
         return value
     if isinstance(value, numbers.Integral):
         return int(value)
-    return float(value) if isinstance(value, numbers.Real) else complex(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    # a number of no standard kind (decimal.Decimal): as it is, for the caller to refuse
+    return complex(value) if isinstance(value, numbers.Complex) else value
 
 
 def operand(like: Tensor, other):
@@ -94,7 +97,8 @@ def operand(like: Tensor, other):
     if kind is int or kind is float or kind is bool or kind is complex:
         return other
     if isinstance(other, numbers.Number):  # NumPy scalars: as Python numbers, which do not promote
-        return python_number(other)
+        other = python_number(other)
+        return other if isinstance(other, SCALARS) else NotImplemented  # a Decimal, a Fraction...
     if isinstance(other, (str, bytes)) or other is None:
         return NotImplemented
     if type(other).__module__.startswith("numpy.ma"):  # not NotImplemented: numpy.ma would drop the mask

@@ -16,7 +16,7 @@ from ..ops import elementwise as table
 from ..tensor import Tensor
 from . import elementwise
 from ._util import SCALARS, operand, pair
-from .elementwise import as_floating, scalar_refused, with_scalar
+from .elementwise import as_floating, kind_of, scalar_refused, with_scalar
 
 __all__ = ["matmul"]
 
@@ -73,6 +73,8 @@ def _in_place(entry, write):
                 return NotImplemented
         if isinstance(other, Tensor):
             return inplace(self, op, [other], name=name, write=write)
+        if type(other) is bool and kind_of(self) in "iuf":  # 0 or 1 with numbers, as out of place
+            other = int(other)
         if fast is not None and type(other) in (int, float):
             return inplace(self, fast, [], other, name=name, write=write)
         if not isinstance(other, SCALARS):

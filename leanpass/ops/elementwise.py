@@ -198,8 +198,9 @@ def pow(be, a, b):
     with be.quiet():
         out = a**b
         # NumPy's sqrt path (below) is taken for a single exponent broadcast against a
-        if be.syncs_cheaply and math.prod(b.shape) == 1 and xp.isdtype(out.dtype, "real floating") \
-                and float(xp.reshape(b, ())) == 0.5:
+        # (b may be a Python number: a complex one, which has no fast path of its own)
+        if be.syncs_cheaply and xp.isdtype(out.dtype, "real floating") and (
+                b == 0.5 if not hasattr(b, "shape") else math.prod(b.shape) == 1 and float(xp.reshape(b, ())) == 0.5):
             out = _half_power_cases(xp, a, out)
 
     def backward(g):
