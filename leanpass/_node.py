@@ -289,10 +289,11 @@ def _checked(fn, name):
     def forward(be, *arrays, needs, **params):
         out, backward = fn(be, *arrays, **params)
         shapes = tuple(tuple(a.shape) if need else None for a, need in zip(arrays, needs))
+        real = tuple(not dtype_name(a.dtype).startswith("complex") for a in arrays)
 
         def checked(g):
             grads = backward(g)
-            _check_gradients(name, grads, shapes, tensors=be.array_type is Tensor)
+            _check_gradients(name, grads, shapes, tensors=be.array_type is Tensor, backend=be, real=real)
             return grads
 
         return out, checked
@@ -300,7 +301,7 @@ def _checked(fn, name):
     return forward
 
 
-def _check_gradients(name, grads, shapes, tensors=False):
+def _check_gradients(name, grads, shapes, tensors=False, backend=None, real=None):
     if type(grads) is not tuple:
         raise TypeError(
             f"backward of {name!r} must return a tuple of one gradient per input ({len(shapes)}), "
@@ -319,6 +320,16 @@ def _check_gradients(name, grads, shapes, tensors=False):
                 f"backward of {name!r}: the gradient for input {position} must be "
                 f"{'a Tensor' if tensors else 'an array'} (or None), "
                 f"got {type(g).__name__}"
+            )
+        if not tensors and backend is not None and not backend.is_array(g):
+            raise TypeError(
+                f"backward of {name!r}: the gradient for input {position} must be an array of the library of "
+                f"{backend.device} (compute it with be.xp), got {type(g).__module__}.{type(g).__name__}"
+            )
+        if real is not None and real[position] and dtype_name(g.dtype).startswith("complex"):
+            raise TypeError(
+                f"backward of {name!r}: the gradient for the real input {position} is complex ({g.dtype}); "
+                "a real input takes a real gradient (its imaginary part would be dropped)"
             )
         have = tuple(g.shape)
         lead = len(have) - len(shape)

@@ -791,15 +791,21 @@ def _leaf_xp(tensor, create_graph: bool):
 
 def _store_any(tensor, grad, create_graph: bool) -> None:
     """Add a gradient into ``tensor.grad``: an array as :func:`_store` does, or a Tensor
-    (``create_graph``), which ``.grad`` then holds as it is."""
+    (``create_graph``): a copy in the graph, as PyTorch's (the gradient Tensor may be
+    another leaf's too, ``(a + b)``'s, or a read-only broadcast view, ``sum``'s), or
+    the sum with the Tensor ``.grad`` held."""
     if not create_graph:
         _store(tensor, grad, fresh=False)
         return
-    from ._node import leaf
+    from . import ops
+    from ._node import leaf, run1
 
     old = tensor._grad
-    if old is not None:
-        grad = (old if old.__class__ is grad.__class__ else leaf(old, tensor._backend)) + grad
+    with enable_grad():  # the copy or the sum stays differentiable
+        if old is None:
+            grad = run1(ops.copy, grad)
+        else:
+            grad = (old if old.__class__ is grad.__class__ else leaf(old, tensor._backend)) + grad
     tensor._grad = grad
     tensor._read_zeros = False
 
@@ -834,9 +840,15 @@ def grad(outputs, inputs, grad_outputs=None, *, retain_graph=None, create_graph=
             raise RuntimeError(f"grad: inputs[{i}] (shape {t.shape}) does not require grad")
     if grad_outputs is None or isinstance(grad_outputs, Tensor):
         grad_outputs = [grad_outputs] * len(outputs) if grad_outputs is None else [grad_outputs]
+    elif not isinstance(grad_outputs, (list, tuple)):  # an array or a number: the seed of the one output
+        if len(outputs) != 1:
+            raise TypeError(f"grad: grad_outputs must be a sequence of one gradient per output ({len(outputs)}), "
+                            f"got {type(grad_outputs).__name__}")
+        grad_outputs = [grad_outputs]
     grad_outputs = list(grad_outputs)
     if len(grad_outputs) != len(outputs):
-        raise ValueError(f"grad: {len(grad_outputs)} grad_outputs for {len(outputs)} outputs")
+        raise ValueError(f"grad: {len(grad_outputs)} grad_outputs for {len(outputs)} outputs (a list holds one "
+                         "gradient per output; give one output's as an array or Tensor)")
     seeds = []
     for i, (out, g) in enumerate(zip(outputs, grad_outputs)):
         backend = out._backend

@@ -392,12 +392,14 @@ class Tensor:
                 )
             grad = backend.ones(data.shape, data.dtype)
         elif create_graph and isinstance(gradient, Tensor):  # kept in the graph: d/d(gradient) too
-            if gradient.device != self.device or gradient.shape != self.shape:
+            if gradient.shape != self.shape:
                 raise ValueError(
                     f"backward: gradient of shape {gradient.shape} on {gradient.device} does not match the "
                     f"tensor of shape {self.shape} on {self.device}"
                 )
             with enable_grad():  # kept in the graph under no_grad too, as backprop runs with grad mode on
+                if gradient.device != self.device:  # moved, as without create_graph (the move is recorded)
+                    gradient = gradient.to(self.device)
                 grad = (gradient if gradient.dtype == self.dtype else gradient.astype(self.dtype)).clone()
         else:
             grad = as_tensor(gradient, device=backend.device, dtype=dtype_name(data.dtype))._data

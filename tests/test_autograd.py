@@ -874,3 +874,67 @@ def test_a_hook_that_refers_to_its_tensor_does_not_keep_it_alive():
     refs = [train() for _ in range(2)]
     gc.collect()
     assert all(r() is None for r in refs) and autograd._hooks_registered == before
+
+
+# ---- found by review (2026-12-02) ------------------------------------------------------------------
+
+
+def test_create_graph_gradients_are_each_leafs_own_writable_tensor(device):
+    """``(a + b)`` hands one gradient Tensor to both leaves, ``sum`` a read-only
+    broadcast view: each ``.grad`` is a copy in the graph, as PyTorch's."""
+    from leanpass import nn
+
+    a = Tensor([1.0, 2.0], device=device, requires_grad=True)
+    b = Tensor([3.0, 4.0], device=device, requires_grad=True)
+    ((a + b) ** 2).sum().backward(create_graph=True)
+    assert a.grad is not b.grad and a.grad.requires_grad
+    nn.utils.clip_grad_norm_([a, b], 1.0)
+    np.testing.assert_allclose(a.grad.numpy(), [0.39223227, 0.58834841], rtol=1e-6)
+    np.testing.assert_allclose(b.grad.numpy(), a.grad.numpy())
+    c = Tensor([1.0, 2.0], device=device, requires_grad=True)
+    c.sum().backward(create_graph=True)
+    nn.utils.clip_grad_value_([c], 0.1)
+    np.testing.assert_allclose(c.grad.numpy(), [0.1, 0.1])
+    x = Tensor([1.0, 2.0], device=device, requires_grad=True)
+    (x**3).sum().backward(create_graph=True)
+    x.grad.sum().backward()  # d/dx of 3x^2, added to the 3x^2 held: as PyTorch
+    np.testing.assert_allclose(x.grad.numpy(), [9.0, 24.0])
+
+
+def test_a_custom_backward_of_the_wrong_library_or_a_complex_gradient_writes_nothing(device):
+    from leanpass._node import apply
+
+    wrong = {"cpu": lambda g: leanpass.ones(2, device="strict")._data, "strict": lambda g: np.ones(2)}
+    other = wrong.get(device, lambda g: np.ones(2))
+    for make, text in ((lambda g: other(g), "the gradient for input 1 must be an array of the library of"),
+                       (lambda g: g * (1 + 1j), "the gradient for the real input 1 is complex")):
+        a = Tensor([1.0, 2.0], device=device, requires_grad=True)
+        b = Tensor([3.0, 4.0], device=device, requires_grad=True)
+
+        def f(be, x, y, make=make):
+            return x * y, (lambda g: (g * y, make(g)))
+
+        loss = apply(f, a, b).sum()
+        with pytest.raises(TypeError, match=f"backward of 'f': {text}"):
+            loss.backward()
+        assert a._grad is None and b._grad is None
+    x = Tensor(2.0, device=device, requires_grad=True)  # a library scalar (NumPy's g * 3.0 of a 0-d g) is an array
+    apply(lambda be, v: (v * 3.0, lambda g: (g * 3.0,)), x).backward()
+    assert float(x.grad) == 3.0
+
+
+def test_grad_takes_an_array_or_number_as_the_one_outputs_seed(device):
+    x = Tensor([1.0, 2.0], device=device, requires_grad=True)
+    assert leanpass.autograd.grad(x * x, x, np.ones(2))[0].tolist() == [2.0, 4.0]
+    assert leanpass.autograd.grad((x * x).sum(), x, 2.0)[0].tolist() == [4.0, 8.0]
+    with pytest.raises(ValueError, match="grad: 2 grad_outputs for 1 outputs"):
+        leanpass.autograd.grad(x * x, x, [1.0, 1.0])
+    with pytest.raises(TypeError, match="grad: grad_outputs must be a sequence"):
+        leanpass.autograd.grad([x * x, x * 2], x, np.ones(2))
+
+
+def test_create_graph_backward_moves_a_gradient_from_another_device(device):
+    other = "strict" if device != "strict" else "cpu"
+    x = Tensor([1.0, 2.0], device=device, requires_grad=True)
+    (x * 2).backward(Tensor([1.0, 1.0], device=other), create_graph=True)
+    assert x.grad.tolist() == [2.0, 2.0] and x.grad.device == x.device

@@ -195,6 +195,11 @@ class Backend:
         """A library scalar (NumPy returns one for 0-d results) as a 0-d array."""
         return self.xp.asarray(value)
 
+    def is_array(self, value) -> bool:
+        """Whether ``value`` is an array of this library (what a custom op's backward
+        must return; a library scalar counts)."""
+        return self.array_type is object or isinstance(value, self.array_type)
+
     def __init__(self, index: int = 0):
         self.index = index
         self.device = canonical_name(self.device_type, index, self.always_index)

@@ -132,6 +132,9 @@ class NumpyBackend(Backend):
     def read_only(self, array) -> bool:
         return not array.flags.writeable
 
+    def is_array(self, value) -> bool:
+        return isinstance(value, (np.ndarray, np.generic))  # g * 2.0 of a 0-d g is a NumPy scalar
+
     def take_rows(self, rows, index):
         numbers = _ROWS.get(rows.shape[0])  # _row_numbers' lookup written out (the hot path)
         if numbers is None:
