@@ -15,7 +15,7 @@ from ._dtypes import DTYPES as _DTYPES
 from ._namespace import *  # noqa: F401,F403 - the array API functions
 from ._namespace import __all__ as _namespace_all
 from ._namespace import __array_namespace_info__
-from .autograd import enable_grad, is_grad_enabled, no_grad
+from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from .backends import (
     available_devices,
     get_default_device,
@@ -68,6 +68,8 @@ __all__ = [
     "load",
     "no_grad",
     "enable_grad",
+    "set_grad_enabled",
+    "inference_mode",
     "is_grad_enabled",
     "gradcheck",
     "gradgradcheck",

@@ -39,7 +39,8 @@ import weakref
 from collections import deque
 
 __all__ = [
-    "no_grad", "enable_grad", "is_grad_enabled", "run_backward", "zero_graph_grads",
+    "no_grad", "enable_grad", "set_grad_enabled", "inference_mode", "is_grad_enabled", "backward", "grad",
+    "run_backward", "zero_graph_grads",
     "Version", "increment_version", "increment_versions", "Released", "grad_lock", "queue_callback",
 ]
 
@@ -195,10 +196,14 @@ class _GradMode:
         _state.enabled = self._prev
         return False
 
+    def _fresh(self):
+        """A new context manager of this mode (one per call of a decorated function)."""
+        return type(self)()
+
     def __call__(self, func):
         if not callable(func):
             raise TypeError(f"{type(self).__name__}() decorates a function, got {type(func).__name__}")
-        mode = type(self)
+        mode = self._fresh
         if inspect.isgeneratorfunction(func):
             return functools.wraps(func)(_generator_in_mode(func, mode))
 
@@ -249,6 +254,59 @@ class enable_grad(_GradMode):
     """Re-enable graph recording on this thread, e.g. inside a ``no_grad`` block."""
 
     _enabled = True
+
+
+class set_grad_enabled(_GradMode):
+    """Set graph recording on this thread to ``mode``, as PyTorch's: called alone it
+    sets the mode at once (``set_grad_enabled(False)``); as a context manager
+    (``with set_grad_enabled(is_train):``) or a decorator it restores the previous
+    mode afterwards."""
+
+    def __new__(cls, mode):
+        return object.__new__(cls)
+
+    def __init__(self, mode):
+        if not isinstance(mode, bool):
+            raise TypeError(f"set_grad_enabled: mode must be a bool, got {type(mode).__name__}")
+        self._enabled = mode
+        self._prev = _state.enabled
+        _state.enabled = mode
+
+    def __enter__(self):
+        return self
+
+    def _fresh(self):
+        return set_grad_enabled(self._enabled)
+
+    def __call__(self, func):
+        _state.enabled = self._prev  # as a decorator it changes nothing until the function runs
+        return super().__call__(func)
+
+
+class inference_mode(_GradMode):
+    """``inference_mode()`` (or ``inference_mode(True)``): no graph is recorded, as under
+    :class:`no_grad` (PyTorch's name for evaluation code; LeanPass has no separate
+    inference tensors, so tensors made here may later enter a graph).
+    ``inference_mode(False)`` changes nothing."""
+
+    def __new__(cls, mode=True):
+        if callable(mode):  # used bare as a decorator: @inference_mode
+            return cls(True)(mode)
+        return object.__new__(cls)
+
+    def __init__(self, mode=True):
+        if not isinstance(mode, bool):
+            raise TypeError(f"inference_mode: mode must be a bool, got {type(mode).__name__}")
+        self._mode = mode
+
+    def __enter__(self):
+        self._prev = _state.enabled
+        if self._mode:
+            _state.enabled = False
+        return self
+
+    def _fresh(self):
+        return inference_mode(self._mode)
 
 
 class Version:
@@ -810,20 +868,58 @@ def _store_any(tensor, grad, create_graph: bool) -> None:
     tensor._read_zeros = False
 
 
-def grad(outputs, inputs, grad_outputs=None, *, retain_graph=None, create_graph=False, allow_unused=False):
+def _seeds(name, what, given, outputs, grads, create_graph):
+    """The engine's seed for each of ``outputs`` from ``grads`` (one per output: None
+    is 1 for a one-element output, else a Tensor or array-like of its shape): arrays
+    the engine owns, or Tensors with ``create_graph``."""
+    from ._node import as_tensor, leaf
+    from .tensor import Tensor
+
+    seeds = []
+    for i, (out, g) in enumerate(zip(outputs, grads)):
+        backend = out._backend
+        if g is None:
+            if out.size != 1:
+                raise RuntimeError(
+                    f"{name}: grad can be implicitly created only for scalar outputs; {what}[{i}] has shape "
+                    f"{out.shape}: pass {given}"
+                )
+            g = backend.ones(out._data.shape, out._data.dtype)
+            seeds.append(leaf(g, backend) if create_graph else g)
+            continue
+        g = g if isinstance(g, Tensor) else as_tensor(g, device=out.device, dtype=str(out.dtype))
+        if g.shape != out.shape:
+            raise ValueError(f"{name}: {given}[{i}] has shape {g.shape}, {what}[{i}] {out.shape}")
+        if g.device != out.device:
+            raise ValueError(f"{name}: {given}[{i}] is on {g.device}, {what}[{i}] on {out.device}")
+        if g.dtype != out.dtype:
+            g = g.astype(out.dtype)
+        seeds.append(g if create_graph else backend.copy(g._data))
+    return seeds
+
+
+def grad(outputs, inputs, grad_outputs=None, *, retain_graph=None, create_graph=False, allow_unused=None,
+         materialize_grads=False):
     """The gradients of ``outputs`` with respect to ``inputs``, as ``torch.autograd.grad``.
 
     ``outputs`` and ``inputs``: a Tensor or a sequence of Tensors (``inputs`` may be
     non-leaf tensors of the graph). ``grad_outputs``: one per output (a Tensor,
     array-like or None; None is 1 for a one-element output). Returns a tuple with one
     gradient per input (a Tensor; None for an input that was not used, if
-    ``allow_unused``). No ``.grad`` is written. With ``create_graph=True`` the
+    ``allow_unused``; zeros of its shape with ``materialize_grads=True``, which implies
+    ``allow_unused``, as PyTorch's). No ``.grad`` is written. With ``create_graph=True`` the
     gradients are Tensors in a graph (differentiable again, also with respect to
     ``grad_outputs``); ``retain_graph`` defaults to ``create_graph``.
     """
-    from ._node import as_tensor, leaf
+    from ._node import leaf
     from .tensor import Tensor
 
+    if not isinstance(materialize_grads, bool):
+        raise TypeError(f"grad: materialize_grads must be a bool, got {type(materialize_grads).__name__}")
+    if allow_unused is None:
+        allow_unused = materialize_grads
+    elif materialize_grads and not allow_unused:
+        raise ValueError("grad: materialize_grads=True needs allow_unused to be True or None (as PyTorch's)")
     outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
     for kind, group in (("outputs", outputs), ("inputs", inputs)):
@@ -849,26 +945,7 @@ def grad(outputs, inputs, grad_outputs=None, *, retain_graph=None, create_graph=
     if len(grad_outputs) != len(outputs):
         raise ValueError(f"grad: {len(grad_outputs)} grad_outputs for {len(outputs)} outputs (a list holds one "
                          "gradient per output; give one output's as an array or Tensor)")
-    seeds = []
-    for i, (out, g) in enumerate(zip(outputs, grad_outputs)):
-        backend = out._backend
-        if g is None:
-            if out.size != 1:
-                raise RuntimeError(
-                    f"grad: grad can be implicitly created only for scalar outputs; outputs[{i}] has shape "
-                    f"{out.shape}: pass grad_outputs"
-                )
-            g = backend.ones(out._data.shape, out._data.dtype)
-            seeds.append(leaf(g, backend) if create_graph else g)
-            continue
-        g = g if isinstance(g, Tensor) else as_tensor(g, device=out.device, dtype=str(out.dtype))
-        if g.shape != out.shape:
-            raise ValueError(f"grad: grad_outputs[{i}] has shape {g.shape}, outputs[{i}] {out.shape}")
-        if g.device != out.device:
-            raise ValueError(f"grad: grad_outputs[{i}] is on {g.device}, outputs[{i}] on {out.device}")
-        if g.dtype != out.dtype:
-            g = g.astype(out.dtype)
-        seeds.append(g if create_graph else backend.copy(g._data))
+    seeds = _seeds("grad", "outputs", "grad_outputs", outputs, grad_outputs, create_graph)
     if not allow_unused:
         needed = _needed(outputs, {id(t) for t in inputs})
         for i, t in enumerate(inputs):
@@ -880,6 +957,9 @@ def grad(outputs, inputs, grad_outputs=None, *, retain_graph=None, create_graph=
     if retain_graph is None:
         retain_graph = create_graph
     grads = tuple(backprop(outputs, seeds, create_graph=create_graph, retain_graph=retain_graph, targets=inputs))
+    if materialize_grads:
+        grads = tuple(leaf(t._backend.xp.zeros_like(t._data), t._backend) if g is None else g
+                      for t, g in zip(inputs, grads))
     if not allow_unused:  # reached, but no gradient arrived (a custom op's backward gave None)
         for i, (t, g) in enumerate(zip(inputs, grads)):
             if g is None:
@@ -888,3 +968,30 @@ def grad(outputs, inputs, grad_outputs=None, *, retain_graph=None, create_graph=
                     "the outputs pass none; pass allow_unused=True to get None for it"
                 )
     return grads
+
+
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False) -> None:
+    """``torch.autograd.backward``: add the gradients of ``tensors`` (a Tensor or a
+    sequence), seeded with ``grad_tensors`` (one per tensor; None is 1 for a
+    one-element tensor), into the leaves' ``.grad``, in one pass over their graph:
+    as ``tensors[0].backward(g0)``, ``tensors[1].backward(g1)``... with the graph
+    kept between them."""
+    from .tensor import Tensor
+
+    tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
+    if not tensors or not all(isinstance(t, Tensor) for t in tensors):
+        raise TypeError("backward: tensors must be a Tensor or a non-empty sequence of Tensors")
+    if grad_tensors is None or isinstance(grad_tensors, Tensor) or not isinstance(grad_tensors, (list, tuple)):
+        grad_tensors = [grad_tensors] * len(tensors) if grad_tensors is None else [grad_tensors]
+    if len(grad_tensors) != len(tensors):
+        raise ValueError(f"backward: {len(grad_tensors)} grad_tensors for {len(tensors)} tensors")
+    if len(tensors) == 1:
+        tensors[0].backward(grad_tensors[0], retain_graph=retain_graph, create_graph=create_graph)
+        return
+    for i, t in enumerate(tensors):
+        if not t._rg:
+            raise RuntimeError(f"backward: tensors[{i}] (shape {t.shape}) does not require grad and has no graph")
+    seeds = _seeds("backward", "tensors", "grad_tensors", tensors, grad_tensors, create_graph)
+    if retain_graph is None:
+        retain_graph = create_graph
+    backprop(tensors, seeds, create_graph=create_graph, retain_graph=retain_graph)

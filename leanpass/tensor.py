@@ -427,9 +427,25 @@ class Tensor:
         return add_post_accumulate_grad_hook(self, hook)
 
     def retain_grad(self) -> None:
-        """Keep this non-leaf tensor's gradient in ``.grad`` during backward."""
+        """Keep this non-leaf tensor's gradient in ``.grad`` during backward (a leaf
+        keeps it anyway). ``RuntimeError`` for a tensor that does not require grad, as
+        PyTorch's: it gets no gradient to keep."""
+        if not self._rg:
+            raise RuntimeError(f"retain_grad: the tensor of shape {self.shape} does not require grad, so it gets "
+                               "no gradient to keep")
         if self._prev:
             self._retain = True
+
+    @property
+    def retains_grad(self) -> bool:
+        """Whether :meth:`retain_grad` was called on this non-leaf tensor (PyTorch's name)."""
+        return bool(self._prev) and self._retain
+
+    @property
+    def grad_fn(self):
+        """The operation that made this tensor (an ``Op``, whose repr is its name), or
+        ``None`` for a leaf and for a tensor outside any graph, as PyTorch's."""
+        return self._op if self._prev and self._rg else None
 
     def zero_grad_all(self) -> None:
         """Reset ``.grad`` of every tensor in this tensor's graph (reads as zeros).

@@ -938,3 +938,68 @@ def test_create_graph_backward_moves_a_gradient_from_another_device(device):
     x = Tensor([1.0, 2.0], device=device, requires_grad=True)
     (x * 2).backward(Tensor([1.0, 1.0], device=other), create_graph=True)
     assert x.grad.tolist() == [2.0, 2.0] and x.grad.device == x.device
+
+
+def test_pytorchs_grad_mode_names():
+    assert leanpass.is_grad_enabled()
+    with leanpass.set_grad_enabled(False):
+        assert not leanpass.is_grad_enabled()
+    assert leanpass.is_grad_enabled()
+    leanpass.set_grad_enabled(False)  # called alone: at once, as PyTorch's
+    try:
+        assert not leanpass.is_grad_enabled()
+    finally:
+        leanpass.set_grad_enabled(True)
+
+    @leanpass.set_grad_enabled(False)
+    def off():
+        return leanpass.is_grad_enabled()
+
+    assert leanpass.is_grad_enabled() and not off() and leanpass.is_grad_enabled()
+
+    @leanpass.inference_mode
+    def bare():
+        return leanpass.is_grad_enabled()
+
+    @leanpass.inference_mode()
+    def called():
+        return leanpass.is_grad_enabled()
+
+    assert not bare() and not called() and leanpass.is_grad_enabled()
+    with leanpass.inference_mode(False):
+        assert leanpass.is_grad_enabled()
+    with pytest.raises(TypeError, match="set_grad_enabled: mode must be a bool"):
+        leanpass.set_grad_enabled("no")
+    assert leanpass.is_grad_enabled()
+
+
+def test_grad_fn_retains_grad_and_retain_grad_without_grad(device):
+    x = Tensor([1.0, 2.0], device=device, requires_grad=True)
+    y = x.exp()
+    assert x.grad_fn is None and repr(y.grad_fn) == "'exp'" and not y.retains_grad
+    y.retain_grad()
+    assert y.retains_grad
+    with leanpass.no_grad():
+        assert (x * 2).grad_fn is None
+    with pytest.raises(RuntimeError, match="retain_grad: the tensor of shape \\(1,\\) does not require grad"):
+        Tensor([1.0], device=device).retain_grad()
+
+
+def test_autograd_backward_of_several_tensors_and_materialized_grads(device):
+    torch = pytest.importorskip("torch")
+    a = Tensor([1.0, 2.0], device=device, requires_grad=True)
+    b = Tensor([3.0, 4.0], device=device, requires_grad=True)
+    leanpass.autograd.backward([(a * b).sum(), a * a], [None, leanpass.asarray([1.0, 10.0], device=device)])
+    ta = torch.tensor([1.0, 2.0], requires_grad=True)
+    tb = torch.tensor([3.0, 4.0], requires_grad=True)
+    torch.autograd.backward([(ta * tb).sum(), ta * ta], [None, torch.tensor([1.0, 10.0])])
+    np.testing.assert_allclose(host(a.grad), ta.grad.numpy())
+    np.testing.assert_allclose(host(b.grad), tb.grad.numpy())
+    with pytest.raises(RuntimeError, match="backward: grad can be implicitly created only"):
+        leanpass.autograd.backward([a * a, b * b])
+    x = Tensor([1.0, 2.0], device=device, requires_grad=True)
+    unused = Tensor([5.0], device=device, requires_grad=True)
+    gx, gu = leanpass.autograd.grad((x * 2).sum(), [x, unused], materialize_grads=True)
+    assert gx.tolist() == [2.0, 2.0] and gu.tolist() == [0.0] and gu.device == unused.device
+    with pytest.raises(ValueError, match="materialize_grads=True needs allow_unused"):
+        leanpass.autograd.grad((x * 2).sum(), [x, unused], allow_unused=False, materialize_grads=True)
