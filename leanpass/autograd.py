@@ -98,19 +98,32 @@ class RemovableHandle:
 
 
 class _HookList(list):
-    """A leaf's hooks, with ``live = [how many count, whether its tensor was freed]``:
-    the tensor's finalizer holds ``live`` only, never the hooks, which may refer to the
-    tensor (that would keep it alive for good)."""
+    """A tensor's post-accumulate-grad hooks (the list) and gradient hooks (``grad``),
+    with ``live = [how many post hooks count, whether its tensor was freed, how many
+    gradient hooks count]``: the tensor's finalizer holds ``live`` only, never the
+    hooks, which may refer to the tensor (that would keep it alive for good)."""
 
-    __slots__ = ("live",)
+    __slots__ = ("live", "grad")
+
+
+def _hook_list(tensor) -> _HookList:
+    """``tensor._hooks``, made (with its finalizer) the first time."""
+    hooks = getattr(tensor, "_hooks", None)
+    if hooks is None:
+        hooks = tensor._hooks = _HookList()
+        hooks.live = [0, False, 0]
+        hooks.grad = []
+        weakref.finalize(tensor, _forget_hooks, hooks.live)
+    return hooks
 
 
 def _forget_hooks(live: list) -> None:
     """A tensor with hooks was freed: they no longer count (else every later backward
     call would look for hooks)."""
-    global _hooks_registered
+    global _hooks_registered, _grad_hooks_registered
     _hooks_registered -= live[0]
-    live[0], live[1] = 0, True
+    _grad_hooks_registered -= live[2]
+    live[0], live[1], live[2] = 0, True, 0
 
 
 def add_post_accumulate_grad_hook(tensor, hook) -> RemovableHandle:
@@ -124,15 +137,76 @@ def add_post_accumulate_grad_hook(tensor, hook) -> RemovableHandle:
             f"this tensor of shape {tuple(tensor._data.shape)} is "
             + ("not a leaf" if tensor._prev else "a leaf that does not require grad")
         )
-    hooks = getattr(tensor, "_hooks", None)
-    if hooks is None:
-        hooks = tensor._hooks = _HookList()
-        hooks.live = [0, False]
-        weakref.finalize(tensor, _forget_hooks, hooks.live)
+    hooks = _hook_list(tensor)
     hooks.append(hook)
     hooks.live[0] += 1
     _hooks_registered += 1
     return RemovableHandle(hooks, hook)
+
+
+# A tensor's gradient hooks (``t.register_hook``) live in its ``_hooks`` too, in the list's
+# ``grad`` (``live[2]`` counts them); the engine looks for them only while some tensor
+# has one (``_grad_hooks_registered``).
+_grad_hooks_registered = 0
+
+
+class _GradHookHandle:
+    """What ``register_hook`` returns: ``handle.remove()`` unregisters the hook."""
+
+    __slots__ = ("_hooks", "_hook")
+
+    def __init__(self, hooks, hook):
+        self._hooks, self._hook = hooks, hook
+
+    def remove(self) -> None:
+        global _grad_hooks_registered
+        hooks, self._hooks = self._hooks, None
+        if hooks is not None and self._hook in hooks.grad:
+            hooks.grad.remove(self._hook)
+            if not hooks.live[1]:  # its tensor is alive: the hook counted till now
+                hooks.live[2] -= 1
+                _grad_hooks_registered -= 1
+
+
+def add_grad_hook(tensor, hook) -> _GradHookHandle:
+    """See :meth:`leanpass.Tensor.register_hook`."""
+    global _grad_hooks_registered
+    if not callable(hook):
+        raise TypeError(f"register_hook: the hook must be callable, got {type(hook).__name__}")
+    if not tensor._rg:
+        raise RuntimeError(f"register_hook: the tensor of shape {tuple(tensor._data.shape)} does not require grad, "
+                           "so no gradient reaches a hook")
+    hooks = _hook_list(tensor)
+    hooks.grad.append(hook)
+    hooks.live[2] += 1
+    _grad_hooks_registered += 1
+    return _GradHookHandle(hooks, hook)
+
+
+def _with_grad_hooks(tensor, grad):
+    """``grad`` (an array, or a Tensor with ``create_graph``) of ``tensor`` after its
+    gradient hooks, in the order they were registered: each gets the gradient as a
+    Tensor and may return a new one (or an array) of its shape, or None to keep it."""
+    hooks = getattr(tensor, "_hooks", None)
+    if hooks is None or not hooks.grad:
+        return grad
+    from ._node import leaf
+    from .tensor import Tensor
+
+    tensors = isinstance(grad, Tensor)
+    for hook in tuple(hooks.grad):
+        got = hook(grad if tensors else leaf(grad, tensor._backend))
+        if got is None:
+            continue
+        if isinstance(got, Tensor):
+            got = got if tensors else got._data
+        elif tensors:
+            got = leaf(got, tensor._backend)
+        if tuple(got.shape) != tuple(tensor._data.shape):
+            raise ValueError(f"register_hook: a hook of the tensor of shape {tuple(tensor._data.shape)} returned a "
+                             f"gradient of shape {tuple(got.shape)}")
+        grad = got
+    return grad
 
 
 def queue_callback(callback) -> None:
@@ -530,6 +604,8 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
     op's wrong gradient) leaves everything as it was.
     """
     if not root._prev:  # a leaf: its gradient is the given one
+        if _grad_hooks_registered:
+            grad = _with_grad_hooks(root, grad)
         with grad_lock:
             _store(root, grad, fresh=True)
         if _hooks_registered:
@@ -547,6 +623,8 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
         backward = node._backward
         if backward is None:
             raise RuntimeError(_RELEASED)
+        if _grad_hooks_registered:  # its gradient is complete: the tensor's hooks see it (and may change it)
+            grad = _with_grad_hooks(node, grad)
         if node._retain:
             retained.append((node, grad))
         done.append(node)
@@ -584,6 +662,12 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
                     _check_devices(((parent, pgrad),))
                 old = leaves.get(parent)
                 leaves[parent] = (pgrad, fresh) if old is None else (old[0] + pgrad, True)
+    if _grad_hooks_registered:  # each leaf's gradient of this call, complete: through its hooks
+        for leaf in leaves:
+            g, fresh = leaves[leaf]
+            changed = _with_grad_hooks(leaf, g)
+            if changed is not g:
+                leaves[leaf] = (changed, False)  # the hook's array may be held elsewhere: copied when stored
     with grad_lock:
         for node, g in retained:
             _store(node, g, fresh=False)
@@ -752,6 +836,8 @@ def backprop(roots, grads, *, create_graph: bool, retain_graph: bool, targets=No
         while heap:
             node = heapq.heappop(heap)[1]
             grad = pending.pop(node)
+            if _grad_hooks_registered:
+                grad = _with_grad_hooks(node, grad)
             if wanted is not None and id(node) in wanted:
                 found[id(node)] = grad
                 if isinstance(node._prev, Released) or not any(id(p) in needed for p in _inputs_seen(node)):
@@ -806,6 +892,10 @@ def backprop(roots, grads, *, create_graph: bool, retain_graph: bool, targets=No
                     pgrad = _leaf_xp(parent, create_graph).astype(
                         pgrad, parent.dtype if create_graph else parent._data.dtype)
                 add(parent, pgrad)
+    if _grad_hooks_registered:
+        with enable_grad() if create_graph else no_grad():
+            for t in leaves:
+                leaves[t] = _with_grad_hooks(t, leaves[t])
     if targets is not None:
         for t, g in leaves.items():
             if id(t) in wanted:

@@ -13,6 +13,7 @@ import math
 
 from ._dtypes import DTYPES, as_dtype, dtype_name
 from .autograd import (
+    add_grad_hook,
     add_post_accumulate_grad_hook,
     backprop,
     enable_grad,
@@ -415,6 +416,15 @@ class Tensor:
             backprop([self], [grad], create_graph=True, retain_graph=True if retain_graph is None else retain_graph)
         else:
             run_backward(self, grad, bool(retain_graph))
+
+    def register_hook(self, hook):
+        """Call ``hook(grad)`` with this tensor's gradient (a Tensor) each time a
+        backward call (or ``autograd.grad``) has computed all of it, before it is
+        used further or written into ``.grad``; a hook may return a Tensor of this
+        shape to use instead, or None. Returns a handle whose ``remove()``
+        unregisters it. As PyTorch's; ``RuntimeError`` on a tensor that does not
+        require grad."""
+        return add_grad_hook(self, hook)
 
     def register_post_accumulate_grad_hook(self, hook):
         """Call ``hook(tensor)`` each time a backward call has written this leaf's

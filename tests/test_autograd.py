@@ -1003,3 +1003,61 @@ def test_autograd_backward_of_several_tensors_and_materialized_grads(device):
     assert gx.tolist() == [2.0, 2.0] and gu.tolist() == [0.0] and gu.device == unused.device
     with pytest.raises(ValueError, match="materialize_grads=True needs allow_unused"):
         leanpass.autograd.grad((x * 2).sum(), [x, unused], allow_unused=False, materialize_grads=True)
+
+
+def test_tensor_hooks_see_and_change_gradients_as_pytorchs(device):
+    torch = pytest.importorskip("torch")
+    results = []
+    for lib in ("leanpass", "torch"):
+        log = []
+        if lib == "leanpass":
+            x = Tensor([1.0, 2.0, 3.0], device=device, requires_grad=True)
+        else:
+            x = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, requires_grad=True)
+        h = x * 2
+        h.register_hook(lambda g: (log.append(("h", g.tolist())), g * 10)[1])  # noqa: B023
+        x.register_hook(lambda g: log.append(("x", g.tolist())))  # noqa: B023
+        (h * h).sum().backward()
+        results.append((log, host(x.grad).tolist() if lib == "leanpass" else x.grad.tolist()))
+    assert results[0] == results[1]
+    x = Tensor([1.0, 2.0], device=device, requires_grad=True)
+    handle = x.register_hook(lambda g: g * 2)
+    (x * 3).sum().backward()
+    assert host(x.grad).tolist() == [6.0, 6.0]
+    handle.remove()
+    handle.remove()  # twice: nothing more
+    x.grad = None
+    (x * 3).sum().backward()
+    assert host(x.grad).tolist() == [3.0, 3.0]
+    h = x * 1
+    h.register_hook(lambda g: g + 1)
+    assert leanpass.autograd.grad((h * 2).sum(), x)[0].tolist() == [3.0, 3.0]  # in autograd.grad too
+    y = Tensor([1.0, 2.0], device=device, requires_grad=True)
+    square = y * y
+    square.register_hook(lambda g: g * 3)
+    square.sum().backward(create_graph=True)
+    assert y.grad.tolist() == [6.0, 12.0] and y.grad.requires_grad
+
+
+def test_a_tensor_hook_of_the_wrong_shape_or_on_a_constant_raises(device):
+    x = Tensor([1.0, 2.0], device=device, requires_grad=True)
+    x.register_hook(lambda g: leanpass.ones(3, device=device))
+    with pytest.raises(ValueError, match=r"register_hook: a hook of the tensor of shape \(2,\) returned a gradient "
+                                         r"of shape \(3,\)"):
+        (x * 1).sum().backward()
+    assert x._grad is None
+    with pytest.raises(RuntimeError, match="register_hook: the tensor of shape \\(1,\\) does not require grad"):
+        Tensor([1.0], device=device).register_hook(print)
+
+
+def test_a_freed_tensor_takes_its_hooks_along():
+    from leanpass import autograd
+
+    gc.collect()
+    before = autograd._grad_hooks_registered
+    x = Tensor([1.0], requires_grad=True)
+    x.register_hook(lambda g, x=x: g)  # the hook refers to its tensor: a cycle the collector frees
+    assert autograd._grad_hooks_registered == before + 1
+    del x
+    gc.collect()
+    assert autograd._grad_hooks_registered == before
