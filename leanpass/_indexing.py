@@ -110,7 +110,10 @@ def parse(t, index, op="getitem") -> Parsed:
     if not arrays:
         return Parsed("basic", _basic_key(t, parsed, op))
     if any(dtype_name(a.dtype) == "bool" for a in arrays):
-        return Parsed("mask", parsed, _mask(t, parsed, arrays, op))
+        rest = [p for p in parsed if not (p is Ellipsis or (isinstance(p, slice) and p == slice(None)))]
+        if len(rest) == 1 and parsed[0] is rest[0]:  # the mask alone (then '...' or ':'): the standard's case
+            return Parsed("mask", parsed, _mask(t, parsed, arrays[0], op))
+        parsed = _masks_as_positions(t, parsed, ndim - used, op)
     return Parsed("integer", parsed)
 
 
@@ -152,11 +155,34 @@ def _basic_key(t, parsed, op):
     return tuple(key)
 
 
-def _mask(t, parsed, arrays, op):
-    rest = [p for p in parsed if not (p is Ellipsis or (isinstance(p, slice) and p == slice(None)))]
-    mask = arrays[0]
-    if len(rest) != 1 or rest[0] is not mask or parsed[0] is not mask:
-        raise IndexError(f"{op}: a boolean mask must be the only index (optionally followed by '...')")
+def _masks_as_positions(t, parsed, ellipsis_axes, op):
+    """``parsed`` with each boolean mask among other indices (``t[:, mask]``) replaced
+    by the integer arrays of its true positions, one per axis it covers, as NumPy and
+    PyTorch read it; the integer-array rules then place the result's axes."""
+    out = []
+    axis = 0
+    for p in parsed:
+        if p is Ellipsis:
+            axis += ellipsis_axes
+        elif p is None:
+            pass
+        elif isinstance(p, (int, slice)) or dtype_name(p.dtype) != "bool":
+            axis += 1
+        else:
+            covered = t.shape[axis:axis + p.ndim]
+            if p.ndim == 0:
+                raise IndexError(f"{op}: a 0-d boolean index can only be the whole index (t[mask] or t[mask, ...])")
+            if tuple(p.shape) != covered:
+                raise IndexError(f"{op}: boolean mask of shape {tuple(p.shape)} does not match the axes {axis} to "
+                                 f"{axis + p.ndim - 1} of the tensor of shape {t.shape}")
+            out.extend(t._backend.xp.nonzero(p))
+            axis += p.ndim
+            continue
+        out.append(p)
+    return out
+
+
+def _mask(t, parsed, mask, op):
     shape = t.shape[: mask.ndim]
     if tuple(mask.shape) != shape:
         if any(k not in (n, 0) for k, n in zip(mask.shape, shape)):

@@ -364,7 +364,6 @@ def test_out_of_range_index_raises_on_every_device(device, case):
 # Forms NumPy accepts but LeanPass may leave out: each must either give NumPy's
 # result (forward and gradient) or raise the IndexError written beside it -- never
 # another exception or message, never a wrong answer. None: the form is supported.
-ONLY_MASK = r"^getitem: a boolean mask must be the only index \(optionally followed by '\.\.\.'\)$"
 MIXED_FORMS = {
     "array_then_newaxis": (([0, 1], None), None),
     "newaxis_then_array": ((None, [0, 1]), None),
@@ -374,9 +373,13 @@ MIXED_FORMS = {
     "array_then_partial_slice": (([0, 1], slice(1, None)), None),
     "array_partial_slice_int": (([0, 1], slice(1, None), 0), None),
     "stepped_slice_then_array": ((slice(None, None, -1), [3, 0]), None),
-    "mask_then_int": ((np.array([True, False, True]), 0), ONLY_MASK),
-    "int_then_mask": ((0, np.array([True, False, True, True])), ONLY_MASK),
-    "mask_and_array": ((np.array([True, False, True]), [0, 1]), ONLY_MASK),
+    "mask_then_int": ((np.array([True, False, True]), 0), None),  # a mask among others: its true positions
+    "int_then_mask": ((0, np.array([True, False, True, True])), None),
+    "mask_and_array": ((np.array([True, False, True]), [0, 1]), None),
+    "slice_then_mask": ((slice(None), np.array([True, False, True, True])), None),
+    "ellipsis_then_mask": ((..., np.array([True, False, True, False, True])), None),
+    "newaxis_then_2d_mask": ((None, np.array([[True, False, True, True]] * 3)), None),
+    "slice_then_2d_mask": ((slice(1, None), np.ones((4, 5), dtype=bool)), None),
     "bool_scalar": (True, r"^getitem: a bool is not an index; use a boolean array as a mask$"),
 }
 
@@ -407,6 +410,9 @@ INVALID = {
     "mask_wrong_shape": (np.array([True, False]), "boolean mask of shape (2,) does not match tensor shape (3, 4, 5)"),
     "mask_wrong_inner_shape": (np.ones((3, 5), dtype=bool),
                                "boolean mask of shape (3, 5) does not match tensor shape (3, 4, 5)"),
+    "mask_among_others_wrong_shape": ((slice(None), np.array([True, False])),
+                                      "boolean mask of shape (2,) does not match the axes 1 to 1 of the tensor of "
+                                      "shape (3, 4, 5)"),
     "int_out_of_range": (3, "index 3 is out of range for axis 0 with size 3 (tensor shape (3, 4, 5))"),
     "negative_out_of_range": ((0, -5), "index -5 is out of range for axis 1 with size 4 (tensor shape (3, 4, 5))"),
     "array_out_of_range": ((slice(None), slice(None), [0, 5]),
@@ -543,3 +549,22 @@ def test_float_tensor_indices_must_be_finite_whole_numbers(device):
         for key in (lp.asarray(bad, device=device), lp.asarray([bad], device=device)):
             with pytest.raises(IndexError, match="must hold whole numbers"):
                 t[key]
+
+
+def test_setitem_with_a_mask_among_other_indices_matches_pytorch(device):
+    torch = pytest.importorskip("torch")
+    a = np.arange(24.0).reshape(2, 3, 4)
+    mask = [True, False, True]
+    x = Tensor(a, device=device, requires_grad=True)
+    v = Tensor(np.array([10.0, 20.0, 30.0, 40.0]), device=device, requires_grad=True)
+    h = x * 1.0
+    h[:, lp.asarray(mask, device=device)] = v
+    (h * h).sum().backward()
+    tx = torch.tensor(a, requires_grad=True)
+    tv = torch.tensor([10.0, 20.0, 30.0, 40.0], dtype=torch.float64, requires_grad=True)
+    th = tx * 1.0
+    th[:, torch.tensor(mask)] = tv
+    (th * th).sum().backward()
+    np.testing.assert_array_equal(h.numpy(), th.detach().numpy())
+    np.testing.assert_array_equal(np.asarray(x.grad), tx.grad.numpy())
+    np.testing.assert_array_equal(np.asarray(v.grad), tv.grad.numpy())
