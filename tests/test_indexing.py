@@ -484,14 +484,19 @@ def test_setitem_with_integer_arrays_writes_where_numpy_writes(device, index):
     h[index] = Tensor(value, device=device)
     np.testing.assert_array_equal(h.numpy(), want)
 
-    # the written values' gradient comes back in the value's own shape
+    # the written values' gradient comes back in the value's own shape; where the index
+    # repeats a position, only the value written last there (the one it holds) gets it
     v = Tensor(value, requires_grad=True, device=device)
     x = Tensor(X, requires_grad=True, device=device)
     y = x * 1.0
     y[index] = v * 2.0
     w = weights(SHAPE)
     (y * Tensor(w, device=device)).sum().backward()
-    np.testing.assert_allclose(host(device, v.grad), 2.0 * w[as_numpy(index)], rtol=1e-12)
+    marks = np.full(SHAPE, -1)
+    numbers = np.arange(value.size).reshape(region)
+    marks[as_numpy(index)] = numbers
+    held = marks[as_numpy(index)] == numbers
+    np.testing.assert_allclose(host(device, v.grad), 2.0 * w[as_numpy(index)] * held, rtol=1e-12)
     kept = np.ones(SHAPE)
     kept[as_numpy(index)] = 0.0
     np.testing.assert_allclose(host(device, x.grad), w * kept, rtol=1e-12)
@@ -568,3 +573,30 @@ def test_setitem_with_a_mask_among_other_indices_matches_pytorch(device):
     np.testing.assert_array_equal(h.numpy(), th.detach().numpy())
     np.testing.assert_array_equal(np.asarray(x.grad), tx.grad.numpy())
     np.testing.assert_array_equal(np.asarray(v.grad), tv.grad.numpy())
+
+
+def test_setitem_with_a_repeated_position_gives_the_gradient_to_the_value_written_last(device):
+    """NumPy keeps the last of repeated writes: the earlier values were overwritten and
+    get no gradient, which gradcheck confirms (PyTorch gives every one the gradient)."""
+    x = Tensor([1.0, 2.0, 3.0], requires_grad=True, device=device)
+    v = Tensor([10.0, 20.0], requires_grad=True, device=device)
+    h = x * 1.0
+    h[lp.asarray([0, 0], device=device)] = v
+    (h * lp.asarray([1.0, 2.0, 3.0], device=device)).sum().backward()
+    assert h.tolist() == [20.0, 2.0, 3.0]
+    assert host(device, v.grad).tolist() == [0.0, 1.0] and host(device, x.grad).tolist() == [0.0, 2.0, 3.0]
+    y = Tensor([1.0, 2.0, 3.0], requires_grad=True, device=device)
+    u = Tensor([10.0, 20.0], requires_grad=True, device=device)
+    h = y * 1.0
+    h[lp.asarray([0, 0], device=device)] += u  # read twice, written twice: the last write holds
+    (h * lp.asarray([1.0, 2.0, 3.0], device=device)).sum().backward()
+    assert h.tolist() == [21.0, 2.0, 3.0]
+    assert host(device, y.grad).tolist() == [1.0, 2.0, 3.0] and host(device, u.grad).tolist() == [0.0, 1.0]
+
+    def written(a, b):
+        h = a * 1.0
+        h[lp.asarray([0, 2, 0], device=device)] = b
+        return (h**2).sum()
+
+    assert lp.gradcheck(written, [Tensor([1.0, 2.0, 3.0], requires_grad=True, device=device),
+                               Tensor([4.0, 5.0, 6.0], requires_grad=True, device=device)])

@@ -96,13 +96,29 @@ getitem_shape = Op("getitem", reshape.fn, saves=(), saves_out=False, fresh=False
 getitem_permute = permute_dims.renamed("getitem")
 
 
+def _written_last(be, shape, key, gv):
+    """``gv`` (the value's gradient, in the indexed shape) where its element is the one
+    an integer-array write left in place, 0 where a later element of the same write
+    overwrote it: the write is done again with each element's number, so the
+    library's own order of repeated writes decides."""
+    xp = be.xp
+    numbers = xp.reshape(xp.arange(math.prod(gv.shape), dtype=xp.int64, device=be.xp_device), gv.shape)
+    marks = xp.full(shape, -1, dtype=xp.int64, device=be.xp_device)
+    be.index_set(marks, "integer", key, numbers)
+    return xp.where(be.index_get(marks, "integer", key) == numbers, gv, xp.zeros_like(gv))
+
+
 @op("setitem", saves=(), saves_out=False, needs=True, fresh=True)
 def setitem(be, a, v, kind, key, needs=(True, True)):
     """``a[key] = v`` in place (``kind`` of the key: ``"basic"``, ``"mask"`` or
     ``"integer"``); the overwritten part of ``a`` gets no gradient, ``v`` gets the
-    gradient of the part it was written to."""
+    gradient of the part it was written to. Where integer arrays name a position
+    more than once, only the value written last there (the one it holds) gets its
+    gradient: the others were overwritten (PyTorch gives each of them the gradient,
+    which gradcheck refutes)."""
     be.index_set(a, kind, key, v)
     need_a, need_v = needs
+    shape = a.shape
 
     def backward(g):
         ga = gv = None
@@ -113,6 +129,8 @@ def setitem(be, a, v, kind, key, needs=(True, True)):
             gv = be.index_get(g, kind, key)
             if kind == "basic":  # a view of g: the value's gradient must be an array of its own (fresh)
                 gv = be.copy(gv)
+            elif kind == "integer":
+                gv = _written_last(be, shape, key, gv)
         return ga, gv
 
     return a, backward
