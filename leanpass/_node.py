@@ -287,7 +287,14 @@ def _checked(fn, name):
     :func:`apply`) for the inputs that require grad, as PyTorch checks a custom Function's."""
 
     def forward(be, *arrays, needs, **params):
-        out, backward = fn(be, *arrays, **params)
+        result = fn(be, *arrays, **params)
+        if type(result) is not tuple or len(result) != 2:
+            raise TypeError(f"apply: {name!r} must return (output array, backward function), got "
+                            f"{type(result).__name__}")
+        out, backward = result
+        if not (isinstance(out, Tensor) if be.array_type is Tensor else be.is_array(out)) or not callable(backward):
+            raise TypeError(f"apply: {name!r} must return (output array, backward function), got "
+                            f"({type(out).__name__}, {type(backward).__name__}); compute the output with be.xp")
         shapes = tuple(tuple(a.shape) if need else None for a, need in zip(arrays, needs))
         real = tuple(not dtype_name(a.dtype).startswith("complex") for a in arrays)
 

@@ -1061,3 +1061,12 @@ def test_a_freed_tensor_takes_its_hooks_along():
     del x
     gc.collect()
     assert autograd._grad_hooks_registered == before
+
+
+def test_apply_names_a_forward_that_returns_something_else(device):
+    from leanpass._node import apply
+
+    x = Tensor([1.0, 2.0], device=device, requires_grad=True)
+    for forward in (lambda be, a: ([1, 2], lambda g: (g,)), lambda be, a: a * 2, lambda be, a: (a * 2, None)):
+        with pytest.raises(TypeError, match="apply: '<lambda>' must return \\(output array, backward function\\)"):
+            apply(forward, x)
