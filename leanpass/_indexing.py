@@ -68,6 +68,8 @@ def _index_array(t, item, op):
     if kind == "int64":
         return array
     if kind.startswith(("int", "uint")):
+        if kind == "uint64" and math.prod(array.shape) and int(xp.max(array)) > 2**63 - 1:  # would wrap in int64
+            raise IndexError(f"{op}: index {int(xp.max(array))} is out of range for the tensor of shape {t.shape}")
         return xp.astype(array, xp.int64)
     if kind.startswith("float") and isinstance(item, Tensor):
         if bool(xp.any(~xp.isfinite(array) | (xp.floor(array) != array))):

@@ -414,6 +414,7 @@ INVALID = {
                                       "boolean mask of shape (2,) does not match the axes 1 to 1 of the tensor of "
                                       "shape (3, 4, 5)"),
     "int_out_of_range": (3, "index 3 is out of range for axis 0 with size 3 (tensor shape (3, 4, 5))"),
+    "uint64_beyond_int64": ([2**63], "index 9223372036854775808 is out of range for the tensor of shape (3, 4, 5)"),
     "negative_out_of_range": ((0, -5), "index -5 is out of range for axis 1 with size 4 (tensor shape (3, 4, 5))"),
     "array_out_of_range": ((slice(None), slice(None), [0, 5]),
                            "index 5 is out of range for axis 2 with size 5 (tensor shape (3, 4, 5))"),
