@@ -288,7 +288,7 @@ def _checked(fn, name):
 
     def forward(be, *arrays, needs, **params):
         result = fn(be, *arrays, **params)
-        if type(result) is not tuple or len(result) != 2:
+        if not isinstance(result, (tuple, list)) or len(result) != 2:
             raise TypeError(f"apply: {name!r} must return (output array, backward function), got "
                             f"{type(result).__name__}")
         out, backward = result

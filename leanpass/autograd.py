@@ -38,6 +38,8 @@ import threading
 import weakref
 from collections import deque
 
+from ._dtypes import dtype_name
+
 __all__ = [
     "no_grad", "enable_grad", "set_grad_enabled", "inference_mode", "is_grad_enabled", "backward", "grad",
     "run_backward", "zero_graph_grads",
@@ -183,10 +185,16 @@ def add_grad_hook(tensor, hook) -> _GradHookHandle:
     return _GradHookHandle(hooks, hook)
 
 
+def _has_grad_hooks(tensor) -> bool:
+    hooks = getattr(tensor, "_hooks", None)
+    return hooks is not None and bool(hooks.grad)
+
+
 def _with_grad_hooks(tensor, grad):
     """``grad`` (an array, or a Tensor with ``create_graph``) of ``tensor`` after its
     gradient hooks, in the order they were registered: each gets the gradient as a
-    Tensor and may return a new one (or an array) of its shape, or None to keep it."""
+    Tensor and may return a Tensor of its shape, dtype and device to use instead, or
+    None to keep it. Anything else raises before any ``.grad`` is written."""
     hooks = getattr(tensor, "_hooks", None)
     if hooks is None or not hooks.grad:
         return grad
@@ -194,18 +202,26 @@ def _with_grad_hooks(tensor, grad):
     from .tensor import Tensor
 
     tensors = isinstance(grad, Tensor)
+    shape = tuple(tensor._data.shape)
     for hook in tuple(hooks.grad):
-        got = hook(grad if tensors else leaf(grad, tensor._backend))
+        given = grad if tensors else leaf(grad, tensor._backend)
+        got = hook(given)
         if got is None:
             continue
-        if isinstance(got, Tensor):
-            got = got if tensors else got._data
-        elif tensors:
-            got = leaf(got, tensor._backend)
-        if tuple(got.shape) != tuple(tensor._data.shape):
-            raise ValueError(f"register_hook: a hook of the tensor of shape {tuple(tensor._data.shape)} returned a "
-                             f"gradient of shape {tuple(got.shape)}")
-        grad = got
+        name = getattr(hook, "__name__", type(hook).__name__)
+        if not isinstance(got, Tensor):
+            raise TypeError(f"register_hook: hook {name!r} of the tensor of shape {shape} returned "
+                            f"{type(got).__name__}; return a Tensor (or None to keep the gradient)")
+        if got._backend is not tensor._backend:
+            raise ValueError(f"register_hook: hook {name!r} returned a gradient on {got.device} for the tensor on "
+                             f"{tensor.device}")
+        if dtype_name(got._data.dtype) != dtype_name(given._data.dtype):
+            raise TypeError(f"register_hook: hook {name!r} changed the gradient's dtype from {given.dtype} to "
+                            f"{got.dtype}")
+        if tuple(got.shape) != shape:
+            raise ValueError(f"register_hook: hook {name!r} of the tensor of shape {shape} returned a gradient of "
+                             f"shape {tuple(got.shape)}")
+        grad = got if tensors else got._data
     return grad
 
 
@@ -361,7 +377,7 @@ class inference_mode(_GradMode):
     """``inference_mode()`` (or ``inference_mode(True)``): no graph is recorded, as under
     :class:`no_grad` (PyTorch's name for evaluation code; LeanPass has no separate
     inference tensors, so tensors made here may later enter a graph).
-    ``inference_mode(False)`` changes nothing."""
+    ``inference_mode(False)`` records one, as PyTorch's (also inside ``no_grad``)."""
 
     def __new__(cls, mode=True):
         if callable(mode):  # used bare as a decorator: @inference_mode
@@ -375,8 +391,7 @@ class inference_mode(_GradMode):
 
     def __enter__(self):
         self._prev = _state.enabled
-        if self._mode:
-            _state.enabled = False
+        _state.enabled = not self._mode
         return self
 
     def _fresh(self):
@@ -604,10 +619,11 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
     op's wrong gradient) leaves everything as it was.
     """
     if not root._prev:  # a leaf: its gradient is the given one
-        if _grad_hooks_registered:
-            grad = _with_grad_hooks(root, grad)
+        fresh = True
+        if _grad_hooks_registered and _has_grad_hooks(root):
+            grad, fresh = _with_grad_hooks(root, grad), False  # a hook may keep what it saw: .grad is a copy
         with grad_lock:
-            _store(root, grad, fresh=True)
+            _store(root, grad, fresh)
         if _hooks_registered:
             _run_post_hooks((root,))
         return
@@ -664,10 +680,8 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
                 leaves[parent] = (pgrad, fresh) if old is None else (old[0] + pgrad, True)
     if _grad_hooks_registered:  # each leaf's gradient of this call, complete: through its hooks
         for leaf in leaves:
-            g, fresh = leaves[leaf]
-            changed = _with_grad_hooks(leaf, g)
-            if changed is not g:
-                leaves[leaf] = (changed, False)  # the hook's array may be held elsewhere: copied when stored
+            if _has_grad_hooks(leaf):  # a hook may keep what it saw (or gave): .grad is a copy
+                leaves[leaf] = (_with_grad_hooks(leaf, leaves[leaf][0]), False)
     with grad_lock:
         for node, g in retained:
             _store(node, g, fresh=False)
@@ -836,10 +850,11 @@ def backprop(roots, grads, *, create_graph: bool, retain_graph: bool, targets=No
         while heap:
             node = heapq.heappop(heap)[1]
             grad = pending.pop(node)
+            if wanted is not None and id(node) in wanted:
+                found[id(node)] = grad  # as PyTorch's autograd.grad: before the input's own hooks
             if _grad_hooks_registered:
                 grad = _with_grad_hooks(node, grad)
             if wanted is not None and id(node) in wanted:
-                found[id(node)] = grad
                 if isinstance(node._prev, Released) or not any(id(p) in needed for p in _inputs_seen(node)):
                     continue  # nothing asked for lies below it
             if node._backward is None:
@@ -1069,8 +1084,10 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False) 
     from .tensor import Tensor
 
     tensors = [tensors] if isinstance(tensors, Tensor) else list(tensors)
-    if not tensors or not all(isinstance(t, Tensor) for t in tensors):
-        raise TypeError("backward: tensors must be a Tensor or a non-empty sequence of Tensors")
+    if not all(isinstance(t, Tensor) for t in tensors):
+        raise TypeError("backward: tensors must be a Tensor or a sequence of Tensors")
+    if not tensors:  # nothing to differentiate, as PyTorch
+        return
     if grad_tensors is None or isinstance(grad_tensors, Tensor) or not isinstance(grad_tensors, (list, tuple)):
         grad_tensors = [grad_tensors] * len(tensors) if grad_tensors is None else [grad_tensors]
     if len(grad_tensors) != len(tensors):

@@ -1042,8 +1042,8 @@ def test_tensor_hooks_see_and_change_gradients_as_pytorchs(device):
 def test_a_tensor_hook_of_the_wrong_shape_or_on_a_constant_raises(device):
     x = Tensor([1.0, 2.0], device=device, requires_grad=True)
     x.register_hook(lambda g: leanpass.ones(3, device=device))
-    with pytest.raises(ValueError, match=r"register_hook: a hook of the tensor of shape \(2,\) returned a gradient "
-                                         r"of shape \(3,\)"):
+    with pytest.raises(ValueError, match=r"register_hook: hook '<lambda>' of the tensor of shape \(2,\) returned a "
+                                         r"gradient of shape \(3,\)"):
         (x * 1).sum().backward()
     assert x._grad is None
     with pytest.raises(RuntimeError, match="register_hook: the tensor of shape \\(1,\\) does not require grad"):
@@ -1070,3 +1070,72 @@ def test_apply_names_a_forward_that_returns_something_else(device):
     for forward in (lambda be, a: ([1, 2], lambda g: (g,)), lambda be, a: a * 2, lambda be, a: (a * 2, None)):
         with pytest.raises(TypeError, match="apply: '<lambda>' must return \\(output array, backward function\\)"):
             apply(forward, x)
+
+
+def test_a_hook_returns_a_tensor_of_the_gradients_dtype_and_device(device):
+    other = "strict" if device != "strict" else "cpu"
+    cases = ((lambda g: g > 0, TypeError, "changed the gradient's dtype from float64 to bool"),
+             (lambda g: 2.0, TypeError, "returned float; return a Tensor"),
+             (lambda g: leanpass.ones(2, device=other), ValueError, f"returned a gradient on {other}"))
+    for hook, error, text in cases:
+        a = Tensor([1.0, 2.0], device=device, requires_grad=True)
+        b = Tensor([3.0, 4.0], device=device, requires_grad=True)
+        b.register_hook(hook)
+        with pytest.raises(error, match=f"register_hook: hook '<lambda>' .*{text}"):
+            (a * b).sum().backward()
+        assert a._grad is None and b._grad is None  # nothing written
+
+
+def test_what_a_hook_saw_or_gave_is_not_the_grad_array(device):
+    from leanpass import nn
+
+    w = Tensor(np.ones(3), device=device, requires_grad=True)
+    seen = []
+    w.register_hook(lambda g: seen.append(g))
+    (w * 10.0).sum().backward()
+    nn.utils.clip_grad_norm_([w], 1.0)  # scales w.grad in place
+    assert seen[0].tolist() == [10.0, 10.0, 10.0]
+    x = Tensor(np.ones(3), device=device, requires_grad=True)
+    keep = leanpass.asarray(np.full(3, 7.0), device=device)
+    x.register_hook(lambda g: keep)
+    x.backward(leanpass.ones(3, device=device))  # a leaf root
+    x.grad[...] = 0
+    assert keep.tolist() == [7.0, 7.0, 7.0]
+
+
+def test_autograd_grad_of_a_hooked_input_is_before_its_hooks():
+    torch = pytest.importorskip("torch")
+    x = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = x * x
+    y.register_hook(lambda g: g * 2)
+    gx, gy = leanpass.autograd.grad(y.sum(), [x, y])
+    tx = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    ty = tx * tx
+    ty.register_hook(lambda g: g * 2)
+    tgx, tgy = torch.autograd.grad(ty.sum(), [tx, ty])
+    np.testing.assert_allclose(gx.numpy(), tgx.numpy())
+    np.testing.assert_allclose(gy.numpy(), tgy.numpy())
+
+
+def test_inference_mode_false_records_even_inside_no_grad_and_empty_backward():
+    with no_grad():
+        with leanpass.inference_mode(False):
+            assert is_grad_enabled()  # as PyTorch's
+        assert not is_grad_enabled()
+    assert leanpass.autograd.backward([]) is None
+
+
+def test_apply_takes_a_list_or_namedtuple_result():
+    from typing import NamedTuple
+
+    from leanpass._node import apply
+
+    class Result(NamedTuple):
+        out: object
+        backward: object
+
+    x = Tensor([1.0, 2.0], requires_grad=True)
+    for make in (lambda be, a: [a * 2, lambda g: (g * 2,)], lambda be, a: Result(a * 2, lambda g: (g * 2,))):
+        x.grad = None
+        apply(make, x).sum().backward()
+        assert x.grad.tolist() == [2.0, 2.0]

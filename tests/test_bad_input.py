@@ -919,3 +919,13 @@ def test_searchsorted_checks_sorter_values_and_python_ints(device):
         lp.searchsorted(small, 1000)
     with pytest.raises(OverflowError, match="where: the Python int 1000"):
         lp.where(lp.asarray([True, False], device=device), small, 1000)
+
+
+def test_any_all_flags_and_sort_method_errors_name_themselves(device):
+    x = Tensor(np.arange(6.0).reshape(2, 3), device=device)
+    for name, call in (("any", lambda: lp.any(x, keepdims="no")), ("all", lambda: lp.all(x, keepdims=1)),
+                       ("sort", lambda: x.sort(descending=1))):
+        with pytest.raises(TypeError, match=f"^{name}: [a-z]+ must be a bool"):
+            call()
+    with pytest.raises(ValueError, match="^sort: x must have at least one axis"):
+        Tensor(3.0, device=device).sort()

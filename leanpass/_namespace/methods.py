@@ -267,20 +267,23 @@ def masked_fill(self, mask, value):
 
 def zero_(self):
     """Set every element to 0, in place (PyTorch's ``zero_``; ``t[...] = 0``); returns ``t``."""
-    setitem(self, ..., 0, name="zero_")
+    with self._backend.context():  # as t[...] = v: on the tensor's GPU where there are several
+        setitem(self, ..., 0, name="zero_")
     return self
 
 
 def fill_(self, value):
     """Set every element to ``value``, in place (``t[...] = value``); returns ``t``."""
-    setitem(self, ..., value, name="fill_")
+    with self._backend.context():  # as t[...] = v: on the tensor's GPU where there are several
+        setitem(self, ..., value, name="fill_")
     return self
 
 
 def copy_(self, src):
     """Write ``src`` (broadcasting, cast to this dtype) into this tensor, in place
     (``t[...] = src``; the gradient of ``src`` is recorded as for any setitem); returns ``t``."""
-    setitem(self, ..., src, name="copy_")
+    with self._backend.context():  # as t[...] = v: on the tensor's GPU where there are several
+        setitem(self, ..., src, name="copy_")
     return self
 
 

@@ -58,9 +58,11 @@ class SortResult(NamedTuple):
 
 def _sort_method(self, axis=None, descending=False, *, stable=True, dim=None):
     axis = torch_axis("sort", axis, dim)[0]  # dim=: PyTorch's name
-    indices = argsort(self, axis=-1 if axis is None else axis, descending=descending, stable=stable)
+    x, axis = _check(self, -1 if axis is None else axis, "sort")  # errors name sort, not argsort
+    descending, stable = flag("sort", "descending", descending), flag("sort", "stable", stable)
+    indices = argsort(x, axis=axis, descending=descending, stable=stable)
     # the values picked by the indices: one order for both, whatever the ties and NaNs
-    return SortResult(take_along_axis(self, indices, axis=-1 if axis is None else axis), indices)
+    return SortResult(take_along_axis(x, indices, axis=axis), indices)
 
 
 _argsort_method.__name__ = _argsort_method.__qualname__ = "argsort"

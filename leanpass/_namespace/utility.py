@@ -7,7 +7,7 @@ from .. import ops
 from .._checks import integer, normalize_axes, normalize_axis
 from .._dtypes import promote
 from .._node import run, run1
-from ._util import SCALARS, asarray_like, axis_method, tensors
+from ._util import SCALARS, asarray_like, axis_method, flag, tensors
 from .creation import full
 from .searching import scalar_like
 
@@ -18,14 +18,14 @@ def all(x, /, *, axis=None, keepdims=False):  # noqa: A001
     """Whether every element over ``axis`` (an int, a tuple, or ``None`` for all axes) is
     true (non-zero; NaN counts as true). ``True`` over nothing. A bool tensor."""
     x = asarray_like(x, "all")
-    return run1(ops.all, x, normalize_axes(axis, x.ndim, "all"), bool(keepdims))
+    return run1(ops.all, x, normalize_axes(axis, x.ndim, "all"), flag("all", "keepdims", keepdims))
 
 
 def any(x, /, *, axis=None, keepdims=False):  # noqa: A001
     """Whether some element over ``axis`` (an int, a tuple, or ``None`` for all axes) is
     true (non-zero; NaN counts as true). ``False`` over nothing. A bool tensor."""
     x = asarray_like(x, "any")
-    return run1(ops.any, x, normalize_axes(axis, x.ndim, "any"), bool(keepdims))
+    return run1(ops.any, x, normalize_axes(axis, x.ndim, "any"), flag("any", "keepdims", keepdims))
 
 
 def diff(x, /, *, axis=-1, n=1, prepend=None, append=None):

@@ -96,12 +96,28 @@ getitem_shape = Op("getitem", reshape.fn, saves=(), saves_out=False, fresh=False
 getitem_permute = permute_dims.renamed("getitem")
 
 
+def _repeats(xp, shape, key) -> bool:
+    """Whether an integer-array ``key`` (its arrays non-negative positions) names a
+    position of a tensor of ``shape`` more than once: some combination of its arrays'
+    values, broadcast together, repeats (slices and ints add no repeats)."""
+    arrays = [(k, shape[axis]) for axis, k in enumerate(key) if not isinstance(k, (int, slice))]
+    if not arrays:
+        return False
+    code = None
+    for a, size in zip(xp.broadcast_arrays(*(a for a, _ in arrays)), (n for _, n in arrays)):
+        code = a if code is None else code * size + a  # one number per combination
+    flat = xp.reshape(code, (-1,))
+    return xp.unique_values(flat).shape[0] < flat.shape[0]
+
+
 def _written_last(be, shape, key, gv):
     """``gv`` (the value's gradient, in the indexed shape) where its element is the one
     an integer-array write left in place, 0 where a later element of the same write
     overwrote it: the write is done again with each element's number, so the
     library's own order of repeated writes decides."""
     xp = be.xp
+    if not _repeats(xp, shape, key):  # the usual case: nothing overwritten, no work the size of the target
+        return gv
     numbers = xp.reshape(xp.arange(math.prod(gv.shape), dtype=xp.int64, device=be.xp_device), gv.shape)
     marks = xp.full(shape, -1, dtype=xp.int64, device=be.xp_device)
     be.index_set(marks, "integer", key, numbers)
