@@ -627,6 +627,7 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
         if _hooks_registered:
             _run_post_hooks((root,))
         return
+    hooked = _grad_hooks_registered  # read once: a local test per node below
     grads = {root: grad}
     heap = [(-root._seq, root)]
     leaves = {}  # leaf -> (gradient, fresh)
@@ -639,7 +640,7 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
         backward = node._backward
         if backward is None:
             raise RuntimeError(_RELEASED)
-        if _grad_hooks_registered:  # its gradient is complete: the tensor's hooks see it (and may change it)
+        if hooked:  # its gradient is complete: the tensor's hooks see it (and may change it)
             grad = _with_grad_hooks(node, grad)
         if node._retain:
             retained.append((node, grad))
@@ -678,7 +679,7 @@ def run_backward(root, grad, retain_graph: bool = False) -> None:
                     _check_devices(((parent, pgrad),))
                 old = leaves.get(parent)
                 leaves[parent] = (pgrad, fresh) if old is None else (old[0] + pgrad, True)
-    if _grad_hooks_registered:  # each leaf's gradient of this call, complete: through its hooks
+    if hooked:  # each leaf's gradient of this call, complete: through its hooks
         for leaf in leaves:
             if _has_grad_hooks(leaf):  # a hook may keep what it saw (or gave): .grad is a copy
                 leaves[leaf] = (_with_grad_hooks(leaf, leaves[leaf][0]), False)

@@ -310,7 +310,7 @@ MUTANTS = [
     Mutant("mask-among-others-kept-as-mask", "leanpass/_indexing.py",
            "out.extend(t._backend.xp.nonzero(p))", "out.append(p)", ("tests/test_indexing.py",)),
     Mutant("tensor-hooks-skipped", "leanpass/autograd.py",
-           "if _grad_hooks_registered:  # its gradient is complete: the tensor's hooks see it (and may change it)",
+           "if hooked:  # its gradient is complete: the tensor's hooks see it (and may change it)",
            "if False:", ("tests/test_autograd.py",)),
     Mutant("flatten-start-after-end", "leanpass/_namespace/methods.py", "    if start > end:  # PyTorch",
            "    if False:  # PyTorch", ("tests/test_bad_input.py", "tests/test_manipulation.py")),
