@@ -1017,7 +1017,7 @@ def grad(outputs, inputs, grad_outputs=None, *, retain_graph=None, create_graph=
     gradients are Tensors in a graph (differentiable again, also with respect to
     ``grad_outputs``); ``retain_graph`` defaults to ``create_graph``.
     """
-    from ._node import leaf
+    from ._node import make
     from .tensor import Tensor
 
     if not isinstance(materialize_grads, bool):
@@ -1063,9 +1063,9 @@ def grad(outputs, inputs, grad_outputs=None, *, retain_graph=None, create_graph=
     if retain_graph is None:
         retain_graph = create_graph
     grads = tuple(backprop(outputs, seeds, create_graph=create_graph, retain_graph=retain_graph, targets=inputs))
-    if materialize_grads:
-        grads = tuple(leaf(t._backend.xp.zeros_like(t._data), t._backend) if g is None else g
-                      for t, g in zip(inputs, grads))
+    if materialize_grads:  # zeros; with create_graph a leaf that requires grad, as PyTorch's
+        grads = tuple(make(t._backend.xp.zeros_like(t._data), t._backend, "leaf", (), None, create_graph)
+                      if g is None else g for t, g in zip(inputs, grads))
     if not allow_unused:  # reached, but no gradient arrived (a custom op's backward gave None)
         for i, (t, g) in enumerate(zip(inputs, grads)):
             if g is None:

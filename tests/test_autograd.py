@@ -1001,6 +1001,9 @@ def test_autograd_backward_of_several_tensors_and_materialized_grads(device):
     unused = Tensor([5.0], device=device, requires_grad=True)
     gx, gu = leanpass.autograd.grad((x * 2).sum(), [x, unused], materialize_grads=True)
     assert gx.tolist() == [2.0, 2.0] and gu.tolist() == [0.0] and gu.device == unused.device
+    assert not gu.requires_grad
+    _, gu = leanpass.autograd.grad((x * x).sum(), [x, unused], create_graph=True, materialize_grads=True)
+    assert gu.tolist() == [0.0] and gu.requires_grad and gu.grad_fn is None  # as PyTorch's
     with pytest.raises(ValueError, match="materialize_grads=True needs allow_unused"):
         leanpass.autograd.grad((x * 2).sum(), [x, unused], allow_unused=False, materialize_grads=True)
 
