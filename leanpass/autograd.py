@@ -81,22 +81,30 @@ _callbacks = _Callbacks()
 
 
 class RemovableHandle:
-    """What registering a hook returns: ``handle.remove()`` unregisters it."""
+    """What registering a hook returns: ``handle.remove()`` unregisters it (a
+    post-accumulate-grad hook, or with ``gradient`` a gradient hook)."""
 
-    __slots__ = ("_hooks", "_hook")
+    __slots__ = ("_hooks", "_hook", "_gradient")
 
-    def __init__(self, hooks: list, hook):
-        self._hooks, self._hook = hooks, hook
+    def __init__(self, hooks: list, hook, gradient: bool = False):
+        self._hooks, self._hook, self._gradient = hooks, hook, gradient
 
     def remove(self) -> None:
-        global _hooks_registered
+        global _hooks_registered, _grad_hooks_registered
         hooks, self._hooks = self._hooks, None
-        if hooks is not None and self._hook in hooks:
-            hooks.remove(self._hook)
+        if hooks is None:
+            return
+        kept = hooks.grad if self._gradient else hooks
+        if self._hook in kept:
+            kept.remove(self._hook)
             live = hooks.live
             if not live[1]:  # its tensor is alive: the hook counted till now
-                live[0] -= 1
-                _hooks_registered -= 1
+                if self._gradient:
+                    live[2] -= 1
+                    _grad_hooks_registered -= 1
+                else:
+                    live[0] -= 1
+                    _hooks_registered -= 1
 
 
 class _HookList(list):
@@ -152,25 +160,7 @@ def add_post_accumulate_grad_hook(tensor, hook) -> RemovableHandle:
 _grad_hooks_registered = 0
 
 
-class _GradHookHandle:
-    """What ``register_hook`` returns: ``handle.remove()`` unregisters the hook."""
-
-    __slots__ = ("_hooks", "_hook")
-
-    def __init__(self, hooks, hook):
-        self._hooks, self._hook = hooks, hook
-
-    def remove(self) -> None:
-        global _grad_hooks_registered
-        hooks, self._hooks = self._hooks, None
-        if hooks is not None and self._hook in hooks.grad:
-            hooks.grad.remove(self._hook)
-            if not hooks.live[1]:  # its tensor is alive: the hook counted till now
-                hooks.live[2] -= 1
-                _grad_hooks_registered -= 1
-
-
-def add_grad_hook(tensor, hook) -> _GradHookHandle:
+def add_grad_hook(tensor, hook) -> RemovableHandle:
     """See :meth:`leanpass.Tensor.register_hook`."""
     global _grad_hooks_registered
     if not callable(hook):
@@ -182,7 +172,7 @@ def add_grad_hook(tensor, hook) -> _GradHookHandle:
     hooks.grad.append(hook)
     hooks.live[2] += 1
     _grad_hooks_registered += 1
-    return _GradHookHandle(hooks, hook)
+    return RemovableHandle(hooks, hook, gradient=True)
 
 
 def _has_grad_hooks(tensor) -> bool:

@@ -328,7 +328,7 @@ def svdvals(x, /):
 
 
 def _real_number(ord, name):  # noqa: A002
-    ord = python_number(ord)  # NumPy's scalars (np.int64(1)) are numbers, as NumPy and PyTorch take them
+    ord = python_number(ord)  # a library's integer or float scalar is a number, as NumPy and PyTorch take it
     if isinstance(ord, bool) or not isinstance(ord, (int, float)):
         raise TypeError(f"{name}: ord must be a real number, got {ord!r}")
     return ord

@@ -126,7 +126,7 @@ def flag(name: str, key: str, value) -> bool:
     ``TypeError`` naming the function, rather than read by its truth."""
     if value is True or value is False:
         return value
-    if type(value).__name__ in ("bool", "bool_"):  # NumPy's np.True_
+    if is_bool(value) and getattr(value, "ndim", 0) == 0:  # a library's bool scalar
         return bool(value)
     raise TypeError(f"{name}: {key} must be a bool, got {type(value).__name__} {value!r}")
 
@@ -154,10 +154,14 @@ def torch_axis(name, axis, dim, keepdims=False, keepdim=None):
     return axis, keepdims
 
 
-def axis_method(function):
+def axis_method(function, positional=True):
     """A Tensor method for ``function(x, axis=..., keepdims=...)`` whose ``axis`` may
     also be given positionally (``t.sum(0)``) or as PyTorch's ``dim=`` (with
-    ``keepdim=``); see :func:`torch_axis`."""
+    ``keepdim=``); see :func:`torch_axis`. With ``positional=False`` (``t.max``,
+    ``t.min``) a positional argument is refused: NumPy's ``t.max(1)`` gives the
+    values, PyTorch's ``(values, indices)``, and PyTorch's ``t.max(other)`` the
+    element-wise maximum; read one way it would silently be wrong for the others
+    (``t.max(1)[1]`` taking a row of values)."""
     name = function.__name__
 
     def method(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
@@ -165,33 +169,21 @@ def axis_method(function):
             axis, keepdims = torch_axis(name, axis, dim, keepdims, keepdim)
         return function(self, axis=axis, keepdims=keepdims)
 
+    if not positional:
+        named = method
+
+        def method(self, *args, **kwargs):
+            if args:
+                given = args[0] if isinstance(args[0], int) and not isinstance(args[0], bool) else "..."
+                raise TypeError(
+                    f"{name}: give the axis by name, t.{name}(axis={given}) for the values (NumPy's "
+                    f"t.{name}({given})); PyTorch's t.{name}({given}) gives (values, indices) and its t.{name}(other) "
+                    f"the element-wise {name}imum, so a positional argument is refused rather than read one way: "
+                    f"use t.{name}(axis=...) and t.arg{name}(axis=...), or lp.{name}imum(t, other)"
+                )
+            return named(self, **kwargs)
+
     method.__name__ = method.__qualname__ = function.__name__
-    method.__doc__ = function.__doc__
-    return method
-
-
-def extremum_method(function):
-    """``t.max`` / ``t.min``: ``function(t, axis=..., keepdims=...)``, the axis given by
-    name (or as PyTorch's ``dim=``, which raises: see :func:`torch_axis`). A positional
-    argument is refused: NumPy's ``t.max(1)`` gives the values, PyTorch's ``(values,
-    indices)``, and PyTorch's ``t.max(other)`` the element-wise maximum; read one way it
-    would silently be wrong for the others (``t.max(1)[1]`` taking a row of values)."""
-    name = function.__name__
-
-    def method(self, *args, axis=None, keepdims=False, dim=None, keepdim=None):
-        if args:
-            given = args[0] if isinstance(args[0], int) and not isinstance(args[0], bool) else "..."
-            raise TypeError(
-                f"{name}: give the axis by name, t.{name}(axis={given}) for the values (NumPy's t.{name}({given})); "
-                f"PyTorch's t.{name}({given}) gives (values, indices) and its t.{name}(other) the element-wise "
-                f"{name}imum, so a positional argument is refused rather than read one way: use t.{name}(axis=...) "
-                f"and t.arg{name}(axis=...), or lp.{name}imum(t, other)"
-            )
-        if dim is not None or keepdim is not None:
-            axis, keepdims = torch_axis(name, axis, dim, keepdims, keepdim)
-        return function(self, axis=axis, keepdims=keepdims)
-
-    method.__name__ = method.__qualname__ = name
     method.__doc__ = function.__doc__
     return method
 

@@ -16,7 +16,7 @@ from .._node import run1
 from ..ops import elementwise as table
 from ..tensor import Tensor
 from . import elementwise, indexing, linalg, manipulation, searching, sets, sorting, statistical, utility
-from ._util import axis_method, extremum_method, floating, torch_axis
+from ._util import axis_method, floating, torch_axis
 
 for _entry in (*table.UNARY.values(), *table.BINARY.values()):
     for _method in _entry.method:
@@ -44,8 +44,8 @@ def _sum(self, axis=None, keepdims=False, *, dtype=None, dim=None, keepdim=None)
 
 Tensor.sum = _sum
 Tensor.mean = axis_method(statistical.mean)
-Tensor.max = extremum_method(statistical.max)  # the axis by name only: see extremum_method
-Tensor.min = extremum_method(statistical.min)
+Tensor.max = axis_method(statistical.max, positional=False)  # the axis by name only: see axis_method
+Tensor.min = axis_method(statistical.min, positional=False)
 
 
 # ---- activations and friends (not in the standard) --------------------------------------------
