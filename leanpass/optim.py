@@ -388,11 +388,11 @@ class SGD(Optimizer):
         if group["momentum"] or group["weight_decay"]:
             return super()._update_group(items, group)
         lr = group["lr"]
-        for p, data, grad, state, backend in items:  # plain SGD: data -= lr * grad
+        for p, data, grad, state, backend in items:  # plain SGD: data -= lr * grad (BLAS's axpy on cpu)
             if backend.guard is not None or backend.fused.sgd is not None:
                 super()._update_group([(p, data, grad, state, backend)], group)
             else:
-                data -= lr * grad
+                backend.add_scaled(data, -lr, grad)
 
     def _update(self, backend, data, grad, state, group):
         wd, momentum, dampening = group["weight_decay"], group["momentum"], group["dampening"]
@@ -415,9 +415,12 @@ class SGD(Optimizer):
                 buf = state["momentum_buffer"] = backend.copy(grad)
             else:
                 buf *= momentum
-                buf += grad if not dampening else (1.0 - dampening) * grad
+                if dampening:
+                    backend.add_scaled(buf, 1.0 - dampening, grad)
+                else:
+                    buf += grad
             grad = grad + momentum * buf if group["nesterov"] else buf
-        data -= group["lr"] * grad
+        backend.add_scaled(data, -group["lr"], grad)
 
 
 class Adam(Optimizer):
@@ -464,7 +467,7 @@ class Adam(Optimizer):
         m += (1.0 - b1) * (grad - m)  # PyTorch's lerp
         v *= b2
         v += ((1.0 - b2) * grad) * grad  # scaled first (PyTorch's addcmul): finite for larger gradients
-        data -= step_size * (m / (backend.xp.sqrt(v) / bc2_sqrt + eps))
+        backend.add_scaled(data, -step_size, m / (backend.xp.sqrt(v) / bc2_sqrt + eps))
 
 
 class AdamW(Adam):
@@ -520,9 +523,9 @@ class RMSprop(Optimizer):
                 buf = state["momentum_buffer"] = xp.zeros_like(data)
             buf *= momentum
             buf += grad / avg
-            data -= group["lr"] * buf
+            backend.add_scaled(data, -group["lr"], buf)
         else:
-            data -= group["lr"] * (grad / avg)
+            backend.add_scaled(data, -group["lr"], grad / avg)
 
 
 class Adagrad(Optimizer):
@@ -550,7 +553,7 @@ class Adagrad(Optimizer):
         clr = group["lr"] / (1.0 + (state["step"] - 1) * group["lr_decay"])
         total = state["sum"]
         total += grad * grad
-        data -= clr * (grad / (xp.sqrt(total) + group["eps"]))
+        backend.add_scaled(data, -clr, grad / (xp.sqrt(total) + group["eps"]))
 
 
 # ``optim.lr_scheduler``, also importable as ``leanpass.optim.lr_scheduler`` (as in PyTorch)

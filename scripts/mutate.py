@@ -219,8 +219,8 @@ MUTANTS = [
            "step_size, bc2_sqrt = lr / (1.0 - b1**t), math.sqrt(1.0 - b2**t)",
            "step_size, bc2_sqrt = lr, math.sqrt(1.0 - b2**t)", ("tests/test_optim.py",)),
     Mutant("adam-eps-inside-sqrt", "leanpass/optim.py",
-           "data -= step_size * (m / (backend.xp.sqrt(v) / bc2_sqrt + eps))",
-           "data -= step_size * (m / (backend.xp.sqrt(v + eps) / bc2_sqrt))", ("tests/test_optim.py",)),
+           "backend.add_scaled(data, -step_size, m / (backend.xp.sqrt(v) / bc2_sqrt + eps))",
+           "backend.add_scaled(data, -step_size, m / (backend.xp.sqrt(v + eps) / bc2_sqrt))", ("tests/test_optim.py",)),
     Mutant("adam-no-lerp", "leanpass/optim.py", "m += (1.0 - b1) * (grad - m)  # PyTorch's lerp",
            "m += (1.0 - b1) * grad", ("tests/test_optim.py",)),
     Mutant("dropout-no-rescale", "leanpass/nn/layers.py", "* (1.0 / keep)", "", ("tests/test_nn.py",)),
@@ -340,6 +340,11 @@ MUTANTS = [
     Mutant("version-check-off", "leanpass/autograd.py",
            "if vc is not None and vc.last > seq:\n            _check_output",
            "if False:\n            _check_output", ("tests/test_inplace.py",)),
+    Mutant("blas-axpy-wrong-sign", "leanpass/backends/_blas.py",
+           "    routine(y.size, a, x.ctypes.data, 1, y.ctypes.data, 1)\n    return True",
+           "    routine(y.size, -a, x.ctypes.data, 1, y.ctypes.data, 1)\n    return True", ("tests/test_blas.py",)),
+    Mutant("blas-axpy-overlap-allowed", "leanpass/backends/_blas.py",
+           "            or np.may_share_memory(x, y)):", "            or False):", ("tests/test_blas.py",)),
 ]
 
 

@@ -363,6 +363,11 @@ class Backend:
         library writes in place. Generic version: :meth:`relu_mask`."""
         return self.relu_mask(g, out)
 
+    def add_scaled(self, y, a: float, x) -> None:
+        """``y += a * x`` in place (``a`` a Python number, ``y`` an array the caller may
+        write): an optimizer's update. Generic version: the library's operators."""
+        y += a * x
+
     def sum_rows(self, g):
         """``sum(g, axis=0)`` of the 2-D ``g``, a new array: the gradient of a bias
         added to every row of a product. Generic version: the library's sum."""

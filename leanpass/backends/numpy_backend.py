@@ -9,6 +9,7 @@ import array_api_compat.numpy as xp_numpy
 import numpy as np
 
 from ._base import Backend
+from ._blas import axpy
 
 
 def _reduction(ufunc):
@@ -160,6 +161,12 @@ class NumpyBackend(Backend):
 
     def relu_mask_fresh(self, g, out):
         return np.multiply(g, out > 0, out=g)
+
+    def add_scaled(self, y, a: float, x) -> None:
+        """As :meth:`Backend.add_scaled`; one BLAS ``axpy`` for large float arrays (see
+        :mod:`leanpass.backends._blas`: no temporary, one pass, on BLAS's threads)."""
+        if not axpy(a, x, y):
+            y += a * x
 
     def sum_rows(self, g):
         """As :meth:`Backend.sum_rows`; for a float matrix, a product with a vector of

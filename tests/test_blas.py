@@ -1,0 +1,133 @@
+"""The NumPy backend's BLAS ``axpy`` (``y += a * x`` in place, leanpass/backends/_blas.py):
+found in NumPy's own BLAS, right to the last rounding, used by the optimizers for
+large parameters, and declined (leaving ``y`` as it was) wherever it would be unsafe."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+from test_optim import ref_adagrad, ref_adam, ref_rmsprop, ref_sgd, run_steps  # (tests/ is on sys.path)
+
+from leanpass import optim
+from leanpass.backends import _blas, numpy_backend
+
+N = _blas.MIN_SIZE  # the smallest length that goes to BLAS
+
+
+def _numpy_blas() -> str:
+    return np.show_config(mode="dicts")["Build Dependencies"]["blas"]["name"]
+
+
+def _need_kernels():
+    if not _blas.kernels():
+        pytest.skip(f"no BLAS axpy found in this process ({sys.platform}, NumPy's BLAS {_numpy_blas()!r}); "
+                    "the optimizers run NumPy's code")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the loaded libraries are listed on Linux only")
+def test_numpys_wheel_blas_is_found_on_linux():
+    if _numpy_blas() != "scipy-openblas":
+        pytest.skip(f"NumPy was built against {_numpy_blas()!r}, not the wheels' scipy-openblas")
+    assert set(_blas.kernels()) == {np.dtype(np.float32), np.dtype(np.float64)}
+
+
+def _within_roundings(actual, expected, y0, ax):
+    """``actual`` is ``y0 + ax`` rounded once or twice: within a unit in the last place
+    of the operands' magnitude (where they nearly cancel, the result's own last place
+    is far smaller than what one rounding of ``ax`` may move it)."""
+    scale = np.spacing((np.abs(y0) + np.abs(ax)).astype(actual.dtype))
+    assert np.all(np.abs(actual.astype(np.longdouble) - expected) <= scale)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_axpy_is_the_scaled_add_to_the_last_rounding(dtype):
+    _need_kernels()
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(N // 64 + 3, 64)).astype(dtype)
+    y = rng.normal(size=x.shape).astype(dtype)
+    y0, ax = y.copy(), np.longdouble(np.asarray(-0.01, dtype)) * x.astype(np.longdouble)
+    assert _blas.axpy(-0.01, x, y)
+    _within_roundings(y, y0.astype(np.longdouble) + ax, y0, ax)
+    # and what NumPy's two operations give, within that
+    _within_roundings(y, y0 - np.asarray(0.01, dtype) * x, y0, ax)
+
+
+def _declined(x, y):
+    before = y.copy()
+    done = _blas.axpy(2.0, x, y)
+    np.testing.assert_array_equal(y, before)
+    return not done
+
+
+def test_axpy_declines_what_it_must_not_touch_and_leaves_y_as_it_was():
+    _need_kernels()
+    rng = np.random.default_rng(1)
+    y = rng.normal(size=N)
+    assert _declined(rng.normal(size=N - 1)[: N // 2], y[: N // 2])  # too small: NumPy is faster
+    assert _declined(rng.normal(size=N).astype(np.float32), y)  # dtypes differ
+    assert _declined(rng.normal(size=2 * N)[::2], y)  # x not contiguous
+    assert _declined(rng.normal(size=N), np.asfortranarray(rng.normal(size=(64, N // 64 + 1)))[:, : N // 64])
+    assert _declined(rng.normal(size=N).reshape(64, -1), y)  # shapes differ
+    assert _declined(rng.integers(0, 9, size=N), rng.integers(0, 9, size=N))  # integers
+    read_only = rng.normal(size=N)
+    read_only.flags.writeable = False
+    assert _declined(rng.normal(size=N), read_only)
+    both = rng.normal(size=N + 1)
+    assert _declined(both[1:], both[:-1])  # overlapping: NumPy buffers, BLAS would not
+    swapped = rng.normal(size=N).astype(">f8")
+    assert _declined(swapped.copy(), swapped)  # not the machine's byte order
+
+
+def test_a_routine_that_fails_the_exact_check_is_not_used():
+    assert not _blas._passes(lambda *args: None, np.float64)  # does nothing
+    assert not _blas._passes(lambda n, a, x, incx, y, incy: None, np.float32)
+    for dtype, (routine, _) in _blas.kernels().items():
+        assert _blas._passes(routine, dtype)
+
+
+LARGE = [
+    ("sgd", lambda p: optim.SGD(p, lr=0.1), lambda w, g: ref_sgd(w, g, 0.1)),
+    ("sgd_momentum_dampening", lambda p: optim.SGD(p, lr=0.1, momentum=0.9, dampening=0.4),
+     lambda w, g: ref_sgd(w, g, 0.1, 0.9, dampening=0.4)),
+    ("adam", lambda p: optim.Adam(p, lr=0.01), lambda w, g: ref_adam(w, g, 0.01)),
+    ("rmsprop_momentum", lambda p: optim.RMSprop(p, lr=0.01, momentum=0.5),
+     lambda w, g: ref_rmsprop(w, g, 0.01, momentum=0.5)),
+    ("adagrad", lambda p: optim.Adagrad(p, lr=0.1), lambda w, g: ref_adagrad(w, g, 0.1)),
+]
+
+
+@pytest.mark.parametrize("name, make, reference", LARGE, ids=[case[0] for case in LARGE])
+def test_optimizers_on_large_parameters_use_blas_and_match_the_written_out_rules(monkeypatch, name, make,
+                                                                                   reference):
+    _need_kernels()
+    calls = []
+
+    def counted(a, x, y):
+        done = _blas.axpy(a, x, y)
+        calls.append(done)
+        return done
+
+    monkeypatch.setattr(numpy_backend, "axpy", counted)
+    rng = np.random.default_rng(2)
+    w0 = rng.normal(size=(N // 128 + 1, 128))
+    grads = [rng.normal(size=w0.shape) for _ in range(4)]
+    w, _ = run_steps("cpu", make, grads=grads, w0=w0)
+    assert calls and all(calls)  # every update went to BLAS
+    np.testing.assert_allclose(w.numpy(), reference(w0, grads), rtol=1e-12, atol=1e-14)
+
+
+def test_a_large_sgd_step_matches_torch_in_float32():
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed; the written-out rules still run")
+    rng = np.random.default_rng(3)
+    w0 = rng.normal(size=(784, 256)).astype(np.float32)
+    grads = [rng.normal(size=w0.shape).astype(np.float32) for _ in range(3)]
+    tw = torch.tensor(w0, requires_grad=True)
+    topt = torch.optim.SGD([tw], lr=0.05)
+    for g in grads:
+        tw.grad = torch.tensor(g)
+        topt.step()
+    w, _ = run_steps("cpu", lambda p: optim.SGD(p, lr=0.05), grads=grads, w0=w0, dtype="float32")
+    # three steps, each rounded once or twice: within a few units of the weights' last place
+    np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=0, atol=4 * np.spacing(np.float32(4)))
