@@ -5,6 +5,7 @@ large parameters, and declined (leaving ``y`` as it was) wherever it would be un
 from __future__ import annotations
 
 import sys
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -54,30 +55,73 @@ def test_axpy_is_the_scaled_add_to_the_last_rounding(dtype):
     _within_roundings(y, y0 - np.asarray(0.01, dtype) * x, y0, ax)
 
 
-def _declined(x, y):
+def _declined(x, y, a=2.0):
     before = y.copy()
-    done = _blas.axpy(2.0, x, y)
+    done = _blas.axpy(a, x, y)
     np.testing.assert_array_equal(y, before)
     return not done
 
 
-def test_axpy_declines_what_it_must_not_touch_and_leaves_y_as_it_was():
+def test_axpy_declines_what_it_must_not_touch_and_leaves_y_as_it_was(monkeypatch):
     _need_kernels()
     rng = np.random.default_rng(1)
     y = rng.normal(size=N)
     assert _declined(rng.normal(size=N - 1)[: N // 2], y[: N // 2])  # too small: NumPy is faster
     assert _declined(rng.normal(size=N).astype(np.float32), y)  # dtypes differ
     assert _declined(rng.normal(size=2 * N)[::2], y)  # x not contiguous
-    assert _declined(rng.normal(size=N), np.asfortranarray(rng.normal(size=(64, N // 64 + 1)))[:, : N // 64])
+    shape = (64, N // 64)
+    assert _declined(rng.normal(size=shape), np.asfortranarray(rng.normal(size=shape)))  # y in Fortran order
+    big = rng.normal(size=(64, 2 * (N // 64)))
+    rest = big[:, N // 64:].copy()
+    assert _declined(rng.normal(size=shape), big[:, : N // 64])  # y a strided view
+    np.testing.assert_array_equal(big[:, N // 64:], rest)  # and nothing beside it written
     assert _declined(rng.normal(size=N).reshape(64, -1), y)  # shapes differ
     assert _declined(rng.integers(0, 9, size=N), rng.integers(0, 9, size=N))  # integers
     read_only = rng.normal(size=N)
     read_only.flags.writeable = False
     assert _declined(rng.normal(size=N), read_only)
+    unaligned = np.frombuffer(bytearray(8 * N + 1), np.float64, N, 1)
+    assert not unaligned.flags.aligned
+    assert _declined(rng.normal(size=N), unaligned)
     both = rng.normal(size=N + 1)
     assert _declined(both[1:], both[:-1])  # overlapping: NumPy buffers, BLAS would not
     swapped = rng.normal(size=N).astype(">f8")
     assert _declined(swapped.copy(), swapped)  # not the machine's byte order
+    routine, _ = _blas.kernels()[np.dtype(np.float64)]
+    monkeypatch.setattr(_blas, "_kernels", {np.dtype(np.float64): (routine, N - 1)})  # a 32-bit CBLAS's limit
+    assert _declined(rng.normal(size=N), y)
+
+
+@pytest.mark.parametrize("a", [0.0, -0.0, Fraction(1, 2), np.float64(0.5), 1])
+def test_axpy_takes_only_a_python_float_that_is_not_zero(a):
+    """BLAS returns at once for an alpha of 0, where ``y + 0 * inf`` must be NaN; and
+    ctypes would convert what NumPy refuses or computes in another precision."""
+    _need_kernels()
+    x = np.full(N, np.inf)
+    assert _declined(x, np.ones(N), a)
+    assert _declined(x.astype(np.float32), np.ones(N, np.float32), a)
+
+
+def test_an_alpha_that_rounds_to_zero_in_float32_goes_to_numpy():
+    _need_kernels()
+    x = np.full(N, np.inf, np.float32)
+    assert _declined(x, np.ones(N, np.float32), 1e-50)
+    assert _blas.axpy(1e-40, x, np.ones(N, np.float32))  # a subnormal float32 alpha is not 0
+
+
+@pytest.mark.parametrize("make", [lambda p: optim.SGD(p, lr=0.0), lambda p: optim.Adam(p, lr=0.0),
+                                  lambda p: optim.SGD(p, lr=0.1, momentum=0.9, dampening=1.0)])
+def test_a_zero_step_with_inf_and_nan_gradients_gives_nan_at_any_size(make):
+    """As NumPy's ``p -= 0.0 * g`` and PyTorch's ``add_(g, alpha=0)``: 0 * inf is NaN."""
+    results = []
+    for n in (100, N):
+        g = np.ones(n)
+        g[0], g[1] = np.inf, np.nan
+        with np.errstate(invalid="ignore"):  # NumPy's code warns of the NaN it makes
+            w, _ = run_steps("cpu", make, grads=[g, g], w0=np.ones(n))
+        results.append(w.numpy()[:3])
+    np.testing.assert_array_equal(results[0], results[1])
+    assert np.isnan(results[1][0]) and np.isnan(results[1][1])
 
 
 def test_a_routine_that_fails_the_exact_check_is_not_used():
@@ -92,6 +136,7 @@ LARGE = [
     ("sgd_momentum_dampening", lambda p: optim.SGD(p, lr=0.1, momentum=0.9, dampening=0.4),
      lambda w, g: ref_sgd(w, g, 0.1, 0.9, dampening=0.4)),
     ("adam", lambda p: optim.Adam(p, lr=0.01), lambda w, g: ref_adam(w, g, 0.01)),
+    ("rmsprop", lambda p: optim.RMSprop(p, lr=0.01), lambda w, g: ref_rmsprop(w, g, 0.01)),
     ("rmsprop_momentum", lambda p: optim.RMSprop(p, lr=0.01, momentum=0.5),
      lambda w, g: ref_rmsprop(w, g, 0.01, momentum=0.5)),
     ("adagrad", lambda p: optim.Adagrad(p, lr=0.1), lambda w, g: ref_adagrad(w, g, 0.1)),

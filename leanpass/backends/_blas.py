@@ -8,13 +8,15 @@ ones ``threadpoolctl`` limits, as for matrix products). An SGD step on a layer o
 200,000 weights takes half the time.
 
 The library is found where the process's mapped files can be listed
-(``/proc/self/maps``: Linux), under the symbol names of NumPy's wheels
-(``scipy_cblas_saxpy64_``, ``cblas_saxpy64_``) or plain CBLAS (``cblas_saxpy``),
-and each routine must pass a small exact check before it is used. Anywhere this
-fails (macOS, Windows, an unknown BLAS), :func:`axpy` returns False and the caller
-runs its NumPy code. The length is passed as a 64-bit integer, which a 32-bit
-CBLAS reads correctly below 2**31 (integer arguments travel in 64-bit registers
-on x86-64 and arm64, and in 8-byte stack slots); longer vectors are refused there.
+(``/proc/self/maps``: Linux, on x86-64 and arm64), NumPy's own first (its wheels
+bundle OpenBLAS in ``numpy.libs``; a NumPy built against the system's BLAS finds
+that one), under the symbol names of NumPy's wheels (``scipy_cblas_saxpy64_``,
+``cblas_saxpy64_``) or plain CBLAS (``cblas_saxpy``), and each routine must pass a
+small exact check before it is used. Anywhere this fails (macOS, Windows, an
+unknown BLAS), :func:`axpy` returns False and the caller runs its NumPy code. The
+length is passed as a 64-bit integer, which a CBLAS of 32-bit integers reads
+correctly below 2**31 on these two architectures (integer arguments travel in
+64-bit registers); longer vectors are refused there.
 
 Results can differ from NumPy's ``y -= a * x`` in the last bit: BLAS may round
 ``y + a * x`` once (a fused multiply-add), as PyTorch's ``add_(x, alpha=a)`` does.
@@ -24,6 +26,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+import platform
+import sys
 import threading
 
 import numpy as np
@@ -33,6 +37,10 @@ MIN_SIZE = 32768
 
 _kernels = None  # {dtype: (routine, largest length)}, found at the first call
 _lock = threading.Lock()
+# An alpha below this rounds to 0 in the dtype, and BLAS then returns without
+# touching y, where y + 0 * inf must be NaN: such updates go to NumPy.
+_ZERO_BELOW = {np.dtype(np.float32): float(np.finfo(np.float32).smallest_subnormal) / 2,
+               np.dtype(np.float64): 0.0}
 
 
 def _loaded_blas_files() -> list[str]:
@@ -48,8 +56,9 @@ def _loaded_blas_files() -> list[str]:
         name = os.path.basename(path).lower()
         if path.startswith("/") and "blas" in name and "cublas" not in name and ".so" in name and path not in found:
             found.append(path)
-    numpy_home = os.path.dirname(os.path.dirname(np.__file__))  # site-packages: numpy.libs beside numpy
-    return sorted(found, key=lambda p: not p.startswith(numpy_home))
+    package = os.path.dirname(os.path.abspath(np.__file__))
+    own = (package + os.sep, package + ".libs" + os.sep)  # numpy/.libs, numpy.libs beside it (the wheels)
+    return sorted(found, key=lambda p: not p.startswith(own))
 
 
 def _bind(library, name: str, ctype):
@@ -72,6 +81,8 @@ def _passes(routine, dtype) -> bool:
 
 def _find() -> dict:
     kernels = {}
+    if platform.machine().lower() not in ("x86_64", "amd64", "aarch64", "arm64") or sys.maxsize < 2**63 - 1:
+        return kernels  # the integer arguments' width is only known to be harmless on these
     for path in _loaded_blas_files():
         try:  # the library already in the process, not a second copy
             library = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
@@ -106,12 +117,14 @@ def kernels() -> dict:
 
 
 def axpy(a: float, x, y) -> bool:
-    """``y += a * x`` in place with BLAS, and True, where that pays and is safe: NumPy
-    float32 or float64 arrays of one dtype and shape, both C-contiguous and aligned,
-    ``y`` writable, not overlapping, at least :data:`MIN_SIZE` elements. Otherwise
-    nothing is done and it returns False."""
+    """``y += a * x`` in place with BLAS, and True, where that pays and is safe: ``a`` a
+    Python float that is not 0 in the arrays' dtype, NumPy float32 or float64 arrays
+    of one dtype and shape, both C-contiguous and aligned, ``y`` writable, not
+    overlapping, at least :data:`MIN_SIZE` elements. Otherwise nothing is done and it
+    returns False."""
     found = (_kernels if _kernels is not None else kernels()).get(y.dtype)
-    if found is None or y.size < MIN_SIZE or x.dtype != y.dtype or x.shape != y.shape:
+    if (found is None or type(a) is not float or abs(a) <= _ZERO_BELOW[y.dtype] or y.size < MIN_SIZE
+            or x.dtype != y.dtype or x.shape != y.shape):
         return False
     routine, largest = found
     fx, fy = x.flags, y.flags
