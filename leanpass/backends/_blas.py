@@ -4,8 +4,10 @@ BLAS library NumPy itself has loaded.
 NumPy has no in-place scaled add: ``y -= a * x`` makes a temporary the size of ``x``
 and passes over memory twice, on one thread. One ``?axpy`` call reads ``x`` and
 ``y`` once and writes ``y``, and OpenBLAS spreads a large one over its threads (the
-ones ``threadpoolctl`` limits, as for matrix products). An SGD step on a layer of
-200,000 weights takes half the time.
+ones ``threadpoolctl`` limits, as for matrix products). On 200,704 float32 values
+in the caches the update took 26 µs instead of 65 at one thread, 13 at two; where
+both arrays must come from memory (a whole W1 training step, one thread) the two
+cost about the same, and the gain is the temporary not made and the second core.
 
 The library is found where the process's mapped files can be listed
 (``/proc/self/maps``: Linux, on x86-64 and arm64), NumPy's own first (its wheels
