@@ -858,28 +858,15 @@ def backprop(roots, grads, *, create_graph: bool, retain_graph: bool, targets=No
             if vc is not None and vc.last > seq:
                 _check_output(node, seq)
             parents = []
+            changed = False  # an input's values changed in place since the node was made
             for parent in node._prev:
                 pvc = parent._vc
                 if pvc is not None and pvc.last > seq:
-                    changed = _stale(node, parent, seq)
-                    if create_graph and changed is not parent:
-                        raise RuntimeError(
-                            f"backward with create_graph=True through {node._op!r}: its input of shape "
-                            f"{tuple(parent._data.shape)} was changed in place after {node._op!r} was computed; "
-                            "the operation cannot be run again on the old values"
-                        )
-                    parent = changed
+                    changed = changed or pvc.changed > seq
+                    parent = _stale(node, parent, seq)  # raises where the node saved the changed values
                 parents.append(parent)
             if create_graph:
-                replay = getattr(node, "_replay", None)
-                if replay is None:
-                    raise RuntimeError(
-                        f"backward with create_graph=True: {node._op!r} (output of shape "
-                        f"{tuple(node._data.shape)}) cannot be differentiated twice: it is an in-place change "
-                        "or a custom operation without a replay; compute it out of place"
-                    )
-                _, backward = _replayed(node, replay, graph_backend(node._backend), tuple(parents))
-                parent_grads = backward(grad)
+                parent_grads = _graph_grads(node, tuple(parents), grad, changed)
             else:
                 guard = node._backend.guard
                 if guard is None:
@@ -924,6 +911,43 @@ def backprop(roots, grads, *, create_graph: bool, retain_graph: bool, targets=No
         g = found.get(id(t))
         out.append(g if g is None or create_graph else leaf(t._backend.copy(g), t._backend))
     return out
+
+
+def _graph_grads(node, parents, grad, changed: bool):
+    """The gradients of ``node``'s inputs as Tensors in a graph (``create_graph``).
+
+    Its inputs are ``parents`` (each as the node saw it). Where none changed in place
+    since the forward, the operation runs again on them with a :class:`GraphBackend`,
+    and its own backward rule records the graph. Where one changed, the backward
+    must not see a value computed from the changed one: ``_stale`` has already
+    refused an input the rule reads, so the rule runs on what the node saved -- its
+    unchanged inputs and its output, the node itself (``Op.rule``); an operation whose
+    backward reads neither its output nor the changed input runs again, as the values
+    computed from the changed input are never read."""
+    op = node._op
+    replay = getattr(node, "_replay", None)
+    if replay is None:
+        raise RuntimeError(
+            f"backward with create_graph=True: {op!r} (output of shape {tuple(node._data.shape)}) cannot be "
+            "differentiated twice: it is an in-place change or a custom operation without a replay; compute it "
+            "out of place"
+        )
+    gb = graph_backend(node._backend)
+    if changed and op.saves_out:
+        if op.rule is None or not isinstance(replay, (tuple, dict)):
+            raise RuntimeError(
+                f"backward with create_graph=True through {op!r}: an input of {op!r} was changed in place after "
+                f"{op!r} was computed, and its derivative cannot be formed from what {op!r} saved; compute the "
+                "graph again after the change, or change a copy instead (x = x + ... instead of x += ...)"
+            )
+        with gb.quiet():
+            if type(replay) is dict:
+                return op.rule(gb.xp, parents, node, grad, **replay)
+            if op.needs:
+                return op.rule(gb.xp, parents, node, grad, *replay, needs=tuple(p._rg for p in parents))
+            return op.rule(gb.xp, parents, node, grad, *replay)
+    _, backward = _replayed(node, replay, gb, parents)
+    return backward(grad)
 
 
 def _replayed(node, replay, gb, prev):

@@ -62,6 +62,11 @@ class Tensor:
 
     @data.setter
     def data(self, value):
+        self._set_data(value)
+
+    def _set_data(self, value, changed: bool = True) -> None:
+        """Rebind ``.data``; ``changed=False`` where the values stay the same (``Module.to``
+        moving or casting a parameter), which a backward's saved arrays may still read."""
         if isinstance(value, Tensor):
             value = value._data
         backend = backend_of_array(value)
@@ -76,6 +81,8 @@ class Tensor:
             raise ValueError(f"Tensor.data: a tensor that requires grad needs float data, got {value.dtype}")
         self._data = value
         self._backend = backend
+        if changed:
+            version_of(self).bump()  # a backward that saved the old array must not read the new one
 
     @property
     def grad(self):

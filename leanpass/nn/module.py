@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .._dtypes import as_dtype
-from ..autograd import increment_version
 from ..backends import dtype_name, get_backend
 from ..tensor import Tensor, as_tensor, clear_gradients
 
@@ -326,7 +325,7 @@ class Module:
                 moved = moved.to(target.device)
             if cast:
                 moved = moved.astype(dtype)
-            p.data = moved.data
+            p._set_data(moved.data, changed=False)  # the same values: no version change
             p.grad = None if grad is None else Tensor(grad, device=moved.device, dtype=dtype_name(moved.dtype)).data
         return self
 
@@ -402,8 +401,7 @@ class Module:
             array = as_tensor(value, device=p.device, dtype=want).data  # integer buffers stay integer
             updates.append((p, get_backend(p.device).xp.permute_dims(array, (1, 0)) if transposed else array))
         for p, array in updates:  # copies: training must not write into the state's arrays
-            p.data = get_backend(p.device).copy(array)
-            increment_version(p)
+            p.data = get_backend(p.device).copy(array)  # counts as an in-place change (a new version)
         return IncompatibleKeys(missing, unexpected)
 
     def __repr__(self) -> str:

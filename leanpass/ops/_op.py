@@ -22,6 +22,13 @@ The ``Op`` wrapping it *is* its name (a ``str``: ``t._op == "+"``) and carries:
   as a view); then it is marked as a view only where it does share memory.
 - ``differentiable``: ``False`` for operations whose outputs never carry gradients
   (comparisons, integer results).
+- ``rule``: the backward rule on saved values, ``rule(xp, inputs, out, g, *params)
+  -> one gradient per input``, where it can be written apart from the forward. A
+  ``create_graph`` backward runs it on Tensors (``xp`` LeanPass's namespace, ``out``
+  the node itself) where an input the rule does not read has changed in place since
+  the forward, instead of running the forward again on the changed values (PyTorch's
+  ``SavedVariable`` rule: a backward reads what the node saved, never a re-computed
+  value).
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ class Op(str):
 
     def __new__(cls, name: str, fn, *, saves=ALL, saves_out: bool = True, fresh: bool = True,
                 needs: bool = False, view: bool = False, copies: bool = False, differentiable: bool = True,
-                doc: str | None = None):
+                doc: str | None = None, rule=None):
         self = super().__new__(cls, name)
         self.fn = fn
         self.saves = saves if saves is ALL else tuple(saves)
@@ -46,6 +53,7 @@ class Op(str):
         self.view = view
         self.copies = copies
         self.differentiable = differentiable
+        self.rule = rule
         self.__doc__ = doc or fn.__doc__
         return self
 
@@ -61,7 +69,7 @@ class Op(str):
         """The same operation under another name (``"getitem"`` for a ``take``)."""
         return Op(name, self.fn, saves=self.saves, saves_out=self.saves_out, fresh=self.fresh,
                   needs=self.needs, view=self.view, copies=self.copies, differentiable=self.differentiable,
-                  doc=self.__doc__)
+                  doc=self.__doc__, rule=self.rule)
 
     def __reduce__(self):
         return (str, (str(self),))

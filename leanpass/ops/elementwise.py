@@ -77,7 +77,7 @@ def unary(name, forward, rule=None, *, uses=("x",), quiet=False, method=(), symb
             xp = be.xp
             return forward(xp, a), lambda g: (xp.zeros_like(g),)
 
-        operation = Op(symbol or name, fn, saves=(), saves_out=False)
+        operation = Op(symbol or name, fn, saves=(), saves_out=False, rule=_zero_rule)
     else:
 
         def fn(be, a):
@@ -96,7 +96,11 @@ def unary(name, forward, rule=None, *, uses=("x",), quiet=False, method=(), symb
 
             return out, backward
 
-        operation = Op(symbol or name, fn, saves=(0,) if "x" in uses else (), saves_out="out" in uses, fresh=fresh)
+        def on_saved(xp, inputs, out, g):
+            return (rule(xp, inputs[0], out, g),)
+
+        operation = Op(symbol or name, fn, saves=(0,) if "x" in uses else (), saves_out="out" in uses, fresh=fresh,
+                       rule=on_saved)
     operation.__doc__ = f"Element-wise {name}."
     return _register(UNARY, name, operation, 1, method, accepts=accepts, complex=complex)
 
@@ -131,10 +135,19 @@ def binary(name, forward, rule_a=None, rule_b=None, *, uses=("a", "b"), quiet=Fa
 
             return out, backward
 
+        def on_saved(xp, inputs, out, g, needs=(True, True)):
+            a, b = inputs
+            return (_apply_rule(rule_a, xp, a, b, out, g) if needs[0] else None,
+                    _apply_rule(rule_b, xp, a, b, out, g) if needs[1] else None)
+
         saves = tuple(i for i, k in enumerate("ab") if k in uses)
-        operation = Op(symbol or name, fn, saves=saves, saves_out="out" in uses, needs=True)
+        operation = Op(symbol or name, fn, saves=saves, saves_out="out" in uses, needs=True, rule=on_saved)
     operation.__doc__ = f"Element-wise {name}."
     return _register(BINARY, name, operation, 2, method, scalar_op, rscalar_op, accepts)
+
+
+def _zero_rule(xp, inputs, out, g):
+    return (xp.zeros_like(g),)
 
 
 def _apply_rule(rule, xp, a, b, out, g):
@@ -318,12 +331,17 @@ def neg(be, a):
     return -a, _neg_backward
 
 
-@op("exp", saves=(), saves_out=True)
+def _exp_rule(xp, inputs, out, g):
+    return (g * out,)
+
+
+@op("exp", saves=(), saves_out=True, rule=_exp_rule)
 def exp(be, a):
-    out = be.xp.exp(a)
+    xp = be.xp
+    out = xp.exp(a)
 
     def backward(g):
-        return (g * out,)
+        return _exp_rule(xp, (), out, g)
 
     return out, backward
 
@@ -341,27 +359,37 @@ def log(be, a):
     return out, backward
 
 
-@op("tanh", saves=(), saves_out=True)
+def _tanh_rule(xp, inputs, out, g):
+    return (g - g * out * out,)  # g * (1 - out**2), without a scalar operand (slow in NumPy)
+
+
+@op("tanh", saves=(), saves_out=True, rule=_tanh_rule)
 def tanh(be, a):
-    out = be.xp.tanh(a)
+    xp = be.xp
+    out = xp.tanh(a)
     fused = be.fused.tanh_backward
 
     def backward(g):
         if fused is not None:
             return (fused(g, out),)
-        return (g - g * out * out,)  # g * (1 - out**2), without a scalar operand (slow in NumPy)
+        return _tanh_rule(xp, (), out, g)
 
     return out, backward
 
 
-@op("sqrt", saves=(), saves_out=True)
+def _sqrt_rule(xp, inputs, out, g):
+    return (g / (2.0 * out),)
+
+
+@op("sqrt", saves=(), saves_out=True, rule=_sqrt_rule)
 def sqrt(be, a):
+    xp = be.xp
     with be.quiet():
-        out = be.xp.sqrt(a)
+        out = xp.sqrt(a)
 
     def backward(g):
         with be.quiet():
-            return (g / (2.0 * out),)
+            return _sqrt_rule(xp, (), out, g)
 
     return out, backward
 

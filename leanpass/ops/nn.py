@@ -30,7 +30,12 @@ def leaky_relu(be, a, negative_slope):
     return xp.where(positive, a, a * negative_slope), backward
 
 
-@op("sigmoid", saves=(), saves_out=True)
+def _sigmoid_rule(xp, inputs, out, g):
+    g_out = g * out
+    return (g_out - g_out * out,)  # g * out * (1 - out) without a scalar operand
+
+
+@op("sigmoid", saves=(), saves_out=True, rule=_sigmoid_rule)
 def sigmoid(be, a):
     """``1 / (1 + exp(-a))`` from ``e = exp(-|a|)``, which never overflows; unlike
     ``0.5 * tanh(0.5 a) + 0.5`` it keeps full relative precision for a << 0."""
@@ -43,8 +48,7 @@ def sigmoid(be, a):
     def backward(g):
         if fused is not None:
             return (fused(g, out),)
-        g_out = g * out
-        return (g_out - g_out * out,)  # g * out * (1 - out) without a scalar operand
+        return _sigmoid_rule(xp, (), out, g)
 
     return out, backward
 
@@ -107,13 +111,18 @@ def _top(xp, a, axis):
     return xp.max(a, axis=axis, keepdims=True) if a.shape[axis] else 0.0
 
 
-@op("softmax", saves=(), saves_out=True)
+def _softmax_rule(xp, inputs, out, g, axis):
+    grad = g - xp.sum(g * out, axis=axis, keepdims=True)
+    return (grad * out,)
+
+
+@op("softmax", saves=(), saves_out=True, rule=_softmax_rule)
 def softmax(be, a, axis):
     xp = be.xp
     e = xp.exp(a - _top(xp, a, axis))
     out = e / xp.sum(e, axis=axis, keepdims=True)
 
-    def backward(g):
+    def backward(g):  # _softmax_rule, written into its own temporary
         grad = g - xp.sum(g * out, axis=axis, keepdims=True)
         grad *= out
         return (grad,)
@@ -121,14 +130,18 @@ def softmax(be, a, axis):
     return out, backward
 
 
-@op("log_softmax", saves=(), saves_out=True)
+def _log_softmax_rule(xp, inputs, out, g, axis):
+    return (g - xp.exp(out) * xp.sum(g, axis=axis, keepdims=True),)
+
+
+@op("log_softmax", saves=(), saves_out=True, rule=_log_softmax_rule)
 def log_softmax(be, a, axis):
     xp = be.xp
     z = a - _top(xp, a, axis)
     out = z - xp.log(xp.sum(xp.exp(z), axis=axis, keepdims=True)) if a.shape[axis] else z
 
     def backward(g):
-        return (g - xp.exp(out) * xp.sum(g, axis=axis, keepdims=True),)
+        return _log_softmax_rule(xp, (), out, g, axis)
 
     return out, backward
 

@@ -1,0 +1,196 @@
+"""Saved values (PyTorch's ``SavedVariable`` rule): a backward, first-order or
+``create_graph``, reads what its node saved at the version it saw. A value changed
+since -- by a recorded in-place op, ``+=`` under ``no_grad``, an optimizer step or
+``.data = ...`` -- either is not read (and the derivative is right) or makes
+backward raise ``RuntimeError`` naming the operation. Never a silently wrong
+derivative: a ``create_graph`` backward never re-runs a forward on changed values.
+
+Each case is checked against the closed form on every device, and against PyTorch
+where it is installed (the first and second derivatives torch computes)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import leanpass as lp
+from leanpass import Tensor
+
+A = np.array([0.5, 1.5, -0.25])
+
+
+def param(device, values=A):
+    return Tensor(values, requires_grad=True, device=device, dtype="float64")
+
+
+def changes(t, how: str) -> None:
+    """Change ``t`` (a leaf) in place without recording it, one of the ways a user does."""
+    if how == "no_grad":
+        with lp.no_grad():
+            t += 1.0
+    elif how == "optimizer":
+        t.grad = -np.ones(t.shape)
+        lp.optim.SGD([t], lr=1.0).step()
+    elif how == "data":
+        t.data = t.data + 1.0
+    else:
+        raise AssertionError(how)
+
+
+# f, its derivative at x (where the node saved only its output), the same function in torch
+SAVES_OUTPUT = {
+    "exp": (lambda x: x.exp(), lambda x: np.exp(x), lambda x: x.exp()),
+    "tanh": (lambda x: x.tanh(), lambda x: 1 - np.tanh(x) ** 2, lambda x: x.tanh()),
+    "sigmoid": (lambda x: x.sigmoid(), lambda x: np.exp(-x) / (1 + np.exp(-x)) ** 2, lambda x: x.sigmoid()),
+    "sqrt": (lambda x: (x + 1.0).sqrt(), lambda x: 0.5 / np.sqrt(x + 1), lambda x: (x + 1.0).sqrt()),
+    "expm1": (lambda x: lp.expm1(x), lambda x: np.exp(x), lambda x: x.expm1()),
+}
+
+
+@pytest.mark.parametrize("how", ["no_grad", "optimizer", "data"])
+@pytest.mark.parametrize("name", sorted(SAVES_OUTPUT))
+def test_create_graph_after_an_unrecorded_change_uses_the_saved_output(device, name, how):
+    """The issue's silent wrong result: W.exp(), an optimizer step, then grad with
+    create_graph=True gave exp(W_new) instead of exp(W_old)."""
+    f, derivative, _ = SAVES_OUTPUT[name]
+    w = param(device)
+    loss = f(w).sum()
+    changes(w, how)
+    (g,) = lp.autograd.grad(loss, w, create_graph=True)
+    np.testing.assert_allclose(g.numpy(), derivative(A), rtol=1e-12)
+    assert g.requires_grad
+
+
+def test_second_derivative_after_an_unrecorded_change_matches_torch(device):
+    torch = pytest.importorskip("torch")
+    w = param(device)
+    loss = w.exp().sum()
+    changes(w, "no_grad")
+    (g,) = lp.autograd.grad(loss, w, create_graph=True)
+    (h,) = lp.autograd.grad((g * g).sum(), w)
+
+    tw = torch.tensor(A, requires_grad=True)
+    tloss = tw.exp().sum()
+    with torch.no_grad():
+        tw += 1.0
+    (tg,) = torch.autograd.grad(tloss, tw, create_graph=True)
+    (th,) = torch.autograd.grad((tg * tg).sum(), tw)
+    np.testing.assert_allclose(g.numpy(), tg.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(h.numpy(), th.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("how", ["no_grad", "optimizer", "data"])
+def test_create_graph_through_a_saved_changed_input_raises(device, how):
+    """``w * w`` saves w: after the change its backward would read the new values."""
+    w = param(device)
+    loss = (w * w).sum()
+    changes(w, how)
+    for create_graph in (False, True):
+        with pytest.raises(RuntimeError, match=r"'\*'.*changed in place"):
+            lp.autograd.grad(loss, w, create_graph=create_graph, retain_graph=True)
+
+
+def test_data_assignment_counts_as_a_change(device):
+    w = param(device)
+    before = w._version
+    w.data = w.data + 1.0
+    assert w._version == before + 1
+
+
+# Recorded in-place changes: torch differentiates through these (the node read only
+# what it saved), and so does LeanPass, first order and create_graph.
+RECORDED = {
+    "add": lambda x: x + 2.0,
+    "sum": lambda x: x.sum() * 1.0,
+    "cumulative_sum": lambda x: lp.cumulative_sum(x),
+    "where": lambda x: lp.where(x > 10.0, x * 0.0, x),
+    "reshape_exp": lambda x: x.reshape(3, 1).exp(),
+    "getitem_exp": lambda x: x[1:].exp(),
+    "softmax": lambda x: x.softmax(axis=-1),
+    "log_softmax": lambda x: x.log_softmax(axis=-1),
+    "sqrt": lambda x: (x + 1.0).sqrt(),
+    "sigmoid": lambda x: x.sigmoid(),
+    "tanh": lambda x: x.tanh(),
+    "exp": lambda x: x.exp(),
+}
+
+TORCH_RECORDED = {
+    "add": lambda x: x + 2.0,
+    "sum": lambda x: x.sum() * 1.0,
+    "cumulative_sum": lambda x: x.cumsum(0),
+    "where": lambda x: x.where(~(x > 10.0), x * 0.0),
+    "reshape_exp": lambda x: x.reshape(3, 1).exp(),
+    "getitem_exp": lambda x: x[1:].exp(),
+    "softmax": lambda x: x.softmax(-1),
+    "log_softmax": lambda x: x.log_softmax(-1),
+    "sqrt": lambda x: (x + 1.0).sqrt(),
+    "sigmoid": lambda x: x.sigmoid(),
+    "tanh": lambda x: x.tanh(),
+    "exp": lambda x: x.exp(),
+}
+
+WEIGHTS = np.array([0.3, -1.2, 0.7])
+
+
+@pytest.mark.parametrize("name", sorted(RECORDED))
+def test_create_graph_through_a_recorded_inplace_change_matches_a_fresh_graph(device, name):
+    """``x = a * 1; c = f(x); x.add_(1)``: the gradient of c with respect to a, and its
+    derivative, are those of ``f(a)`` (the change comes after c)."""
+    def weighted(c):
+        c = c.reshape(-1)
+        return (c * c * Tensor(WEIGHTS[: c.shape[0]], device=device)).sum()
+
+    a = param(device)
+    x = a * 1.0
+    c = RECORDED[name](x)
+    x += 1.0
+    (g,) = lp.autograd.grad(weighted(c), a, create_graph=True)
+    (h,) = lp.autograd.grad((g * g).sum(), a)
+
+    fresh = param(device)
+    (g0,) = lp.autograd.grad(weighted(RECORDED[name](fresh)), fresh, create_graph=True)
+    (h0,) = lp.autograd.grad((g0 * g0).sum(), fresh)
+    np.testing.assert_allclose(g.numpy(), g0.numpy(), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(h.numpy(), h0.numpy(), rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("name", sorted(RECORDED))
+def test_recorded_inplace_change_against_torch(name):
+    torch = pytest.importorskip("torch")
+    a = param("cpu")
+    x = a * 1.0
+    c = RECORDED[name](x)
+    x += 1.0
+    (g,) = lp.autograd.grad((c.reshape(-1) ** 2 * Tensor(WEIGHTS[: c.size])).sum(), a, create_graph=True)
+
+    ta = torch.tensor(A, requires_grad=True)
+    tx = ta * 1.0
+    tc = TORCH_RECORDED[name](tx)
+    tx.add_(1.0)
+    (tg,) = torch.autograd.grad((tc.reshape(-1) ** 2 * torch.tensor(WEIGHTS[: tc.numel()])).sum(), ta,
+                                create_graph=True)
+    np.testing.assert_allclose(g.numpy(), tg.detach().numpy(), rtol=1e-12, atol=1e-15)
+
+
+def test_changed_output_still_raises_in_create_graph(device):
+    """exp saved its output: changing the output itself is refused (as torch)."""
+    a = param(device)
+    c = (a * 1.0).exp()
+    loss = c.sum()
+    c += 1.0
+    with pytest.raises(RuntimeError, match="exp"):
+        lp.autograd.grad(loss, a, create_graph=True)
+
+
+def test_linalg_with_a_changed_input_raises_rather_than_replaying(device):
+    """inv saved only its output and has no rule on saved values yet: an input changed
+    since raises under create_graph instead of running inv again on the new values."""
+    m = Tensor(np.array([[2.0, 0.5], [0.25, 3.0]]), requires_grad=True, device=device)
+    loss = lp.linalg.inv(m).sum()
+    (first,) = lp.autograd.grad(loss, m, retain_graph=True)  # first order reads the saved output: fine
+    with lp.no_grad():
+        m += 1.0
+    (again,) = lp.autograd.grad(loss, m, retain_graph=True)
+    np.testing.assert_allclose(again.numpy(), first.numpy())
+    with pytest.raises(RuntimeError, match="inv.*changed in place"):
+        lp.autograd.grad(loss, m, create_graph=True)
