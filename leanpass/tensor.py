@@ -280,7 +280,19 @@ class Tensor:
 
     def __array__(self, dtype=None, copy=None):
         """NumPy's view of a ``cpu`` tensor: its data (``numpy.asarray(t)``). Tensors on
-        other devices raise ``TypeError``: copy them with ``.numpy()`` or ``.cpu()``."""
+        other devices raise ``TypeError``: copy them with ``.numpy()`` or ``.cpu()``.
+
+        A tensor that requires grad, or belongs to a graph, raises ``TypeError`` too
+        (PyTorch's rule): code that computes through NumPy and wraps the result back
+        would drop its term from the gradient without a word. ``t.detach()`` says
+        that the values alone are wanted; ``.numpy()`` and ``.data`` copy or give
+        them explicitly."""
+        if self._rg:
+            raise TypeError(
+                f"a tensor that requires grad ({self!r}) cannot be turned into a NumPy array implicitly: "
+                "what is computed from that array would be lost from the gradient. Use t.detach() for the "
+                "values outside the graph (np.asarray(t.detach())), or t.numpy() for a host copy"
+            )
         if self._backend.library != "numpy":
             raise TypeError(
                 f"a tensor on {self.device} cannot be turned into a NumPy array implicitly; "
@@ -296,7 +308,14 @@ class Tensor:
         return data
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        """The data through DLPack (zero-copy where the consumer allows it)."""
+        """The data through DLPack (zero-copy where the consumer allows it). A tensor that
+        requires grad raises ``BufferError``, as PyTorch's: the consumer's results would
+        be outside the graph; export ``t.detach()``."""
+        if self._rg:
+            raise BufferError(
+                f"__dlpack__: a tensor that requires grad ({self!r}) cannot be exported: what the consumer "
+                "computes would be lost from the gradient. Export t.detach() for the values outside the graph"
+            )
         kwargs = {}
         if stream is not None:
             kwargs["stream"] = stream

@@ -5,6 +5,9 @@ hashing, formatting, Python scalars and the standard's attributes."""
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import array_api_compat
 import numpy as np
@@ -43,7 +46,78 @@ def test_numpy_asarray_gives_the_numbers(device):
     c = np.array(t)  # np.array copies
     assert not np.shares_memory(c, t.data)
     assert np.asarray(lp.asarray(3, device=device)).dtype == np.int64
-    assert np.asarray(Tensor([1.0], requires_grad=True)).dtype == np.float64
+    assert np.asarray(Tensor([1.0], requires_grad=True).detach()).dtype == np.float64
+
+
+# ---- nothing silently lost between libraries: a tensor in a graph is not turned into NumPy ----
+
+
+def _graph_tensors(device):
+    leaf = Tensor([0.3, -0.5, 1.2], requires_grad=True, device=device)
+    return {"leaf that requires grad": leaf, "result in a graph": leaf * 2.0, "view in a graph": leaf[1:]}
+
+
+@pytest.mark.parametrize("convert", ["asarray", "array", "__array__", "from_dlpack", "memoryview"])
+def test_implicit_conversion_of_a_tensor_in_a_graph_raises(device, convert):
+    """PyTorch's rule: NumPy would compute outside the graph and the term would be lost from
+    the gradient without a word (issue 28: scipy.special.erf(x) dropped its term)."""
+    how = {
+        "asarray": np.asarray,
+        "array": np.array,
+        "__array__": lambda t: t.__array__(),
+        "from_dlpack": np.from_dlpack,
+        "memoryview": memoryview,
+    }[convert]
+    for what, t in _graph_tensors(device).items():
+        version, data = t._version, t.numpy()
+        with pytest.raises((TypeError, BufferError), match=r"detach\(\)|bytes-like"):
+            how(t)
+        assert t._version == version and t.requires_grad, what
+        np.testing.assert_array_equal(t.numpy(), data)
+
+
+def test_explicit_conversions_of_a_tensor_in_a_graph_keep_working(device):
+    for what, t in _graph_tensors(device).items():
+        host = t.numpy()
+        assert type(host) is np.ndarray, what
+        assert not t.detach().requires_grad
+        if device == "cpu":
+            np.testing.assert_array_equal(np.asarray(t.detach()), host)
+            np.testing.assert_array_equal(np.from_dlpack(t.detach()), host)
+            assert np.shares_memory(np.asarray(t.detach()), t.data)
+
+
+def test_scipy_special_on_a_tensor_in_a_graph_raises_rather_than_dropping_its_term():
+    """The issue's example: ((x ** 2).sum() + scipy.special.erf(x).sum()).backward() gave
+    x.grad = 2x, the erf term silently lost."""
+    special = pytest.importorskip("scipy.special")
+    x = Tensor([0.3, -0.5, 1.2], requires_grad=True)
+    with pytest.raises(TypeError, match=r"detach\(\)|ufunc"):  # SciPy's ufunc path refuses Tensors itself
+        ((x ** 2).sum() + special.erf(x).sum()).backward()
+    assert x.grad is None or not np.any(x.grad)
+    # a plain tensor (no graph) converts as before
+    np.testing.assert_allclose(np.asarray(special.erf(np.asarray(x.detach()))), special.erf(x.numpy()))
+
+
+def test_scipy_array_api_dispatch_on_a_tensor_in_a_graph_raises():
+    """With SCIPY_ARRAY_API=1 SciPy takes the tensor's namespace, computes through NumPy and wraps the
+    result back with xp.asarray: the path that dropped the term. It must raise naming detach()."""
+    pytest.importorskip("scipy.special")
+    code = (
+        "import leanpass as lp, scipy.special as sp\n"
+        "x = lp.Tensor([0.3, -0.5, 1.2], requires_grad=True)\n"
+        "try:\n"
+        "    sp.erf(x)\n"
+        "except TypeError as exc:\n"
+        "    assert 'detach()' in str(exc), exc\n"
+        "    print('refused')\n"
+        "y = sp.erf(x.detach())\n"
+        "print(type(y).__name__)\n"
+    )
+    env = {**os.environ, "SCIPY_ARRAY_API": "1"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["refused", "Tensor"]
 
 
 def test_numpy_functions_never_build_object_arrays(device):
