@@ -1,9 +1,13 @@
 """Grad mode (per thread) and the backward engine.
 
-The engine walks the graph with an explicit heap (no recursion, so depth is
-unlimited), accumulates each node's gradient in a dict keyed by node, frees it
-as soon as it has been passed on, and drops each node's backward function (and
-so the arrays it saved) once it has run, unless ``retain_graph=True``.
+There is one engine, :func:`backprop`: ``t.backward()``, ``autograd.grad``,
+``autograd.backward``, hooks and DDP's callbacks all go through it, first order and
+``create_graph`` alike. It walks the graph with an explicit heap (no recursion, so
+depth is unlimited), accumulates each node's gradient in a dict keyed by node, frees
+it as soon as it has been passed on, and drops each node's backward function (and
+so the arrays it saved) once it has run, unless ``retain_graph=True``. The one
+thing that differs with ``create_graph`` is how a node's gradients are computed:
+:func:`_graph_grads` records the node's rule as a graph of Tensors.
 
 It knows tensors only by their attributes: ``_data``, ``_grad``, ``_backend``,
 ``_prev``, ``_backward``, ``_op``, ``_retain``, ``_seq``, ``_vc`` and ``_rg``
@@ -42,7 +46,7 @@ from ._dtypes import dtype_name
 
 __all__ = [
     "no_grad", "enable_grad", "set_grad_enabled", "inference_mode", "is_grad_enabled", "backward", "grad",
-    "run_backward", "zero_graph_grads",
+    "zero_graph_grads",
     "Version", "increment_version", "increment_versions", "Released", "grad_lock", "queue_callback",
 ]
 
@@ -598,94 +602,161 @@ class Released:
         return f"<released graph: {len(self.leaves)} leaves, {len(self.retained)} retained>"
 
 
-def run_backward(root, grad, retain_graph: bool = False) -> None:
-    """Backpropagate ``grad`` (an array of ``root``'s shape, owned by the engine).
+def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = False, targets=None):
+    """THE backward engine: backpropagate ``grads`` (one per root, owned by the engine:
+    arrays, or Tensors with ``create_graph``) through the graph below ``roots``.
 
-    Nodes are visited from a heap in decreasing creation order (``_seq``): every
-    node was made after its inputs, so each one is reached after all the nodes it
-    feeds, and its gradient is complete when popped. Gradients of leaves and of
-    retained non-leaves are written (under :data:`grad_lock`), and the graph
-    released, only at the end: an error on the way (a released graph, a custom
-    op's wrong gradient) leaves everything as it was.
+    Nodes are visited from a heap in decreasing creation order (``_seq``): every node
+    was made after its inputs, so each one is reached after all the nodes it feeds,
+    and its gradient is complete when popped; it is dropped once passed on. How a
+    node's gradients are computed is the one thing that differs between first order
+    and ``create_graph`` (Chainer's ``_backprop_to_all``): its backward rule on the
+    arrays it saved, or :func:`_graph_grads`, which records the rule as a graph of
+    Tensors. Either reads only values the node saw (``_stale`` raises for a saved one
+    that changed since).
+
+    With ``targets`` (a sequence of tensors) only the nodes on a path to one are
+    visited, their gradients are returned (None for one that got none) and no
+    ``.grad`` is written; without, the gradients are added into the leaves' (and
+    retained tensors') ``.grad``, under :data:`grad_lock`, and only at the end: an
+    error on the way (a released graph, a custom op's wrong gradient) leaves
+    everything as it was. The graph is released unless ``retain_graph``.
     """
-    if not root._prev:  # a leaf: its gradient is the given one
-        fresh = True
-        if _grad_hooks_registered and _has_grad_hooks(root):
-            grad, fresh = _with_grad_hooks(root, grad), False  # a hook may keep what it saw: .grad is a copy
-        with grad_lock:
-            _store(root, grad, fresh)
-        if _hooks_registered:
-            _run_post_hooks((root,))
-        return
+    wanted = needed = None
+    if targets is not None:
+        wanted = {id(t) for t in targets}
+        needed = _needed(roots, wanted)
     hooked = _grad_hooks_registered  # read once: a local test per node below
-    grads = {root: grad}
-    heap = [(-root._seq, root)]
-    leaves = {}  # leaf -> (gradient, fresh)
-    retained = []
-    done = []
+    pending: dict = {}
+    heap: list = []
+    leaves: dict = {}  # leaf -> (gradient, fresh: the engine's own array, free to keep as .grad)
+    found: dict = {}
+    retained: list = []
+    done: list = []
     push, pop = heapq.heappush, heapq.heappop
-    while heap:
-        node = pop(heap)[1]
-        grad = grads.pop(node)
-        backward = node._backward
-        if backward is None:
-            raise RuntimeError(_RELEASED)
-        if hooked:  # its gradient is complete: the tensor's hooks see it (and may change it)
-            grad = _with_grad_hooks(node, grad)
-        if node._retain:
-            retained.append((node, grad))
-        done.append(node)
-        seq = node._seq
-        vc = node._vc
-        if vc is not None and vc.last > seq:
-            _check_output(node, seq)
-        guard = node._backend.guard
-        if guard is None:
-            parent_grads = backward(grad)
-        else:  # cuda:N on a machine of several GPUs: run where the data is
-            with guard:
-                parent_grads = backward(grad)
-        fresh_op = node._op.fresh
-        for parent, pgrad in zip(node._prev, parent_grads):
-            vc = parent._vc
+    for root, g in zip(roots, grads):
+        if needed is not None and id(root) not in needed:
+            continue
+        if root._prev:
+            old = pending.get(root)
+            if old is None:
+                pending[root] = g
+                push(heap, (-root._seq, root))
+            else:
+                pending[root] = old + g
+        else:
+            old = leaves.get(root)
+            leaves[root] = (g, True) if old is None else (old[0] + g, True)
+    with enable_grad() if create_graph else no_grad():
+        while heap:
+            node = pop(heap)[1]
+            grad = pending.pop(node)
+            if wanted is not None and id(node) in wanted:
+                found[id(node)] = grad  # as PyTorch's autograd.grad: before the input's own hooks
+                if hooked:
+                    grad = _with_grad_hooks(node, grad)
+                if isinstance(node._prev, Released) or not any(id(p) in needed for p in _inputs_seen(node)):
+                    continue  # nothing asked for lies below it
+            elif hooked:  # its gradient is complete: the tensor's hooks see it (and may change it)
+                grad = _with_grad_hooks(node, grad)
+            backward = node._backward
+            if backward is None:
+                raise RuntimeError(_RELEASED)
+            if node._retain and targets is None:
+                retained.append((node, grad))
+            done.append(node)
+            seq = node._seq
+            vc = node._vc
             if vc is not None and vc.last > seq:
-                parent = _stale(node, parent, seq)
-            if pgrad is None or not parent._rg:
-                continue
-            shape = parent._data.shape
-            fresh = fresh_op
-            if pgrad.shape != shape:
-                pgrad = _unbroadcast(parent._backend.xp, pgrad, shape)
-                fresh = True
-            if parent._prev:
-                old = grads.get(parent)
-                if old is None:
-                    grads[parent] = pgrad
-                    push(heap, (-parent._seq, parent))
-                else:
-                    grads[parent] = old + pgrad
+                _check_output(node, seq)
+            parents = node._prev
+            changed = False  # an input's values changed in place since the node was made
+            for parent in parents:
+                pvc = parent._vc
+                if pvc is not None and pvc.last > seq:
+                    parents, changed = _states_seen(node, seq)
+                    break
+            if create_graph:
+                parent_grads = _graph_grads(node, parents, grad, changed)
             else:
-                if parent._backend is not node._backend:  # the leaf moved (model.to) since the graph was made
+                guard = node._backend.guard
+                if guard is None:
+                    parent_grads = backward(grad)
+                else:  # cuda:N on a machine of several GPUs: run where the data is
+                    with guard:
+                        parent_grads = backward(grad)
+            fresh_op = node._op.fresh
+            for parent, pgrad in zip(parents, parent_grads):
+                if pgrad is None or not parent._rg or (needed is not None and id(parent) not in needed):
+                    continue
+                if parent._backend is not node._backend and not create_graph:  # moved (model.to) since
                     _check_devices(((parent, pgrad),))
-                old = leaves.get(parent)
-                leaves[parent] = (pgrad, fresh) if old is None else (old[0] + pgrad, True)
-    if hooked:  # each leaf's gradient of this call, complete: through its hooks
-        for leaf in leaves:
-            if _has_grad_hooks(leaf):  # a hook may keep what it saw (or gave): .grad is a copy
-                leaves[leaf] = (_with_grad_hooks(leaf, leaves[leaf][0]), False)
-    with grad_lock:
-        for node, g in retained:
-            _store(node, g, fresh=False)
-        for leaf, (g, fresh) in leaves.items():
-            if fresh and leaf._grad is None and type(g) is leaf._backend.array_type and g.dtype == leaf._data.dtype:
-                leaf._grad = g  # the common case of _store, written out: a training step's every leaf
-                leaf._read_zeros = False
-            else:
-                _store(leaf, g, fresh)
+                data = parent._data
+                fresh = fresh_op
+                if pgrad.shape != data.shape:
+                    pgrad = _unbroadcast(_leaf_xp(parent, create_graph), pgrad, tuple(data.shape))
+                    fresh = True
+                if pgrad.dtype is not data.dtype and pgrad.dtype != data.dtype:  # a custom op's, a mixed in-place
+                    pgrad = _leaf_xp(parent, create_graph).astype(pgrad, parent.dtype if create_graph else data.dtype)
+                    fresh = True
+                if parent._prev:
+                    old = pending.get(parent)
+                    if old is None:
+                        pending[parent] = pgrad
+                        push(heap, (-parent._seq, parent))
+                    else:
+                        pending[parent] = old + pgrad
+                else:
+                    old = leaves.get(parent)
+                    leaves[parent] = (pgrad, fresh) if old is None else (old[0] + pgrad, True)
+        if hooked:  # each leaf's gradient of this call, complete: through its hooks
+            for leaf in leaves:
+                if _has_grad_hooks(leaf):  # a hook may keep what it saw (or gave): .grad is a copy
+                    leaves[leaf] = (_with_grad_hooks(leaf, leaves[leaf][0]), False)
+    if targets is not None:
+        for t, (g, _) in leaves.items():
+            if id(t) in wanted:
+                found[id(t)] = g
+    else:
+        if create_graph:
+            _check_devices((t, g) for t, (g, _) in leaves.items())
+        with grad_lock:
+            for node, g in retained:
+                _store_any(node, g, create_graph, fresh=False)
+            for leaf, (g, fresh) in leaves.items():
+                if (fresh and not create_graph and leaf._grad is None and type(g) is leaf._backend.array_type
+                        and g.dtype == leaf._data.dtype):
+                    leaf._grad = g  # the common case of _store, written out: a training step's every leaf
+                    leaf._read_zeros = False
+                else:
+                    _store_any(leaf, g, create_graph, fresh)
     if not retain_graph:
         _release(done, leaves, retained)
-    if _hooks_registered:
-        _run_post_hooks(leaves)
+    if targets is None:
+        if _hooks_registered:
+            _run_post_hooks(leaves)
+        return None
+    from ._node import leaf
+
+    out = []
+    for t in targets:  # raw arrays become Tensors outside any graph, owning their arrays
+        g = found.get(id(t))
+        out.append(g if g is None or create_graph else leaf(t._backend.copy(g), t._backend))
+    return out
+
+
+def _states_seen(node, seq):
+    """``node``'s inputs as it saw them (see :func:`_stale`, which raises for one whose
+    saved values changed since), and whether any of their values changed since."""
+    states = []
+    changed = False
+    for parent in node._prev:
+        pvc = parent._vc
+        if pvc is not None and pvc.last > seq:
+            changed = changed or pvc.changed > seq
+            parent = _stale(node, parent, seq)
+        states.append(parent)
+    return states, changed
 
 
 def _release(done, leaves, retained) -> None:
@@ -715,14 +786,13 @@ def zero_graph_grads(root) -> None:
                 stack.append(parent)
 
 
-# ---- the general engine: gradients of several outputs, for chosen inputs, as graphs ----------
+# ---- create_graph: backward rules recorded as graphs of Tensors ----------------------------
 #
-# ``run_backward`` above is the training step's path: one output, raw arrays, gradients
-# written into the leaves. ``backprop`` below does the rest: several outputs, gradients
-# returned for chosen tensors (``grad``), and ``create_graph=True``, where each node's
-# operation runs again on Tensors (``_replay``, with a GraphBackend whose namespace is
-# LeanPass's own), so that its backward rule -- the same code, written against ``xp`` --
-# records a graph that can be differentiated again.
+# With ``create_graph=True`` the engine asks :func:`_graph_grads` for a node's gradients:
+# the node's operation runs again on Tensors (``_replay``, with a GraphBackend whose
+# namespace is LeanPass's own), so that its backward rule -- the same code, written
+# against ``xp`` -- records a graph that can be differentiated again; or, where an input
+# changed since, its rule on saved values (``Op.rule``) runs on the node's output.
 
 
 class GraphBackend:
@@ -804,115 +874,6 @@ def _needed(roots, targets) -> set:
     return needed
 
 
-def backprop(roots, grads, *, create_graph: bool, retain_graph: bool, targets=None):
-    """Backpropagate ``grads`` (one per root: arrays, or Tensors with ``create_graph``).
-
-    With ``targets`` (a sequence of tensors), return their gradients (Tensors, or
-    None for one that got none) and write no ``.grad``; without, add the gradients into the
-    leaves' (and retained tensors') ``.grad``, as :func:`run_backward` does. With
-    ``create_graph`` every gradient is a Tensor built by recorded operations."""
-    from ._node import leaf
-
-    wanted = None if targets is None else {id(t) for t in targets}
-    needed = None if targets is None else _needed(roots, wanted)
-    pending: dict = {}
-    heap: list = []
-    found: dict = {}
-    leaves: dict = {}
-    retained: list = []
-    done: list = []
-
-    def add(node, g):
-        if node._prev:
-            old = pending.get(node)
-            if old is None:
-                pending[node] = g
-                heapq.heappush(heap, (-node._seq, node))
-            else:
-                pending[node] = old + g
-        else:
-            old = leaves.get(node)
-            leaves[node] = g if old is None else old + g
-
-    for root, g in zip(roots, grads):
-        if needed is None or id(root) in needed:
-            add(root, g)
-    with enable_grad() if create_graph else no_grad():
-        while heap:
-            node = heapq.heappop(heap)[1]
-            grad = pending.pop(node)
-            if wanted is not None and id(node) in wanted:
-                found[id(node)] = grad  # as PyTorch's autograd.grad: before the input's own hooks
-            if _grad_hooks_registered:
-                grad = _with_grad_hooks(node, grad)
-            if wanted is not None and id(node) in wanted:
-                if isinstance(node._prev, Released) or not any(id(p) in needed for p in _inputs_seen(node)):
-                    continue  # nothing asked for lies below it
-            if node._backward is None:
-                raise RuntimeError(_RELEASED)
-            if node._retain and targets is None:
-                retained.append((node, grad))
-            done.append(node)
-            seq = node._seq
-            vc = node._vc
-            if vc is not None and vc.last > seq:
-                _check_output(node, seq)
-            parents = []
-            changed = False  # an input's values changed in place since the node was made
-            for parent in node._prev:
-                pvc = parent._vc
-                if pvc is not None and pvc.last > seq:
-                    changed = changed or pvc.changed > seq
-                    parent = _stale(node, parent, seq)  # raises where the node saved the changed values
-                parents.append(parent)
-            if create_graph:
-                parent_grads = _graph_grads(node, tuple(parents), grad, changed)
-            else:
-                guard = node._backend.guard
-                if guard is None:
-                    parent_grads = node._backward(grad)
-                else:
-                    with guard:
-                        parent_grads = node._backward(grad)
-            for parent, pgrad in zip(parents, parent_grads):
-                if pgrad is None or not parent._rg or (needed is not None and id(parent) not in needed):
-                    continue
-                shape = parent._data.shape
-                if tuple(pgrad.shape) != tuple(shape):
-                    xp = _leaf_xp(parent, create_graph)
-                    pgrad = _unbroadcast(xp, pgrad, tuple(shape))
-                if pgrad.dtype != parent._data.dtype:
-                    pgrad = _leaf_xp(parent, create_graph).astype(
-                        pgrad, parent.dtype if create_graph else parent._data.dtype)
-                add(parent, pgrad)
-    if _grad_hooks_registered:
-        with enable_grad() if create_graph else no_grad():
-            for t in leaves:
-                leaves[t] = _with_grad_hooks(t, leaves[t])
-    if targets is not None:
-        for t, g in leaves.items():
-            if id(t) in wanted:
-                found[id(t)] = g
-    else:
-        _check_devices(leaves.items())
-        with grad_lock:
-            for node, g in retained:
-                _store_any(node, g, create_graph)
-            for t, g in leaves.items():
-                _store_any(t, g, create_graph)
-    if not retain_graph:
-        _release(done, leaves, retained)
-    if targets is None:
-        if _hooks_registered:
-            _run_post_hooks(leaves)
-        return None
-    out = []
-    for t in targets:  # raw arrays become Tensors outside any graph, owning their arrays
-        g = found.get(id(t))
-        out.append(g if g is None or create_graph else leaf(t._backend.copy(g), t._backend))
-    return out
-
-
 def _graph_grads(node, parents, grad, changed: bool):
     """The gradients of ``node``'s inputs as Tensors in a graph (``create_graph``).
 
@@ -967,13 +928,13 @@ def _leaf_xp(tensor, create_graph: bool):
     return graph_backend(tensor._backend).xp if create_graph else tensor._backend.xp
 
 
-def _store_any(tensor, grad, create_graph: bool) -> None:
+def _store_any(tensor, grad, create_graph: bool, fresh: bool = False) -> None:
     """Add a gradient into ``tensor.grad``: an array as :func:`_store` does, or a Tensor
     (``create_graph``): a copy in the graph, as PyTorch's (the gradient Tensor may be
     another leaf's too, ``(a + b)``'s, or a read-only broadcast view, ``sum``'s), or
     the sum with the Tensor ``.grad`` held."""
     if not create_graph:
-        _store(tensor, grad, fresh=False)
+        _store(tensor, grad, fresh)
         return
     from . import ops
     from ._node import leaf, run1

@@ -18,7 +18,6 @@ from .autograd import (
     backprop,
     enable_grad,
     grad_lock,
-    run_backward,
     version_of,
     zero_graph_grads,
 )
@@ -439,9 +438,10 @@ class Tensor:
         if create_graph:
             if not isinstance(grad, Tensor):
                 grad = make(grad, backend, "leaf", (), None, False)
-            backprop([self], [grad], create_graph=True, retain_graph=True if retain_graph is None else retain_graph)
+            backprop((self,), (grad,), create_graph=True,
+                     retain_graph=True if retain_graph is None else retain_graph)
         else:
-            run_backward(self, grad, bool(retain_graph))
+            backprop((self,), (grad,), retain_graph=bool(retain_graph))
 
     def register_hook(self, hook):
         """Call ``hook(grad)`` with this tensor's gradient (a Tensor) each time a
