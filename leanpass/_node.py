@@ -14,9 +14,10 @@ import numbers
 from . import ops
 from ._checks import broadcast_shapes, device_message
 from ._dtypes import DTYPES, as_dtype, dtype_name
-from .autograd import _state as _grad_state
-from .autograd import sequence as _sequence
-from .autograd import version_of
+from ._graph.above import above
+from ._graph.modes import _state as _grad_state
+from ._graph.modes import sequence as _sequence
+from ._graph.versions import version_of
 from .backends import backend_of_array, get_backend, get_default_dtype, host_array, transfer
 from .ops import Op
 from .tensor import Tensor, fill_leaf
@@ -35,7 +36,7 @@ def make(data, backend, op, prev, backward, requires_grad, replay=None):
 
     ``replay`` says how to run the operation again on the Tensors ``prev`` with a
     :class:`leanpass.autograd.GraphBackend`, so that its backward builds a graph
-    (``create_graph=True``; see ``autograd._replayed``): the tuple of
+    (``create_graph=True``; see ``leanpass.autograd._replayed``): the tuple of
     positional parameters after the inputs (the op's ``needs`` then come from the
     inputs), the dict of keyword parameters, or a function ``replay(gb, prev) ->
     (out, backward)``; None where the node cannot be run again. Storing parameters
@@ -66,6 +67,9 @@ def make(data, backend, op, prev, backward, requires_grad, replay=None):
 def leaf(data, backend, op="leaf"):
     """A tensor outside any graph (a result that never carries gradients)."""
     return make(data, backend, op, (), None, False)
+
+
+above.leaf = leaf  # the graph core wraps gradients handed to hooks and returned by grad with it
 
 
 def share_version(out, source):

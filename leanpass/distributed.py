@@ -36,7 +36,7 @@ import numbers
 
 from . import backends
 from ._dtypes import dtype_name
-from .autograd import increment_version
+from ._graph.versions import increment_version
 from .tensor import Tensor
 
 __all__ = [

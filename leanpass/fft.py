@@ -22,10 +22,10 @@ from __future__ import annotations
 from . import ops, tensor  # tensor before the graph layer (_node), which imports it
 from ._checks import integer, normalize_axes, normalize_axis
 from ._dtypes import as_dtype
+from ._graph.modes import is_grad_enabled
 from ._namespace._util import tensors
 from ._namespace.elementwise import positive
 from ._node import leaf, run
-from .autograd import is_grad_enabled
 from .backends import get_backend, get_default_dtype
 
 __all__ = [

@@ -12,15 +12,11 @@ from __future__ import annotations
 import math
 
 from ._dtypes import DTYPES, as_dtype, dtype_name
-from .autograd import (
-    add_grad_hook,
-    add_post_accumulate_grad_hook,
-    backprop,
-    enable_grad,
-    grad_lock,
-    version_of,
-    zero_graph_grads,
-)
+from ._graph.above import above
+from ._graph.engine import backprop, zero_graph_grads
+from ._graph.hooks import add_grad_hook, add_post_accumulate_grad_hook
+from ._graph.modes import enable_grad, grad_lock
+from ._graph.versions import version_of
 from .backends import FLOAT_DTYPES, backend_of_array, get_backend, transfer
 
 __all__ = ["Tensor", "as_tensor", "apply"]
@@ -616,6 +612,8 @@ def _looks_like_dtype(value) -> bool:
 
 
 # The layers below need the class: imported last.
+above.tensor = Tensor  # the graph core tells gradient Tensors from arrays by it
+
 from . import ops  # noqa: E402
 from ._indexing import getitem, setitem  # noqa: E402
 from ._node import apply, as_tensor, init_tensor, make, run1, share_version  # noqa: E402

@@ -50,7 +50,8 @@ from pathlib import Path
 
 import pytest
 
-from leanpass import autograd, backends
+from leanpass import backends
+from leanpass._graph import modes
 from leanpass.backends import _base
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -186,7 +187,7 @@ def clean_state(tmp_path, monkeypatch):
     saved = (
         backends.get_default_device(),
         backends.get_default_dtype(),
-        autograd._state.enabled,
+        modes._state.enabled,
         backends._seed,
         _base._host_rng,
         dict(backends._TYPES),
@@ -201,7 +202,7 @@ def clean_state(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(temp))
     backends.set_default_device("cpu")
     backends.set_default_dtype("float64")
-    autograd._state.enabled = True
+    modes._state.enabled = True
 
     def assert_nothing_left(page: str) -> None:
         for where, folder in (("the working directory", work), ("the temporary directory", temp)):
@@ -220,7 +221,7 @@ def clean_state(tmp_path, monkeypatch):
             registry.update(old)
         backends._default_device = device
         backends.set_default_dtype(dtype)
-        autograd._state.enabled = enabled
+        modes._state.enabled = enabled
         backends._seed = seed
         _base._host_rng = rng
 

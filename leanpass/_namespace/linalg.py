@@ -7,8 +7,8 @@ import operator
 
 from .. import ops
 from .._checks import broadcast_shapes, is_bool, normalize_axis
+from .._graph.modes import is_grad_enabled
 from .._node import run
-from ..autograd import is_grad_enabled
 from ..tensor import Tensor
 from ._util import pair, tensors
 from .manipulation import permute_dims

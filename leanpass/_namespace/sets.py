@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .. import ops
+from .._graph.modes import is_grad_enabled
 from .._node import _guarded, leaf, run1
-from ..autograd import is_grad_enabled
 from ..tensor import Tensor
 from ._util import asarray_like
 

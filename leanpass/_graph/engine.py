@@ -1,0 +1,401 @@
+"""THE backward engine: :func:`backprop`, for first order and ``create_graph`` alike.
+
+``t.backward()``, ``autograd.grad``, ``autograd.backward``, hooks and DDP's callbacks
+all go through it. It walks the graph with an explicit heap (no recursion, so depth
+is unlimited), accumulates each node's gradient in a dict keyed by node, frees it as
+soon as it has been passed on, and drops each node's backward function (and so the
+arrays it saved) once it has run, unless ``retain_graph=True``. The one thing that
+differs with ``create_graph`` is how a node's gradients are computed: the rules that
+record them as a graph of Tensors (``above.graph``, from :mod:`leanpass.autograd`).
+
+It knows tensors only by their attributes: ``_data``, ``_grad``, ``_backend``,
+``_prev``, ``_backward``, ``_op``, ``_retain``, ``_seq``, ``_vc`` and ``_rg``
+(requires grad).
+
+Releasing a graph also cuts its links: each node's ``_prev`` becomes a
+:class:`Released` that holds only the leaves the backward call wrote into (and,
+weakly, the retained tensors), so a kept output (``losses.append(loss)``) keeps
+no activation alive, yet ``zero_grad_all`` still reaches every gradient it wrote.
+
+Threads: the gradients one backward call computes are added into ``.grad`` under
+one lock (:data:`grad_lock`), taken once per call, so backward calls on several
+threads into shared leaves lose no update.
+
+Saved values: a node whose backward reads an input's array -- or its own output's --
+that was changed after the node was made raises ``RuntimeError`` instead of
+computing a wrong gradient (PyTorch's ``SavedVariable`` rule). A node whose input
+was changed in place *by a recorded operation* and does not read it sends that
+input's gradient to the value it saw (the input's state before the change).
+"""
+
+from __future__ import annotations
+
+import heapq
+import weakref
+
+from ..backends import backend_of_array
+from . import hooks
+from .above import above
+from .hooks import _has_grad_hooks, _run_post_hooks, _with_grad_hooks
+from .modes import enable_grad, grad_lock, no_grad
+
+__all__ = ["backprop", "Released", "zero_graph_grads"]
+
+
+def _stale(node, parent, seq):
+    """``parent`` (an input of ``node``) changed in place after ``node`` was made:
+    raise if ``node``'s backward reads its array, else return the state of
+    ``parent`` that ``node`` saw (a recorded in-place change keeps it as
+    ``_older`` of the changed tensor). A recorded in-place change saves none of
+    the arrays it read from the changed memory: it read copies (see ``leanpass._node``)."""
+    op = node._op
+    changed = parent._vc.changed > seq
+    for position, p in enumerate(node._prev):
+        if changed and p is parent and op.saved(position):
+            raise RuntimeError(
+                f"backward through {op!r}: its input {position} (shape {tuple(parent._data.shape)}) was "
+                f"changed in place after {op!r} saved it: it is at version {parent._vc.count}, {op!r} needs "
+                f"version {parent._vc.at(seq)}. Compute the graph again after the change, or change a copy "
+                "instead (x = x + ... instead of x += ...)"
+            )
+    return _state_seen(parent, seq)
+
+
+def _state_seen(parent, seq):
+    """The state of ``parent`` that the node numbered ``seq`` saw: ``parent`` itself,
+    or, if it changed in place (or was made anew) after that node, the earlier state
+    a recorded change keeps as ``_older``."""
+    state = parent
+    while getattr(state, "_seq", -1) > seq:
+        state = state._older
+    return state
+
+
+def _inputs_seen(node) -> list:
+    """``node``'s inputs as it saw them (see :func:`_state_seen`). A recorded in-place
+    change keeps the tensor's identity, so ``node._prev`` can name a tensor whose
+    graph now runs through later operations (even through ``node`` itself)."""
+    if not node._prev:  # a leaf
+        return []
+    seq = node._seq
+    out = []
+    for p in node._prev:
+        vc = getattr(p, "_vc", None)
+        out.append(_state_seen(p, seq) if vc is not None and vc.last > seq else p)
+    return out
+
+
+def _check_output(node, seq):
+    if node._op.saves_out and node._vc.changed > seq:
+        raise RuntimeError(
+            f"backward through {node._op!r}: its output (shape {tuple(node._data.shape)}) was changed in "
+            f"place after {node._op!r} saved it: it is at version {node._vc.count}, {node._op!r} needs "
+            f"version {node._vc.at(seq)}. Change a copy instead (y = y + ... instead of y += ...)"
+        )
+
+
+_RELEASED = (
+    "backward through a graph whose saved arrays were already freed (by an earlier "
+    "backward call); pass retain_graph=True to the first backward call to "
+    "backpropagate through the graph more than once"
+)
+
+
+def _unbroadcast(xp, grad, shape):
+    """Sum a gradient of a broadcast result back to an operand's ``shape``."""
+    lead = grad.ndim - len(shape)
+    inner = tuple(lead + i for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1)
+    if not inner:  # only leading axes (a bias): one sum gives the shape
+        return xp.sum(grad, axis=tuple(range(lead)))
+    grad = xp.sum(grad, axis=tuple(range(lead)) + inner, keepdims=True)
+    return xp.reshape(grad, shape)
+
+
+def _store(tensor, grad, fresh: bool) -> None:
+    """Add ``grad`` into ``tensor.grad`` (a leaf's, or a non-leaf's that asked to retain it)."""
+    backend = tensor._backend
+    data = tensor._data
+    if grad.dtype != data.dtype:
+        grad = backend.xp.astype(grad, data.dtype)
+        fresh = True
+    old = tensor._grad
+    if old is not None:
+        if type(old) is not backend.array_type:  # a Tensor, from backward(create_graph=True)
+            tensor._grad = old + above.leaf(grad if fresh else backend.copy(grad), backend)
+            tensor._read_zeros = False
+            return
+        grad = old + grad
+    elif not fresh:
+        grad = backend.copy(grad)
+    if type(grad) is not backend.array_type:  # a NumPy scalar from a 0-d result
+        grad = backend.as_array(grad)
+    tensor._grad = grad
+    tensor._read_zeros = False
+
+
+def _check_devices(pairs) -> None:
+    """Raise, before any ``.grad`` is written, for a gradient computed on another device
+    than its tensor's: the tensor moved (``model.to``) after the graph was recorded."""
+    for tensor, grad in pairs:
+        backend = tensor._backend
+        if backend.one_device and type(grad) is backend.array_type:
+            continue
+        array, data = getattr(grad, "_data", grad), tensor._data  # a Tensor's array (create_graph)
+        if type(array) is type(data) and getattr(array, "device", None) == getattr(data, "device", None):
+            continue
+        source = backend_of_array(array)
+        if source is backend or (source is None and backend.one_device):  # NumPy's scalars for 0-d results
+            continue
+        raise ValueError(
+            f"backward: a gradient on {source.device if source is not None else 'cpu'} for a "
+            f"tensor of shape {tuple(tensor._data.shape)} on {tensor.device}: the tensor moved to another device "
+            "after the graph was recorded (model.to(...) between forward and backward); run the forward again"
+        )
+
+
+class Released:
+    """``_prev`` of a node after a backward call released its graph: not its inputs
+    any more (they, and the arrays they hold, are freed unless someone else keeps
+    them), but the leaves that backward call wrote gradients into and, weakly, the
+    tensors that retained theirs -- what :func:`zero_graph_grads` resets. It is
+    never empty (the node stays a non-leaf) and is shared by all the released nodes."""
+
+    __slots__ = ("leaves", "retained")
+
+    def __init__(self, leaves: tuple, retained: tuple):
+        self.leaves = leaves
+        self.retained = retained  # weak references: a retained tensor holds this too
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __iter__(self):
+        yield from self.leaves
+        for ref in self.retained:
+            t = ref()
+            if t is not None:
+                yield t
+
+    def __repr__(self) -> str:
+        return f"<released graph: {len(self.leaves)} leaves, {len(self.retained)} retained>"
+
+
+def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = False, targets=None):
+    """THE backward engine: backpropagate ``grads`` (one per root, owned by the engine:
+    arrays, or Tensors with ``create_graph``) through the graph below ``roots``.
+
+    Nodes are visited from a heap in decreasing creation order (``_seq``): every node
+    was made after its inputs, so each one is reached after all the nodes it feeds,
+    and its gradient is complete when popped; it is dropped once passed on. How a
+    node's gradients are computed is the one thing that differs between first order
+    and ``create_graph`` (Chainer's ``_backprop_to_all``): its backward rule on the
+    arrays it saved, or :func:`_graph_grads`, which records the rule as a graph of
+    Tensors. Either reads only values the node saw (``_stale`` raises for a saved one
+    that changed since).
+
+    With ``targets`` (a sequence of tensors) only the nodes on a path to one are
+    visited, their gradients are returned (None for one that got none) and no
+    ``.grad`` is written; without, the gradients are added into the leaves' (and
+    retained tensors') ``.grad``, under :data:`grad_lock`, and only at the end: an
+    error on the way (a released graph, a custom op's wrong gradient) leaves
+    everything as it was. The graph is released unless ``retain_graph``.
+    """
+    wanted = needed = None
+    if targets is not None:
+        wanted = {id(t) for t in targets}
+        needed = _needed(roots, wanted)
+    hooked = hooks._grad_hooks_registered  # read once: a local test per node below
+    graph = above.graph if create_graph else None  # the rules that record gradients as graphs
+    pending: dict = {}
+    heap: list = []
+    leaves: dict = {}  # leaf -> (gradient, fresh: the engine's own array, free to keep as .grad)
+    found: dict = {}
+    retained: list = []
+    done: list = []
+    push, pop = heapq.heappush, heapq.heappop
+    for root, g in zip(roots, grads):
+        if needed is not None and id(root) not in needed:
+            continue
+        if root._prev:
+            old = pending.get(root)
+            if old is None:
+                pending[root] = g
+                push(heap, (-root._seq, root))
+            else:
+                pending[root] = old + g
+        else:
+            old = leaves.get(root)
+            leaves[root] = (g, True) if old is None else (old[0] + g, True)
+    with enable_grad() if create_graph else no_grad():
+        while heap:
+            node = pop(heap)[1]
+            grad = pending.pop(node)
+            if wanted is not None and id(node) in wanted:
+                found[id(node)] = grad  # as PyTorch's autograd.grad: before the input's own hooks
+                if hooked:
+                    grad = _with_grad_hooks(node, grad)
+                if isinstance(node._prev, Released) or not any(id(p) in needed for p in _inputs_seen(node)):
+                    continue  # nothing asked for lies below it
+            elif hooked:  # its gradient is complete: the tensor's hooks see it (and may change it)
+                grad = _with_grad_hooks(node, grad)
+            backward = node._backward
+            if backward is None:
+                raise RuntimeError(_RELEASED)
+            if node._retain and targets is None:
+                retained.append((node, grad))
+            done.append(node)
+            seq = node._seq
+            vc = node._vc
+            if vc is not None and vc.last > seq:
+                _check_output(node, seq)
+            parents = node._prev
+            changed = False  # an input's values changed in place since the node was made
+            for parent in parents:
+                pvc = parent._vc
+                if pvc is not None and pvc.last > seq:
+                    parents, changed = _states_seen(node, seq)
+                    break
+            if create_graph:
+                parent_grads = graph.grads(node, parents, grad, changed)
+            else:
+                guard = node._backend.guard
+                if guard is None:
+                    parent_grads = backward(grad)
+                else:  # cuda:N on a machine of several GPUs: run where the data is
+                    with guard:
+                        parent_grads = backward(grad)
+            fresh_op = node._op.fresh
+            for parent, pgrad in zip(parents, parent_grads):
+                if pgrad is None or not parent._rg or (needed is not None and id(parent) not in needed):
+                    continue
+                if parent._backend is not node._backend and not create_graph:  # moved (model.to) since
+                    _check_devices(((parent, pgrad),))
+                data = parent._data
+                fresh = fresh_op
+                if pgrad.shape != data.shape:
+                    pgrad = _unbroadcast(graph.xp(parent) if create_graph else parent._backend.xp, pgrad,
+                                         tuple(data.shape))
+                    fresh = True
+                if pgrad.dtype is not data.dtype and pgrad.dtype != data.dtype:  # a custom op's, a mixed in-place
+                    pgrad = (graph.xp(parent).astype(pgrad, parent.dtype) if create_graph
+                             else parent._backend.xp.astype(pgrad, data.dtype))
+                    fresh = True
+                if parent._prev:
+                    old = pending.get(parent)
+                    if old is None:
+                        pending[parent] = pgrad
+                        push(heap, (-parent._seq, parent))
+                    else:
+                        pending[parent] = old + pgrad
+                else:
+                    old = leaves.get(parent)
+                    leaves[parent] = (pgrad, fresh) if old is None else (old[0] + pgrad, True)
+        if hooked:  # each leaf's gradient of this call, complete: through its hooks
+            for leaf in leaves:
+                if _has_grad_hooks(leaf):  # a hook may keep what it saw (or gave): .grad is a copy
+                    leaves[leaf] = (_with_grad_hooks(leaf, leaves[leaf][0]), False)
+    if targets is not None:
+        for t, (g, _) in leaves.items():
+            if id(t) in wanted:
+                found[id(t)] = g
+    else:
+        if create_graph:
+            _check_devices((t, g) for t, (g, _) in leaves.items())
+        with grad_lock:
+            for node, g in retained:
+                if create_graph:
+                    graph.store(node, g)
+                else:
+                    _store(node, g, fresh=False)
+            for leaf, (g, fresh) in leaves.items():
+                if (fresh and not create_graph and leaf._grad is None and type(g) is leaf._backend.array_type
+                        and g.dtype == leaf._data.dtype):
+                    leaf._grad = g  # the common case of _store, written out: a training step's every leaf
+                    leaf._read_zeros = False
+                elif create_graph:
+                    graph.store(leaf, g)
+                else:
+                    _store(leaf, g, fresh)
+    if not retain_graph:
+        _release(done, leaves, retained)
+    if targets is None:
+        if hooks._hooks_registered:
+            _run_post_hooks(leaves)
+        return None
+    leaf = above.leaf
+    out = []
+    for t in targets:  # raw arrays become Tensors outside any graph, owning their arrays
+        g = found.get(id(t))
+        out.append(g if g is None or create_graph else leaf(t._backend.copy(g), t._backend))
+    return out
+
+
+def _states_seen(node, seq):
+    """``node``'s inputs as it saw them (see :func:`_stale`, which raises for one whose
+    saved values changed since), and whether any of their values changed since."""
+    states = []
+    changed = False
+    for parent in node._prev:
+        pvc = parent._vc
+        if pvc is not None and pvc.last > seq:
+            changed = changed or pvc.changed > seq
+            parent = _stale(node, parent, seq)
+        states.append(parent)
+    return states, changed
+
+
+def _release(done, leaves, retained) -> None:
+    """Free what the nodes ``done`` by a backward call saved: each keeps only a shared
+    :class:`Released` record (the leaves written, the retained tensors weakly)."""
+    released = Released(tuple(leaves), tuple(weakref.ref(n) for n, _ in retained) if retained else ())
+    for node in done:
+        node._backward = None
+        node._replay = None  # it holds the inputs too
+        node._prev = released
+
+
+def zero_graph_grads(root) -> None:
+    """Reset ``.grad`` of every tensor in ``root``'s graph (lazily: it reads as zeros).
+
+    Through a released part of the graph it reaches what :class:`Released` keeps: the
+    leaves the releasing backward call wrote into and the retained tensors still alive."""
+    seen = {root}
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        node._grad = None
+        node._read_zeros = False
+        for parent in node._prev:
+            if parent not in seen:
+                seen.add(parent)
+                stack.append(parent)
+
+
+def _needed(roots, targets) -> set:
+    """The ids of the nodes on a path from ``roots`` to a target (the targets included):
+    the only ones :func:`backprop` visits when it computes gradients for ``targets``."""
+    needed: set = set()
+    done: set = set()
+    stack = [(r, False) for r in roots]
+    while stack:
+        node, expanded = stack.pop()
+        key = id(node)
+        if expanded:
+            if key in targets or any(id(p) in needed for p in _inputs_seen(node)):
+                needed.add(key)
+            continue
+        if key in done:
+            continue
+        done.add(key)
+        if isinstance(node._prev, Released):  # its part of the graph was freed by an earlier backward
+            if key in targets:  # its own gradient is all that is asked of it
+                needed.add(key)
+            elif any(id(leaf) in targets for leaf in node._prev.leaves):
+                raise RuntimeError(_RELEASED)
+            continue
+        if key in targets and not node._prev:
+            needed.add(key)
+            continue
+        stack.append((node, True))
+        stack.extend((p, False) for p in _inputs_seen(node) if p._rg and id(p) not in done)
+    return needed
