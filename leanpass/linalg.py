@@ -34,6 +34,7 @@ from typing import NamedTuple
 from . import ops, tensor  # tensor before the graph layer (_node), which imports it
 from ._checks import broadcast_shapes, integer, is_bool, normalize_axes, normalize_axis
 from ._dtypes import as_dtype
+from ._graph.modes import is_grad_enabled
 from ._namespace import elementwise, statistical
 from ._namespace._util import flag, pair, python_number, tensors
 from ._namespace.linalg import call as _apply
@@ -41,7 +42,6 @@ from ._namespace.linalg import matrix_transpose, no_complex_grad, tensordot, vec
 from ._namespace.manipulation import reshape
 from ._namespace.operators import matmul
 from ._node import _guarded, make, run, share_version
-from .autograd import is_grad_enabled
 
 Tensor = tensor.Tensor
 
@@ -200,7 +200,9 @@ def trace(x, /, *, offset=0, dtype=None):
 
 
 def inv(x, /):
-    """The inverse of a square matrix (or of each in a stack); ``gA = -Y^T g Y^T``."""
+    """The inverse of a square matrix (or of each in a stack); ``gA = -Y^T g Y^T``.
+    A singular matrix raises ``LinAlgError`` (a ``ValueError``) on every device; on
+    ``cuda`` the check waits for the GPU (docs/devices.md)."""
     x = _matrix(x, "inv", square=True)
     return _apply("inv", ops.inv, [x])
 
@@ -208,7 +210,8 @@ def inv(x, /):
 def solve(x1, x2, /):
     """``X`` with ``x1 @ X == x2``: ``x1`` of shape ``(..., M, M)``; ``x2`` of shape
     ``(M,)`` (one right-hand side for every matrix; result ``(..., M)``) or
-    ``(..., M, K)`` (stack shapes broadcast; result ``(..., M, K)``)."""
+    ``(..., M, K)`` (stack shapes broadcast; result ``(..., M, K)``). A singular
+    ``x1`` raises ``LinAlgError`` (a ``ValueError``) on every device, as :func:`inv`."""
     x1, x2 = pair("solve", x1, x2)
     x1 = _matrix(x1, "solve", square=True)
     _floating(x2, "solve")
@@ -283,7 +286,8 @@ def matrix_rank(x, /, *, rtol=None):
 
 def cholesky(x, /, *, upper=False):
     """The lower Cholesky factor ``L`` of each symmetric positive-definite matrix
-    (``x = L L^T``), or the upper one ``U = L^T`` when ``upper``."""
+    (``x = L L^T``), or the upper one ``U = L^T`` when ``upper``. A matrix that is not
+    positive-definite raises ``LinAlgError`` (a ``ValueError``) on every device, as :func:`inv`."""
     x = _matrix(x, "cholesky", square=True)
     return _apply("cholesky", ops.cholesky, [x], flag("cholesky", "upper", upper))
 

@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from helpers import other_device
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -402,7 +403,7 @@ def test_bad_input(device, name):
 
 @pytest.mark.parametrize("name", ["solve", "cross", "outer", "tensordot", "vecdot", "matmul"])
 def test_mixed_devices_name_both(device, name):
-    other = "strict:1"
+    other = other_device(device)
     a = leaf(device, well_conditioned(3, 3))
     b = Tensor(rand(3, 3), device=other)
     call = {
@@ -619,12 +620,12 @@ def test_host_data_beside_a_tensor_takes_its_device_and_dtype(device):
 def test_errors_name_the_function_once(device):
     singular = np.array([[1.0, 2.0], [2.0, 4.0]])
     x = lp.Tensor(singular, device=device, requires_grad=True)
-    if device == "cpu":  # NumPy raises for a singular inverse; other libraries give inf/nan
-        with pytest.raises(ValueError, match="slogdet: the gradient of logabsdet at a singular matrix"):
-            lp.linalg.slogdet(x).logabsdet.backward()
-        assert x._grad is None  # nothing written
-        with pytest.raises(ValueError, match="^matrix_power: "):
-            lp.linalg.matrix_power(lp.asarray(singular), -1)
+    # a singular inverse raises on every device (CuPy's linalg is checked: docs/devices.md)
+    with pytest.raises(ValueError, match="slogdet: the gradient of logabsdet at a singular matrix"):
+        lp.linalg.slogdet(x).logabsdet.backward()
+    assert x._grad is None  # nothing written
+    with pytest.raises(ValueError, match="^matrix_power: "):
+        lp.linalg.matrix_power(lp.asarray(singular, device=device), -1)
     other = "strict" if device != "strict" else "cpu"
     with pytest.raises(ValueError, match="^pinv: operands are on different devices"):
         lp.linalg.pinv(lp.eye(2, device=device), rtol=lp.asarray(0.1, device=other))

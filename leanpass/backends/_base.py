@@ -11,13 +11,14 @@ speak NumPy directly.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import threading
 from dataclasses import dataclass, fields
 
 import numpy as np
 
-from .._dtypes import as_dtype, dtype_name
+from .._dtypes import DTYPES, as_dtype, dtype_name
 
 FLOAT_DTYPES = ("float32", "float64")
 
@@ -170,6 +171,73 @@ class FusedKernels:
 
 NO_FUSED = FusedKernels()
 
+# The linalg functions that raise numpy.linalg.LinAlgError (a ValueError) for a
+# singular matrix (cholesky: one that is not positive-definite) on every device.
+CHECKED_LINALG = ("inv", "solve", "cholesky")
+
+
+class CheckedLinalg:
+    """A ``linalg`` namespace: ``namespace``'s functions, with those named in
+    :data:`CHECKED_LINALG` called inside ``checking()``, a context in which the library
+    reports a singular matrix by raising rather than returning inf/NaN (CuPy's
+    ``cupyx.errstate(linalg="raise")``, which reads the solver's status back to the
+    host: one synchronisation per call)."""
+
+    def __init__(self, namespace, checking):
+        self._namespace = namespace
+        for name in CHECKED_LINALG:
+            setattr(self, name, _checked(getattr(namespace, name), checking))
+
+    def __getattr__(self, name):  # everything else: the namespace's own
+        namespace = self.__dict__.get("_namespace")
+        if namespace is None:  # not made yet (a copy being built)
+            raise AttributeError(name)
+        return getattr(namespace, name)
+
+    def __repr__(self) -> str:
+        return f"<CheckedLinalg {', '.join(CHECKED_LINALG)} of {self._namespace!r}>"
+
+
+def _checked(function, checking):
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        with checking():
+            return function(*args, **kwargs)
+
+    return call
+
+
+DLPACK_CPU = 1  # kDLCPU, DLPack's device type for host memory
+
+
+def dlpack_on_host(x) -> bool:
+    """Whether the DLPack producer ``x`` holds host memory (its ``__dlpack_device__()``
+    is kDLCPU: a NumPy array, a PyTorch CPU tensor)."""
+    device = getattr(x, "__dlpack_device__", None)
+    return device is not None and int(device()[0]) == DLPACK_CPU
+
+
+def broadcast_axis(shape, strides):
+    """The first axis along which an array of ``shape`` and ``strides`` repeats one
+    element (stride 0, length > 1): a broadcast view, whose elements share memory.
+    ``None`` when there is none (an empty array has no element to share)."""
+    if 0 not in strides or 0 in shape:
+        return None
+    for axis, (size, stride) in enumerate(zip(shape, strides)):
+        if stride == 0 and size > 1:
+            return axis
+    return None
+
+
+def broadcast_write_error(device: str, library: str, shape, axis: int) -> ValueError:
+    """The refusal of an in-place write into a broadcast view on a library that has no
+    read-only flag to refuse it itself (CuPy: on a GPU the writes would race)."""
+    return ValueError(
+        f"the array of shape {tuple(shape)} on {device} is a broadcast view (stride 0 along axis {axis}): "
+        f"its elements share memory, and {library} arrays have no read-only flag to refuse the write "
+        "(on a GPU the writes would race); nothing was written: write into a copy (t = t.copy())"
+    )
+
 
 class Backend:
     """One device of one array library.
@@ -286,6 +354,29 @@ class Backend:
         kwargs = {} if copy is None else {"copy": copy}
         return self.xp.from_dlpack(x, **kwargs)
 
+    def from_host_dlpack(self, x, copy=None):
+        """An array of this device copied from ``x``, a DLPack producer in host memory
+        (:func:`dlpack_on_host`), for a library that imports only its own device's
+        memory (CuPy refuses host producers). In order: the dtype is checked
+        (``TypeError``), ``copy=False`` is refused (``BufferError``: the data must
+        cross from the host to this device), then the data is copied; nothing is
+        copied before a refusal."""
+        try:
+            host = np.from_dlpack(x)  # a view of the producer's memory: nothing copied yet
+        except (BufferError, TypeError, ValueError, RuntimeError) as exc:
+            raise type(exc)(f"from_dlpack: cannot read the {type(x).__name__} in host memory: {exc}") from None
+        name = dtype_name(host.dtype)
+        if name not in DTYPES:
+            raise TypeError(f"from_dlpack: dtype {name} is not a data type of the array API standard (bool, "
+                            "integers, float32/64, complex64/128); convert it first")
+        if copy is not None and not copy:  # False (or a library's False)
+            raise BufferError(
+                f"from_dlpack: the {type(x).__name__} is on cpu (host memory) and {self.device} cannot use it "
+                f"without a copy, which copy=False forbids; pass copy=None or copy=True to copy it to {self.device}"
+            )
+        self.host_transfers += 1
+        return self._from_numpy(host)
+
     def context(self):
         """``with backend.context():`` runs array code on this device: the guard where
         one is needed, else nothing."""
@@ -384,19 +475,25 @@ class Backend:
         repeated indices accumulating; returns the result (in place where the
         library allows it).
 
-        Generic version in the standard alone: a one-hot matrix product.
+        Generic version in the standard alone: a one-hot matrix product (for bool,
+        NumPy's ``add.at``: a logical or, through counts in int64, since the standard
+        has no bool ``matmul``).
         """
         xp = self.xp
         n = buf.shape[axis]
+        boolean = buf.dtype == xp.bool
+        dtype = xp.int64 if boolean else buf.dtype
         onehot = xp.astype(
             xp.reshape(index, (-1, 1)) == xp.reshape(
                 xp.arange(n, device=self.xp_device, dtype=index.dtype), (1, -1)
             ),
-            buf.dtype,
+            dtype,
         )
         moved = xp.moveaxis(values, axis, -1)  # (..., m)
-        added = xp.matmul(moved, onehot)  # (..., n)
-        return buf + xp.moveaxis(added, -1, axis)
+        if boolean:
+            moved = xp.astype(moved, dtype)
+        added = xp.moveaxis(xp.matmul(moved, onehot), -1, axis)  # (..., n) back in place
+        return (buf | (added != 0)) if boolean else buf + added
 
     def index_set(self, buf, kind: str, key, values) -> None:
         """``buf[key] = values`` in place; ``kind`` says what ``key`` is: ``"basic"``

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 
 try:
     import cupy
@@ -14,8 +15,39 @@ except ImportError as exc:  # pragma: no cover - depends on the machine
     ) from None
 
 import array_api_compat.cupy as xp_cupy
+import cupyx
 
-from ._base import Backend, FusedKernels, LazyGenerator, dtype_name
+from ._base import (
+    Backend,
+    CheckedLinalg,
+    FusedKernels,
+    LazyGenerator,
+    broadcast_axis,
+    broadcast_write_error,
+    dlpack_on_host,
+    dtype_name,
+)
+
+
+def _version(text) -> tuple:
+    """``(major, minor)`` of a version string such as ``"14.1.0"`` or ``"14.0.0rc1"``."""
+    found = re.match(r"(\d+)\.(\d+)", str(text))
+    return (int(found[1]), int(found[2])) if found else (0, 0)
+
+
+# The dtypes cupy.add.at takes (its atomicAdd kernels; others raise TypeError): int64
+# from CuPy 14.1. index_add runs the generic one-hot product for the rest (complex,
+# bool, 8- and 16-bit integers).
+ADD_AT_DTYPES = frozenset(
+    ("int32", "uint32", "uint64", "float16", "float32", "float64")
+    + (("int64",) if _version(getattr(cupy, "__version__", "0")) >= (14, 1) else ())
+)
+
+
+def _raising():
+    """CuPy's linalg reads cuSOLVER's status back and raises LinAlgError for a
+    singular matrix only inside this context (by default it returns inf/NaN)."""
+    return cupyx.errstate(linalg="raise")
 
 
 def _kernels() -> FusedKernels:
@@ -66,7 +98,9 @@ class CupyBackend(Backend):
     always_index = True
     syncs_cheaply = False  # a host read waits for the GPU's queue: checks that need one are skipped
     xp = xp_cupy
-    linalg = xp_cupy.linalg
+    # inv, solve and cholesky of a singular matrix raise LinAlgError, as on the CPU (and
+    # as torch.linalg.inv on CUDA): each such call waits for the GPU to read the status
+    linalg = CheckedLinalg(xp_cupy.linalg, _raising)
     fft = xp_cupy.fft
     array_type = cupy.ndarray
     module = cupy
@@ -137,9 +171,25 @@ class CupyBackend(Backend):
             return getattr(cupy, name)(*args, **kwargs)
 
     def from_dlpack(self, x, copy=None):
+        if dlpack_on_host(x):  # cupy.from_dlpack refuses host memory ("CPU arrays cannot be directly imported")
+            with self._cuda_device:
+                return self.from_host_dlpack(x, copy)  # checked, then copied host to device
         with self._cuda_device:
             array = cupy.from_dlpack(x)
             return array.copy() if copy else array
+
+    def read_only(self, array) -> bool:
+        """A broadcast view (a zero stride, ``cupy.broadcast_to``'s): CuPy arrays have no
+        writeable flag, and writes into one would race on the GPU."""
+        strides = array.strides
+        return 0 in strides and broadcast_axis(array.shape, strides) is not None
+
+    def index_set(self, buf, kind, key, values):
+        axis = broadcast_axis(buf.shape, buf.strides)
+        if axis is not None:
+            raise broadcast_write_error(self.device, "CuPy", buf.shape, axis)
+        with self._cuda_device:
+            buf[key] = values
 
     def scale_fresh(self, x, s):
         x *= s  # one kernel, no second array
@@ -150,6 +200,8 @@ class CupyBackend(Backend):
 
     def index_add(self, buf, index, values, axis=0):
         with self._cuda_device:
+            if dtype_name(buf.dtype) not in ADD_AT_DTYPES:  # cupy.add.at would raise TypeError
+                return super().index_add(buf, index, values, axis)
             cupy.add.at(buf, (slice(None),) * axis + (index,), values)
         return buf
 
