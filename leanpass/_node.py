@@ -371,6 +371,12 @@ def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=N
     """
     label = name or op
     backend = t._backend
+    if backend.read_only(t._data):  # NumPy's flag would refuse below; CuPy has none, and its writes would race
+        raise ValueError(
+            f"{label}: cannot change the tensor of shape {t.shape} on {t.device} in place: its array is read-only "
+            "(a broadcast view, whose elements share memory, or a read-only buffer); nothing was written: "
+            "change a copy (t = t.copy())"
+        )
     arrays = []
     mixed = False
     for o in others:
