@@ -23,9 +23,9 @@ import operator
 from . import ops
 from ._checks import broadcast_shapes, device_message
 from ._dtypes import DTYPES, dtype_name, iinfo
+from ._graph.above import above
 from ._node import as_tensor, inplace, run1
 from .backends import backend_of_array, host_array
-from .tensor import Tensor
 
 __all__ = ["getitem", "setitem", "parse"]
 
@@ -44,7 +44,7 @@ def _index_array(t, item, op):
     backend = t._backend
     xp = backend.xp
     made = False  # whether array is a new one (not the caller's)
-    if isinstance(item, Tensor):
+    if isinstance(item, above.tensor):
         if item._backend is not backend:
             raise ValueError(device_message(op, t, item))
         array = item._data
@@ -71,7 +71,7 @@ def _index_array(t, item, op):
         if kind == "uint64" and math.prod(array.shape) and int(xp.max(array)) > 2**63 - 1:  # would wrap in int64
             raise IndexError(f"{op}: index {int(xp.max(array))} is out of range for the tensor of shape {t.shape}")
         return xp.astype(array, xp.int64)
-    if kind.startswith("float") and isinstance(item, Tensor):
+    if kind.startswith("float") and isinstance(item, above.tensor):
         if bool(xp.any(~xp.isfinite(array) | (xp.floor(array) != array))):
             raise IndexError(f"{op}: a float tensor used as an index must hold whole numbers")
         return xp.astype(array, xp.int64)
@@ -92,7 +92,7 @@ def parse(t, index, op="getitem") -> Parsed:
             raise IndexError(f"{op}: a bool is not an index; use a boolean array as a mask")
         elif isinstance(item, numbers.Integral):
             parsed.append(operator.index(item))
-        elif isinstance(item, Tensor) and item.ndim == 0 and dtype_name(item._data.dtype) != "bool":
+        elif isinstance(item, above.tensor) and item.ndim == 0 and dtype_name(item._data.dtype) != "bool":
             if item._backend is not t._backend:
                 raise ValueError(device_message(op, t, item))
             value = item.item()
@@ -330,7 +330,7 @@ def setitem(t, index, value, name="setitem"):
             n, before = len(index_shape), sum(1 for i in range(block[0]) if isinstance(entries[i], slice))
             perm = (*range(n, n + before), *range(n), *range(n + before, n + len(sizes)))
     value = _value(t, value, region, key if p.kind == "mask" else None, name)
-    if isinstance(value, Tensor) and (stored != region or perm):
+    if isinstance(value, above.tensor) and (stored != region or perm):
         value = run1(ops.broadcast_to, value, region)
         if perm:
             value = run1(ops.permute_dims, run1(ops.reshape, value, index_shape + tuple(sizes)), perm)
@@ -366,12 +366,12 @@ def _scalar_for(t, value, name):
 def _value(t, value, region, mask=None, name="setitem"):
     """``value`` as a Tensor (or Python number) of ``t``'s dtype and device that
     broadcasts to the indexed ``region``."""
-    if isinstance(value, (bool, int, float, complex)) and not isinstance(value, Tensor):
+    if isinstance(value, (bool, int, float, complex)) and not isinstance(value, above.tensor):
         return _scalar_for(t, value, name)
     if region is None:  # a boolean mask: as many rows as it selects
         xp = t._backend.xp
         region = (int(xp.sum(xp.astype(mask, xp.int64))),) + t.shape[mask.ndim:]
-    if not isinstance(value, Tensor):
+    if not isinstance(value, above.tensor):
         try:
             value = as_tensor(value, device=t._backend, dtype=dtype_name(t._data.dtype))
         except (TypeError, ValueError) as exc:

@@ -20,7 +20,6 @@ from ._graph.modes import sequence as _sequence
 from ._graph.versions import version_of
 from .backends import backend_of_array, get_backend, get_default_dtype, host_array, transfer
 from .ops import Op
-from .tensor import Tensor, fill_leaf
 
 __all__ = ["make", "leaf", "as_tensor", "apply", "run1", "run2", "run", "inplace", "init_tensor"]
 
@@ -29,6 +28,21 @@ _GRAD_DTYPES = ("float32", "float64", "complex64", "complex128")  # results of c
 
 
 # ---- graph nodes ----------------------------------------------------------------------------
+
+
+def fill_leaf(t, data, backend, requires_grad, name, grad=None) -> None:
+    """Make the new Tensor ``t`` a leaf holding ``data`` on ``backend``."""
+    t._data = data
+    t._backend = backend
+    t._grad = grad
+    t._read_zeros = False
+    t._prev = ()
+    t._backward = None
+    t._op = "leaf"
+    t._retain = False
+    t._vc = None
+    t._rg = bool(requires_grad)
+    t.name = name
 
 
 def make(data, backend, op, prev, backward, requires_grad, replay=None):
@@ -41,7 +55,7 @@ def make(data, backend, op, prev, backward, requires_grad, replay=None):
     inputs), the dict of keyword parameters, or a function ``replay(gb, prev) ->
     (out, backward)``; None where the node cannot be run again. Storing parameters
     that exist anyway costs the training step nothing."""
-    t = _new(Tensor)
+    t = _new(above.tensor)
     if type(data) is not backend.array_type:  # NumPy returns scalars for 0-d results
         data = backend.as_array(data)
     t._data = data
@@ -104,7 +118,7 @@ def _guarded(fn, backend, *args, **params):
         return fn(backend, *args, **params)
 
 
-def run1(op: Op, a: Tensor, *params):
+def run1(op: Op, a, *params):
     """A unary operation on ``a``."""
     backend = a._backend
     if backend.guard is None:
@@ -142,7 +156,7 @@ def _cast_back(backward, xp, dtypes):
     return cast
 
 
-def run2(op: Op, a: Tensor, b: Tensor, *params):
+def run2(op: Op, a, b, *params):
     """A binary operation on two tensors (broadcasting; dtypes promoted by the library)."""
     backend = a._backend
     if b._backend is not backend:
@@ -179,7 +193,7 @@ def run(op: Op, args, *params, **kw):
     positions = []
     first = None
     for i, x in enumerate(args):
-        if isinstance(x, Tensor):
+        if isinstance(x, above.tensor):
             if backend is None:
                 backend, first = x._backend, x
             elif x._backend is not backend:
@@ -193,7 +207,7 @@ def run(op: Op, args, *params, **kw):
         raise TypeError(f"{op}: at least one argument must be a Tensor")
     requires_grad = op.differentiable and any(t._rg for t in tensors)
     if op.needs:
-        kw["needs"] = tuple(isinstance(x, Tensor) and x._rg for x in args)
+        kw["needs"] = tuple(isinstance(x, above.tensor) and x._rg for x in args)
     out, backward = _guarded(op.fn, backend, *arrays, *params, **kw)
     if requires_grad:
         dtypes = [t._data.dtype for t in tensors]
@@ -227,7 +241,7 @@ def run(op: Op, args, *params, **kw):
 # ---- custom operations --------------------------------------------------------------------
 
 
-def apply(fn, *inputs: Tensor, op: str | None = None, **params) -> Tensor:
+def apply(fn, *inputs, op: str | None = None, **params):
     """Apply an operation to Tensors on one device.
 
     ``fn`` is an :class:`leanpass.ops.Op`, or a function ``fn(backend, *arrays,
@@ -256,7 +270,7 @@ def apply(fn, *inputs: Tensor, op: str | None = None, **params) -> Tensor:
         raise TypeError(f"apply: fn must be an Op or a function, got {type(fn).__name__}")
     backend = None
     for t in inputs:  # plain loops, no calls per input: this runs for every layer of every step
-        if not isinstance(t, Tensor):
+        if not isinstance(t, above.tensor):
             raise TypeError(f"apply: the inputs must be Tensors, got {type(t).__name__}")
         if backend is None:
             backend = t._backend
@@ -296,7 +310,8 @@ def _checked(fn, name):
             raise TypeError(f"apply: {name!r} must return (output array, backward function), got "
                             f"{type(result).__name__}")
         out, backward = result
-        if not (isinstance(out, Tensor) if be.array_type is Tensor else be.is_array(out)) or not callable(backward):
+        tensors = be.array_type is above.tensor
+        if not (isinstance(out, above.tensor) if tensors else be.is_array(out)) or not callable(backward):
             raise TypeError(f"apply: {name!r} must return (output array, backward function), got "
                             f"({type(out).__name__}, {type(backward).__name__}); compute the output with be.xp")
         shapes = tuple(tuple(a.shape) if need else None for a, need in zip(arrays, needs))
@@ -304,7 +319,7 @@ def _checked(fn, name):
 
         def checked(g):
             grads = backward(g)
-            _check_gradients(name, grads, shapes, tensors=be.array_type is Tensor, backend=be, real=real)
+            _check_gradients(name, grads, shapes, tensors=be.array_type is above.tensor, backend=be, real=real)
             return grads
 
         return out, checked
@@ -326,7 +341,7 @@ def _check_gradients(name, grads, shapes, tensors=False, backend=None, real=None
     for position, (g, shape) in enumerate(zip(grads, shapes)):
         if g is None or shape is None:  # none, or one the engine drops (its input needs none)
             continue
-        if isinstance(g, Tensor) is not tensors or not (hasattr(g, "shape") and hasattr(g, "dtype")):
+        if isinstance(g, above.tensor) is not tensors or not (hasattr(g, "shape") and hasattr(g, "dtype")):
             raise TypeError(
                 f"backward of {name!r}: the gradient for input {position} must be "
                 f"{'a Tensor' if tensors else 'an array'} (or None), "
@@ -354,7 +369,7 @@ def _check_gradients(name, grads, shapes, tensors=False, backend=None, real=None
 # ---- in-place changes ----------------------------------------------------------------------
 
 
-def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=None, _outer=True, _olds=None):
+def inplace(t, op: Op, others, *params, name: str | None = None, write=None, _outer=True, _olds=None):
     """Change ``t`` itself to ``op(t, *others, *params)``.
 
     Without a graph to record (grad mode off, or nothing requires grad) the new
@@ -380,7 +395,7 @@ def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=N
     arrays = []
     mixed = False
     for o in others:
-        if isinstance(o, Tensor):
+        if isinstance(o, above.tensor):
             if o._backend is not backend:
                 raise ValueError(device_message(label, t, o))
             arrays.append(o._data)
@@ -389,7 +404,7 @@ def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=N
             arrays.append(o)
     if _grad_state.enabled and getattr(t, "_base", None) is not None:
         _refuse_no_grad_view(t, label)
-    recording = _grad_state.enabled and (t._rg or any(isinstance(o, Tensor) and o._rg for o in others))
+    recording = _grad_state.enabled and (t._rg or any(isinstance(o, above.tensor) and o._rg for o in others))
     if not recording:
         if write is None or mixed:
             out = _inplace_forward(label, t, op, t._data, arrays, params, others)[0]
@@ -424,7 +439,7 @@ def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=N
     current = t._data
     source = backend.copy(current) if op.saved(0) else current
     # An operand that is t, or a view of it, would change under the op's saved array.
-    aliases = [isinstance(o, Tensor) and (o is t or o._vc is vc) for o in others]
+    aliases = [isinstance(o, above.tensor) and (o is t or o._vc is vc) for o in others]
     if any(aliases):
         arrays = [backend.copy(a) if alias and op.saved(i + 1) else a
                   for i, (a, alias) in enumerate(zip(arrays, aliases))]
@@ -440,8 +455,8 @@ def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=N
     if _outer:  # one change of the memory: its bases (below) share the counter, counted once
         vc.bump()
     tensors = tuple((old if o is t else _olds.get(id(o), o) if _olds else o)
-                    for o in others if isinstance(o, Tensor))
-    keep = (0, *(i + 1 for i, o in enumerate(others) if isinstance(o, Tensor)))  # op inputs in t._prev
+                    for o in others if isinstance(o, above.tensor))
+    keep = (0, *(i + 1 for i, o in enumerate(others) if isinstance(o, above.tensor)))  # op inputs in t._prev
     if len(tensors) != len(others):
         inner = backward
 
@@ -477,7 +492,7 @@ def inplace(t: Tensor, op: Op, others, *params, name: str | None = None, write=N
 
 def _snapshot(t):
     """A new tensor holding ``t``'s current node (its value and how it was made)."""
-    old = _new(Tensor)
+    old = _new(above.tensor)
     old._data = t._data
     old._backend = t._backend
     old._grad = None
@@ -598,7 +613,7 @@ def _inplace_forward(label, t, op, source, arrays, params, others):
 def _needs(op, t, others):
     if not op.needs:
         return {}
-    return {"needs": (t._rg, *(isinstance(o, Tensor) and o._rg for o in others))}
+    return {"needs": (t._rg, *(isinstance(o, above.tensor) and o._rg for o in others))}
 
 
 def _write(t, out):
@@ -635,7 +650,7 @@ def init_tensor(self, data, requires_grad, name, device, dtype, copy, infer="flo
     """
     if dtype is not None:
         dtype = as_dtype(dtype, "Tensor" if infer == "float" else "asarray").name
-    if isinstance(data, Tensor):
+    if isinstance(data, above.tensor):
         src, array = data._backend, data._data
     else:
         src, array = backend_of_array(data), data
@@ -731,19 +746,19 @@ def _array_like(data) -> bool:
     return True
 
 
-def as_tensor(data, *, device=None, dtype=None) -> Tensor:
+def as_tensor(data, *, device=None, dtype=None):
     """A Tensor sharing ``data``'s memory where it can (same library, device and
     dtype), as ``torch.as_tensor``; ``Tensor(data)`` always copies. A Tensor that
     needs no conversion is returned itself (``torch.as_tensor`` too): a second leaf
     on its array would count its in-place changes apart; one converted to another
     dtype or device stays in the graph (differentiable), as with ``torch.as_tensor``."""
-    if isinstance(data, Tensor):  # converted in the graph, as torch.as_tensor (and asarray) do
+    if isinstance(data, above.tensor):  # converted in the graph, as torch.as_tensor (and asarray) do
         out = data
         if dtype is not None and as_dtype(dtype, "as_tensor").name != dtype_name(data._data.dtype):
             out = out.astype(dtype)
         if device is not None and get_backend(device) is not out._backend:
             out = out.to(device)
         return out
-    t = _new(Tensor)
+    t = _new(above.tensor)
     init_tensor(t, data, False, None, device, dtype, copy=None)
     return t

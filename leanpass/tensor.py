@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import math
 
+from . import ops
 from ._dtypes import DTYPES, as_dtype, dtype_name
 from ._graph.above import above
 from ._graph.engine import backprop, zero_graph_grads
 from ._graph.hooks import add_grad_hook, add_post_accumulate_grad_hook
 from ._graph.modes import enable_grad, grad_lock
 from ._graph.versions import version_of
+from ._indexing import getitem, setitem
+from ._node import apply, as_tensor, fill_leaf, init_tensor, make, run1, share_version
 from .backends import FLOAT_DTYPES, backend_of_array, get_backend, transfer
 
 __all__ = ["Tensor", "as_tensor", "apply"]
@@ -535,21 +538,6 @@ def _written(t) -> bool:
     return written
 
 
-def fill_leaf(t, data, backend, requires_grad, name, grad=None) -> None:
-    """Make the new Tensor ``t`` a leaf holding ``data`` on ``backend``."""
-    t._data = data
-    t._backend = backend
-    t._grad = grad
-    t._read_zeros = False
-    t._prev = ()
-    t._backward = None
-    t._op = "leaf"
-    t._retain = False
-    t._vc = None
-    t._rg = bool(requires_grad)
-    t.name = name
-
-
 def _rebuild_tensor(cls, data, backend, requires_grad, name, grad):
     """A leaf of class ``cls`` holding ``data`` on ``backend`` (what copies and pickles
     of a tensor are made from; see :meth:`Tensor.__reduce_ex__`)."""
@@ -612,11 +600,7 @@ def _looks_like_dtype(value) -> bool:
 
 
 # The layers below need the class: imported last.
-above.tensor = Tensor  # the graph core tells gradient Tensors from arrays by it
-
-from . import ops  # noqa: E402
-from ._indexing import getitem, setitem  # noqa: E402
-from ._node import apply, as_tensor, init_tensor, make, run1, share_version  # noqa: E402
+above.tensor = Tensor  # the layers below make and recognise Tensors by it
 
 
 def _replay_to(device):
