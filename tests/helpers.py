@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from leanpass import Tensor, backends, optim
-from leanpass.backends import register_backend
+from leanpass.backends import backend_of_array, get_backend, register_backend
 
 # The optimizers whose fused kernels are compared with the generic path
 # (tests/test_fused.py on the CPU, tests/test_cuda.py on a GPU).
@@ -34,6 +34,18 @@ def registered(device_type: str, backend_class, library: str):
             del backends._INSTANCES[key]
 
 
+def other_device(device: str, prefer: str = "strict:1") -> str:
+    """A device other than ``device`` (the device under test), for the tests of mixing
+    devices: ``prefer`` where that differs from ``device``, else another ``strict``
+    device (or the CPU). Under ``LEANPASS_TEST_DEVICES=strict:1`` the device under test
+    is ``strict:1`` itself, so a fixed ``"strict:1"`` would not be another device."""
+    device = get_backend(device).device
+    for candidate in (prefer, "strict:2", "strict", "cpu"):
+        if get_backend(candidate).device != device:
+            return get_backend(candidate).device
+    raise AssertionError(f"no device other than {device!r}")  # unreachable: the candidates differ
+
+
 # ---- comparisons with PyTorch (the layers' tests) ----------------------------------------
 
 
@@ -43,10 +55,17 @@ def torch_or_skip():
 
 
 def host(a):
-    """A Tensor, a torch tensor or a device array as a NumPy array."""
+    """A Tensor, a torch tensor, a device array or host data as a NumPy array. Device
+    data reaches the host only through the Tensor's ``.numpy()`` or its backend's
+    ``to_host``: an implicit ``np.asarray`` raises on a GPU (and on ``strict:1``)."""
     if isinstance(a, Tensor):
-        a = a.data
-    return a.detach().numpy() if hasattr(a, "detach") else np.asarray(a)
+        return a.numpy()
+    if hasattr(a, "detach"):  # a torch tensor
+        return a.detach().numpy()
+    backend = backend_of_array(a)
+    if backend is not None:
+        return backend.to_host(a)
+    return np.asarray(a)
 
 
 def close(a, b, rtol=1e-10, atol=1e-12):

@@ -25,6 +25,7 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers import host, other_device
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -79,7 +80,7 @@ def _optimizer_state(opt):
     plain = {}
     for i, fields in state["state"].items():
         plain[i] = {k: (_host(get_backend(v.device), v.data) if isinstance(v, Tensor) else
-                        np.array(v, copy=True) if hasattr(v, "shape") else v) for k, v in fields.items()}
+                        np.array(host(v), copy=True) if hasattr(v, "shape") else v) for k, v in fields.items()}
     return plain, state["param_groups"]
 
 
@@ -161,10 +162,10 @@ def float_arrays(max_dims=3):
 
 def tensors(device, max_dims=3):
     """Tensors on ``device`` (rarely on another), of any dtype, 0-d and empty included."""
-    def make(array, requires_grad, other_device):
+    def make(array, requires_grad, elsewhere):
         floating = array.dtype.kind == "f"
         return Tensor(array, requires_grad=requires_grad and floating,
-                      device="strict:1" if other_device else device)
+                      device=other_device(device) if elsewhere else device)
     return st.builds(make, st.one_of(float_arrays(max_dims), arrays(max_dims)), st.booleans(),
                      st.sampled_from([False] * 9 + [True]))
 
@@ -191,7 +192,7 @@ def axes():
 
 
 def devices(device):
-    return st.sampled_from([None, device, device, "strict:1", "tpu", "cpu:x", "strict:9", 3, ""])
+    return st.sampled_from([None, device, device, other_device(device), "tpu", "cpu:x", "strict:9", 3, ""])
 
 
 def dtypes():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import other_device
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -16,7 +17,6 @@ from leanpass.backends import get_backend
 
 SETTINGS = settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 X = np.random.default_rng(3).uniform(-2.0, 2.0, size=(3, 4, 5))
-OTHER = "strict:1"  # a device different from every device of the fixture
 
 
 def host(device, array):
@@ -203,10 +203,10 @@ def test_bad_input_raises_a_clear_error_and_changes_nothing(device, case):
 @pytest.mark.parametrize("fn", [lambda x, i: lp.take(x, i), lambda x, i: lp.take_along_axis(x, i)],
                          ids=["take", "take_along_axis"])
 def test_indices_on_another_device(device, fn):
-    x = leaf([1.0, 2.0], device)
+    x, other = leaf([1.0, 2.0], device), other_device(device)
     with pytest.raises(ValueError) as info:
-        fn(x, ints([0], OTHER))
-    assert x.device in str(info.value) and OTHER in str(info.value)
+        fn(x, ints([0], other))
+    assert x.device in str(info.value) and other in str(info.value)
 
 
 # ---- properties -------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import sys
 import array_api_compat
 import numpy as np
 import pytest
+from helpers import other_device
 
 import leanpass as lp
 from leanpass import Tensor
@@ -27,6 +28,15 @@ needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed
 
 def host(array, device):
     return get_backend(device).to_host(array)
+
+
+DLPACK_CPU, DLPACK_CUDA = 1, 2  # DLPack's device types kDLCPU (host memory) and kDLCUDA
+
+
+def in_host_memory(device) -> bool:
+    """Whether the arrays of ``device`` live in host memory: NumPy's, and array_api_strict's
+    on every one of its (simulated) devices; not CuPy's, which live on a GPU."""
+    return get_backend(device).device_type != "cuda"
 
 
 # ---- NumPy's view of a Tensor ---------------------------------------------------------------------
@@ -155,12 +165,14 @@ def test_host_data_takes_the_tensor_dtype_but_is_never_truncated(device):
     assert (np.ones(2) + f32).dtype == lp.float32 and (f32 + [1, 2]).dtype == lp.float32
     ints = lp.asarray([1, 2], device=device)
     assert (ints + [3, 4]).dtype == lp.int64
-    if device == "cpu":
-        out = ints + np.array([0.5, 0.5])
-        assert out.dtype == lp.float64 and out.numpy().tolist() == [1.5, 2.5]
-    else:  # the standard does not mix integer and float arrays: an error, not a truncation
+    if get_backend(device).library == "array_api_strict":
+        # the standard does not mix integer and float arrays, and array_api_strict refuses
+        # what the standard leaves undefined: an error, not a truncation
         with pytest.raises(TypeError, match="int64 and float64"):
             ints + np.array([0.5, 0.5])
+    else:  # NumPy and CuPy promote int64 with float64 to float64
+        out = ints + np.array([0.5, 0.5])
+        assert out.dtype == lp.float64 and out.numpy().tolist() == [1.5, 2.5]
     assert ints.numpy().tolist() == [1, 2]
 
 
@@ -170,7 +182,10 @@ def test_host_data_takes_the_tensor_dtype_but_is_never_truncated(device):
 def test_dlpack_device(device):
     t = lp.asarray([1.0, 2.0], device=device)
     kind, index = t.__dlpack_device__()
-    assert int(kind) == 1 and index == 0  # kDLCPU: cpu and strict both live in host memory
+    if in_host_memory(device):  # kDLCPU: cpu and strict (every strict:N) live in host memory
+        assert int(kind) == DLPACK_CPU and index == 0
+    else:  # kDLCUDA, and the GPU's own number
+        assert int(kind) == DLPACK_CUDA and index == get_backend(device).index
 
 
 def test_from_dlpack_numpy_is_zero_copy(device):
@@ -186,11 +201,15 @@ def test_from_dlpack_numpy_is_zero_copy(device):
 
 
 def test_numpy_from_tensor_dlpack_is_zero_copy(device):
+    """A consumer that can address the tensor's memory gets a view of it: NumPy for host
+    memory, the device's own library (CuPy) for a GPU's, which NumPy cannot view."""
     t = lp.asarray([1.0, 2.0, 3.0], device=device)
-    view = np.from_dlpack(t)
-    np.testing.assert_array_equal(view, [1.0, 2.0, 3.0])
+    consumer = np.from_dlpack if in_host_memory(device) else get_backend(device).module.from_dlpack
+    view = consumer(t)
+    read = (lambda v: v) if in_host_memory(device) else (lambda v: host(v, device))
+    np.testing.assert_array_equal(read(view), [1.0, 2.0, 3.0])
     t += 1.0  # in place: the consumer's view sees it
-    np.testing.assert_array_equal(view, [2.0, 3.0, 4.0])
+    np.testing.assert_array_equal(read(view), [2.0, 3.0, 4.0])
     capsule = t.__dlpack__()
     assert type(capsule).__name__ == "PyCapsule"
 
@@ -205,6 +224,8 @@ def test_dlpack_with_pytorch(device):
         source[1] = 50.0
         assert t.numpy()[1] == 50.0  # zero-copy
     assert lp.from_dlpack(torch.ones(2, dtype=torch.float32)).dtype == lp.float32
+    if not (in_host_memory(device) or torch.cuda.is_available()):
+        return  # the export below needs a PyTorch that can address the GPU's memory (this one is CPU-only)
     t = lp.asarray([1.0, 2.0, 3.0], dtype=lp.float32, device=device)
     theirs = torch.from_dlpack(t)
     assert theirs.dtype == torch.float32 and theirs.tolist() == [1.0, 2.0, 3.0]
@@ -485,7 +506,7 @@ def test_asarray_changes_dtype_and_device_in_one_call(device):
 def test_as_tensor_converting_a_tensor_keeps_the_graph(device):
     w = lp.Tensor([1.0, 2.0], requires_grad=True, device=device)
     assert lp.as_tensor(w) is w
-    for converted in (lp.as_tensor(w, dtype="float32"), lp.as_tensor(w, device="strict:1")):
+    for converted in (lp.as_tensor(w, dtype="float32"), lp.as_tensor(w, device=other_device(device))):
         assert converted.requires_grad  # as torch.as_tensor: a conversion in the graph, not a new leaf
         (converted * converted).sum().backward()
     np.testing.assert_allclose(get_backend(device).to_host(w.grad), [4.0, 8.0])
@@ -512,7 +533,7 @@ def test_creation_refuses_what_asarray_refuses(device):
 
 def test_asarray_of_a_sequence_of_tensors(device):
     with pytest.raises(ValueError, match="the tensors in the sequence are on"):
-        lp.asarray([lp.Tensor(1.0, device=device), lp.Tensor(2.0, device="strict:1")])
+        lp.asarray([lp.Tensor(1.0, device=device), lp.Tensor(2.0, device=other_device(device))])
     with pytest.raises(ValueError, match="copy=False"):
         lp.asarray([lp.Tensor(1.0, device=device)], copy=False)
 

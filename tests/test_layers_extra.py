@@ -51,7 +51,7 @@ def test_layer_norm_matches_torch(device, normalized_shape, affine):
 def test_layer_norm_parameters_and_bias_off(device):
     ln = nn.LayerNorm((2, 3), device=device)
     assert [n for n, _ in ln.named_parameters()] == ["weight", "bias"]
-    assert np.all(np.asarray(ln.weight.data) == 1) and np.all(np.asarray(ln.bias.data) == 0)
+    assert np.all(host(ln.weight) == 1) and np.all(host(ln.bias) == 0)
     assert ln.weight.shape == (2, 3) and ln.weight.device == device
     no_bias = nn.LayerNorm(3, bias=False, device=device)
     assert no_bias.bias is None and [n for n, _ in no_bias.named_parameters()] == ["weight"]
@@ -84,7 +84,7 @@ def test_layer_norm_second_derivatives(device):
 
 def test_layer_norm_bad_input_changes_nothing(device):
     ln = nn.LayerNorm((3, 4), device=device)
-    before = np.asarray(ln.weight.data).copy()
+    before = host(ln.weight).copy()
     x = Tensor(np.ones((2, 4, 3)), requires_grad=True, device=device)
     with pytest.raises(ValueError, match=r"LayerNorm: input of shape \(2, 4, 3\) does not end in normalized_shape "
                                          r"\(3, 4\)"):
@@ -97,7 +97,7 @@ def test_layer_norm_bad_input_changes_nothing(device):
         nn.LayerNorm(())
     with pytest.raises(TypeError, match="LayerNorm: expected a Tensor"):
         ln(np.ones((3, 4)))
-    assert np.array_equal(np.asarray(ln.weight.data), before) and not ln.weight.has_grad and not x.has_grad
+    assert np.array_equal(host(ln.weight), before) and not ln.weight.has_grad and not x.has_grad
 
 
 # ---- Embedding ----------------------------------------------------------------------------------
@@ -107,10 +107,10 @@ def test_embedding_weights_come_from_the_seed_on_every_device(device):
     leanpass.manual_seed(5)
     e = nn.Embedding(6, 3, device=device)
     assert e.weight.shape == (6, 3) and e.weight.device == device and e.weight.dtype == "float64"
-    np.testing.assert_array_equal(np.asarray(e.weight.data), np.random.default_rng(5).normal(0.0, 1.0, (6, 3)))
+    np.testing.assert_array_equal(host(e.weight), np.random.default_rng(5).normal(0.0, 1.0, (6, 3)))
     leanpass.manual_seed(5)
     padded = nn.Embedding(6, 3, padding_idx=-2, device=device)
-    assert padded.padding_idx == 4 and np.all(np.asarray(padded.weight.data)[4] == 0)
+    assert padded.padding_idx == 4 and np.all(host(padded.weight)[4] == 0)
     assert repr(padded) == "Embedding(6, 3, padding_idx=4)"
 
 
@@ -120,7 +120,7 @@ def test_embedding_matches_torch(device, padding_idx, indices):
     torch = torch_or_skip()
     ours = nn.Embedding(5, 3, padding_idx=padding_idx, device=device)
     theirs = torch.nn.Embedding(5, 3, padding_idx=padding_idx, dtype=torch.float64)
-    theirs.load_state_dict({"weight": torch.tensor(np.asarray(ours.weight.data))})
+    theirs.load_state_dict({"weight": torch.tensor(host(ours.weight))})
     y, ty = ours(indices), theirs(torch.tensor(indices))
     assert y.shape == tuple(ty.shape)
     close(y, ty)
@@ -138,7 +138,7 @@ def test_embedding_matches_torch(device, padding_idx, indices):
 def test_embedding_repeated_indices_accumulate_and_padding_gets_none(device):
     e = nn.Embedding(4, 2, padding_idx=0, device=device)
     e([[1, 1, 0], [1, 3, 0]]).sum().backward()
-    assert np.asarray(e.weight.grad).tolist() == [[0, 0], [3, 3], [0, 0], [1, 1]]
+    assert host(e.weight.grad).tolist() == [[0, 0], [3, 3], [0, 0], [1, 1]]
 
 
 def test_embedding_functional_and_second_derivatives(device):
@@ -152,7 +152,7 @@ def test_embedding_functional_and_second_derivatives(device):
 
 def test_embedding_bad_indices_change_nothing(device):
     e = nn.Embedding(4, 2, device=device)
-    before = np.asarray(e.weight.data).copy()
+    before = host(e.weight).copy()
     for bad in ([0, 4], [[-1, 2]]):
         with pytest.raises(IndexError, match=r"Embedding: indices must be in \[0, 4\) for a table of 4 rows"):
             e(bad)
@@ -162,7 +162,7 @@ def test_embedding_bad_indices_change_nothing(device):
         e([0.0, 1.0])
     with pytest.raises(ValueError, match=r"Embedding: padding_idx must be within \[-4, 4\)"):
         nn.Embedding(4, 2, padding_idx=4)
-    assert np.array_equal(np.asarray(e.weight.data), before) and not e.weight.has_grad
+    assert np.array_equal(host(e.weight), before) and not e.weight.has_grad
 
 
 # ---- scaled_dot_product_attention -----------------------------------------------------------------
@@ -248,8 +248,8 @@ def test_attention_dropout_uses_the_seeded_dropout_masks(device):
     y = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
     leanpass.manual_seed(3)
     weights = F.dropout((q @ k.mT * 0.5).softmax(-1), 0.5)
-    np.testing.assert_allclose(np.asarray(y.data), np.asarray((weights @ v).data), rtol=RTOL)
-    assert not np.allclose(np.asarray(y.data), np.asarray(F.scaled_dot_product_attention(q, k, v).data))
+    np.testing.assert_allclose(host(y), host((weights @ v).data), rtol=RTOL)
+    assert not np.allclose(host(y), host(F.scaled_dot_product_attention(q, k, v).data))
 
 
 def test_attention_bad_input_raises_naming_shapes(device):
@@ -302,7 +302,7 @@ def test_functional_wrappers_match_the_methods_and_losses(device):
     leanpass.manual_seed(2)
     dropped = F.dropout(x, 0.25)
     leanpass.manual_seed(2)
-    np.testing.assert_array_equal(np.asarray(dropped.data), np.asarray(nn.Dropout(0.25)(x).data))
+    np.testing.assert_array_equal(host(dropped), host(nn.Dropout(0.25)(x).data))
 
 
 def test_functional_linear_bad_shapes(device):

@@ -19,12 +19,12 @@ RTOL = 1e-10
 
 
 def snapshot(module):
-    return {k: np.asarray(v).copy() for k, v in module.state_dict().items()}
+    return {k: host(v).copy() for k, v in module.state_dict().items()}
 
 
 def same_state(module, before):
     after = module.state_dict()
-    return after.keys() == before.keys() and all(np.array_equal(np.asarray(after[k]), before[k]) for k in before)
+    return after.keys() == before.keys() and all(np.array_equal(host(after[k]), before[k]) for k in before)
 
 
 # ---- BatchNorm ----------------------------------------------------------------------------------
@@ -149,7 +149,7 @@ def test_batch_norm_state_dict_round_trip_with_torch(device, affine):
     ours.load_state_dict({k: v.numpy() for k, v in theirs.state_dict().items()}, layout="torch")
     close_buffers(ours, theirs)
     back = torch.nn.BatchNorm1d(4, affine=affine, dtype=torch.float64)
-    back.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in ours.state_dict(layout="torch").items()})
+    back.load_state_dict({k: torch.tensor(host(v)) for k, v in ours.state_dict(layout="torch").items()})
     data = rng.normal(size=(3, 4))
     ours.eval()
     back.eval()
@@ -337,7 +337,7 @@ def test_multihead_attention_parameters_and_torch_state_dict(device, bias):
     # PyTorch -> ours -> PyTorch gives the same arrays and the same outputs
     ours.load_state_dict({k: v.numpy() for k, v in theirs.state_dict().items()}, layout="torch")
     back = torch.nn.MultiheadAttention(8, 2, bias=bias)
-    back.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in ours.state_dict(layout="torch").items()})
+    back.load_state_dict({k: torch.tensor(host(v)) for k, v in ours.state_dict(layout="torch").items()})
     for key, value in theirs.state_dict().items():
         assert np.array_equal(value.numpy(), back.state_dict()[key].numpy())
     data = np.random.default_rng(8).normal(size=(3, 2, 8)).astype(np.float32)
