@@ -58,12 +58,24 @@ def _made(backend, array):
     return leaf(array, backend)
 
 
+def _copy_flag(copy, op):
+    """``copy`` as the standard has it: True, False or None (a library's bool scalar,
+    ``numpy.True_``, as the Python bool); anything else is a ``TypeError`` naming ``op``
+    (a truthy string would otherwise be taken as True, and ``copy is False`` never)."""
+    if copy is None or isinstance(copy, bool):
+        return copy
+    if is_bool(copy) and getattr(copy, "ndim", 0) == 0:
+        return bool(copy)
+    raise TypeError(f"{op}: copy must be True, False or None, got {copy!r}")
+
+
 def asarray(obj, /, *, dtype=None, device=None, copy=None):
     """A Tensor from ``obj`` (a Tensor, an array of any library, a Python number or a
     nested sequence), with the standard's dtype rules: ``bool`` stays bool, Python
     ints become int64, floats the default float. A Tensor given as it is (same
     device and dtype, ``copy`` not True) is returned itself; conversions of a Tensor
     are differentiable."""
+    copy = _copy_flag(copy, "asarray")
     if isinstance(obj, Tensor):
         out = obj
         copied = False  # a conversion made a new array: copy=True needs no further copy
@@ -233,6 +245,7 @@ def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None):
 def from_dlpack(x, /, *, device=None, copy=None):
     """A Tensor sharing the memory of ``x`` (an object with ``__dlpack__``: a NumPy,
     CuPy or PyTorch array, or a Tensor), zero-copy where the libraries allow it."""
+    copy = _copy_flag(copy, "from_dlpack")
     if isinstance(x, Tensor):  # a new leaf on its memory (counting in-place changes with it)
         return asarray(x.detach(), device=device, copy=copy)
     if not hasattr(x, "__dlpack__"):

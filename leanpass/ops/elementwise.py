@@ -9,7 +9,7 @@ namespace function and the Tensor method are made from this table.
 
 Gradients follow PyTorch: step-like functions (``floor``, ``ceil``, ``round``,
 ``trunc``, ``sign``, ``floor_divide``, ``nextafter``) pass zero, ``abs`` has gradient
-0 at 0, ``maximum``/``minimum`` split a tie equally, ``pow`` gives 0 (not nan) for
+0 at 0 and at NaN, ``maximum``/``minimum`` split a tie equally, ``pow`` gives 0 (not nan) for
 an exponent 0 and for a base 0 with exponent >= 0. Constants stay Python floats, so
 float32 stays float32.
 
@@ -280,9 +280,10 @@ def _half_power_cases(xp, a, out):
 
 @op("**", saves=(0,), saves_out=False)
 def pow_scalar(be, a, p):
-    """``a ** p`` for a Python number ``p``; ``** 2`` gives exactly ``2 * a``. The
-    shortcuts for ``p`` 2 and 0 only where ``a ** p`` keeps ``a``'s dtype (floats, or
-    integers to an integer power: an integer tensor to a float power is a float)."""
+    """``a ** p`` for a Python number ``p``; ``** 2`` gives exactly ``2 * a``, ``** 0.5``
+    is ``sqrt`` (PyTorch's values and gradient at -0.0 and -inf). The shortcuts for
+    ``p`` 2 and 0 only where ``a ** p`` keeps ``a``'s dtype (floats, or integers to an
+    integer power: an integer tensor to a float power is a float)."""
     xp = be.xp
     same_dtype = xp.isdtype(a.dtype, ("real floating", "complex floating")) or (
         type(p) is int and xp.isdtype(a.dtype, "integral"))
@@ -298,8 +299,20 @@ def pow_scalar(be, a, p):
             return (xp.zeros_like(g),)
 
         return xp.ones_like(a), backward
+    if isinstance(p, float) and p == 0.5 and xp.isdtype(a.dtype, "real floating"):
+        # sqrt, as PyTorch (and recent NumPy) compute ** 0.5: -0.0 at -0.0 and nan at -inf
+        # (the standard's pow: +0 and +inf); the gradient g / (2 sqrt(a)) is PyTorch's
+        # 0.5 * rsqrt(a): -inf at -0.0 and nan at -inf (pow(a, -0.5) gives +inf and 0)
+        with be.quiet():
+            out = xp.sqrt(a)
+
+        def backward(g):
+            with be.quiet():
+                return (g / (2.0 * xp.sqrt(a)),)
+
+        return out, backward
     with be.quiet():
-        out = a**p  # ** 0.5 is sqrt on recent NumPy, as in PyTorch: nan at -inf, -0.0 at -0.0 (standard: +inf, +0)
+        out = a**p
 
     def backward(g):
         with be.quiet():
@@ -394,12 +407,22 @@ def sqrt(be, a):
     return out, backward
 
 
+def sgn(xp, a):
+    """The sign of the real ``a`` as PyTorch's gradients take it (``sgn``): -1, 0 or 1,
+    and 0 at NaN, where the standard's ``sign`` is nan. From two comparisons, so a NaN
+    never enters the arithmetic; counted in int8, so the temporaries stay small (faster
+    than NumPy's ``sign`` on large float64 arrays). Only backward rules call it, and
+    complex tensors carry no gradients."""
+    return xp.astype(xp.astype(a > 0, xp.int8) - xp.astype(a < 0, xp.int8), a.dtype)
+
+
 @op("abs", saves=(0,), saves_out=False)
 def abs(be, a):
+    """``|a|``; gradient ``g * sgn(a)``: 0 at 0 and at NaN (PyTorch)."""
     xp = be.xp
 
     def backward(g):
-        return (g * xp.sign(a),)
+        return (g * sgn(xp, a),)
 
     return xp.abs(a), backward
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 
 from ._op import op
+from .elementwise import sgn
 
 
 def _as_grad(xp, x, g):
@@ -504,8 +505,9 @@ def _kept(shape, axes):
 @op("vector_norm", saves=(0,), saves_out=True)
 def vector_norm(be, a, axes, keepdims, ord):  # noqa: A002 - the standard's name
     """``ord``-norms over ``axes`` (a tuple, or None: all); PyTorch's ``norm_backward``:
-    no gradient for ord 0, the gradient shared among ties for ord +-inf, zero where the
-    norm is zero."""
+    no gradient for ord 0, the gradient shared among ties for ord +-inf (a NaN counts
+    as one), zero where the norm is zero; ord 1 and +-inf take the sign as PyTorch's
+    ``sgn``, 0 at NaN."""
     xp = be.xp
     axis = axes[0] if axes is not None and len(axes) == 1 else axes
     with be.quiet():  # negative orders of zeros: 0, without a warning
@@ -519,7 +521,7 @@ def vector_norm(be, a, axes, keepdims, ord):  # noqa: A002 - the standard's name
         g = xp.reshape(g, kept)
         norm = xp.reshape(out, kept)
         if ord == 1:
-            return (xp.sign(a) * g,)
+            return (sgn(xp, a) * g,)
         with be.quiet():  # zero norms: masked below
             return (_rule(g, norm),)
 
@@ -529,7 +531,7 @@ def vector_norm(be, a, axes, keepdims, ord):  # noqa: A002 - the standard's name
         size = xp.abs(a)
         if ord in (float("inf"), float("-inf")):
             ties = xp.astype((size == norm) | xp.isnan(size), a.dtype)
-            return xp.sign(a) * ties * (g / xp.sum(ties, axis=every, keepdims=True))
+            return sgn(xp, a) * ties * (g / xp.sum(ties, axis=every, keepdims=True))
         if ord < 1:
             scaled = xp.sign(a) * xp.where(a == 0, 0.0, size ** (ord - 1))
             return scaled * g * norm ** (1 - ord)

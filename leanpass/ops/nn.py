@@ -13,10 +13,14 @@ _GELU_K = 0.044715
 
 @op("relu", saves=(0,), saves_out=False)
 def relu(be, a):
-    def backward(g):
-        return (be.relu_mask(g, a),)
+    """``maximum(a, 0)``; the gradient passes where ``a`` is not ``<= 0``: not at 0, and
+    at NaN (PyTorch's ``threshold_backward``; ``be.relu_mask``'s ``a > 0`` stops it)."""
+    xp = be.xp
 
-    return be.xp.maximum(a, 0.0), backward
+    def backward(g):
+        return (g * xp.astype(~(a <= 0), g.dtype),)
+
+    return xp.maximum(a, 0.0), backward
 
 
 @op("leaky_relu", saves=(), saves_out=False)
@@ -84,18 +88,21 @@ def gelu(be, a):
         inner *= a  # c (a + k a^3)
     t = xp.tanh(inner)
     out = t + 1.0
-    out *= a
     out *= 0.5
+    out *= a  # a last: 0.5 (1 + t) <= 1, so gelu(a) never overflows (a (1 + t) is inf for a > max / 2)
 
     def backward(g):
-        # d/da = 0.5 (1 + t) + 0.5 c a (1 + 3 k a^2) (1 - t^2)
-        slope = a * a
-        slope *= 1.5 * _GELU_K * _SQRT_2_OVER_PI
-        slope += 0.5 * _SQRT_2_OVER_PI  # 0.5 c (1 + 3 k a^2)
-        squared = t * t
-        squared -= 1.0
-        slope *= squared  # times (t^2 - 1) before a: exactly 0 where tanh saturates, so a large
-        slope *= a  # a cannot overflow it to inf * 0 = NaN first; -0.5 c a (1 + 3 k a^2) (1 - t^2)
+        # d/da = 0.5 (1 + t) - u (1 + 3 k a^2) a, with u = 0.5 c (t^2 - 1): exactly 0 where tanh
+        # saturates. Each a is multiplied in after u, so no power of a is ever formed alone
+        # (a^2 overflows for |a| > 1e154, and inf * 0 would be NaN); where t^2 < 1, a is moderate
+        u = t * t
+        u -= 1.0
+        u *= 0.5 * _SQRT_2_OVER_PI
+        slope = a * (3.0 * _GELU_K)
+        slope *= u
+        slope *= a
+        slope += u  # u (1 + 3 k a^2); u is not changed after the product that reads it
+        slope *= a
         grad = t + 1.0
         grad *= 0.5
         grad -= slope

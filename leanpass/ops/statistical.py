@@ -212,7 +212,9 @@ def cumulative_prod(be, a, axis, dtype, include_initial):
     ``x[z] * B`` -- zero, but written so that the rule, run again on Tensors (double
     backward), has the right derivative ``B`` with respect to ``x[z]``: ``B[j]`` is the
     gradient ``x[j]`` would have with ``x[z]`` taken as 1 (the same three cases, one
-    zero further on)."""
+    zero further on). Along an axis of length 1 the output is the input: the gradient
+    is ``g`` itself (PyTorch's shortcut), also where ``revcumsum(g * out) / x`` would
+    overflow, underflow or be ``inf / inf``."""
     xp = be.xp
     in_dtype = a.dtype
     a = _cast(xp, a, dtype)
@@ -223,6 +225,8 @@ def cumulative_prod(be, a, axis, dtype, include_initial):
         if include_initial:
             rest = along(axis, slice(1, None))
             g, y = g[rest], y[rest]
+        if a.shape[axis] == 1:  # a copy: this op's gradients are fresh arrays, never g
+            return (be.copy(g) if g.dtype == in_dtype else xp.astype(g, in_dtype),)
         zero = a == 0
         zeros_so_far = xp.cumulative_sum(xp.astype(zero, xp.int64), axis=axis)
         before = zeros_so_far == 0  # before the line's first zero
