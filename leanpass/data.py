@@ -31,10 +31,11 @@ import math
 import numbers
 import operator
 
-from . import ops, tensor  # tensor before the graph layer (_node), which imports it
+from . import distributed, ops
 from ._namespace import asarray, stack
 from ._node import run1
 from .backends import get_backend, host_generator, host_rng
+from .tensor import Tensor
 
 __all__ = ["TensorDataset", "DataLoader", "DistributedSampler"]
 
@@ -195,7 +196,7 @@ def _collate(rows):
         return tuple(columns) if isinstance(first, tuple) else columns
     if isinstance(first, (str, bytes)):
         return list(rows)
-    return stack([x if isinstance(x, tensor.Tensor) else asarray(x) for x in rows])
+    return stack([x if isinstance(x, Tensor) else asarray(x) for x in rows])
 
 
 def _numbers(items) -> bool:
@@ -219,11 +220,7 @@ class DistributedSampler:
 
     def __init__(self, dataset, num_replicas=None, rank=None, shuffle=True, seed=0, drop_last=False):
         if num_replicas is None or rank is None:
-            try:
-                from leanpass import distributed
-            except ImportError:
-                distributed = None
-            if distributed is None or not getattr(distributed, "is_initialized", lambda: False)():
+            if not distributed.is_initialized():
                 raise RuntimeError(
                     "DistributedSampler: give num_replicas and rank, or call "
                     "leanpass.distributed.init_process_group() first"

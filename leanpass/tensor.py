@@ -10,6 +10,7 @@ named after namespace functions (``t.sin()``, ``t.sum()``...) are attached by
 from __future__ import annotations
 
 import math
+import sys
 
 from . import ops
 from ._dtypes import DTYPES, as_dtype, dtype_name
@@ -333,9 +334,7 @@ class Tensor:
         if api_version is not None and api_version not in ("2021.12", "2022.12", "2023.12", "2024.12"):
             raise ValueError(f"__array_namespace__: unsupported array API version {api_version!r}; "
                              "LeanPass implements 2024.12")
-        import leanpass
-
-        return leanpass
+        return sys.modules[__package__]  # the package face, imported before any Tensor can exist
 
     def detach(self) -> Tensor:
         """A new leaf sharing this tensor's data (and version counter), outside the graph."""

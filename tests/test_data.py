@@ -449,10 +449,10 @@ def _fake_distributed(initialized):
 
 
 def test_distributed_sampler_takes_world_size_and_rank_from_distributed(monkeypatch):
-    monkeypatch.setattr(lp, "distributed", _fake_distributed(False), raising=False)
+    monkeypatch.setattr(lp.data, "distributed", _fake_distributed(False))
     with pytest.raises(RuntimeError, match=NOT_INITIALIZED):
         DistributedSampler(range(8), rank=0)
-    monkeypatch.setattr(lp, "distributed", _fake_distributed(True))
+    monkeypatch.setattr(lp.data, "distributed", _fake_distributed(True))
     sampler = DistributedSampler(range(8), shuffle=False)
     assert (sampler.num_replicas, sampler.rank, list(sampler)) == (3, 2, [2, 5, 0])
     assert DistributedSampler(range(8), rank=0, shuffle=False).num_replicas == 3

@@ -8,6 +8,7 @@ Third parties add a device type with :func:`register_backend`.
 
 from __future__ import annotations
 
+import copyreg
 import importlib
 import os
 import threading
@@ -176,6 +177,12 @@ def get_backend(device=None) -> Backend:
         return _create_backend(device)
 
 
+def _reduce_backend(backend):
+    """A copy or an unpickled backend is the registry's own object for its device:
+    tensors of ``copy.deepcopy(model)`` or of a pickle meet the others' tensors."""
+    return (get_backend, (backend.device,))
+
+
 def _create_backend(device) -> Backend:
     backend = _INSTANCES.get(device)
     if backend is not None:
@@ -193,6 +200,7 @@ def _create_backend(device) -> Backend:
             have = ", ".join(canonical_name(entry.type, i, entry.always_index) for i in indices)
             raise RuntimeError(f"device {name!r} does not exist on this machine; available: {have}")
         backend = cls(index)
+        copyreg.pickle(cls, _reduce_backend)
         if backend.device != name:  # the registry's name and its always_index, not the class's defaults
             backend.device_type, backend.device = entry.type, name
         if _seed is not None:

@@ -276,13 +276,6 @@ class Backend:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} device={self.device!r} library={self.library!r}>"
 
-    def __reduce__(self):
-        """A copy or an unpickled backend is the registry's own object for its device:
-        tensors of ``copy.deepcopy(model)`` or of a pickle meet the others' tensors."""
-        from . import get_backend
-
-        return (get_backend, (self.device,))
-
     # ---- what a subclass provides -------------------------------------------
     @classmethod
     def device_indices(cls) -> list[int]:

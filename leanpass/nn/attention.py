@@ -5,15 +5,13 @@ from __future__ import annotations
 import math
 import numbers
 
-from .._dtypes import dtype_name
-from .._namespace import permute_dims, reshape, unstack, where, zeros
-from ..backends import get_backend, host_array
-from ..tensor import Tensor, as_tensor
-from . import functional as F
+from ..backends import get_backend
+from ..tensor import Tensor
+from .functional import multi_head_attention_forward
 from .layers import Linear, _parameter_dtype
 from .module import Module, Parameter
 
-__all__ = ["MultiheadAttention", "multi_head_attention_forward"]
+__all__ = ["MultiheadAttention"]
 
 
 class MultiheadAttention(Module):
@@ -80,122 +78,3 @@ class MultiheadAttention(Module):
             key_padding_mask=key_padding_mask, need_weights=need_weights, attn_mask=attn_mask,
             average_attn_weights=average_attn_weights, is_causal=is_causal, batch_first=self.batch_first,
             _op="MultiheadAttention")
-
-
-def multi_head_attention_forward(query: Tensor, key: Tensor, value: Tensor, embed_dim_to_check: int, num_heads: int,
-                                 in_proj_weight: Tensor, in_proj_bias, bias_k, bias_v, add_zero_attn: bool,
-                                 dropout_p: float, out_proj_weight: Tensor, out_proj_bias, training: bool = True,
-                                 key_padding_mask=None, need_weights: bool = True, attn_mask=None,
-                                 use_separate_proj_weight: bool = False, q_proj_weight=None, k_proj_weight=None,
-                                 v_proj_weight=None, static_k=None, static_v=None, average_attn_weights: bool = True,
-                                 is_causal: bool = False, *, batch_first: bool = False,
-                                 _op: str = "multi_head_attention_forward"):
-    """:class:`MultiheadAttention`'s forward as a function, with
-    ``torch.nn.functional.multi_head_attention_forward``'s signature: ``(L, N, E)``
-    inputs (``(N, L, E)`` with the LeanPass-only ``batch_first=True``; ``(L, E)``
-    unbatched), the same masks, ``(output, weights)``. The weights have LeanPass's
-    layout: ``in_proj_weight`` ``(E, 3E)`` and ``out_proj_weight`` ``(E, E)`` as
-    ``(in, out)``, the transposes of PyTorch's. ``bias_k``/``bias_v``,
-    ``add_zero_attn``, separate projection weights and ``static_k``/``static_v`` are
-    not supported (``NotImplementedError``)."""
-    unsupported = {"bias_k": bias_k is not None, "bias_v": bias_v is not None, "add_zero_attn": add_zero_attn,
-                   "use_separate_proj_weight": use_separate_proj_weight, "static_k": static_k is not None,
-                   "static_v": static_v is not None}
-    for what, given in unsupported.items():
-        if given:
-            raise NotImplementedError(f"{_op}: {what} is not supported")
-    E, H = embed_dim_to_check, num_heads
-    if E % H:
-        raise ValueError(f"{_op}: embed_dim {E} is not divisible by num_heads {H}")
-    for what, t in (("query", query), ("key", key), ("value", value), ("in_proj_weight", in_proj_weight),
-                    ("out_proj_weight", out_proj_weight)):
-        F._tensor(t, _op, what)
-        if t.device != in_proj_weight.device:
-            raise ValueError(f"{_op}: {what} is on {t.device} but in_proj_weight is on {in_proj_weight.device}")
-    if in_proj_weight.shape != (E, 3 * E) or out_proj_weight.shape != (E, E):
-        raise ValueError(f"{_op}: in_proj_weight of shape {in_proj_weight.shape} and out_proj_weight of shape "
-                         f"{out_proj_weight.shape} must be ({E}, {3 * E}) and ({E}, {E}) (LeanPass's (in, out))")
-    shapes = f"query of shape {query.shape}, key of shape {key.shape} and value of shape {value.shape}"
-    batched = query.ndim == 3
-    if query.ndim not in (2, 3) or key.ndim != query.ndim or value.ndim != query.ndim:
-        raise ValueError(f"{_op}: {shapes} must all be 3-D (batched) or all 2-D (unbatched)")
-    if query.shape[-1] != E or key.shape[-1] != E or value.shape[-1] != E:
-        raise ValueError(f"{_op}: {shapes} must end in embed_dim {E}")
-    seq = 1 if batch_first and batched else 0  # the axis of the sequence
-    if key.shape != value.shape or (batched and key.shape[1 - seq] != query.shape[1 - seq]):
-        raise ValueError(f"{_op}: {shapes} do not fit (key and value alike, one batch size)")
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"{_op}: dropout_p must be in [0, 1), got {dropout_p}")
-    length, source = query.shape[seq], key.shape[seq]
-    batch = query.shape[1 - seq] if batched else 1
-    head_dim = E // H
-    if is_causal and attn_mask is None:
-        raise RuntimeError(f"{_op}: is_causal is a hint that attn_mask is the causal mask; give attn_mask too")
-    mask = _mask(key_padding_mask, (batch, source) if batched else (source,), "key_padding_mask", query,
-                 (batch, 1, 1, source), op=_op)
-    attn = _mask(attn_mask, (length, source), "attn_mask", query, None, (batch * H, length, source),
-                 (batch, H, length, source), op=_op)
-    if attn is not None:
-        mask = attn if mask is None else mask + attn
-
-    def heads(t, parts=1):  # (N, L, parts * E) from the input's layout, then parts x (N, H, L, D): views
-        if not batched:
-            t = reshape(t, (1,) + t.shape)
-        elif not batch_first:
-            t = permute_dims(t, (1, 0, 2))
-        return unstack(permute_dims(reshape(t, t.shape[:2] + (parts, H, head_dim)), (2, 0, 3, 1, 4)))
-
-    weight, bias = in_proj_weight, in_proj_bias
-    if query is key and key is value:  # self-attention: one product for q, k and v
-        q, k, v = heads(F.linear(query, weight, bias), 3)
-    else:
-        (q,), (k,), (v,) = (heads(F.linear(t, weight[:, i * E:(i + 1) * E],
-                                           None if bias is None else bias[i * E:(i + 1) * E]))
-                            for i, t in enumerate((query, key, value)))
-    p = dropout_p if training else 0.0
-    weights = None
-    if need_weights:
-        scores = (q * (1.0 / math.sqrt(head_dim))) @ k.mT
-        if mask is not None:
-            scores = scores + mask
-        weights = scores.softmax(-1)
-        if p > 0.0:
-            weights = F.dropout(weights, p)
-        out = weights @ v
-        if average_attn_weights:
-            weights = weights.mean(axis=1)
-        if not batched:
-            weights = reshape(weights, weights.shape[1:])
-    else:
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-    out = F.linear(reshape(permute_dims(out, (0, 2, 1, 3)), (batch, length, E)), out_proj_weight, out_proj_bias)
-    if not batched:
-        out = reshape(out, (length, E))
-    elif not batch_first:
-        out = permute_dims(out, (1, 0, 2))
-    return out, weights
-
-
-def _mask(mask, shape, what, query, target, shape3=None, target3=None, *, op):
-    """``mask`` as a float Tensor to add to the scores ``(N, H, L, S)``: reshaped to
-    ``target`` (``target3`` for a 3-D one of ``shape3``), bool True made -inf."""
-    if mask is None:
-        return None
-    if not isinstance(mask, Tensor):
-        data = host_array(mask, f"{op} {what}")
-        mask = as_tensor(data, device=query.device, dtype=dtype_name(data.dtype))
-    if mask.device != query.device:
-        raise ValueError(f"{op}: {what} is on {mask.device} but the query is on {query.device}")
-    if mask.dtype != "bool" and mask.dtype.kind != "f":
-        raise TypeError(f"{op}: {what} must be bool or floating, got dtype {mask.dtype}")
-    if mask.shape != shape and (shape3 is None or mask.shape != shape3):
-        want = f"{shape}" + ("" if shape3 is None else f" or {shape3}")
-        raise ValueError(f"{op}: {what} of shape {mask.shape} does not fit a query of shape "
-                         f"{query.shape} (expected {want})")
-    if mask.dtype == "bool":
-        mask = where(mask, -math.inf, zeros(mask.shape, dtype=query.dtype, device=query.device))
-    else:
-        mask = mask.astype(query.dtype)
-    if mask.shape == shape3:
-        return reshape(mask, target3)
-    return mask if target is None else reshape(mask, target)

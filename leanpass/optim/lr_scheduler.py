@@ -24,7 +24,7 @@ import warnings
 from bisect import bisect_right
 from collections import Counter
 
-from .optim import Optimizer
+from .optimizers import Optimizer
 
 __all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "LinearLR", "ExponentialLR", "SequentialLR",
            "CosineAnnealingLR", "OneCycleLR"]

@@ -1,5 +1,5 @@
 """Optimizers: SGD (momentum, Nesterov, weight decay), Adam, AdamW, RMSprop and
-Adagrad; learning-rate schedulers in ``optim.lr_scheduler``.
+Adagrad (``leanpass.optim``; the learning-rate schedulers are ``optim.lr_scheduler``).
 
 The update rules are PyTorch's, step for step. Updates run in place on each
 parameter's own array (bumping its version counter, so a graph that saved the old
@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import math
 import numbers
-import sys
 
-from .autograd import enable_grad, increment_versions
-from .backends import FLOAT_DTYPES, backend_of_array, dtype_name, get_backend
-from .tensor import Tensor, as_tensor, clear_gradients, with_gradients
+from .._graph.modes import enable_grad
+from .._graph.versions import increment_versions
+from ..backends import FLOAT_DTYPES, backend_of_array, dtype_name, get_backend
+from ..tensor import Tensor, as_tensor, clear_gradients, with_gradients
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "lr_scheduler"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad"]
 
 
 def _params_error(name: str, params) -> TypeError:
@@ -555,8 +555,3 @@ class Adagrad(Optimizer):
         total += grad * grad
         backend.add_scaled(data, -clr, grad / (xp.sqrt(total) + group["eps"]))
 
-
-# ``optim.lr_scheduler``, also importable as ``leanpass.optim.lr_scheduler`` (as in PyTorch)
-from . import lr_scheduler  # noqa: E402 - it needs Optimizer above
-
-sys.modules[f"{__name__}.lr_scheduler"] = lr_scheduler
