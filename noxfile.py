@@ -95,7 +95,8 @@ def gradgrad(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def gpu(session: nox.Session) -> None:
-    """The GPU check: the whole suite on `cuda` with what is installed (see scripts/gpu_check.sh)."""
+    """The GPU check (scripts/gpu_check.sh): the cuda and NCCL tests, then training and throughput, on a
+    GPU machine with the wheels of `.whl/` (or GPU_CHECK_WHEEL_DIR=none to use what is installed)."""
     reason = _cuda_visible()
     if reason:
         session.skip(f"GPU check skipped: {reason}")
