@@ -365,18 +365,18 @@ MUTANTS = [
            "if vc is not None and vc.last > seq:\n                _check_output",
            "if False:\n                _check_output", ("tests/test_inplace.py",)),
     Mutant("blas-axpy-wrong-sign", "leanpass/backends/_blas.py",
-           "    routine(y.size, a, x.ctypes.data, 1, y.ctypes.data, 1)\n    return True",
-           "    routine(y.size, -a, x.ctypes.data, 1, y.ctypes.data, 1)\n    return True", ("tests/test_blas.py",)),
+           "out = routine(x.reshape(-1), flat, a=a)", "out = routine(x.reshape(-1), flat, a=-a)",
+           ("tests/test_blas.py",)),
     Mutant("blas-axpy-strided-y", "leanpass/backends/_blas.py",
            "not (fx.c_contiguous and fy.c_contiguous and fx.aligned", "not (fx.c_contiguous and fx.aligned",
            ("tests/test_blas.py",)),
     Mutant("blas-axpy-zero-alpha", "leanpass/backends/_blas.py",
-           "type(a) is not float or abs(a) <= _ZERO_BELOW[y.dtype] or", "type(a) is not float or",
+           "or y.dtype not in _ZERO_BELOW or abs(a) <= _ZERO_BELOW[y.dtype]):", "or y.dtype not in _ZERO_BELOW):",
            ("tests/test_blas.py",)),
     Mutant("blas-axpy-no-length-limit", "leanpass/backends/_blas.py",
-           "    if (y.size > largest or not", "    if (False or not", ("tests/test_blas.py",)),
+           "if (routine is None or y.size > LARGEST\n", "if (routine is None\n", ("tests/test_blas.py",)),
     Mutant("blas-axpy-overlap-allowed", "leanpass/backends/_blas.py",
-           "            or np.may_share_memory(x, y)):", "            or False):", ("tests/test_blas.py",)),
+           "or np.may_share_memory(x, y)):", "or False):", ("tests/test_blas.py",)),
 ]
 
 
