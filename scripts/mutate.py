@@ -44,11 +44,11 @@ class Mutant:
 
 MUTANTS = [
     # ---- backward rules -----------------------------------------------------------------
-    Mutant("relu-kink", "leanpass/ops/nn.py", "return (g * xp.astype(~(a <= 0), g.dtype),)",
-           "return (g * xp.astype(~(a < 0), g.dtype),)", ("tests/test_reliability.py", "tests/test_ops.py"),
+    Mutant("relu-kink", "leanpass/backends/_base.py", "return g * xp.astype(~(out <= 0), g.dtype)",
+           "return g * xp.astype(~(out < 0), g.dtype)", ("tests/test_reliability.py", "tests/test_ops.py"),
            "relu's gradient at 0 is 0 (PyTorch), not 1"),
-    Mutant("relu-stops-at-nan", "leanpass/ops/nn.py", "return (g * xp.astype(~(a <= 0), g.dtype),)",
-           "return (g * xp.astype(a > 0, g.dtype),)", ("tests/test_edge_cases.py",),
+    Mutant("relu-stops-at-nan", "leanpass/backends/_base.py", "return g * xp.astype(~(out <= 0), g.dtype)",
+           "return g * xp.astype(out > 0, g.dtype)", ("tests/test_edge_cases.py",),
            "PyTorch's relu passes the gradient at NaN (0 only where the result is <= 0)"),
     Mutant("abs-grad-nan-at-nan", "leanpass/ops/elementwise.py", "        return (g * sgn(xp, a),)",
            "        return (g * xp.sign(a),)", ("tests/test_edge_cases.py",), "torch's sgn(nan) is 0"),
@@ -169,9 +169,9 @@ MUTANTS = [
            "softmax = e / total * xp.sum(probs, axis=axis, keepdims=True)", "softmax = e / total",
            ("tests/test_nn.py",), "soft targets whose rows do not sum to 1"),
     Mutant("mlp-node-no-relu-mask", "leanpass/backends/numpy_backend.py",
-           "return np.multiply(g, out > 0, out=g)", "return g", ("tests/test_ops.py",)),
+           "return np.multiply(g, ~(out <= 0), out=g)", "return g", ("tests/test_ops.py",)),
     Mutant("generic-relu-mask-dropped", "leanpass/backends/_base.py",
-           "return g * xp.astype(out > 0, g.dtype)", "return g", ("tests/test_ops.py",),
+           "return g * xp.astype(~(out <= 0), g.dtype)", "return g", ("tests/test_ops.py",),
            "the strict device's MLP node"),
     Mutant("mlp-node-no-relu", "leanpass/backends/numpy_backend.py",
            "return np.maximum(x, 0, out=x)", "return x", ("tests/test_ops.py",)),

@@ -74,7 +74,7 @@ def counted(name):
 # The fused kernels, with the statements of the CUDA kernels in cupy_backend._kernels.
 @counted("relu_backward")
 def relu_backward(g, y):
-    return xs.where(y > 0, g, xs.zeros_like(g))
+    return xs.where(y <= 0, xs.zeros_like(g), g)
 
 
 @counted("sigmoid_backward")

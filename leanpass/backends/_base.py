@@ -147,7 +147,7 @@ class FusedKernels:
     a callable or ``None`` (then operations and optimizers run their generic ``xp``
     code). Every kernel computes exactly what the generic path computes.
 
-    - ``relu_backward(g, a) -> g * (a > 0)``
+    - ``relu_backward(g, a) -> g * !(a <= 0)`` (0 at 0, ``g`` at NaN, as PyTorch)
     - ``sigmoid_backward(g, y) -> g * y * (1 - y)`` (``y`` the sigmoid's output)
     - ``tanh_backward(g, y) -> g * (1 - y * y)`` (``y`` the tanh's output)
     - ``sgd(grad, lr, wd, param)``: ``param -= lr * (grad + wd * param)``, in place
@@ -432,15 +432,16 @@ class Backend:
         return self.xp.maximum(x, 0.0)
 
     def relu_mask(self, g, out):
-        """``g * (out > 0)``, the gradient through a ReLU whose input or output is
-        ``out`` (0 where ``out`` is 0, as PyTorch): the fused kernel where one is
-        offered, else a product with the mask as ``g``'s dtype (branch-free, several
-        times faster than ``where`` on NumPy for mixed signs)."""
+        """``g * !(out <= 0)``, the gradient through a ReLU whose input or output is
+        ``out`` (0 where ``out`` is 0, and ``g`` where it is NaN, as PyTorch's
+        ``threshold_backward``): the fused kernel where one is offered, else a
+        product with the mask as ``g``'s dtype (branch-free, several times faster
+        than ``where`` on NumPy for mixed signs)."""
         fused = self.fused.relu_backward
         if fused is not None:
             return fused(g, out)
         xp = self.xp
-        return g * xp.astype(out > 0, g.dtype)
+        return g * xp.astype(~(out <= 0), g.dtype)
 
     def relu_mask_fresh(self, g, out):
         """:meth:`relu_mask` for a fresh ``g`` the caller owns: in place where the

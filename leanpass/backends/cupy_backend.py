@@ -58,7 +58,7 @@ def _kernels() -> FusedKernels:
     )
     return FusedKernels(
         # gradient of relu at a (y = a), of sigmoid and tanh from their outputs (y = out)
-        relu_backward=grad_kernel("relu_backward", "y > (U)0 ? g : (T)0"),
+        relu_backward=grad_kernel("relu_backward", "y <= (U)0 ? (T)0 : g"),  # g at NaN, as PyTorch
         # the same operations, in the same order, as the generic path in leanpass/ops/nn.py
         sigmoid_backward=grad_kernel("sigmoid_backward", "g * (T)y - g * (T)y * (T)y"),
         tanh_backward=grad_kernel("tanh_backward", "g - g * (T)y * (T)y"),

@@ -160,7 +160,7 @@ class NumpyBackend(Backend):
         return np.maximum(x, 0, out=x)  # x is the caller's own: no second array of its size
 
     def relu_mask_fresh(self, g, out):
-        return np.multiply(g, out > 0, out=g)
+        return np.multiply(g, ~(out <= 0), out=g)  # g at NaN, as PyTorch
 
     def add_scaled(self, y, a: float, x) -> None:
         """As :meth:`Backend.add_scaled`; one BLAS ``axpy`` for large float arrays (see

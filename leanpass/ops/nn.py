@@ -14,13 +14,13 @@ _GELU_K = 0.044715
 @op("relu", saves=(0,), saves_out=False)
 def relu(be, a):
     """``maximum(a, 0)``; the gradient passes where ``a`` is not ``<= 0``: not at 0, and
-    at NaN (PyTorch's ``threshold_backward``; ``be.relu_mask``'s ``a > 0`` stops it)."""
-    xp = be.xp
+    at NaN (PyTorch's ``threshold_backward``), through ``be.relu_mask`` (one fused
+    kernel on CUDA)."""
 
     def backward(g):
-        return (g * xp.astype(~(a <= 0), g.dtype),)
+        return (be.relu_mask(g, a),)
 
-    return xp.maximum(a, 0.0), backward
+    return be.xp.maximum(a, 0.0), backward
 
 
 @op("leaky_relu", saves=(), saves_out=False)
@@ -223,22 +223,24 @@ def cross_entropy_index(be, logits, index, axis, bad=None):
 
 @op("linear", saves=(0, 1), saves_out=False, needs=True)
 def linear(be, x, w, b=None, needs=(True, True, True)):
-    """``x @ w + b`` in one node (a layer's forward): ``x`` of shape ``(..., in)``,
-    ``w`` of ``(in, out)``, ``b`` of ``(out,)`` or absent. The leading axes of ``x``
-    are one axis of rows for every product (one 2-D BLAS call each: a product
-    broadcast over a stack is many times slower); the bias is added in place to the
-    fresh product, and the gradients of ``w`` and ``b`` sum over all the rows."""
+    """``x @ w.T + b`` in one node (a layer's forward): ``x`` of shape ``(..., in)``,
+    ``w`` of ``(out, in)`` (PyTorch's layout), ``b`` of ``(out,)`` or absent. The
+    leading axes of ``x`` are one axis of rows for every product (one 2-D BLAS call
+    each: a product broadcast over a stack is many times slower); ``w.T`` is a view,
+    which BLAS reads transposed (no copy). The bias is added in place to the fresh
+    product, and the gradients of ``w`` (``g.T @ x``, fresh and ``(out, in)``) and
+    ``b`` sum over all the rows."""
     xp = be.xp
     flat = x.ndim != 2
     rows = xp.reshape(x, (math.prod(x.shape[:-1]), x.shape[-1])) if flat else x  # not -1: x may be empty
-    out = rows @ w
+    out = rows @ w.T
     if b is not None:
         if b.dtype == out.dtype:
             out += b
         else:
             out = out + b
     if flat:
-        out = xp.reshape(out, x.shape[:-1] + (w.shape[1],))
+        out = xp.reshape(out, x.shape[:-1] + (w.shape[0],))
     need_x, need_w = needs[0], needs[1]
     need_b = b is not None and needs[2]
 
@@ -246,10 +248,10 @@ def linear(be, x, w, b=None, needs=(True, True, True)):
         grows = xp.reshape(g, rows.shape[:1] + g.shape[-1:]) if flat else g
         gx = None
         if need_x:
-            gx = grows @ w.T
+            gx = grows @ w
             if flat:
                 gx = xp.reshape(gx, x.shape)
-        gw = rows.T @ grows if need_w else None
+        gw = grows.T @ rows if need_w else None
         if b is None:
             return gx, gw
         return gx, gw, (be.sum_rows(grows) if need_b else None)
@@ -259,7 +261,7 @@ def linear(be, x, w, b=None, needs=(True, True, True)):
 
 @op("linear_relu", saves=(0, 1), saves_out=True, needs=True)
 def linear_relu(be, x, w, b=None, needs=(True, True, True)):
-    """``relu(x @ w + b)`` in one node: :func:`linear`, then ReLU on its output,
+    """``relu(x @ w.T + b)`` in one node: :func:`linear`, then ReLU on its output,
     whose positive entries are where the gradient passes (0 at 0, as PyTorch)."""
     out, linear_backward = linear.fn(be, x, w, b, needs=needs)
     out = be.relu_fresh(out)  # linear's product is this node's own
@@ -271,8 +273,8 @@ def linear_relu(be, x, w, b=None, needs=(True, True, True)):
 
 
 def _mlp(be, x, *params, needs):
-    """``relu(... relu(x @ w0 + b0) ...) @ w_last + b_last`` in one node: ``params``
-    are the weights (``(in, out)`` each), then as many biases; ReLU between the
+    """``relu(... relu(x @ w0.T + b0) ...) @ w_last.T + b_last`` in one node: ``params``
+    are the weights (``(out, in)`` each, PyTorch's layout), then as many biases; ReLU between the
     layers, none after the last. The forward keeps each layer's input (the ReLU
     outputs: where they are positive, the gradient passes); the backward runs the
     layers in reverse, as :func:`linear_relu` does one, and stops at the first
@@ -287,7 +289,7 @@ def _mlp(be, x, *params, needs):
     inputs = []
     for i in range(depth):
         inputs.append(h)
-        out = h @ weights[i]
+        out = h @ weights[i].T  # a transposed view: BLAS reads it as it is
         b = biases[i]
         if b.dtype == out.dtype:
             out += b
@@ -305,12 +307,12 @@ def _mlp(be, x, *params, needs):
         g = xp.reshape(g, (inputs[0].shape[0], g.shape[-1])) if flat else g
         for i in range(depth - 1, -1, -1):
             if needs[1 + i]:
-                grads[1 + i] = inputs[i].T @ g
+                grads[1 + i] = g.T @ inputs[i]  # (out, in), fresh
             if needs[1 + depth + i]:
                 grads[1 + depth + i] = be.sum_rows(g)
             if not below[i]:
                 break
-            g = g @ weights[i].T
+            g = g @ weights[i]
             if i:
                 g = be.relu_mask_fresh(g, inputs[i])  # g is the product's own array
             elif flat:
