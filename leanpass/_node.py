@@ -412,7 +412,7 @@ def inplace(t, op: Op, others, *params, name: str | None = None, write=None, _ou
         else:
             try:
                 with backend.context():
-                    write(t._data, *arrays, *params)
+                    backend.quietly(write, t._data, *arrays, *params)  # IEEE results, no NumPy warning
             except (TypeError, ValueError) as exc:
                 raise (TypeError if isinstance(exc, TypeError) else ValueError)(
                     f"{label}: cannot change the tensor of shape {t.shape} and dtype {t.dtype} in place: {exc}"
@@ -450,6 +450,9 @@ def inplace(t, op: Op, others, *params, name: str | None = None, write=None, _ou
     # The old state keeps the shared counter only where its backward reads its output
     # (then that backward must raise); otherwise it is just the value t had.
     old._vc = vc if getattr(old._op, "saves_out", False) else None
+    if source is not current:  # the op read a copy of t's old values: the old state holds them (replays read them)
+        old._data = source
+    replay = _inplace_replay(op, others, params)
     if out is not current:
         _write(t, out)
     if _outer:  # one change of the memory: its bases (below) share the counter, counted once
@@ -475,7 +478,7 @@ def inplace(t, op: Op, others, *params, name: str | None = None, write=None, _ou
                 needs=op.needs, differentiable=op.differentiable, doc=op.__doc__)
     t._prev = (old, *tensors)
     t._backward = backward
-    t._replay = None  # an in-place change cannot be run again on its old values: no double backward
+    t._replay = replay
     t._op = op
     t._rg = True
     t._seq = next(_sequence)
@@ -608,6 +611,37 @@ def _inplace_forward(label, t, op, source, arrays, params, others):
             )
         out = t._backend.xp.astype(out, t._data.dtype)
     return out, backward
+
+
+def _inplace_replay(op, others, params):
+    """How a ``create_graph`` backward runs an in-place change again on Tensors
+    (``replay(gb, prev)``, see :func:`make`): on a copy of the old state ``prev[0]``
+    (an op may write into its first input, as ``setitem`` does), with the Tensor
+    operands from ``prev[1:]`` and the others as they were. The old state holds the
+    old values where the op reads them (the copy the forward read); where it does not,
+    the engine replays only ops whose backward reads neither (see ``_graph_grads``)."""
+    tensor = above.tensor
+    positions = [i for i, o in enumerate(others) if isinstance(o, tensor)]
+    plain = [None if isinstance(o, tensor) else o for o in others]
+    keep = (0, *(i + 1 for i in positions))
+
+    def replay(gb, prev):
+        values = list(plain)
+        for i, p in zip(positions, prev[1:]):
+            values[i] = p
+        first = gb.copy(prev[0])
+        kw = {"needs": (prev[0]._rg, *(isinstance(v, tensor) and v._rg for v in values))} if op.needs else {}
+        out, backward = op.fn(gb, first, *values, *params, **kw)
+        if len(positions) == len(others):
+            return out, backward
+
+        def kept(g):
+            grads = backward(g)
+            return tuple(grads[i] for i in keep)
+
+        return out, kept
+
+    return replay
 
 
 def _needs(op, t, others):

@@ -194,3 +194,49 @@ def test_linalg_with_a_changed_input_raises_rather_than_replaying(device):
     np.testing.assert_allclose(again.numpy(), first.numpy())
     with pytest.raises(RuntimeError, match="inv.*changed in place"):
         lp.autograd.grad(loss, m, create_graph=True)
+
+
+# Second derivatives through the in-place changes themselves (the change is run again on a
+# copy of its old state, which holds the values the change read), as PyTorch.
+INPLACE = {
+    "imul": (lambda x: _chain(x * 1.0, "__imul__", x), lambda x: (x * 1.0).mul_(x)),
+    "setitem": (lambda x: _set(x * 1.0, x[1] ** 2), lambda x: _set(x * 1.0, x[1] ** 2)),
+    "view_imul": (lambda x: _view_mul(x * 2.0, x), lambda x: _view_mul(x * 2.0, x, torch_like=True)),
+    "idiv_ipow": (lambda x: _chain(_chain(x * 1.0, "__itruediv__", 3.0), "__ipow__", 2),
+                  lambda x: (x * 1.0).div_(3.0).pow_(2)),
+}
+
+
+def _chain(y, method, other):
+    getattr(y, method)(other)
+    return y
+
+
+def _set(y, value):
+    y[0] = value
+    return y
+
+
+def _view_mul(y, x, torch_like=False):
+    v = y[1:]
+    if torch_like:
+        v.mul_(x[1:])
+    else:
+        v *= x[1:]
+    return y
+
+
+@pytest.mark.parametrize("name", sorted(INPLACE))
+def test_second_derivatives_through_in_place_changes_match_torch(name):
+    torch = pytest.importorskip("torch")
+    ours, theirs = INPLACE[name]
+    x = param("cpu")
+    y = ours(x)
+    (g,) = lp.autograd.grad((y * y).sum(), x, create_graph=True)
+    (h,) = lp.autograd.grad(g.sum(), x)
+    tx = torch.tensor(A, requires_grad=True)
+    ty = theirs(tx)
+    (tg,) = torch.autograd.grad((ty * ty).sum(), tx, create_graph=True)
+    (th,) = torch.autograd.grad(tg.sum(), tx)
+    np.testing.assert_allclose(g.numpy(), tg.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(h.numpy(), th.numpy(), rtol=1e-12)
