@@ -155,7 +155,9 @@ class Block(nn.Module):
         self.norm1 = nn.LayerNorm(width, **kw)
         self.attention = CausalSelfAttention(width, heads, **kw)
         self.norm2 = nn.LayerNorm(width, **kw)
-        self.mlp = nn.Sequential(nn.Linear(width, 4 * width, **kw), nn.GELU(), nn.Linear(4 * width, width, **kw))
+        # GPT-2's GELU, the tanh approximation: it runs on every device (the exact form needs erf)
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width, **kw), nn.GELU(approximate="tanh"),
+                                 nn.Linear(4 * width, width, **kw))
 
     def forward(self, x):
         x = x + self.attention(self.norm1(x))

@@ -109,25 +109,30 @@ def test_scipy_special_on_a_tensor_in_a_graph_raises_rather_than_dropping_its_te
     np.testing.assert_allclose(np.asarray(special.erf(np.asarray(x.detach()))), special.erf(x.numpy()))
 
 
-def test_scipy_array_api_dispatch_on_a_tensor_in_a_graph_raises():
-    """With SCIPY_ARRAY_API=1 SciPy takes the tensor's namespace, computes through NumPy and wraps the
-    result back with xp.asarray: the path that dropped the term. It must raise naming detach()."""
+def test_scipy_array_api_dispatch_on_a_tensor_in_a_graph_keeps_the_term_or_raises():
+    """With SCIPY_ARRAY_API=1 SciPy takes the tensor's namespace. A function that namespace
+    has (``xp.special.erf``: lp.special's) is called on the tensor itself, so the term keeps
+    its gradient; any other is computed through NumPy and wrapped back with xp.asarray: the
+    path that dropped the term, which must raise naming detach()."""
     pytest.importorskip("scipy.special")
     code = (
-        "import leanpass as lp, scipy.special as sp\n"
+        "import numpy as np, leanpass as lp, scipy.special as sp\n"
         "x = lp.Tensor([0.3, -0.5, 1.2], requires_grad=True)\n"
+        "y = sp.erf(x)\n"
+        "((x ** 2).sum() + y.sum()).backward()\n"
+        "assert np.allclose(x.grad, 2 * x.numpy() + 2 / np.sqrt(np.pi) * np.exp(-x.numpy() ** 2)), x.grad\n"
+        "print(type(y).__name__)\n"
         "try:\n"
-        "    sp.erf(x)\n"
+        "    sp.gamma(x)\n"  # not in lp.special (nor in torch.special)
         "except TypeError as exc:\n"
         "    assert 'detach()' in str(exc), exc\n"
         "    print('refused')\n"
-        "y = sp.erf(x.detach())\n"
-        "print(type(y).__name__)\n"
+        "print(type(sp.gamma(x.detach())).__name__)\n"
     )
     env = {**os.environ, "SCIPY_ARRAY_API": "1"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["refused", "Tensor"]
+    assert done.stdout.split() == ["Tensor", "refused", "Tensor"]
 
 
 def test_numpy_functions_never_build_object_arrays(device):

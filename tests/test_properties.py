@@ -425,7 +425,7 @@ FLOAT32_OPS = {
     "tanh": (lambda x, y, p: x.tanh(), 0),
     "leaky_relu": (lambda x, y, p: x.leaky_relu(), 0),
     "leaky_relu-0.2": (lambda x, y, p: x.leaky_relu(0.2), 0),
-    "gelu": (lambda x, y, p: x.gelu(), 0),
+    "gelu": (lambda x, y, p: x.gelu(approximate="tanh"), 0),
     "softplus": (lambda x, y, p: x.softplus(), 0),  # public, though not in SPEC's list
     "abs": (lambda x, y, p: x.abs(), 0),
     "sqrt": (lambda x, y, p: p.sqrt(), 0),

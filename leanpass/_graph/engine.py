@@ -30,6 +30,7 @@ input's gradient to the value it saw (the input's state before the change).
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import weakref
 
@@ -198,7 +199,8 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
     ``.grad`` is written; without, the gradients are added into the leaves' (and
     retained tensors') ``.grad``, under :data:`grad_lock`, and only at the end: an
     error on the way (a released graph, a custom op's wrong gradient) leaves
-    everything as it was. The graph is released unless ``retain_graph``.
+    everything as it was. The graph is released unless ``retain_graph``. The rules run
+    with floating-point warnings off (the first root's ``backend.quiet()``).
     """
     wanted = needed = None
     if targets is not None:
@@ -226,7 +228,10 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
         else:
             old = leaves.get(root)
             leaves[root] = (g, True) if old is None else (old[0] + g, True)
-    with enable_grad() if create_graph else no_grad():
+    # one quiet context for every rule of the pass (NumPy's floating-point warnings off: IEEE
+    # results, as the forward's), instead of one per rule that may meet inf or nan
+    quiet = roots[0]._backend.quiet() if roots else contextlib.nullcontext()
+    with enable_grad() if create_graph else no_grad(), quiet:
         while heap:
             node = pop(heap)[1]
             grad = pending.pop(node)

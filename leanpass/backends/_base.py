@@ -207,6 +207,61 @@ def _checked(function, checking):
     return call
 
 
+# The functions of ``scipy.special`` (``cupyx.scipy.special`` has them by the same names)
+# that ``lp.special`` takes from a device's library: those the standard cannot express.
+SPECIAL_FUNCTIONS = ("erf", "erfc", "erfinv", "gammaln", "digamma", "polygamma", "ndtr", "log_ndtr", "i0", "i1")
+
+
+class SpecialFunctions:
+    """A device's special functions, ``special.erf(x)``..., on arrays of its library:
+    those of ``module`` named in :data:`SPECIAL_FUNCTIONS` (``polygamma(n, x)``, the others
+    ``f(x)``), each giving ``x``'s dtype (SciPy computes some of float32 in float64) and
+    run under ``quietly`` (a backend's :meth:`Backend.quietly`: no floating-point warnings)."""
+
+    available = True
+
+    def __init__(self, module, quietly):
+        self._module = module
+        for name in SPECIAL_FUNCTIONS:
+            setattr(self, name, _keeping_dtype(getattr(module, name), quietly))
+
+    def __repr__(self) -> str:
+        return f"<SpecialFunctions of {self._module.__name__}>"
+
+
+def _keeping_dtype(function, quietly):
+    @functools.wraps(function)
+    def call(*args):
+        out = quietly(function, *args)
+        x = args[-1]
+        return out if out.dtype == x.dtype else out.astype(x.dtype)
+
+    return call
+
+
+class NoSpecialFunctions:
+    """The special functions of a device whose library has none: each one raises
+    ``NotImplementedError`` naming itself, the device and why (``lp.special.erf is not
+    available on strict: array_api_strict has no special functions``)."""
+
+    available = False
+
+    def __init__(self, device: str, why: str):
+        self._device = device
+        self.why = why
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise NotImplementedError(
+            f"lp.special.{name} is not available on {self._device}: {self.why} (LeanPass takes special "
+            "functions from scipy.special on cpu and cupyx.scipy.special on cuda)"
+        )
+
+    def __repr__(self) -> str:
+        return f"<NoSpecialFunctions on {self._device}: {self.why}>"
+
+
 DLPACK_CPU = 1  # kDLCPU, DLPack's device type for host memory
 
 
@@ -237,6 +292,14 @@ def broadcast_write_error(device: str, library: str, shape, axis: int) -> ValueE
         f"its elements share memory, and {library} arrays have no read-only flag to refuse the write "
         "(on a GPU the writes would race); nothing was written: write into a copy (t = t.copy())"
     )
+
+
+@np.errstate(all="ignore")
+def _quietly(fn, *args):
+    """``fn(*args)`` with NumPy's floating-point warnings silent (IEEE results: inf, nan):
+    what :meth:`Backend.quiet` does, for one call, at half its cost (NumPy's decorator
+    form of ``errstate`` skips making a context-manager object)."""
+    return fn(*args)
 
 
 class Backend:
@@ -391,6 +454,14 @@ class Backend:
         """The device's ``fft`` extension namespace (``fft``, ``rfft``, ``fftshift``...)."""
         return self.xp.fft
 
+    @functools.cached_property
+    def special(self):
+        """The device's special functions (:class:`SpecialFunctions`: ``erf``, ``gammaln``...
+        of ``scipy.special`` on ``cpu``, ``cupyx.scipy.special`` on ``cuda``), which the
+        standard lacks. Generic version: none (:class:`NoSpecialFunctions`, whose every
+        function raises naming itself and the device)."""
+        return NoSpecialFunctions(self.device, f"{self.library or type(self).__name__} has no special functions")
+
     # ---- what the standard lacks ---------------------------------------------
     def take_rows(self, rows, index):
         """``rows[i, index[i]]`` for every row ``i`` of the 2-D ``rows`` (``index``: one
@@ -538,6 +609,8 @@ class Backend:
     def quiet(self):
         """A context in which floating-point warnings (log(0), sqrt(-1)) are silent."""
         return np.errstate(all="ignore")
+
+    quietly = staticmethod(_quietly)  # quietly(fn, *args): fn(*args) without floating-point warnings
 
 
 _NO_GUARD = contextlib.nullcontext()

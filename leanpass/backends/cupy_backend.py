@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 
 try:
@@ -22,6 +23,7 @@ from ._base import (
     CheckedLinalg,
     FusedKernels,
     LazyGenerator,
+    SpecialFunctions,
     broadcast_axis,
     broadcast_write_error,
     dlpack_on_host,
@@ -233,3 +235,14 @@ class CupyBackend(Backend):
 
     def quiet(self):
         return contextlib.nullcontext()
+
+    @staticmethod
+    def quietly(fn, *args):
+        return fn(*args)  # CuPy raises no floating-point warnings
+
+    @functools.cached_property
+    def special(self):
+        """``cupyx.scipy.special``'s functions, imported the first time one is used."""
+        import cupyx.scipy.special
+
+        return SpecialFunctions(cupyx.scipy.special, self.quietly)

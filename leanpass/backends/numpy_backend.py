@@ -8,7 +8,7 @@ import types
 import array_api_compat.numpy as xp_numpy
 import numpy as np
 
-from ._base import Backend
+from ._base import Backend, NoSpecialFunctions, SpecialFunctions
 from ._blas import axpy
 
 
@@ -97,6 +97,16 @@ class NumpyBackend(Backend):
     array_type = np.ndarray
     module = np
     as_array = staticmethod(np.asarray)  # NumPy's own: a fifth of the wrapper's cost on the hot path
+
+    @functools.cached_property
+    def special(self):
+        """``scipy.special``'s functions (:class:`~leanpass.backends._base.SpecialFunctions`);
+        SciPy is imported here, the first time one is used."""
+        try:
+            import scipy.special
+        except ImportError as exc:
+            return NoSpecialFunctions(self.device, f"SciPy could not be imported ({exc}); pip install scipy")
+        return SpecialFunctions(scipy.special, self.quietly)
 
     @classmethod
     def index_of(cls, array) -> int:

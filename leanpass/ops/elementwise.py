@@ -23,6 +23,7 @@ namespace layer converts or refuses the others.
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass, replace
 
 from ._op import Op, op
@@ -68,30 +69,23 @@ def unary(name, forward, rule=None, *, uses=("x",), quiet=False, method=(), symb
     if rule is None:
 
         def fn(be, a):
-            return forward(be.xp, a), None
+            return (be.quietly(forward, be.xp, a) if quiet else forward(be.xp, a)), None
 
         operation = Op(symbol or name, fn, saves=(), saves_out=False, differentiable=False)
     elif rule is ZERO:
 
         def fn(be, a):
             xp = be.xp
-            return forward(xp, a), lambda g: (xp.zeros_like(g),)
+            return (be.quietly(forward, xp, a) if quiet else forward(xp, a)), lambda g: (xp.zeros_like(g),)
 
         operation = Op(symbol or name, fn, saves=(), saves_out=False, rule=_zero_rule)
     else:
 
         def fn(be, a):
             xp = be.xp
-            if quiet:
-                with be.quiet():
-                    out = forward(xp, a)
-            else:
-                out = forward(xp, a)
+            out = be.quietly(forward, xp, a) if quiet else forward(xp, a)
 
-            def backward(g):
-                if quiet:
-                    with be.quiet():
-                        return (rule(xp, a, out, g),)
+            def backward(g):  # the engine runs every backward rule with warnings off
                 return (rule(xp, a, out, g),)
 
             return out, backward
@@ -105,32 +99,29 @@ def unary(name, forward, rule=None, *, uses=("x",), quiet=False, method=(), symb
     return _register(UNARY, name, operation, 1, method, accepts=accepts, complex=complex)
 
 
-def binary(name, forward, rule_a=None, rule_b=None, *, uses=("a", "b"), quiet=False, method=(), symbol=None,
+def binary(name, forward, rule_a=None, rule_b=None, *, uses=("a", "b"), method=(), symbol=None,
            scalar_op=None, rscalar_op=None, accepts="any"):
     """Register the binary function ``name``: ``forward(xp, a, b) -> out`` and one
     rule per operand, ``rule(xp, a, b, out, g)`` (``ZERO``, or ``None`` for results
-    that never carry gradients). Either operand may be a Python number."""
+    that never carry gradients). Either operand may be a Python number. Every forward
+    runs under ``be.quietly``: any of them may warn (a comparison of a float32 tensor
+    with the Python float 1e300 warns of the cast's overflow)."""
     if rule_a is None and rule_b is None:
 
         def fn(be, a, b, needs=None):
-            return forward(be.xp, a, b), None
+            return be.quietly(forward, be.xp, a, b), None
 
         operation = Op(symbol or name, fn, saves=(), saves_out=False, differentiable=False)
     else:
 
         def fn(be, a, b, needs=(True, True)):
             xp = be.xp
-            if quiet:
-                with be.quiet():
-                    out = forward(xp, a, b)
-            else:
-                out = forward(xp, a, b)
+            out = be.quietly(forward, xp, a, b)
             need_a, need_b = needs
 
-            def backward(g):
-                with be.quiet():
-                    ga = _apply_rule(rule_a, xp, a, b, out, g) if need_a else None
-                    gb = _apply_rule(rule_b, xp, a, b, out, g) if need_b else None
+            def backward(g):  # the engine runs every backward rule with warnings off
+                ga = _apply_rule(rule_a, xp, a, b, out, g) if need_a else None
+                gb = _apply_rule(rule_b, xp, a, b, out, g) if need_b else None
                 return ga, gb
 
             return out, backward
@@ -177,14 +168,21 @@ def _sub_backward(g):
     return g, -g
 
 
+# NumPy warns of overflow, of inf - inf, of inf * 0 and of division by 0: the forwards
+# that may meet them run under ``be.quietly`` (IEEE results, no RuntimeWarning; backward
+# rules need nothing, as the engine runs them all with warnings off). With a Python
+# number whose size rules every warning out (``x * 0.5``, ``x + 1.0``: see ``_calm_*``)
+# the scalar ops skip it, as it costs about a fifth of a small operation.
+
+
 @op("+", saves=(), saves_out=False, fresh=False)
 def add(be, a, b):
-    return a + b, _pass_both
+    return be.quietly(operator.add, a, b), _pass_both
 
 
 @op("-", saves=(), saves_out=False, fresh=False)
 def sub(be, a, b):
-    return a - b, _sub_backward
+    return be.quietly(operator.sub, a, b), _sub_backward
 
 
 @op("*", saves=(0, 1), saves_out=False)
@@ -192,7 +190,7 @@ def mul(be, a, b):
     def backward(g):
         return g * b, g * a
 
-    return a * b, backward
+    return be.quietly(operator.mul, a, b), backward
 
 
 @op("/", saves=(0, 1), saves_out=False)
@@ -200,7 +198,7 @@ def div(be, a, b):
     def backward(g):
         return g / b, -(g * a) / (b * b)
 
-    return a / b, backward
+    return be.quietly(operator.truediv, a, b), backward
 
 
 @op("**", saves=(0, 1), saves_out=True)
@@ -208,37 +206,56 @@ def pow(be, a, b):
     """``a ** b``; as in PyTorch, the gradient is 0 (not nan) for ``b == 0`` (base)
     and for ``a == 0, b >= 0`` (exponent)."""
     xp = be.xp
-    with be.quiet():
-        out = a**b
-        # NumPy's sqrt path (below) is taken for a single exponent broadcast against a
-        # (b may be a Python number: a complex one, which has no fast path of its own)
-        if be.syncs_cheaply and xp.isdtype(out.dtype, "real floating") and (
-                b == 0.5 if not hasattr(b, "shape") else math.prod(b.shape) == 1 and float(xp.reshape(b, ())) == 0.5):
-            out = _half_power_cases(xp, a, out)
+    out = be.quietly(operator.pow, a, b)
+    # NumPy's sqrt path (below) is taken for a single exponent broadcast against a
+    # (b may be a Python number: a complex one, which has no fast path of its own)
+    if be.syncs_cheaply and xp.isdtype(out.dtype, "real floating") and (
+            b == 0.5 if not hasattr(b, "shape") else math.prod(b.shape) == 1 and float(xp.reshape(b, ())) == 0.5):
+        out = _half_power_cases(xp, a, out)
 
     def backward(g):
-        with be.quiet():
-            ga = xp.where(b == 0, xp.zeros_like(g), g * b * a ** (b - 1))
-            gb = xp.where((a == 0) & (b >= 0), xp.zeros_like(g), g * out * xp.log(a))
+        ga = xp.where(b == 0, xp.zeros_like(g), g * b * a ** (b - 1))
+        gb = xp.where((a == 0) & (b >= 0), xp.zeros_like(g), g * out * xp.log(a))
         return ga, gb
 
     return out, backward
 
 
+def _calm_sum(s) -> bool:
+    """Whether ``a + s`` (``a - s``, ``s - a``) warns of nothing for every ``a``: a real
+    ``s`` this small cannot overflow a sum (it is below half an ulp of float32's and
+    float64's largest value), nor become inf in float32, nor meet an infinity."""
+    return type(s) is not complex and -1e30 <= s <= 1e30
+
+
+def _calm_product(a, s) -> bool:
+    """Whether ``a * s`` warns of nothing for every element of the real ``a``: ``0 <
+    |s| <= 1`` cannot overflow, nor make inf * 0 (a complex ``a`` can: (inf + 0j) * 0.5
+    forms inf * 0; a dtype without ``kind``, array_api_strict's, counts as complex)."""
+    return type(s) is not complex and -1.0 <= s <= 1.0 and s != 0 and getattr(a.dtype, "kind", "c") != "c"
+
+
+def _calm_quotient(a, s) -> bool:
+    """Whether ``a / s`` warns of nothing for every element of the real ``a``: ``1 <=
+    |s| <= 1e30`` (no overflow, no division by 0, no inf / inf, no cast to inf)."""
+    return (type(s) is not complex and -1e30 <= s <= 1e30 and not -1.0 < s < 1.0
+            and getattr(a.dtype, "kind", "c") != "c")
+
+
 @op("+", saves=(), saves_out=False, fresh=False)
 def add_scalar(be, a, s):
-    return a + s, _pass
+    return (a + s if _calm_sum(s) else be.quietly(operator.add, a, s)), _pass
 
 
 @op("-", saves=(), saves_out=False, fresh=False)
 def sub_scalar(be, a, s):
-    return a - s, _pass
+    return (a - s if _calm_sum(s) else be.quietly(operator.sub, a, s)), _pass
 
 
 @op("-", saves=(), saves_out=False)
 def rsub_scalar(be, a, s):
     """``s - a``."""
-    return s - a, _neg_backward
+    return (s - a if _calm_sum(s) else be.quietly(operator.sub, s, a)), _neg_backward
 
 
 @op("*", saves=(), saves_out=False)
@@ -246,7 +263,7 @@ def mul_scalar(be, a, s):
     def backward(g):
         return (g * s,)
 
-    return a * s, backward
+    return (a * s if _calm_product(a, s) else be.quietly(operator.mul, a, s)), backward
 
 
 @op("/", saves=(), saves_out=False)
@@ -254,18 +271,16 @@ def div_scalar(be, a, s):
     def backward(g):
         return (g / s,)
 
-    return a / s, backward
+    return (a / s if _calm_quotient(a, s) else be.quietly(operator.truediv, a, s)), backward
 
 
 @op("/", saves=(0,), saves_out=True)
 def rdiv_scalar(be, a, s):
     """``s / a``."""
-    with be.quiet():
-        out = s / a
+    out = be.quietly(operator.truediv, s, a)
 
     def backward(g):
-        with be.quiet():
-            return (-(g * out) / a,)
+        return (-(g * out) / a,)
 
     return out, backward
 
@@ -292,7 +307,7 @@ def pow_scalar(be, a, p):
         def backward(g):
             return (g * (2.0 * a),)
 
-        return a * a, backward
+        return be.quietly(operator.mul, a, a), backward
     if p == 0 and same_dtype:
 
         def backward(g):
@@ -303,20 +318,16 @@ def pow_scalar(be, a, p):
         # sqrt, as PyTorch (and recent NumPy) compute ** 0.5: -0.0 at -0.0 and nan at -inf
         # (the standard's pow: +0 and +inf); the gradient g / (2 sqrt(a)) is PyTorch's
         # 0.5 * rsqrt(a): -inf at -0.0 and nan at -inf (pow(a, -0.5) gives +inf and 0)
-        with be.quiet():
-            out = xp.sqrt(a)
+        out = be.quietly(xp.sqrt, a)
 
         def backward(g):
-            with be.quiet():
-                return (g / (2.0 * xp.sqrt(a)),)
+            return (g / (2.0 * xp.sqrt(a)),)
 
         return out, backward
-    with be.quiet():
-        out = a**p
+    out = be.quietly(operator.pow, a, p)
 
     def backward(g):
-        with be.quiet():
-            return (g * (p * a ** (p - 1)),)
+        return (g * (p * a ** (p - 1)),)
 
     return out, backward
 
@@ -326,14 +337,12 @@ def rpow_scalar(be, a, s):
     """``s ** a`` for a Python number ``s``; for ``s == 0`` the gradient is 0 where
     ``a >= 0`` (PyTorch's convention)."""
     xp = be.xp
-    with be.quiet():
-        out = s**a
+    out = be.quietly(operator.pow, s, a)
     log_s = math.log(s) if s > 0 else (-math.inf if s == 0 else math.nan)
 
     def backward(g):
         if s == 0:
-            with be.quiet():
-                return (xp.where(a >= 0, xp.zeros_like(g), g * out * log_s),)
+            return (xp.where(a >= 0, xp.zeros_like(g), g * out * log_s),)
         return (g * out * log_s,)
 
     return out, backward
@@ -351,7 +360,7 @@ def _exp_rule(xp, inputs, out, g):
 @op("exp", saves=(), saves_out=True, rule=_exp_rule)
 def exp(be, a):
     xp = be.xp
-    out = xp.exp(a)
+    out = be.quietly(xp.exp, a)  # overflow: inf
 
     def backward(g):
         return _exp_rule(xp, (), out, g)
@@ -362,12 +371,10 @@ def exp(be, a):
 @op("log", saves=(0,), saves_out=False)
 def log(be, a):
     """Natural log; log(0) is -inf and log(x < 0) is nan, without warnings."""
-    with be.quiet():
-        out = be.xp.log(a)
+    out = be.quietly(be.xp.log, a)
 
     def backward(g):
-        with be.quiet():
-            return (g / a,)
+        return (g / a,)
 
     return out, backward
 
@@ -397,12 +404,10 @@ def _sqrt_rule(xp, inputs, out, g):
 @op("sqrt", saves=(), saves_out=True, rule=_sqrt_rule)
 def sqrt(be, a):
     xp = be.xp
-    with be.quiet():
-        out = xp.sqrt(a)
+    out = be.quietly(xp.sqrt, a)
 
     def backward(g):
-        with be.quiet():
-            return _sqrt_rule(xp, (), out, g)
+        return _sqrt_rule(xp, (), out, g)
 
     return out, backward
 
@@ -497,12 +502,12 @@ asinh = unary("asinh", lambda xp, x: xp.asinh(x), lambda xp, x, out, g: g / xp.s
 atan = unary("atan", lambda xp, x: xp.atan(x), lambda xp, x, out, g: g / (x * x + 1), method=("atan", "arctan"))
 atanh = unary("atanh", lambda xp, x: xp.atanh(x), lambda xp, x, out, g: g / (1 - x * x),
               quiet=True, method=("atanh", "arctanh"))
-cos = unary("cos", lambda xp, x: xp.cos(x), lambda xp, x, out, g: -g * xp.sin(x), method=("cos",))
+cos = unary("cos", lambda xp, x: xp.cos(x), lambda xp, x, out, g: -g * xp.sin(x), quiet=True, method=("cos",))
 cosh = unary("cosh", lambda xp, x: xp.cosh(x), lambda xp, x, out, g: g * xp.sinh(x), quiet=True, method=("cosh",))
-sin = unary("sin", lambda xp, x: xp.sin(x), lambda xp, x, out, g: g * xp.cos(x), method=("sin",))
+sin = unary("sin", lambda xp, x: xp.sin(x), lambda xp, x, out, g: g * xp.cos(x), quiet=True, method=("sin",))
 sinh = unary("sinh", lambda xp, x: xp.sinh(x), lambda xp, x, out, g: g * xp.cosh(x), quiet=True, method=("sinh",))
 tan = unary("tan", lambda xp, x: xp.tan(x), lambda xp, x, out, g: g + g * out * out, uses=("out",),
-            method=("tan",))
+            quiet=True, method=("tan",))
 expm1 = unary("expm1", lambda xp, x: xp.expm1(x), lambda xp, x, out, g: g + g * out, uses=("out",), quiet=True,
               method=("expm1",), complex=_complex_expm1)
 log1p = unary("log1p", lambda xp, x: xp.log1p(x), lambda xp, x, out, g: g / (x + 1), quiet=True,
@@ -512,7 +517,8 @@ log10 = unary("log10", lambda xp, x: xp.log10(x), lambda xp, x, out, g: g / (x *
               method=("log10",))
 reciprocal = unary("reciprocal", lambda xp, x: xp.reciprocal(x), lambda xp, x, out, g: -(g * out * out),
                    uses=("out",), quiet=True, method=("reciprocal",))
-square = unary("square", lambda xp, x: xp.square(x), lambda xp, x, out, g: g * (2 * x), method=("square",))
+square = unary("square", lambda xp, x: xp.square(x), lambda xp, x, out, g: g * (2 * x), quiet=True,
+               method=("square",))
 conj = unary("conj", lambda xp, x: xp.conj(x), lambda xp, x, out, g: g, uses=(), fresh=False, method=("conj",))
 # Copies: NumPy gives the input itself (real of a real array) or a view of a complex
 # one, which would change unseen by version counters (the standard leaves it open).
@@ -602,7 +608,7 @@ maximum = binary("maximum", _maximum, _max_share, _max_share_b, uses=("a", "b", 
 minimum = binary("minimum", _minimum, _max_share, _max_share_b, uses=("a", "b", "out"), method=("minimum",))
 remainder = binary("remainder", lambda xp, a, b: xp.remainder(a, b),
                    lambda xp, a, b, out, g: g, lambda xp, a, b, out, g: -g * xp.floor_divide(a, b),
-                   quiet=True, symbol="%")
+                   symbol="%")
 
 
 def _isinf(xp, v):
@@ -619,7 +625,7 @@ def _floor_divide(xp, a, b):
     return xp.where(_isinf(xp, a) | _isinf(xp, b), xp.floor(a / b), out)
 
 
-floor_divide = binary("floor_divide", _floor_divide, ZERO, ZERO, uses=(), quiet=True, symbol="//")
+floor_divide = binary("floor_divide", _floor_divide, ZERO, ZERO, uses=(), symbol="//")
 nextafter = binary("nextafter", lambda xp, a, b: xp.nextafter(a, b), ZERO, ZERO, uses=())
 
 

@@ -55,7 +55,11 @@ def sum(be, a, axes, keepdims, dtype=None):
             g = xp.reshape(g, kept_shape(shape, axes))
         return (xp.broadcast_to(_as(xp, g, in_dtype), shape),)
 
-    return xp.sum(_cast(xp, a, dtype), axis=axes, keepdims=keepdims, dtype=dtype), backward
+    return be.quietly(_total, xp, a, axes, keepdims, dtype), backward  # overflow, inf - inf: no warning
+
+
+def _total(xp, a, axes, keepdims, dtype):
+    return xp.sum(_cast(xp, a, dtype), axis=axes, keepdims=keepdims, dtype=dtype)
 
 
 @op("mean", saves=(), saves_out=False, fresh=False)
@@ -73,7 +77,11 @@ def mean(be, a, axes, keepdims):
     if count == 0:  # the mean of nothing is nan (0 / 0), without a warning
         with be.quiet():
             return xp.sum(a, axis=axes, keepdims=keepdims) / 0.0, backward
-    return xp.mean(a, axis=axes, keepdims=keepdims), backward
+    return be.quietly(_average, xp, a, axes, keepdims), backward  # overflow, inf - inf: no warning
+
+
+def _average(xp, a, axes, keepdims):
+    return xp.mean(a, axis=axes, keepdims=keepdims)
 
 
 def _others_product(xp, a, axes):
@@ -189,6 +197,14 @@ def std(be, a, axes, correction, keepdims):
 # ---- running totals and differences --------------------------------------------------------
 
 
+def _running_total(xp, a, axis, dtype, include_initial):
+    return xp.cumulative_sum(a, axis=axis, dtype=dtype, include_initial=include_initial)
+
+
+def _running_product(xp, a, axis, dtype, include_initial):
+    return xp.cumulative_prod(a, axis=axis, dtype=dtype, include_initial=include_initial)
+
+
 @op("cumulative_sum", saves=(), saves_out=False)
 def cumulative_sum(be, a, axis, dtype, include_initial):
     """Running sum along ``axis``; gradient: the reverse running sum of ``g``."""
@@ -200,7 +216,7 @@ def cumulative_sum(be, a, axis, dtype, include_initial):
             g = g[along(axis, slice(1, None))]
         return (_as(xp, _reverse_cumsum(xp, g, axis), in_dtype),)
 
-    out = xp.cumulative_sum(_cast(xp, a, dtype), axis=axis, dtype=dtype, include_initial=include_initial)
+    out = be.quietly(_running_total, xp, _cast(xp, a, dtype), axis, dtype, include_initial)  # overflow: inf
     return out, backward
 
 
@@ -218,7 +234,7 @@ def cumulative_prod(be, a, axis, dtype, include_initial):
     xp = be.xp
     in_dtype = a.dtype
     a = _cast(xp, a, dtype)
-    out = xp.cumulative_prod(a, axis=axis, dtype=dtype, include_initial=include_initial)
+    out = be.quietly(_running_product, xp, a, axis, dtype, include_initial)  # overflow, inf * 0: no warning
 
     def backward(g):
         y = out
