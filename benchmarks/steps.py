@@ -19,7 +19,9 @@ import numpy as np
 
 
 def make_problem(sizes, batch, seed=0):
-    """Host data: inputs (batch, sizes[0]), integer labels, and weights as float64."""
+    """Host data: inputs (batch, sizes[0]), integer labels, and weights as float64,
+    each ``(fan_in, fan_out)`` as :class:`HandStep` multiplies them (PyTorch's and
+    LeanPass's ``Linear.weight`` is the transpose)."""
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(batch, sizes[0]))
     labels = rng.integers(0, sizes[-1], size=batch)
@@ -54,10 +56,10 @@ class LeanPassStep(_FrameworkStep):
         x, labels, weights = make_problem(sizes, batch, seed)
         self.backend = leanpass.backends.get_backend(device)
         self.model = nn.MLP(sizes, device=device, dtype=dtype)
-        self.model.load_state_dict({
-            name: value.astype(dtype)
+        self.model.load_state_dict({  # Linear.weight is (out, in): w.T, laid out in C order
+            name: np.ascontiguousarray(value, dtype=dtype)
             for (w, b), layer in zip(weights, range(len(weights)))
-            for name, value in ((f"layers.{layer}.weight", w), (f"layers.{layer}.bias", b))
+            for name, value in ((f"layers.{layer}.weight", w.T), (f"layers.{layer}.bias", b))
         })
         self.optimizer = optim.SGD(self.model.parameters(), lr=lr)
         self.x = leanpass.Tensor(x, device=device, dtype=dtype)

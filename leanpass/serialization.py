@@ -4,6 +4,13 @@ A file holds each array as its own ``.npy`` entry and, in the entry
 ``__leanpass__``, a JSON description of the nested dicts, lists and numbers
 around them, with a format marker and version. Arrays are written from the
 host, so a state saved on one device loads on any other.
+
+Format versions: 1 (LeanPass 0.3 and before) stored ``Linear.weight`` as ``(in,
+out)`` and ``MultiheadAttention.in_proj_weight`` as ``(E, 3E)``; 2 stores every
+array in PyTorch's layout, as the layers hold it, and a Tensor saved alone as a
+Tensor (``{"tensor": {"data": ..., "requires_grad": ..., "name": ...}}`` at the
+top of the description). The dicts read from a version 1 file are
+:class:`OldFormatDict`, which ``Module.load_state_dict`` reads in 0.3's layout.
 """
 
 from __future__ import annotations
@@ -16,18 +23,20 @@ import os
 import re
 import socket
 import tempfile
+import weakref
 import zipfile
 import zlib
 
 import numpy as np
 
 from .backends import backend_of_array, get_backend
-from .tensor import Tensor
+from .tensor import Tensor, as_tensor
 
-__all__ = ["save", "load", "FORMAT", "VERSION"]
+__all__ = ["save", "load", "FORMAT", "VERSION", "OldFormatDict"]
 
 FORMAT = "leanpass"
-VERSION = 1
+VERSION = 2  # 1: LeanPass 0.3 (Linear weights (in, out)); 2: PyTorch's layouts, bare Tensors
+TORCH_LAYOUTS = 2  # the first version whose arrays are all in PyTorch's layouts
 _META = "__leanpass__"
 _ARRAY_KINDS = "biufc"  # bool, integers, floats, complex: what .npy holds without pickle
 _STANDARD_DTYPES = frozenset(  # of those, the array API standard's (float16 or longdouble load on no device but cpu)
@@ -51,9 +60,54 @@ def _where(keys: str) -> str:
     return keys or "the top level"
 
 
+def transposed_copy(array, backend):
+    """A new C-ordered array holding the transpose of the 2-D ``array`` (a plain
+    ``permute_dims`` is a view, which a copy of NumPy's keeps in Fortran order: a
+    parameter's gradient, always C-ordered, would then differ in layout)."""
+    xp = backend.xp
+    t = xp.permute_dims(array, (1, 0))
+    return backend.copy(xp.reshape(xp.reshape(t, (-1,)), t.shape))  # the flat reshape lays it out in C order
+
+
+# id -> weak reference of the tensors whose values were turned from LeanPass 0.3's layout
+# (by Module.load_state_dict or a 0.3 pickle): an optimizer state of 0.3 loaded after is
+# turned for the same tensors, and a weight two 0.3 layers share is turned once. (Not a
+# WeakSet: its lookups compare Tensors with ==, which is element-wise.)
+_TRANSPOSED: dict = {}
+
+
+def note_transposed(t) -> None:
+    key = id(t)
+
+    def forget(ref):
+        if _TRANSPOSED.get(key) is ref:
+            del _TRANSPOSED[key]
+
+    _TRANSPOSED[key] = weakref.ref(t, forget)
+
+
+def was_transposed(t) -> bool:
+    ref = _TRANSPOSED.get(id(t))
+    return ref is not None and ref() is t
+
+
+class OldFormatDict(dict):
+    """A dict that :func:`load` read from a file of an older format version,
+    ``format_version`` (1: LeanPass 0.3, whose ``Linear`` weights are ``(in, out)``).
+    ``Module.load_state_dict`` reads one in that version's layout, transposing the
+    arrays 0.3 stored transposed; otherwise it is a plain dict. A copy made with
+    ``dict(...)`` is plain: load it with ``layout="leanpass-0.3"``."""
+
+    def __init__(self, items=(), format_version: int = 1):
+        super().__init__(items)
+        self.format_version = format_version
+
+
 def save(obj, path) -> None:
     """Write a state dict (a module's or an optimizer's: nested dicts and lists of
-    arrays, Tensors, numbers, strings) to ``path`` as ``.npz``.
+    arrays, Tensors, numbers, strings), or a Tensor, to ``path`` as ``.npz``. A
+    Tensor inside a container is saved as its array; one saved alone loads back as
+    a Tensor, with its ``requires_grad`` and name.
 
     Arrays must be bool, integer, float or complex (anything else would need
     pickle; ``TypeError``). The file is written whole to a temporary file next to
@@ -110,7 +164,11 @@ def save(obj, path) -> None:
         return {kind: [encode(v, f"{keys}[{i}]") for i, v in enumerate(value)]}
 
     try:
-        meta = {"format": FORMAT, "version": VERSION, "tree": encode(obj, "")}
+        if isinstance(obj, Tensor):  # alone: loads back as a Tensor
+            tree = {"tensor": {"data": encode(obj, ""), "requires_grad": obj.requires_grad, "name": obj.name}}
+        else:
+            tree = encode(obj, "")
+        meta = {"format": FORMAT, "version": VERSION, "tree": tree}
         blob = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
     except RecursionError:
         raise ValueError("save: the object is nested too deeply to save") from None
@@ -159,7 +217,10 @@ def _process_alive(pid: int) -> bool:
 
 def load(path, device=None, *, max_bytes=_DEFAULT_MAX_BYTES):
     """Read a state dict written by :func:`save`, its arrays on ``device`` (default:
-    the default device).
+    the default device); a Tensor saved alone comes back as a Tensor there, with its
+    dtype, ``requires_grad`` and name. The dicts of a file of format version 1
+    (LeanPass 0.3) are :class:`OldFormatDict`, which ``Module.load_state_dict``
+    reads in 0.3's layout (``Linear`` weights transposed).
 
     ``max_bytes`` (default 4 GiB; ``None``: no limit) caps the total size of the
     arrays read (and of the description): an entry whose ``.npy`` header claims
@@ -192,10 +253,9 @@ def load(path, device=None, *, max_bytes=_DEFAULT_MAX_BYTES):
             if not isinstance(meta, dict) or meta.get("format") != FORMAT:
                 marker = meta.get("format") if isinstance(meta, dict) else None
                 raise _Refused(f"{path!r} is not a LeanPass file (format marker {marker!r})")
-            if not isinstance(meta.get("version"), int) or meta["version"] > VERSION:
-                raise _Refused(
-                    f"{path!r} has format version {meta.get('version')!r}; this LeanPass reads up to {VERSION}"
-                )
+            version = meta.get("version")
+            if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= VERSION:
+                raise _Refused(f"{path!r} has format version {version!r}; this LeanPass reads 1 to {VERSION}")
 
             def decode(node, keys: str):
                 if not isinstance(node, dict) or len(node) != 1:
@@ -207,7 +267,8 @@ def load(path, device=None, *, max_bytes=_DEFAULT_MAX_BYTES):
                     host = _read_entry(archive, value, _where(keys), budget)
                     return backend.from_host(host, host.dtype.name)
                 if kind == "dict":
-                    return {k: decode(v, f"{keys}[{k!r}]") for k, v in value}
+                    items = {k: decode(v, f"{keys}[{k!r}]") for k, v in value}
+                    return items if version >= TORCH_LAYOUTS else OldFormatDict(items, version)
                 if kind == "list":
                     return [decode(v, f"{keys}[{i}]") for i, v in enumerate(value)]
                 if kind == "tuple":
@@ -216,8 +277,25 @@ def load(path, device=None, *, max_bytes=_DEFAULT_MAX_BYTES):
                     return value
                 raise _Refused(f"{path!r} has an unknown entry kind {kind!r}")
 
+            def decode_tensor(value):
+                if (version < TORCH_LAYOUTS or not isinstance(value, dict)
+                        or set(value) != {"data", "requires_grad", "name"}
+                        or not isinstance(value["requires_grad"], bool)
+                        or not isinstance(value["name"], (str, type(None)))):
+                    raise _Refused(f"{path!r} has a malformed tensor entry ({value!r:.80})")
+                data = decode(value["data"], "")
+                if not _is_array(data):
+                    raise _Refused(f"{path!r} has a tensor entry without an array ({value!r:.80})")
+                t = as_tensor(data, device=backend.device, dtype=data.dtype)  # integers stay integers
+                t.requires_grad_(value["requires_grad"])  # ValueError for an integer tensor
+                t.name = value["name"]
+                return t
+
+            tree = meta.get("tree")
             try:
-                return decode(meta.get("tree"), "")
+                if isinstance(tree, dict) and len(tree) == 1 and "tensor" in tree:  # a Tensor saved alone
+                    return decode_tensor(tree["tensor"])
+                return decode(tree, "")
             except (TypeError, AttributeError) as exc:
                 raise _Refused(f"{path!r} has a malformed description ({type(exc).__name__}: {exc})") from None
     except _Refused as exc:

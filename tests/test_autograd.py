@@ -787,7 +787,7 @@ def test_ops_through_run_and_apply_refuse_real_in_graph_with_complex(device):
     from leanpass.nn import functional as F
 
     x = lp.Tensor(np.ones((2, 3)), device=device, requires_grad=True)
-    wc = lp.asarray(np.ones((3, 2)) * (1 + 1j), device=device)
+    wc = lp.asarray(np.ones((2, 3)) * (1 + 1j), device=device)  # (out, in)
     calls = {"linear": lambda: F.linear(x, wc), "diff": lambda: lp.diff(x, prepend=lp.asarray(
         np.ones((2, 1)) * 1j, device=device)), "layer_norm": lambda: F.layer_norm(x, (3,), lp.asarray(
         np.ones(3) * 1j, device=device))}

@@ -71,17 +71,31 @@ def test_one_seed_gives_the_same_float32_values_on_every_device(device):
     np.testing.assert_array_equal(t.numpy(), drawn(7, "uniform", -bound, bound, (3, 4)).astype(np.float32))
 
 
-def test_leanpass_linear_weights_take_mode_fan_out_for_pytorchs_fan_in():
+def test_linear_weights_take_pytorchs_fan_in():
+    """Linear.weight is (out, in), as PyTorch's: the default mode="fan_in" is over
+    in_features, and kaiming_uniform_(a=sqrt(5)) gives torch.nn.Linear's bound."""
     torch = torch_or_skip()
-    layer = nn.Linear(50, 7)  # weight (in, out) = (50, 7); torch.nn.Linear's is (7, 50)
+    layer = nn.Linear(50, 7)  # weight (out, in) = (7, 50), as torch.nn.Linear(50, 7)'s
     leanpass.manual_seed(3)
-    init.kaiming_uniform_(layer.weight, a=math.sqrt(5), mode="fan_out")
+    init.kaiming_uniform_(layer.weight, a=math.sqrt(5))
     gain = torch.nn.init.calculate_gain("leaky_relu", math.sqrt(5))
     bound = math.sqrt(3.0) * (gain / math.sqrt(50))  # 1 / sqrt(50): torch.nn.Linear(50, 7)'s
-    assert torch.nn.init._calculate_correct_fan(torch.empty(7, 50), "fan_in") == 50
+    assert _calculate_fan_in_and_fan_out(layer.weight) == torch.nn.init._calculate_fan_in_and_fan_out(
+        torch.nn.Linear(50, 7).weight) == (50, 7)
     assert bound == pytest.approx(1 / math.sqrt(50), rel=1e-15)
-    np.testing.assert_array_equal(layer.weight.numpy(), drawn(3, "uniform", -bound, bound, (50, 7)))
+    np.testing.assert_array_equal(layer.weight.numpy(), drawn(3, "uniform", -bound, bound, (7, 50)))
     assert np.abs(layer.weight.numpy()).max() <= bound
+
+
+def test_linear_draws_the_weights_of_0_3_transposed(device):
+    """A seed gives the function it gave in 0.3: the (in, out) draw of 0.3, stored
+    transposed, C-ordered as its gradients are."""
+    leanpass.manual_seed(5)
+    layer = nn.Linear(6, 4, device=device)
+    bound = 1 / math.sqrt(6)
+    np.testing.assert_array_equal(layer.weight.numpy(), drawn(5, "uniform", -bound, bound, (6, 4)).T)
+    if device == "cpu":
+        assert layer.weight.data.flags.c_contiguous
 
 
 def test_statistics_of_large_draws():

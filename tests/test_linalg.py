@@ -422,7 +422,7 @@ def test_stacked_products_with_an_empty_axis(device, a_shape, b_shape):
     axis it still gives PyTorch's shapes and zero gradients, for ``@`` and ``F.linear``."""
     from leanpass.nn import functional as F
 
-    for product in (lambda a, b: a @ b, F.linear):
+    for product in (lambda a, b: a @ b, lambda a, b: F.linear(a, b.mT)):  # F.linear's weight is (out, in)
         a = Tensor(np.ones(a_shape), requires_grad=True, device=device)
         b = Tensor(np.ones(b_shape), requires_grad=True, device=device)
         out = product(a, b)

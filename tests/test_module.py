@@ -227,7 +227,7 @@ def test_state_dict_keys_are_pytorchs_for_module_lists_and_dicts():
     assert list(Ours().state_dict()) == list(theirs.state_dict())
     ours = Ours()
     ours.load_state_dict({k: v.numpy() for k, v in theirs.state_dict().items()}, layout="torch")
-    np.testing.assert_array_equal(ours.blocks[2].weight.numpy(), theirs.blocks[2].weight.detach().numpy().T)
+    np.testing.assert_array_equal(ours.blocks[2].weight.numpy(), theirs.blocks[2].weight.detach().numpy())
 
 
 # ---- Flatten ---------------------------------------------------------------------------------------
@@ -281,8 +281,7 @@ def test_torch_layout_checks_before_changing_anything():
     mlp = nn.MLP([3, 5, 2])
     before = [p.numpy().copy() for p in mlp.parameters()]
     state = {"0.weight": np.ones((5, 3)), "0.bias": np.ones(5), "2.weight": np.ones((5, 2)), "2.bias": np.ones(2)}
-    with pytest.raises(ValueError, match=r"'2.weight' has shape \(5, 2\) in the state but \(2, 5\) in the model "
-                                         r"\(PyTorch layout\)"):
+    with pytest.raises(ValueError, match=r"'2.weight' has shape \(5, 2\) in the state but \(2, 5\) in the model$"):
         mlp.load_state_dict(state, layout="torch")
     assert all(np.array_equal(b, p.numpy()) for b, p in zip(before, mlp.parameters()))
     with pytest.raises(ValueError, match="unknown layout 'pytorch'"):
@@ -474,7 +473,7 @@ def test_sequential_slices_and_list_operations_as_pytorch():
     x = Tensor(np.ones((4, 2)))
     body = seq[:-1]
     assert type(body) is nn.Sequential and len(body) == 2 and body[0] is seq[0]
-    np.testing.assert_array_equal(body(x).numpy(), np.maximum(x.numpy() @ seq[0].weight.numpy()
+    np.testing.assert_array_equal(body(x).numpy(), np.maximum(x.numpy() @ seq[0].weight.numpy().T
                                                               + seq[0].bias.numpy(), 0.0))
     assert seq.append(nn.Tanh()) is seq and len(seq) == 4
     seq.insert(0, nn.Identity())

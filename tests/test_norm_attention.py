@@ -294,9 +294,9 @@ def test_multihead_attention_matches_torch(device, layout, self_attention, mask,
     (ty * torch.tensor(g)).sum().backward()
     for x, tx in zip(xs, txs):
         close(x.grad, tx.grad)
-    close(ours.in_proj_weight.grad, theirs.in_proj_weight.grad.T)
+    close(ours.in_proj_weight.grad, theirs.in_proj_weight.grad)
     close(ours.in_proj_bias.grad, theirs.in_proj_bias.grad)
-    close(ours.out_proj.weight.grad, theirs.out_proj.weight.grad.T)
+    close(ours.out_proj.weight.grad, theirs.out_proj.weight.grad)
     close(ours.out_proj.bias.grad, theirs.out_proj.bias.grad)
 
 
@@ -327,8 +327,9 @@ def test_multihead_attention_parameters_and_torch_state_dict(device, bias):
         ["in_proj_weight", "out_proj.weight"]
     assert [n for n, _ in ours.named_parameters()] == names
     assert list(ours.state_dict(layout="torch")) == list(theirs.state_dict()) == names
-    assert ours.in_proj_weight.shape == (8, 24)  # LeanPass's Linear layout; PyTorch's is (24, 8)
+    assert ours.in_proj_weight.shape == (24, 8)  # PyTorch's layout
     assert ours.state_dict(layout="torch")["in_proj_weight"].shape == (24, 8)
+    assert ours.state_dict(layout="leanpass-0.3")["in_proj_weight"].shape == (8, 24)  # 0.3's
     bound = math.sqrt(6 / (8 + 24))
     w = host(ours.in_proj_weight)
     assert np.abs(w).max() <= bound and np.abs(w).max() > 0.8 * bound and abs(w.std() - bound / math.sqrt(3)) < 0.03
@@ -423,10 +424,10 @@ def test_multihead_self_attention_makes_one_input_projection(device):
 
 
 @pytest.mark.parametrize("batched", [True, False])
-def test_multi_head_attention_forward_is_torchs_function_with_leanpass_layouts(device, batched):
+def test_multi_head_attention_forward_is_torchs_function(device, batched):
     """``F.multi_head_attention_forward`` takes PyTorch's arguments (sequence-first
-    inputs, bool masks True = masked) with LeanPass's weight layouts, the transposes
-    of PyTorch's: outputs, weights and gradients as PyTorch's to 1e-10."""
+    inputs, bool masks True = masked) and weight layouts: outputs, weights and
+    gradients as PyTorch's to 1e-10."""
     torch = torch_or_skip()
     torch.manual_seed(1)
     E, H, L, S, N = 8, 2, 5, 4, 3
@@ -444,8 +445,8 @@ def test_multi_head_attention_forward_is_torchs_function_with_leanpass_layouts(d
     out.sum().backward()
     lq = Tensor(q, requires_grad=True, device=device)
     lk = Tensor(k, device=device)
-    w_in = Tensor(host(ref.in_proj_weight).T.copy(), requires_grad=True, device=device)
-    w_out = Tensor(host(ref.out_proj.weight).T.copy(), device=device)
+    w_in = Tensor(host(ref.in_proj_weight), requires_grad=True, device=device)
+    w_out = Tensor(host(ref.out_proj.weight), device=device)
     ours, our_weights = F.multi_head_attention_forward(
         lq, lk, lk, E, H, w_in, Tensor(host(ref.in_proj_bias), device=device), None, None, False, 0.0, w_out,
         Tensor(host(ref.out_proj.bias), device=device), attn_mask=leanpass.asarray(mask, device=device))
@@ -453,10 +454,10 @@ def test_multi_head_attention_forward_is_torchs_function_with_leanpass_layouts(d
     close(ours, out)
     close(our_weights, weights)
     close(lq.grad, tq.grad)
-    close(w_in.grad, ref.in_proj_weight.grad.T)
+    close(w_in.grad, ref.in_proj_weight.grad)
     with pytest.raises(NotImplementedError, match="multi_head_attention_forward: bias_k is not supported"):
         F.multi_head_attention_forward(lq, lk, lk, E, H, w_in, None, w_out[0], None, False, 0.0, w_out, None)
-    with pytest.raises(ValueError, match=r"in_proj_weight of shape \(24, 8\).*\(8, 24\)"):
+    with pytest.raises(ValueError, match=r"in_proj_weight of shape \(8, 24\).*\(24, 8\)"):
         F.multi_head_attention_forward(lq, lk, lk, E, H, w_in.mT, None, None, None, False, 0.0, w_out, None)
 
 

@@ -698,7 +698,7 @@ def test_zero_grad_set_to_none_false_zeroes_in_place_as_pytorch(device):
     model = nn.Linear(2, 1, device=device, dtype="float64")
     model(Tensor(np.ones((1, 2)), device=device)).sum().backward()
     model.zero_grad(set_to_none=False)
-    np.testing.assert_array_equal(host(model.weight.grad), np.zeros((2, 1)))
+    np.testing.assert_array_equal(host(model.weight.grad), np.zeros((1, 2)))  # (out, in)
     assert model.weight.has_grad
     model.zero_grad()
     assert not model.weight.has_grad

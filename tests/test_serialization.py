@@ -61,7 +61,7 @@ def test_file_format_has_marker_version_and_no_pickle(tmp_path):
     leanpass.save(opt.state_dict(), tmp_path / "o.npz")
     with np.load(tmp_path / "o.npz", allow_pickle=False) as archive:
         meta = json.loads(archive["__leanpass__"].tobytes())
-    assert meta["format"] == "leanpass" and meta["version"] == 1
+    assert meta["format"] == "leanpass" and meta["version"] == 2
     loaded = leanpass.load(tmp_path / "o.npz")
     assert loaded["state"][0]["step"] == 1 and loaded["param_groups"][0]["betas"] == (0.9, 0.999)
     np.testing.assert_array_equal(loaded["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"])
@@ -214,8 +214,8 @@ def npy_bytes(array=None, header=None, tail=b""):
     return buf.getvalue() + tail
 
 
-def write_leanpass_zip(path, tree, entries, compression=zipfile.ZIP_STORED):
-    meta = json.dumps({"format": "leanpass", "version": 1, "tree": tree}).encode()
+def write_leanpass_zip(path, tree, entries, compression=zipfile.ZIP_STORED, version=1):
+    meta = json.dumps({"format": "leanpass", "version": version, "tree": tree}).encode()
     with zipfile.ZipFile(path, "w", compression) as z:
         z.writestr("__leanpass__.npy", npy_bytes(np.frombuffer(meta, np.uint8)))
         for name, data in entries.items():
@@ -582,3 +582,221 @@ def test_numpy_integer_keys_bytes_paths_and_folders(tmp_path):
                                   np.arange(3.0))
     with pytest.raises(IsADirectoryError, match="is a folder"):
         leanpass.load(tmp_path)
+
+
+# ---- format version 2: bare Tensors, PyTorch's layouts; files of LeanPass 0.3 load converted -------
+
+
+def test_a_tensor_saved_alone_loads_as_a_tensor(device, tmp_path):
+    """``lp.save(t)`` / ``lp.load``: a Tensor comes back as a Tensor on the device asked
+    for, with its dtype, requires_grad and name (torch.load's round trip); a Tensor
+    inside a container is still its array, as state dicts hold them."""
+    from helpers import other_device
+
+    path = tmp_path / "t.npz"
+    w = nn.Parameter(np.arange(6.0).reshape(2, 3), name="w", device=device, dtype="float32")
+    leanpass.save(w, path)
+    back = leanpass.load(path, device=device)
+    assert type(back) is leanpass.Tensor and back.device == w.device and back.dtype == "float32"
+    assert back.requires_grad and back.is_leaf and back.name == "w" and back.shape == (2, 3)
+    np.testing.assert_array_equal(back.numpy(), w.numpy())
+    back.sum().backward()  # a leaf that trains
+    np.testing.assert_array_equal(host(back.grad), np.ones((2, 3)))
+    elsewhere = leanpass.load(path, device=other_device(device))
+    assert elsewhere.device == get_backend(other_device(device)).device and elsewhere.requires_grad
+    np.testing.assert_array_equal(elsewhere.numpy(), w.numpy())
+    labels = leanpass.asarray(np.array([3, 1, 2], dtype=np.int64), device=device)  # int64, no gradient
+    leanpass.save(labels, path)
+    back = leanpass.load(path, device=device)
+    assert type(back) is leanpass.Tensor and back.dtype == "int64" and not back.requires_grad and back.name is None
+    np.testing.assert_array_equal(back.numpy(), [3, 1, 2])
+    leanpass.save({"w": w}, path)  # inside a dict: the array
+    assert type(leanpass.load(path, device=device)["w"]) is get_backend(device).array_type
+
+
+def test_a_malformed_tensor_entry_is_a_value_error(tmp_path):
+    array = {"a0": npy_bytes(np.ones(2))}
+    bad = [{"data": {"array": "a0"}, "requires_grad": "yes", "name": None},
+           {"data": {"array": "a0"}, "requires_grad": False},
+           {"data": {"value": 3}, "requires_grad": False, "name": None}]
+    for i, entry in enumerate(bad):
+        path = tmp_path / f"bad{i}.npz"
+        write_leanpass_zip(path, {"tensor": entry}, array, version=2)
+        with pytest.raises(ValueError, match="malformed tensor entry|tensor entry without an array"):
+            leanpass.load(path)
+    write_leanpass_zip(tmp_path / "v1.npz", {"tensor": {"data": {"array": "a0"}, "requires_grad": False,
+                                                        "name": None}}, array)  # version 1 had no tensors
+    with pytest.raises(ValueError, match="malformed tensor entry"):
+        leanpass.load(tmp_path / "v1.npz")
+    write_leanpass_zip(tmp_path / "v3.npz", {"value": 1}, {}, version=3)
+    with pytest.raises(ValueError, match="has format version 3; this LeanPass reads 1 to 2"):
+        leanpass.load(tmp_path / "v3.npz")
+
+
+def save_as_0_3(obj, path):
+    """``obj`` written exactly as LeanPass 0.3's ``save`` wrote it: format version 1, every
+    array (a Tensor's too, also alone) an ``a<i>.npy`` entry after ``__leanpass__.npy``
+    in a stored zip, the description a JSON tree of dict/list/tuple/value/array nodes."""
+    arrays = {}
+
+    def encode(value):
+        if isinstance(value, leanpass.Tensor):
+            value = value.numpy()
+        if isinstance(value, np.ndarray):
+            key = f"a{len(arrays)}"
+            arrays[key] = npy_bytes(np.asarray(value))
+            return {"array": key}
+        if isinstance(value, dict):
+            return {"dict": [[k, encode(v)] for k, v in value.items()]}
+        if isinstance(value, (list, tuple)):
+            return {type(value).__name__: [encode(v) for v in value]}
+        return {"value": value}
+
+    write_leanpass_zip(path, encode(obj), arrays)
+
+
+def state_of_0_3(model):
+    """``model``'s state dict as LeanPass 0.3 held it: Linear weights (in, out),
+    in_proj_weight (E, 3E) -- the transposes -- as host arrays."""
+    return {k: (v.numpy().T.copy() if k.endswith(("weight", "in_proj_weight")) and v.ndim == 2
+                and not k.endswith("norm.weight") else v.numpy()) for k, v in model.named_parameters()}
+
+
+def test_a_0_3_file_loads_into_linear_mlp_and_attention_as_the_same_function(device, tmp_path):
+    """A file of format version 1 (LeanPass 0.3: Linear weights (in, out)) loads with
+    those weights transposed: the new model computes what the saved one computed,
+    square layers included (a transposed square weight would load without error)."""
+    leanpass.manual_seed(0)
+    models = {"linear": nn.Linear(4, 4, dtype="float64"), "mlp": nn.MLP([3, 3, 5, 2], dtype="float64"),
+              "attention": nn.MultiheadAttention(4, 2, batch_first=True, dtype="float64")}
+    x = np.random.default_rng(0).normal(size=(2, 3, 4))
+    for name, saved in models.items():
+        path = tmp_path / f"{name}.npz"
+        save_as_0_3(state_of_0_3(saved), path)
+        with np.load(path, allow_pickle=False) as archive:
+            assert json.loads(archive["__leanpass__"].tobytes())["version"] == 1
+        state = leanpass.load(path, device=device)
+        assert isinstance(state, leanpass.serialization.OldFormatDict) and state.format_version == 1
+        leanpass.manual_seed(1)
+        fresh = type(saved)(*((4, 4) if name == "linear" else ([3, 3, 5, 2],) if name == "mlp" else (4, 2)),
+                            **({"batch_first": True} if name == "attention" else {}), device=device, dtype="float64")
+        assert fresh.load_state_dict(state) == ([], [])
+        for (key, want), got in zip(saved.named_parameters(), fresh.parameters()):
+            np.testing.assert_array_equal(got.numpy(), want.numpy(), err_msg=key)
+            if device == "cpu":
+                assert got.data.flags.c_contiguous, key
+        here = leanpass.Tensor(x[..., :3] if name == "mlp" else x)
+        there = here.to(device)
+        if name == "attention":
+            want, got = saved(here, here, here)[0], fresh(there, there, there)[0]
+        else:
+            want, got = saved(here), fresh(there)
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_a_0_3_checkpoint_resumes_model_and_optimizer(tmp_path):
+    """A 0.3 checkpoint {"model", "optimizer", "epoch"}: the model's Linear weights and
+    then the optimizer's state for them load transposed (nested dicts keep the mark);
+    a plain copy of the dict loses it, and layout="leanpass-0.3" reads it; a 0.3 file
+    of a bare array needs no conversion."""
+    leanpass.manual_seed(0)
+    model = nn.MLP([3, 3, 2], dtype="float64")
+    opt = optim.Adam(model.parameters(), lr=0.01)
+    x = leanpass.Tensor(np.random.default_rng(1).normal(size=(5, 3)))
+    (model(x) ** 2).sum().backward()
+    opt.step()
+    old_opt = opt.state_dict()
+    names = [n for n, _ in model.named_parameters()]
+    old_opt["state"] = {i: {k: (v.T.copy() if k != "step" and names[i].endswith("weight") else v)
+                            for k, v in entries.items()} for i, entries in old_opt["state"].items()}
+    save_as_0_3({"model": state_of_0_3(model), "optimizer": old_opt, "epoch": 3}, tmp_path / "c.npz")
+    at_save = snapshot(model)
+    saved = leanpass.load(tmp_path / "c.npz")
+    assert saved["epoch"] == 3 and saved["model"].format_version == 1 and saved["optimizer"].format_version == 1
+    leanpass.manual_seed(5)
+    fresh = nn.MLP([3, 3, 2], dtype="float64")
+    fresh_opt = optim.Adam(fresh.parameters(), lr=0.01)
+    fresh.load_state_dict(saved["model"])
+    fresh_opt.load_state_dict(saved["optimizer"])
+    for (i, want), (j, got) in zip(opt.state_dict()["state"].items(), fresh_opt.state_dict()["state"].items()):
+        assert i == j and want["step"] == got["step"]
+        for key in ("exp_avg", "exp_avg_sq"):
+            np.testing.assert_array_equal(got[key], want[key], err_msg=f"{names[i]} {key}")
+    for o in (opt, fresh_opt):  # the same next step
+        o.zero_grad()
+    (model(x) ** 2).sum().backward()
+    (fresh(x) ** 2).sum().backward()
+    opt.step()
+    fresh_opt.step()
+    assert_same(snapshot(fresh), snapshot(model))
+    # a plain copy is a plain dict: read in today's layout, a non-square weight is refused ...
+    plain = dict(saved["model"])
+    other = nn.MLP([3, 3, 2], dtype="float64")
+    before = snapshot(other)
+    with pytest.raises(ValueError, match=r"'layers.1.weight' has shape \(3, 2\) in the state but \(2, 3\) in the "):
+        other.load_state_dict(plain)
+    assert_same(snapshot(other), before)
+    other.load_state_dict(plain, layout="leanpass-0.3")  # ... and layout="leanpass-0.3" reads it
+    assert_same(snapshot(other), at_save)
+    save_as_0_3(np.arange(6.0).reshape(2, 3), tmp_path / "a.npz")  # a bare array: as it was
+    np.testing.assert_array_equal(leanpass.load(tmp_path / "a.npz", device="cpu"), np.arange(6.0).reshape(2, 3))
+
+
+def test_a_0_3_state_saved_in_torch_layout_loads_as_it_is(tmp_path):
+    """0.3's state_dict(layout="torch") was PyTorch's names and layouts already: its
+    file loads with layout="torch" and nothing is transposed."""
+    leanpass.manual_seed(0)
+    model = nn.MLP([3, 3, 2], dtype="float64")
+    save_as_0_3({k: np.asarray(v) for k, v in model.state_dict(layout="torch").items()}, tmp_path / "t.npz")
+    other = nn.MLP([3, 3, 2], dtype="float64")
+    other.load_state_dict(leanpass.load(tmp_path / "t.npz"), layout="torch")
+    assert_same(snapshot(other), snapshot(model))
+
+
+def _blank(cls):
+    return cls.__new__(cls)
+
+
+class Pickled03:
+    """Pickles as LeanPass 0.3 pickled a module of class ``cls``: no ``__getstate__``,
+    so the state is the instance ``__dict__`` (here without the layout mark)."""
+
+    def __init__(self, cls, state):
+        self.cls, self.state = cls, state
+
+    def __reduce_ex__(self, protocol):  # 0.3's pickle: a new object, then its __dict__ as the state
+        return _blank, (self.cls,), self.state
+
+
+def test_a_module_pickled_by_0_3_unpickles_in_pytorchs_layout():
+    import pickle
+
+    leanpass.manual_seed(0)
+    a, b = nn.Linear(3, 3, dtype="float64"), nn.Linear(4, 2, dtype="float64")
+    x = leanpass.Tensor(np.random.default_rng(0).normal(size=(5, 3)))
+    want_a = a(x).numpy()
+    want_b = b(leanpass.Tensor(np.ones((1, 4)))).numpy()
+    a(x).sum().backward()
+    grad = a.weight.grad.copy()
+
+    def as_0_3(layer):
+        state = {k: v for k, v in layer.__dict__.items()}
+        old = nn.Parameter(layer.weight.numpy().T.copy(), name="weight")
+        old.grad = None if not layer.weight.has_grad else host(layer.weight.grad).T.copy()
+        state["weight"] = old
+        return Pickled03(type(layer), state)
+
+    back_a = pickle.loads(pickle.dumps(as_0_3(a)))
+    back_b = pickle.loads(pickle.dumps(as_0_3(b)))
+    assert type(back_a) is nn.Linear and back_a.weight.shape == (3, 3) and back_b.weight.shape == (2, 4)
+    np.testing.assert_allclose(back_a(x).numpy(), want_a, rtol=1e-12)
+    np.testing.assert_allclose(back_b(leanpass.Tensor(np.ones((1, 4)))).numpy(), want_b, rtol=1e-12)
+    np.testing.assert_array_equal(host(back_a.weight.grad), grad)
+    assert back_a.weight.data.flags.c_contiguous
+    # a weight two 0.3 layers share is turned once; a pickle of today's layer is not turned
+    shared = as_0_3(a)
+    twin = Pickled03(nn.Linear, {**shared.state})
+    first, second = pickle.loads(pickle.dumps([shared, twin]))
+    assert first.weight is second.weight
+    np.testing.assert_allclose(first(x).numpy(), want_a, rtol=1e-12)
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(a)).weight.numpy(), a.weight.numpy())

@@ -6,6 +6,7 @@ import math
 import numbers
 
 from ..backends import get_backend
+from ..serialization import transposed_copy
 from ..tensor import Tensor
 from .functional import multi_head_attention_forward
 from .layers import Linear, _parameter_dtype
@@ -21,14 +22,13 @@ class MultiheadAttention(Module):
 
     Parameters with PyTorch's names: ``in_proj_weight`` (Xavier uniform) and
     ``in_proj_bias`` (zeros) for the three projections together, and ``out_proj``, a
-    :class:`Linear` whose bias is zeros. ``in_proj_weight`` is stored as ``(E, 3E)``
-    (LeanPass's Linear layout, one product for the three projections); PyTorch's is
-    the transpose, ``(3E, E)``, which ``state_dict(layout="torch")`` gives and
-    ``load_state_dict(..., layout="torch")`` takes. The arguments are PyTorch's, in
+    :class:`Linear` whose bias is zeros. ``in_proj_weight`` is ``(3E, E)``, PyTorch's
+    layout (0.3 stored its transpose, ``(E, 3E)``: its files and pickles load
+    transposed). The arguments are PyTorch's, in
     its order; ``add_bias_kv``, ``add_zero_attn`` and ``kdim``/``vdim`` other than
     ``embed_dim`` are not supported (``NotImplementedError``)."""
 
-    _torch_transposed = ("in_proj_weight",)
+    _v03_transposed = ("in_proj_weight",)
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
                  add_bias_kv: bool = False, add_zero_attn: bool = False, kdim=None, vdim=None,
@@ -54,8 +54,9 @@ class MultiheadAttention(Module):
         self.kdim = self.vdim = embed_dim
         self.dropout = float(dropout)
         self.batch_first = bool(batch_first)
-        bound = math.sqrt(6.0 / (embed_dim + 3 * embed_dim))  # xavier_uniform of (3E, E), either layout
-        weight = backend.init_uniform((embed_dim, 3 * embed_dim), -bound, bound, dtype)
+        bound = math.sqrt(6.0 / (embed_dim + 3 * embed_dim))  # xavier_uniform of (3E, E)
+        # drawn as 0.3 drew its (E, 3E) weight, then transposed: one seed gives the layer it gave
+        weight = transposed_copy(backend.init_uniform((embed_dim, 3 * embed_dim), -bound, bound, dtype), backend)
         self.in_proj_weight = Parameter(weight, name="in_proj_weight", device=backend.device)
         self.in_proj_bias = (Parameter(backend.zeros((3 * embed_dim,), backend.dtype(dtype)), name="in_proj_bias",
                                        device=backend.device) if bias else None)

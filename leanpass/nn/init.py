@@ -8,11 +8,10 @@ gives the same numbers on every device.
 
 Fans follow PyTorch's formula on the tensor's shape: ``fan_in = shape[1] *
 receptive field``, ``fan_out = shape[0] * receptive field`` (the receptive field
-is the product of ``shape[2:]``), which is right for PyTorch's layouts
-(``Conv2d.weight`` is ``(out, in, kh, kw)``). LeanPass's ``Linear.weight`` is
-``(in, out)``, the transpose of PyTorch's: for it, ``mode="fan_out"`` uses
-``in_features``, which is what ``mode="fan_in"`` means for a ``torch.nn.Linear``.
-The Xavier functions use both fans and are the same either way.
+is the product of ``shape[2:]``), which is right for the layers' layouts, all
+PyTorch's (``Linear.weight`` is ``(out, in)``, ``Conv2d.weight`` ``(out, in, kh,
+kw)``): ``mode="fan_in"`` of a ``Linear.weight`` is ``in_features``, as for a
+``torch.nn.Linear``.
 """
 
 from __future__ import annotations
@@ -155,8 +154,8 @@ def _kaiming_std(tensor, a, mode, nonlinearity, op) -> float | None:
 
 def kaiming_uniform_(tensor: Tensor, a: float = 0, mode: str = "fan_in", nonlinearity: str = "leaky_relu") -> Tensor:
     """He: U(-bound, bound) with ``bound = gain * sqrt(3 / fan)``, ``fan`` the fan of
-    ``mode`` and ``gain = calculate_gain(nonlinearity, a)``. For a LeanPass
-    ``Linear.weight`` ``(in, out)``, PyTorch's default ``fan_in`` is ``mode="fan_out"``."""
+    ``mode`` and ``gain = calculate_gain(nonlinearity, a)`` (``fan_in`` of a
+    ``Linear.weight`` ``(out, in)`` is ``in``, as PyTorch's)."""
     std = _kaiming_std(tensor, a, mode, nonlinearity, "kaiming_uniform_")
     if std is None:
         return tensor

@@ -8,6 +8,7 @@ import numbers
 from .. import ops
 from .._dtypes import as_dtype
 from ..backends import get_backend, get_default_dtype
+from ..serialization import transposed_copy
 from ..tensor import Tensor, apply, as_tensor
 from .module import _CHANGES, Module, Parameter
 
@@ -36,13 +37,13 @@ def _check_input(x, layer) -> None:
 
 
 class Linear(Module):
-    """``y = x @ weight + bias``, ``weight`` of shape ``(in_features, out_features)``
-    drawn from ``U(-1/sqrt(in), 1/sqrt(in))`` on the host (so one seed gives the
-    same weights on every device), ``bias`` zeros; both are Parameters.
-    PyTorch stores ``weight`` transposed, ``(out, in)``: ``load_state_dict(...,
-    layout="torch")`` transposes it."""
+    """``y = x @ weight.T + bias``, ``weight`` of shape ``(out_features, in_features)``
+    as PyTorch's, drawn from ``U(-1/sqrt(in), 1/sqrt(in))`` on the host (so one seed
+    gives the same weights on every device), ``bias`` zeros; both are Parameters.
+    LeanPass 0.3 stored ``weight`` as ``(in, out)``: its files and pickles load
+    transposed."""
 
-    _torch_transposed = ("weight",)
+    _v03_transposed = ("weight",)
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, device=None, dtype=None):
         if in_features < 1 or out_features < 1:
@@ -52,7 +53,8 @@ class Linear(Module):
         self.in_features = int(in_features)
         self.out_features = int(out_features)
         bound = 1.0 / math.sqrt(in_features)
-        weight = backend.init_uniform((in_features, out_features), -bound, bound, dtype)
+        # drawn as 0.3 drew its (in, out) weight, then transposed: one seed gives the model it gave
+        weight = transposed_copy(backend.init_uniform((in_features, out_features), -bound, bound, dtype), backend)
         self.weight = Parameter(weight, name="weight", device=backend.device)
         self.bias = (
             Parameter(backend.zeros((out_features,), backend.dtype(dtype)), name="bias", device=backend.device)
@@ -71,7 +73,7 @@ class Linear(Module):
                 f"Linear({self.in_features}, {self.out_features}): input of shape {x.shape} does not end "
                 f"in {self.in_features} features"
             )
-        if self.bias is None:  # one graph node for x @ w + b
+        if self.bias is None:  # one graph node for x @ w.T + b
             return apply(op, x, self.weight)
         return apply(op, x, self.weight, self.bias)
 
@@ -115,27 +117,28 @@ class Tanh(Module):
         return x.tanh()
 
 
-def _tanh_only(approximate: str, op: str) -> str:
-    """GELU's ``approximate`` option: "tanh", the only form LeanPass computes."""
-    if approximate != "tanh":
-        raise ValueError(f"{op}: LeanPass computes the tanh approximation only (approximate='tanh'), "
-                         f"got approximate={approximate!r}")
+def _gelu_form(approximate: str, op: str) -> str:
+    """GELU's ``approximate`` option: "none" (the exact form) or "tanh", as PyTorch's."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"{op}: approximate must be 'none' or 'tanh', got {approximate!r}")
     return approximate
 
 
 class GELU(Module):
-    """GELU, tanh approximation: PyTorch's ``GELU(approximate="tanh")`` (the array API
-    has no ``erf`` for the exact form, PyTorch's default)."""
+    """GELU, as PyTorch's ``GELU(approximate=...)``: the exact ``x * ndtr(x)`` by default
+    (``approximate="none"``: it needs erf, so ``cpu`` and ``cuda`` only; on ``strict`` it
+    raises naming the way out), or the tanh approximation (``approximate="tanh"``,
+    GPT-2's, on every device)."""
 
-    def __init__(self, approximate: str = "tanh"):
-        self.approximate = _tanh_only(approximate, "GELU")
+    def __init__(self, approximate: str = "none"):
+        self.approximate = _gelu_form(approximate, "GELU")
 
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"
 
     def forward(self, x):
         _check_input(x, self)
-        return x.gelu()
+        return x.gelu(getattr(self, "approximate", "tanh"))  # one pickled before approximate= computed tanh
 
 
 class LeakyReLU(Module):

@@ -7,11 +7,15 @@ from typing import NamedTuple
 
 from .._dtypes import as_dtype
 from ..backends import dtype_name, get_backend
+from ..serialization import TORCH_LAYOUTS, note_transposed, transposed_copy, was_transposed
 from ..tensor import Tensor, as_tensor, clear_gradients
 
 __all__ = ["Module", "Parameter", "ModuleList", "ModuleDict"]
 
-LAYOUTS = ("leanpass", "torch")
+# "leanpass" and "torch" are the same arrays (PyTorch's layouts) under LeanPass's or
+# PyTorch's names; "leanpass-0.3" is LeanPass's names with the arrays 0.3 stored
+# transposed (``Linear.weight`` as ``(in, out)``, ``in_proj_weight`` as ``(E, 3E)``).
+LAYOUTS = ("leanpass", "torch", "leanpass-0.3")
 
 
 class Parameter(Tensor):
@@ -58,7 +62,7 @@ def _join(prefix: str, key: str) -> str:
 
 def _check_layout(layout, op: str) -> None:
     if layout not in LAYOUTS:
-        raise ValueError(f"{op}: unknown layout {layout!r}; choose 'leanpass' or 'torch'")
+        raise ValueError(f"{op}: unknown layout {layout!r}; choose 'leanpass', 'torch' or 'leanpass-0.3'")
 
 
 # How many attribute sets and deletes any Module has seen. A module that caches what it
@@ -78,9 +82,10 @@ class Module:
     """
 
     training: bool = True
-    # PyTorch layout (load_state_dict(layout="torch")): names of this module's own
-    # parameters that PyTorch stores transposed (2-D).
-    _torch_transposed: tuple = ()
+    # Names of this module's own 2-D parameters that LeanPass 0.3 stored transposed
+    # (``Linear.weight`` as ``(in, out)``): a state dict of its files, or of
+    # ``layout="leanpass-0.3"``, and a pickle of a 0.3 module are transposed on loading.
+    _v03_transposed: tuple = ()
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} must define forward()")
@@ -105,6 +110,30 @@ class Module:
 
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
+
+    # ---- pickles -------------------------------------------------------------------
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        if self._v03_transposed:  # marks the layout: a pickle of 0.3 (or older) has no mark
+            state["_layout_format"] = TORCH_LAYOUTS
+        return state
+
+    def __setstate__(self, state):
+        """A pickle of LeanPass 0.3 or older (no ``_layout_format``) holds the
+        parameters of ``_v03_transposed`` transposed: they (and their gradients) are
+        turned into PyTorch's layout, so the module computes what it computed."""
+        state = dict(state)
+        old = bool(self._v03_transposed) and state.pop("_layout_format", 1) < TORCH_LAYOUTS
+        self.__dict__.update(state)
+        for name in self._v03_transposed if old else ():
+            t = state.get(name)
+            if not isinstance(t, Tensor) or t.ndim != 2 or was_transposed(t):  # a weight tied to another: done
+                continue
+            note_transposed(t)
+            backend = get_backend(t.device)
+            grad = t.grad if t.has_grad else None
+            t._set_data(transposed_copy(t.data, backend), changed=False)
+            t.grad = None if grad is None else transposed_copy(grad, backend)
 
     # ---- walking the tree ----------------------------------------------------------
     def _children(self):
@@ -340,18 +369,23 @@ class Module:
     # ---- state -------------------------------------------------------------------
     def _state_entries(self, layout: str) -> dict:
         """``{key: (tensor, transposed)}`` for the parameters and persistent buffers,
-        under every name they have (a tied weight under each, as PyTorch)."""
+        under every name they have (a tied weight under each, as PyTorch);
+        ``transposed``: the layout holds the transpose (0.3's)."""
         torch = layout == "torch"
+        old = layout == "leanpass-0.3"
         return {
-            name: (value, torch and key in owner._torch_transposed)
+            name: (value, old and key in owner._v03_transposed and value.ndim == 2)
             for kind, name, value, owner, key in self._walk(torch=torch, unique=False)
             if kind == "parameter" or (kind == "buffer" and owner._buffers[key])
         }
 
     def state_dict(self, *, layout: str = "leanpass") -> dict:
         """``{name: array}`` for every parameter and persistent buffer (the arrays
-        themselves, not copies). ``layout="torch"``: PyTorch's names and layouts
-        (``Linear.weight`` transposed to ``(out, in)``, a view)."""
+        themselves, not copies), in PyTorch's layouts (``Linear.weight`` is ``(out,
+        in)``). ``layout="torch"``: PyTorch's names (an ``MLP``'s or ``Sequential``'s
+        layers as ``torch.nn.Sequential`` numbers them), the same arrays;
+        ``layout="leanpass-0.3"``: LeanPass 0.3's layouts (``Linear.weight``
+        ``(in, out)``, a view)."""
         _check_layout(layout, "state_dict")
         state = {}
         for name, (t, transposed) in self._state_entries(layout).items():
@@ -363,12 +397,20 @@ class Module:
         """Copy ``state``'s values into the existing parameters and buffers (so an
         optimizer holding them keeps working). Every key, shape and dtype is checked
         before anything is copied; ``strict=False`` loads the keys both have and
-        ignores missing and unexpected ones. ``layout="torch"`` reads a PyTorch state
-        dict (PyTorch's names; ``Linear.weight`` transposed from ``(out, in)``).
-        Returns ``(missing_keys, unexpected_keys)``, as PyTorch."""
+        ignores missing and unexpected ones. The arrays are in PyTorch's layouts
+        (``Linear.weight`` ``(out, in)``), so a PyTorch state dict loads as it is;
+        ``layout="torch"`` reads PyTorch's names (an ``MLP`` or ``Sequential`` reads
+        a ``torch.nn.Sequential``'s) and transposes nothing. A state dict that
+        ``leanpass.load`` read from a file of LeanPass 0.3 (format version 1) is
+        read as ``layout="leanpass-0.3"``: its ``Linear`` weights ``(in, out)`` and
+        ``in_proj_weight`` ``(E, 3E)`` are transposed. Returns ``(missing_keys,
+        unexpected_keys)``, as PyTorch."""
         _check_layout(layout, "load_state_dict")
         if not isinstance(state, dict):
             raise TypeError(f"load_state_dict: expected a dict of arrays, got {type(state).__name__}")
+        version = getattr(state, "format_version", TORCH_LAYOUTS)  # set by leanpass.load on old files
+        if layout == "leanpass" and isinstance(version, int) and version < TORCH_LAYOUTS:
+            layout = "leanpass-0.3"  # a 0.3 state_dict(layout="torch") file is PyTorch's layouts already
         entries = self._state_entries(layout)
         given = {id(entries[k][0]) for k in state if k in entries}
         # a tensor under several names (a tied weight) needs one of them: state dicts
@@ -393,15 +435,18 @@ class Module:
             if shape != want:
                 raise ValueError(
                     f"load_state_dict: {name!r} has shape {shape} in the state but {want} in the model"
-                    + (" (PyTorch layout)" if layout == "torch" else "")
+                    + (" (LeanPass 0.3's layout: the transpose)" if transposed else "")
                 )
             have, want = dtype_name(value.dtype), dtype_name(p.dtype)
             if have != want:
                 raise ValueError(f"load_state_dict: {name!r} has dtype {have} in the state but {want} in the model")
             array = as_tensor(value, device=p.device, dtype=want).data  # integer buffers stay integer
-            updates.append((p, get_backend(p.device).xp.permute_dims(array, (1, 0)) if transposed else array))
-        for p, array in updates:  # copies: training must not write into the state's arrays
-            p.data = get_backend(p.device).copy(array)  # counts as an in-place change (a new version)
+            updates.append((p, array, transposed))
+        for p, array, transposed in updates:  # copies: training must not write into the state's arrays
+            backend = get_backend(p.device)  # counts as an in-place change (a new version):
+            p.data = transposed_copy(array, backend) if transposed else backend.copy(array)
+            if transposed:
+                note_transposed(p)  # an optimizer state of 0.3 loaded next is transposed for it too
         return IncompatibleKeys(missing, unexpected)
 
     def __repr__(self) -> str:

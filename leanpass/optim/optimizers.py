@@ -23,6 +23,8 @@ import numbers
 from .._graph.modes import enable_grad
 from .._graph.versions import increment_versions
 from ..backends import FLOAT_DTYPES, backend_of_array, dtype_name, get_backend
+from ..backends._base import NO_FUSED
+from ..serialization import TORCH_LAYOUTS, transposed_copy, was_transposed
 from ..tensor import Tensor, as_tensor, clear_gradients, with_gradients
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad"]
@@ -47,6 +49,9 @@ class Optimizer:
     # The per-parameter state: field -> int (a count >= 0) or "array" (of the parameter's shape).
     _state_fields: dict = {}
     _state_required: tuple = ()  # the fields a non-empty state must have
+    # Bool options and their defaults, PyTorch's names (``maximize``, Adam's ``amsgrad``);
+    # a group saved or pickled before one existed takes its default.
+    _flags: dict = {}
     _stepped = False  # set by each step (a scheduler stepped before it warns, as PyTorch's does)
     _scheduled = False  # a scheduler was made for it (its steps count from then on)
 
@@ -125,6 +130,9 @@ class Optimizer:
         self.__dict__.update(state)
         params = list(self._params())
         self.state = {id(params[i]): v for i, v in state["state"].items()}
+        for group in (self.defaults, *self.param_groups):  # pickled before an option existed
+            for key, default in self._flags.items():
+                group.setdefault(key, default)
 
     # ---- options --------------------------------------------------------------------
     def _real(self, key: str, value, below_one: bool = False) -> float:
@@ -157,7 +165,13 @@ class Optimizer:
         for key in self._non_negative:
             if key in group:
                 group[key] = self._real(key, group[key])
+        for key, default in self._flags.items():
+            group[key] = self._flag(key, group.get(key, default))
         return group
+
+    def _required(self, group: dict) -> tuple:
+        """The state fields a non-empty state must have under ``group``'s options."""
+        return self._state_required
 
     def _params(self):
         for group in self.param_groups:
@@ -293,8 +307,12 @@ class Optimizer:
     def load_state_dict(self, state_dict: dict) -> None:
         """Restore options and state; arrays move to each parameter's device and dtype.
         Everything is checked (option values, state fields, their types and shapes)
-        before anything changes."""
+        before anything changes. A state that ``leanpass.load`` read from a file of
+        LeanPass 0.3 holds the state of ``Linear`` weights ``(in, out)``: it is
+        transposed for the parameters that ``Module.load_state_dict`` turned from that
+        layout, so load the model's state first."""
         name = f"{type(self).__name__}.load_state_dict"
+        old = getattr(state_dict, "format_version", TORCH_LAYOUTS) < TORCH_LAYOUTS  # set by leanpass.load
         try:
             groups, state = list(state_dict["param_groups"]), dict(state_dict["state"])
             sizes = [len(g["params"]) for g in groups]
@@ -312,6 +330,7 @@ class Optimizer:
             except (TypeError, ValueError) as exc:
                 raise type(exc)(f"{name}: invalid options for parameter group {k}: {exc}") from None
         params = list(self._params())
+        group_of = [g for g in merged for _ in g["params"]]  # the options each parameter steps with
         restored = {}
         for key, entries in state.items():
             try:
@@ -321,11 +340,14 @@ class Optimizer:
             if not 0 <= i < len(params) or not isinstance(entries, dict):
                 raise ValueError(f"{name}: bad state entry for parameter {key!r} (of {len(params)})")
             p = params[i]
-            restored[id(p)] = {field: self._load_field(name, i, p, field, value) for field, value in entries.items()}
-            missing = [f for f in self._state_required if f not in entries]
+            turned = old and was_transposed(p)
+            restored[id(p)] = {field: self._load_field(name, i, p, field, value, turned)
+                               for field, value in entries.items()}
+            required = self._required(group_of[i])
+            missing = [f for f in required if f not in entries]
             if entries and missing:
                 raise ValueError(f"{name}: the state of parameter {i} lacks {missing[0]!r} "
-                                 f"({type(self).__name__} needs {', '.join(self._state_required)}, or nothing)")
+                                 f"({type(self).__name__} needs {', '.join(required)}, or nothing)")
         for group, candidate in zip(self.param_groups, merged):
             group.update(candidate)
         self.state = restored
@@ -333,9 +355,10 @@ class Optimizer:
             key: (get_backend(p.device), p.data.shape, p.data.dtype) for p in params if (key := id(p)) in restored
         }
 
-    def _load_field(self, name: str, i: int, p, field: str, value):
+    def _load_field(self, name: str, i: int, p, field: str, value, transposed: bool = False):
         """One saved state value, checked and made the optimizer's own (arrays copied to
-        the parameter's device and dtype)."""
+        the parameter's device and dtype; ``transposed``: a 2-D array holds the
+        parameter's transpose, LeanPass 0.3's layout)."""
         kind = self._state_fields.get(field)
         if kind is None:
             raise ValueError(f"{name}: unknown state {field!r} for parameter {i} "
@@ -348,28 +371,34 @@ class Optimizer:
         if not (hasattr(value, "shape") and hasattr(value, "dtype")):
             raise TypeError(f"{name}: {field!r} of parameter {i} must be an array of shape {p.shape}, "
                             f"got {type(value).__name__}")
-        if tuple(value.shape) != p.shape:
+        transposed = transposed and len(value.shape) == 2
+        if tuple(value.shape) != (p.shape[::-1] if transposed else p.shape):
             raise ValueError(
                 f"{name}: {field!r} of parameter {i} has shape {tuple(value.shape)}, the parameter {p.shape}"
+                + (" (LeanPass 0.3's layout: the transpose)" if transposed else "")
             )
         try:
             value = as_tensor(value, device=p.device, dtype=dtype_name(p.dtype)).data
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"{name}: {field!r} of parameter {i}: {exc}") from None
-        return get_backend(p.device).copy(value)
+        backend = get_backend(p.device)
+        return transposed_copy(value, backend) if transposed else backend.copy(value)
 
 
 class SGD(Optimizer):
     """Stochastic gradient descent with optional momentum (and its dampening),
     Nesterov momentum and L2 weight decay: PyTorch's ``torch.optim.SGD`` rule, and
-    its arguments in its order."""
+    its arguments in its order. ``maximize=True`` (keyword only, as PyTorch's) ascends:
+    the rule runs on the negated gradient."""
 
     _non_negative = ("lr", "momentum", "dampening", "weight_decay")
     _state_fields = {"momentum_buffer": "array"}
+    _flags = {"maximize": False}
 
-    def __init__(self, params, lr=0.01, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
+    def __init__(self, params, lr=0.01, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, *,
+                 maximize=False):
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
-                                      nesterov=nesterov))
+                                      nesterov=nesterov, maximize=maximize))
 
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)
@@ -385,7 +414,7 @@ class SGD(Optimizer):
         return group
 
     def _update_group(self, items, group):
-        if group["momentum"] or group["weight_decay"]:
+        if group["momentum"] or group["weight_decay"] or group["maximize"]:
             return super()._update_group(items, group)
         lr = group["lr"]
         for p, data, grad, state, backend in items:  # plain SGD: data -= lr * grad (BLAS's axpy on cpu)
@@ -397,6 +426,8 @@ class SGD(Optimizer):
     def _update(self, backend, data, grad, state, group):
         wd, momentum, dampening = group["weight_decay"], group["momentum"], group["dampening"]
         fused = backend.fused
+        if group["maximize"]:  # PyTorch's: the rule on -grad (the generic path: the kernels descend)
+            grad, fused = -grad, NO_FUSED
         if momentum and fused.sgd_momentum is not None and not dampening:
             first = "momentum_buffer" not in state
             if first:
@@ -424,14 +455,26 @@ class SGD(Optimizer):
 
 
 class Adam(Optimizer):
-    """Adam (PyTorch's ``torch.optim.Adam`` rule; ``weight_decay`` is L2, added to the gradient)."""
+    """Adam (PyTorch's ``torch.optim.Adam`` rule; ``weight_decay`` is L2, added to the gradient).
+
+    ``amsgrad=True`` divides by the running maximum of ``exp_avg_sq`` (state
+    ``max_exp_avg_sq``, PyTorch's name; made as zeros at the first step, or at the
+    first step with ``amsgrad`` on); ``maximize=True`` (keyword only, as PyTorch's)
+    ascends: the rule runs on the negated gradient. Either one takes the generic path
+    instead of a backend's fused kernel."""
 
     _non_negative = ("lr", "eps", "weight_decay")
-    _state_fields = {"step": int, "exp_avg": "array", "exp_avg_sq": "array"}
+    _state_fields = {"step": int, "exp_avg": "array", "exp_avg_sq": "array", "max_exp_avg_sq": "array"}
     _state_required = ("step", "exp_avg", "exp_avg_sq")
+    _flags = {"amsgrad": False, "maximize": False}
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, *,
+                 maximize=False):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                                      maximize=maximize))
+
+    def _required(self, group):
+        return self._state_required + (("max_exp_avg_sq",) if group["amsgrad"] else ())
 
     def _check(self, group):
         group = super()._check(group)
@@ -447,16 +490,22 @@ class Adam(Optimizer):
 
     def _update(self, backend, data, grad, state, group):
         lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        amsgrad, xp = group["amsgrad"], backend.xp
         if not state:
             state["step"] = 0
             state["exp_avg"] = backend.xp.zeros_like(data)
             state["exp_avg_sq"] = backend.xp.zeros_like(data)
+        if amsgrad and "max_exp_avg_sq" not in state:  # the first step (or the first with amsgrad on)
+            state["max_exp_avg_sq"] = xp.zeros_like(data)
+        if group["maximize"]:
+            grad = -grad
         state["step"] += 1
         t = state["step"]
         m, v = state["exp_avg"], state["exp_avg_sq"]
         step_size, bc2_sqrt = lr / (1.0 - b1**t), math.sqrt(1.0 - b2**t)
         l2, decay = (0.0, 1.0 - lr * wd) if self._decoupled else (wd, 1.0)
-        fused = backend.fused.adam
+        # the kernel has neither amsgrad's maximum nor maximize's sign: those take the generic path
+        fused = None if amsgrad or group["maximize"] else backend.fused.adam
         if fused is not None:  # one kernel for the whole update
             fused(grad, step_size, 1.0 - b1, b2, 1.0 - b2, eps, bc2_sqrt, l2, decay, data, m, v)
             return
@@ -467,30 +516,41 @@ class Adam(Optimizer):
         m += (1.0 - b1) * (grad - m)  # PyTorch's lerp
         v *= b2
         v += ((1.0 - b2) * grad) * grad  # scaled first (PyTorch's addcmul): finite for larger gradients
+        if amsgrad:  # divide by the largest second moment so far (PyTorch's torch.maximum, in place)
+            v_max = state["max_exp_avg_sq"]
+            v_max[...] = xp.maximum(v_max, v)
+            v = v_max
         backend.add_scaled(data, -step_size, m / (backend.xp.sqrt(v) / bc2_sqrt + eps))
 
 
 class AdamW(Adam):
-    """Adam with decoupled weight decay (PyTorch's ``torch.optim.AdamW`` rule)."""
+    """Adam with decoupled weight decay (PyTorch's ``torch.optim.AdamW`` rule), with
+    Adam's ``amsgrad`` and ``maximize``."""
 
     _decoupled = True
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
-        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, amsgrad=False, *,
+                 maximize=False):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                         maximize=maximize)
 
 
 class RMSprop(Optimizer):
     """RMSprop (PyTorch's ``torch.optim.RMSprop`` rule): a running average of the
     squared gradient divides the step; ``centered`` also subtracts the squared running
-    average of the gradient, ``momentum`` keeps a buffer of the divided steps."""
+    average of the gradient, ``momentum`` keeps a buffer of the divided steps;
+    ``maximize=True`` (keyword only here: PyTorch's positional order has options
+    LeanPass lacks before it) ascends."""
 
     _non_negative = ("lr", "alpha", "eps", "weight_decay", "momentum")
     _state_fields = {"step": int, "square_avg": "array", "momentum_buffer": "array", "grad_avg": "array"}
     _state_required = ("step", "square_avg")
+    _flags = {"maximize": False}
 
-    def __init__(self, params, lr=0.01, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False):
+    def __init__(self, params, lr=0.01, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False, *,
+                 maximize=False):
         super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
-                                      centered=centered))
+                                      centered=centered, maximize=maximize))
 
     def _check(self, group):
         group = super()._check(group)
@@ -502,6 +562,8 @@ class RMSprop(Optimizer):
         if not state:
             state["step"] = 0
             state["square_avg"] = xp.zeros_like(data)
+        if group["maximize"]:
+            grad = -grad
         state["step"] += 1
         if wd:
             grad = grad + wd * data
@@ -532,21 +594,26 @@ class Adagrad(Optimizer):
     """Adagrad (PyTorch's ``torch.optim.Adagrad`` rule): the step is divided by the
     square root of the sum of all squared gradients so far (which starts at
     ``initial_accumulator_value``); the learning rate at step ``t`` is
-    ``lr / (1 + (t - 1) * lr_decay)``."""
+    ``lr / (1 + (t - 1) * lr_decay)``; ``maximize=True`` (keyword only, as PyTorch's) ascends."""
 
     _non_negative = ("lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps")
     _state_fields = {"step": int, "sum": "array"}
     _state_required = ("step", "sum")
+    _flags = {"maximize": False}
 
-    def __init__(self, params, lr=0.01, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0, eps=1e-10):
+    def __init__(self, params, lr=0.01, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0, eps=1e-10, *,
+                 maximize=False):
         super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
-                                      initial_accumulator_value=initial_accumulator_value, eps=eps))
+                                      initial_accumulator_value=initial_accumulator_value, eps=eps,
+                                      maximize=maximize))
 
     def _update(self, backend, data, grad, state, group):
         xp, wd = backend.xp, group["weight_decay"]
         if not state:
             state["step"] = 0
             state["sum"] = xp.full_like(data, group["initial_accumulator_value"])
+        if group["maximize"]:
+            grad = -grad
         state["step"] += 1
         if wd:
             grad = grad + wd * data
