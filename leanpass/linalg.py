@@ -39,7 +39,7 @@ from ._namespace import elementwise, statistical
 from ._namespace._util import flag, pair, python_number, tensors
 from ._namespace.linalg import call as _apply
 from ._namespace.linalg import matrix_transpose, no_complex_grad, tensordot, vecdot
-from ._namespace.manipulation import reshape
+from ._namespace.manipulation import moveaxis, reshape
 from ._namespace.operators import matmul
 from ._node import _guarded, make, run, share_version
 
@@ -48,7 +48,7 @@ Tensor = tensor.Tensor
 __all__ = [
     "cholesky", "cross", "det", "diagonal", "eigh", "eigvalsh", "inv", "matmul", "matrix_norm",
     "matrix_power", "matrix_rank", "matrix_transpose", "outer", "pinv", "qr", "slogdet", "solve", "svd",
-    "svdvals", "tensordot", "trace", "vecdot", "vector_norm",
+    "svdvals", "tensordot", "trace", "vecdot", "vector_norm", "norm",
 ]
 
 
@@ -378,3 +378,33 @@ def matrix_norm(x, /, *, keepdims=False, ord="fro"):  # noqa: A002 - the standar
     sums = statistical.sum(elementwise.abs(x), axis=summed, keepdims=True)
     out = (statistical.max if ord > 0 else statistical.min)(sums, axis=across, keepdims=True)
     return out if keepdims else reshape(out, x.shape[:-2])
+
+
+def norm(x, /, ord=None, dim=None, keepdim=False):  # noqa: A002 - PyTorch's names
+    """PyTorch's ``torch.linalg.norm``: a vector or a matrix norm, as ``ord`` and ``dim``
+    say. ``dim`` an int (or one axis): :func:`vector_norm` of order ``ord`` (2 by
+    default); two axes: :func:`matrix_norm` of those axes (``"fro"`` by default).
+    Without ``dim``: the 2-norm of every element (``ord=None``), or, given an ``ord``,
+    the vector norm of a 1-D tensor or the matrix norm of a 2-D one."""
+    (x,) = tensors("linalg.norm", x)
+    keepdim = flag("linalg.norm", "keepdim", keepdim)
+    if dim is None:
+        if ord is None:
+            return vector_norm(x, keepdims=keepdim)
+        if x.ndim not in (1, 2):
+            raise ValueError(f"linalg.norm: with ord={ord!r} and no dim, the input must be 1-D or 2-D, got shape "
+                             f"{x.shape}; give dim")
+        dims = tuple(range(x.ndim))
+    else:
+        dims = tuple(dim) if isinstance(dim, (tuple, list)) else (dim,)
+        dims = tuple(normalize_axis(integer(a, "linalg.norm", "dim"), x.ndim, "linalg.norm") for a in dims)
+    if len(dims) == 1:
+        if isinstance(ord, str):
+            raise ValueError(f"linalg.norm: ord={ord!r} is a matrix norm; it needs two axes in dim, got {dim!r} "
+                             f"(tensor of shape {x.shape})")
+        return vector_norm(x, axis=dims, keepdims=keepdim, ord=2 if ord is None else ord)
+    if len(dims) != 2 or dims[0] == dims[1]:
+        raise ValueError(f"linalg.norm: dim must be one axis or two different axes, got {dim!r} (tensor of shape "
+                         f"{x.shape})")
+    out = matrix_norm(moveaxis(x, dims, (-2, -1)), keepdims=keepdim, ord="fro" if ord is None else ord)
+    return moveaxis(out, (-2, -1), dims) if keepdim else out

@@ -315,7 +315,11 @@ def test_methods(device):
     np.testing.assert_array_equal(x.expand((2, 2, 3)).numpy(), np.broadcast_to(x_np, (2, 2, 3)))
     np.testing.assert_array_equal(x.moveaxis(0, -1).numpy(), np.moveaxis(x_np, 0, -1))
     np.testing.assert_array_equal(x.swapaxes(0, 2).numpy(), np.swapaxes(x_np, 0, 2))
-    assert not hasattr(x, "repeat"), "t.repeat means different things in PyTorch and NumPy: left out"
+    # t.repeat is PyTorch's (tiling: SPEC Part 3); NumPy's element repetition is lp.repeat, and
+    # NumPy's t.repeat(n, axis=...) is refused rather than read as PyTorch's
+    np.testing.assert_array_equal(x.repeat(1, 2, 1).numpy(), np.tile(x_np, (1, 2, 1)))
+    with pytest.raises(TypeError, match=r"lp.repeat\(t, repeats, axis=...\)"):
+        x.repeat(2, axis=0)
     assert lp.gradcheck(lambda z: z.expand(3, -1, 2, -1).swapaxes(1, -1).squeeze(), (x,))
 
 

@@ -12,10 +12,11 @@ import operator
 from .. import ops
 from .._checks import is_bool
 from .._dtypes import DTYPES, as_dtype, dtype_name
+from .._node import _check_grad_dtype as check_grad_dtype
 from .._node import init_tensor, leaf, run1
 from ..backends import backend_of_array, get_backend, get_default_dtype
 from ..tensor import Tensor
-from ._util import asarray_like, python_number
+from ._util import asarray_like, flag, python_number
 
 __all__ = [
     "asarray", "arange", "empty", "empty_like", "eye", "from_dlpack", "full", "full_like", "linspace",
@@ -118,20 +119,49 @@ def _flat(seq, depth=0):
             yield x
 
 
-def zeros(shape, *, dtype=None, device=None):
+def sizes(shape, size, op):
+    """The standard's ``shape`` (an int or a tuple of ints) or, with more integers in
+    ``size``, PyTorch's ``*size`` form: ``zeros(2, 3)`` is ``zeros((2, 3))``."""
+    if size:
+        shape = (shape, *size)
+        if any(isinstance(n, (tuple, list)) for n in shape):
+            raise TypeError(f"{op}: give the size as integers, {op}(2, 3), or as one tuple, {op}((2, 3)); "
+                            f"got {shape!r}")
+    return _shape(shape, op)
+
+
+def requiring_grad(t, requires_grad, op):
+    """``t`` (a new leaf), set to require grad if ``requires_grad`` (PyTorch's keyword of
+    its creation functions): ``ValueError`` naming ``op`` for a dtype that cannot."""
+    if requires_grad is not False and flag(op, "requires_grad", requires_grad):
+        check_grad_dtype(t.dtype.name, True, op)
+        t.requires_grad = True
+    return t
+
+
+def zeros(shape, *size, dtype=None, device=None, requires_grad=False):
+    """A tensor of zeros: ``zeros((2, 3))`` (the standard) or ``zeros(2, 3)`` (PyTorch)."""
     backend = get_backend(device)
-    return _made(backend, backend.create("zeros", _shape(shape, "zeros"), dtype=_dtype(backend, dtype, "", "zeros")))
+    shape = sizes(shape, size, "zeros")
+    t = _made(backend, backend.create("zeros", shape, dtype=_dtype(backend, dtype, "", "zeros")))
+    return requiring_grad(t, requires_grad, "zeros")
 
 
-def ones(shape, *, dtype=None, device=None):
+def ones(shape, *size, dtype=None, device=None, requires_grad=False):
+    """A tensor of ones: ``ones((2, 3))`` (the standard) or ``ones(2, 3)`` (PyTorch)."""
     backend = get_backend(device)
-    return _made(backend, backend.create("ones", _shape(shape, "ones"), dtype=_dtype(backend, dtype, "", "ones")))
+    shape = sizes(shape, size, "ones")
+    t = _made(backend, backend.create("ones", shape, dtype=_dtype(backend, dtype, "", "ones")))
+    return requiring_grad(t, requires_grad, "ones")
 
 
-def empty(shape, *, dtype=None, device=None):
-    """A new tensor (its values are zeros: LeanPass never hands out uninitialised memory)."""
+def empty(shape, *size, dtype=None, device=None, requires_grad=False):
+    """A new tensor, ``empty((2, 3))`` or ``empty(2, 3)`` (its values are zeros: LeanPass
+    never hands out uninitialised memory)."""
     backend = get_backend(device)
-    return _made(backend, backend.create("zeros", _shape(shape, "empty"), dtype=_dtype(backend, dtype, "", "empty")))
+    shape = sizes(shape, size, "empty")
+    t = _made(backend, backend.create("zeros", shape, dtype=_dtype(backend, dtype, "", "empty")))
+    return requiring_grad(t, requires_grad, "empty")
 
 
 def _fill_kind(fill_value, op):
@@ -154,7 +184,9 @@ def _no_imaginary_loss(value, name: str, op: str) -> None:
                         "give a complex dtype")
 
 
-def full(shape, fill_value, *, dtype=None, device=None):
+def full(shape, fill_value, *, dtype=None, device=None, requires_grad=False):
+    """A tensor of ``shape`` filled with ``fill_value`` (bool, int or float: the dtype of
+    that kind unless ``dtype`` is given, as the standard and PyTorch)."""
     backend = get_backend(device)
     if isinstance(fill_value, Tensor):
         fill_value = fill_value.item()
@@ -166,7 +198,7 @@ def full(shape, fill_value, *, dtype=None, device=None):
         name = as_dtype(dtype, "full").name
     _no_imaginary_loss(fill_value, name, "full")
     array = backend.create("full", _shape(shape, "full"), fill_value, dtype=backend.dtype(name))
-    return _made(backend, array)
+    return requiring_grad(_made(backend, array), requires_grad, "full")
 
 
 def _like(x, dtype, device, op):

@@ -15,7 +15,7 @@ from .._indexing import setitem
 from .._node import run1
 from ..ops import elementwise as table
 from ..tensor import Tensor
-from . import elementwise, indexing, linalg, manipulation, searching, sets, sorting, statistical, utility
+from . import elementwise, indexing, linalg, manipulation, searching, sets, sorting, statistical, torch_names, utility
 from ._util import axis_method, floating, torch_axis
 
 for _entry in (*table.UNARY.values(), *table.BINARY.values()):
@@ -30,7 +30,7 @@ def _attach(modules):
             setattr(Tensor, name, function)
 
 
-_attach((indexing, linalg, manipulation, searching, sets, sorting, statistical, utility))
+_attach((indexing, linalg, manipulation, searching, sets, sorting, statistical, utility, torch_names))
 
 
 # ---- reductions: axis may be given positionally --------------------------------------------
@@ -61,9 +61,24 @@ def leaky_relu(self, negative_slope: float = 0.01):
     return run1(ops.leaky_relu, floating(self), float(negative_slope))
 
 
-def gelu(self):
-    """GELU, tanh approximation (the array API has no erf)."""
-    return run1(ops.gelu, floating(self))
+def gelu(self, approximate: str = "none"):
+    """GELU: the exact ``x * ndtr(x) = 0.5 x (1 + erf(x / sqrt 2))`` (``approximate="none"``,
+    PyTorch's default; erf comes from the device's special functions, so ``cpu`` and
+    ``cuda`` only), or the tanh approximation ``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715
+    x^3)))`` (``approximate="tanh"``, GPT-2's, on every device)."""
+    x = floating(self)
+    if approximate == "tanh":
+        return run1(ops.gelu, x)
+    if approximate != "none":
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    special = x._backend.special
+    if not special.available:
+        raise NotImplementedError(
+            f"gelu: the exact form (approximate='none', the default) needs erf, which {x._backend.device} does "
+            f"not have ({special.why}); pass approximate='tanh' for the tanh approximation, which runs on every "
+            "device"
+        )
+    return run1(ops.gelu_erf, x)
 
 
 def sigmoid(self):
