@@ -29,7 +29,13 @@ Conventions for the ```python blocks of docs/**/*.md, which these tests keep:
   must be self-contained: it runs in its own namespace, in a separate test that
   is skipped, with the reason, when `get_backend("cuda")` raises RuntimeError.
 - A page whose code imports sklearn is skipped when scikit-learn is not installed;
-  one that uses the `strict` devices, when array_api_strict is not.
+  one that imports einops, when einops is not; one that uses the `strict` devices,
+  when array_api_strict is not.
+- A page whose code sets `SCIPY_ARRAY_API` runs in a fresh Python process (with
+  the same checks): SciPy reads the variable once, when it is imported, so the
+  page must run before anything imports SciPy, and its setting must not reach
+  the other tests. It is skipped with a SciPy older than 1.14 (SciPy's array API
+  support, which scikit-learn's needs).
 - Every page is linked from docs/index.md, and every page outside docs/seeds/
   from README.md's "## Documentation" section. Links between pages must reach a
   page and, with an #anchor, one of its headings; a page of PLANNED_PAGES may be
@@ -43,6 +49,7 @@ import contextlib
 import io
 import os
 import re
+import subprocess
 import sys
 import tempfile
 from collections import defaultdict
@@ -230,6 +237,13 @@ def skip_without_requirements(page: str) -> None:
     code = "".join(code for _, code in blocks(page))
     if re.search(r"^\s*(from|import) sklearn", code, flags=re.M):
         pytest.importorskip("sklearn", reason=f"docs/{page} needs scikit-learn (pip install scikit-learn)")
+    if re.search(r"^\s*(from|import) einops", code, flags=re.M):
+        pytest.importorskip("einops", reason=f"docs/{page} needs einops (pip install einops)")
+    if fresh_interpreter(page):
+        import scipy
+
+        if tuple(int(part) for part in re.findall(r"\d+", scipy.__version__)[:2]) < (1, 14):
+            pytest.skip(f"docs/{page} needs SciPy 1.14 or newer for SCIPY_ARRAY_API, found {scipy.__version__}")
     if re.search(r"""["']strict""", code):
         pytest.importorskip("array_api_strict", reason=f"docs/{page} uses the strict devices (array-api-strict)")
 
@@ -243,11 +257,40 @@ def test_there_are_docs():
         assert set(setups) <= firsts, f"SEED_SETUP names blocks that docs/{page} does not have"
 
 
+def fresh_interpreter(page: str) -> bool:
+    """Whether the page sets SCIPY_ARRAY_API, which SciPy reads once, when it is imported."""
+    return any("SCIPY_ARRAY_API" in code for _, code in blocks(page))
+
+
+def run_in_a_fresh_interpreter(page: str) -> None:
+    """``run_blocks`` on the page's blocks (not those for a GPU) in a new Python, in this
+    working directory and temporary directory, with warnings as errors (as pytest has them)."""
+    script = "\n".join([
+        "import sys",
+        "sys.dont_write_bytecode = True",
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})",
+        "import test_docs",
+        "assert 'scipy' not in sys.modules, 'SciPy is imported before the page runs: it would not see SCIPY_ARRAY_API'",
+        "test_docs.backends.set_default_device('cpu')",
+        "test_docs.backends.set_default_dtype('float64')",
+        f"page = {page!r}",
+        "test_docs.run_blocks(page, [b for b in test_docs.blocks(page) if not test_docs.needs_cuda(b[1])], {})",
+    ])
+    env = {name: value for name, value in os.environ.items() if name != "SCIPY_ARRAY_API"}  # the page sets it
+    env["TMPDIR"] = tempfile.gettempdir()
+    done = subprocess.run([sys.executable, "-W", "error", "-c", script], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, f"docs/{page}, run in a fresh Python process:\n{done.stderr}"
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_page_examples_run_and_print_what_they_say(page, clean_state):
     skip_without_requirements(page)
-    selected = [(start, code) for start, code in blocks(page) if not needs_cuda(code)]
-    run_blocks(page, selected, {})
+    if fresh_interpreter(page):
+        run_in_a_fresh_interpreter(page)
+    else:
+        selected = [(start, code) for start, code in blocks(page) if not needs_cuda(code)]
+        run_blocks(page, selected, {})
     clean_state(page)
 
 
