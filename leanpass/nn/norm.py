@@ -12,7 +12,7 @@ from . import functional as F
 from .layers import _check_input, _parameter_dtype
 from .module import Module, Parameter
 
-__all__ = ["LayerNorm", "BatchNorm1d", "BatchNorm2d"]
+__all__ = ["LayerNorm", "BatchNorm1d", "BatchNorm2d", "GroupNorm"]
 
 
 class LayerNorm(Module):
@@ -120,3 +120,41 @@ class BatchNorm2d(_BatchNorm):
 
     _ranks = (4,)
     _layout = "4-D (N, C, H, W)"
+
+
+class GroupNorm(Module):
+    """:func:`functional.group_norm` as a layer, as ``torch.nn.GroupNorm``: ``num_channels``
+    split into ``num_groups`` groups; ``weight`` (ones) and ``bias`` (zeros) are
+    Parameters of shape ``(num_channels,)`` (absent without ``affine``; ``bias`` also
+    with ``bias=False``)."""
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True, *,
+                 bias: bool = True, device=None, dtype=None):
+        for name, value in (("num_groups", num_groups), ("num_channels", num_channels)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise ValueError(f"GroupNorm: {name} must be a positive integer, got {value!r}")
+        if num_channels % num_groups:
+            raise ValueError(f"GroupNorm: num_channels ({num_channels}) must be divisible by num_groups "
+                             f"({num_groups})")
+        dtype = _parameter_dtype(dtype, "GroupNorm")
+        backend = get_backend(device)
+        self.num_groups, self.num_channels = int(num_groups), int(num_channels)
+        self.eps = float(eps)
+        self.affine = bool(affine)
+        self.weight = self.bias = None
+        shape, kind = (self.num_channels,), backend.dtype(dtype)
+        if affine:
+            self.weight = Parameter(backend.ones(shape, kind), name="weight", device=backend.device)
+            if bias:
+                self.bias = Parameter(backend.zeros(shape, kind), name="bias", device=backend.device)
+
+    def forward(self, x: Tensor) -> Tensor:
+        _check_input(x, self)
+        if x.ndim < 2 or x.shape[1] != self.num_channels:
+            raise ValueError(f"GroupNorm({self.num_groups}, {self.num_channels}): expected an input of shape "
+                             f"(N, {self.num_channels}, ...), got {x.shape}")
+        return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, "
+                f"bias={self.bias is not None}")

@@ -68,3 +68,74 @@ def _channel_dot(xp, a, b):
         return xp.vecdot(a, b, axis=-2)
     flat = (a.shape[0], a.shape[1], -1)
     return xp.sum(xp.vecdot(xp.reshape(a, flat), xp.reshape(b, flat)), axis=0)
+
+
+@op("group_norm", saves=(1,), saves_out=False, needs=True)
+def group_norm(be, x, weight=None, bias=None, groups=1, eps=1e-5, needs=(True, True, True)):
+    """Group normalisation of ``x`` of shape ``(N, C, ...)`` in one node: the channels
+    split into ``groups`` groups, each group of each sample normalised by its mean
+    and biased variance, ``xhat = (x - mean) / sqrt(var + eps)``, then ``xhat *
+    weight + bias`` per channel (``weight``, ``bias``: shape ``(C,)``, optional;
+    ``bias`` only with ``weight``). The statistics take two passes (the centred
+    values are squared, so a large mean costs no precision); the centred values are
+    kept for the backward, and ``xhat`` is never formed: the output is ``centred *
+    (inv_std * weight) + bias``.
+
+    With ``gw = g * weight``, ``P`` values per group and the group means ``m1 =
+    mean(gw)``, ``m2 = mean(gw * xhat)``, the gradients are ``x: (gw - m1 - xhat * m2)
+    / std``, ``weight: sum(g * xhat)`` and ``bias: sum(g)`` over the samples and the
+    positions. The sums over positions are one matrix-vector product and one
+    ``vecdot`` per (sample, channel), and the group means come from those; the
+    input's gradient is ``g * (inv_std * weight) - centred * (inv_std**2 * m2) -
+    inv_std * m1``."""
+    xp = be.xp
+    n, c = x.shape[0], x.shape[1]
+    size = math.prod(x.shape[2:])
+    per, rows, members = c // groups * size, n * groups, c // groups
+    grouped = (n, groups, members, size)  # x's layout, group by group
+    stat = (n, groups, 1, 1)  # one value per group of a sample, broadcasting over that layout
+    mean = xp.reshape(xp.matmul(xp.reshape(x, (rows, per)), be.ones((per,), x.dtype)), stat) / per
+    centered = xp.reshape(x, grouped) - mean  # fresh; the backward reads it, so never changed in place
+    var = xp.reshape(xp.sum(xp.vecdot(centered, centered), axis=2), stat) / per
+    inv_std = 1.0 / xp.sqrt(var + eps)
+    scale = inv_std if weight is None else inv_std * xp.reshape(weight, (groups, members, 1))
+    out = centered * scale
+    if bias is not None:  # in place where the dtypes agree: the product is fresh
+        b = xp.reshape(bias, (groups, members, 1))
+        if b.dtype == out.dtype:
+            out += b
+        else:
+            out = out + b
+    out = xp.reshape(out, x.shape)
+    need_x, need_w = needs[0], weight is not None and needs[1]
+    need_b = bias is not None and needs[2]
+
+    def group_mean(per_channel):  # (n, groups, members) sums -> the means over each group's values
+        return xp.reshape(xp.sum(per_channel, axis=2), stat) / per
+
+    def backward(g):
+        g4 = xp.reshape(g, grouped)
+        sum_g = sum_gx = None  # per (sample, channel): sum(g) and sum(g * xhat)
+        if need_x or need_b:
+            sum_g = xp.reshape(xp.matmul(xp.reshape(g, (n * c, size)), be.ones((size,), g.dtype)), grouped[:3])
+        if need_x or need_w:
+            sum_gx = xp.vecdot(g4, centered) * xp.reshape(inv_std, (n, groups, 1))
+        grads = [None]
+        if need_x:
+            # fresh arrays changed in place, never views (a replay on Tensors refuses those)
+            if weight is None:
+                m1, m2 = group_mean(sum_g), group_mean(sum_gx)
+            else:
+                w = xp.reshape(weight, (groups, members))
+                m1, m2 = group_mean(sum_g * w), group_mean(sum_gx * w)
+            gx = g4 * scale
+            gx -= centered * (m2 * inv_std * inv_std)
+            gx -= m1 * inv_std
+            grads[0] = xp.reshape(gx, x.shape)
+        if weight is not None:
+            grads.append(xp.reshape(xp.sum(sum_gx, axis=0), (c,)) if need_w else None)
+        if bias is not None:
+            grads.append(xp.reshape(xp.sum(sum_g, axis=0), (c,)) if need_b else None)
+        return tuple(grads)
+
+    return out, backward
