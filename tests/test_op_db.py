@@ -1,0 +1,149 @@
+"""Every operation, from one table (tests/op_db.py, PyTorch's ``op_db`` of ``OpInfo``
+rows): each differentiable :class:`~leanpass.ops.Op` of :mod:`leanpass.ops` has a row,
+and through its public function passes ``leanpass.gradcheck`` and (unless its row
+says why not) ``leanpass.gradgradcheck`` on every device, and has its name in the docs."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+from op_db import NOT_DIFFERENTIABLE, OP_DB, Known, discover
+
+import leanpass as lp
+from leanpass import ops
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+# Public names the docs do not mention yet: expected failures of test_docs_name (an
+# XPASS once the docs name one: take it out of here).
+DOCS_MISSING: set[str] = set()
+
+
+def _row_params():
+    return [pytest.param(row, id=row.key) for row in OP_DB]
+
+
+_discovered = functools.cache(discover)
+
+
+def _made_by(key):
+    """The Op a factory row (``"nn.mlp(2)"``) names: the factory called with its arguments."""
+    name, _, args = key.partition("(")
+    module, _, attr = name.rpartition(".")
+    factory = getattr(importlib.import_module(f"{ops.__name__}.{module}"), attr)
+    return factory(*ast.literal_eval(f"({args[:-1]},)"))
+
+
+# ---- completeness ------------------------------------------------------------------------------
+
+
+def test_every_differentiable_op_has_a_row():
+    """Every Op of leanpass.ops, under any of its names, is either a row of OP_DB or in
+    NOT_DIFFERENTIABLE (as its ``differentiable`` says); every factory of Ops has a
+    row; and neither list names anything that is not there."""
+    found, factories = _discovered()
+    rows = {row.key for row in OP_DB}
+    assert len(rows) == len(OP_DB), "two rows for one key"
+    missing, misplaced, named = [], [], set()
+    for op, names in found.values():
+        names = set(names)
+        named |= names
+        listed = names & (rows if op.differentiable else NOT_DIFFERENTIABLE)
+        if names & (NOT_DIFFERENTIABLE if op.differentiable else rows):
+            misplaced.append(min(names))
+        elif not listed:
+            missing.append(min(names))
+        assert len(listed) <= 1, f"{op!r} is listed under more than one of its names: {sorted(listed)}"
+    missing += [f for f in factories if not any(key.startswith(f + "(") for key in rows)]
+    stale = [k for k in rows | NOT_DIFFERENTIABLE if k not in named and k.partition("(")[0] not in factories]
+    problems = [f"{what}: {sorted(keys)}" for what, keys in (
+        ("ops without a row in tests/op_db.py (or, if not differentiable, in NOT_DIFFERENTIABLE)", missing),
+        ("differentiable ops in NOT_DIFFERENTIABLE, or non-differentiable ones with a row", misplaced),
+        ("rows or NOT_DIFFERENTIABLE entries that name no op of leanpass.ops", stale)) if keys]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("row", _row_params())
+def test_row_applies_its_op(row):
+    """The row's public function really records its op in the graph (not another one)."""
+    found, _ = _discovered()
+    by_key = {name: op for op, names in found.values() for name in names}
+    op = _made_by(row.key) if "(" in row.key else by_key[row.key]
+    out = row.fn(*row.inputs("cpu", row.make_samples()[0]))
+    seen, stack, applied = set(), [out], []
+    while stack:
+        t = stack.pop()
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        applied.append(t._op)
+        stack.extend(t._prev)
+    # an in-place change records a copy of its op (its own saved inputs): the same name and forward
+    assert any(a is op or (isinstance(a, ops.Op) and a == op and a.fn is op.fn and a.view == op.view)
+               for a in applied), f"{row.key}: {row.fn} does not apply {op!r} (the graph has {sorted(set(applied))})"
+
+
+# ---- derivatives -------------------------------------------------------------------------------
+
+
+def _check(check, row, device):
+    """``check`` (gradcheck or gradgradcheck) on each sample of ``row``; where a sample
+    is :class:`Known` to fail it, it must fail (a fixed bug: take the ``Known`` away)."""
+    reason = row.not_on.get(device.partition(":")[0])
+    if reason:
+        pytest.skip(f"{row.key} on {device}: {reason}")
+    for sample in row.make_samples():
+        bug = sample.bugs.get(check.__name__) if isinstance(sample, Known) else None
+        if bug is None:
+            assert check(row.fn, row.inputs(device, sample), **row.tol)
+        else:
+            with pytest.raises(lp.GradcheckError):  # DID NOT RAISE: fixed
+                check(row.fn, row.inputs(device, sample), **row.tol)
+
+
+@pytest.mark.parametrize("row", _row_params())
+def test_gradcheck(row, device):
+    _check(lp.gradcheck, row, device)
+
+
+@pytest.mark.parametrize("row", _row_params())
+def test_gradgradcheck(row, device):
+    if not row.gradgrad:
+        pytest.skip(row.reason)
+    _check(lp.gradgradcheck, row, device)
+
+
+def test_rows_say_why():
+    """A row that skips second derivatives says why; one that checks them does not."""
+    assert not [row.key for row in OP_DB if row.gradgrad == bool(row.reason)]
+
+
+# ---- docs ----------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _code_spans():
+    """The text of every inline code span of the docs' pages."""
+    spans = set()
+    for page in DOCS.rglob("*.md"):
+        spans.update(re.findall(r"`([^`\n]+)`", page.read_text()))
+    return spans
+
+
+def documented(name: str) -> bool:
+    """Whether a code span of the docs is ``name``, calls it (``name(``), or ends with it
+    after a dot (``lp.linalg.solve``, ``t.softplus()``)."""
+    pattern = re.compile(r"(?:^|[\s.(])" + re.escape(name) + r"(?:$|[\s(])")
+    return any(span == name or pattern.search(span) for span in _code_spans())
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=[pytest.mark.xfail(reason="not in the docs yet")] if name in DOCS_MISSING
+                 else []) for name in sorted({row.doc for row in OP_DB})])
+def test_docs_name(name):
+    assert documented(name), f"no page of docs/ mentions `{name}` in a code span"
