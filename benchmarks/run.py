@@ -49,6 +49,19 @@ to the table's first column.
   PyTorch's weights against PyTorch. Before timing, the outputs and input
   gradients must agree as in W5 or it raises.
 
+- W8: one GroupNorm layer's forward plus backward (the gradients of its input, weight
+  and bias), 8 groups of a (32, 64, 32, 32) input, float32 and float64: LeanPass
+  with PyTorch's weights against PyTorch. Before timing, the outputs and gradients
+  must agree as in W5 or it raises.
+- W9, W9b: a 2-layer, 256-wide LSTM (W9) or GRU (W9b) over 50 steps of a batch of
+  64 (``(50, 64, 256)``, time first), forward plus backward (the gradients of the
+  input and of every parameter, the output's gradient given), float32 and float64:
+  LeanPass with PyTorch's initial weights against PyTorch. Checked as W5 first.
+  Not in the default set (about a minute each): ``--only W9 W9b``.
+- W10: one ConvTranspose2d forward plus backward (input, weight and bias gradients),
+  (16, 64, 16, 16) -> 32 channels, 4x4 kernel, stride 2, padding 1 (a decoder's 2x
+  upsampling), float32 and float64, PyTorch's weights. Checked as W5 first.
+
 Thread pools (OpenBLAS, PyTorch's OpenMP) are limited with threadpoolctl and
 torch.set_num_threads for every contestant alike: pools that spin after a call
 steal the next contestant's cores.
@@ -313,9 +326,10 @@ def conv_step(case, dtype, framework):
     return step, result
 
 
-def compared(make, case, dtype, rounds, n_threads):
+def compared(make, case, dtype, rounds, n_threads, repeat=5):
     """Milliseconds per step of PyTorch's (when installed) and LeanPass's ``make(framework)``
-    = (step, result), interleaved, after checking that their results agree."""
+    = (step, result), interleaved (``repeat`` steps per round), after checking that
+    their results agree."""
     names = (["pytorch"] if torch else []) + ["leanpass"]
     with threads(n_threads):
         steps = {name: make(name) for name in names}
@@ -323,7 +337,7 @@ def compared(make, case, dtype, rounds, n_threads):
             for got, ref in zip(steps["leanpass"][1](), steps["pytorch"][1]()):
                 if not np.allclose(got, ref, rtol=CONV_RTOL[dtype], atol=CONV_RTOL[dtype] * np.abs(ref).max()):
                     raise RuntimeError(f"{case}: leanpass disagrees with pytorch, max error {np.abs(got - ref).max()}")
-        medians = interleaved({name: s[0] for name, s in steps.items()}, rounds, repeat=5)
+        medians = interleaved({name: s[0] for name, s in steps.items()}, rounds, repeat=repeat)
     return {name: t * 1e3 for name, t in medians.items()}
 
 
@@ -373,6 +387,48 @@ def block_step(dtype, framework):
 
 def w6(dtype, rounds, n_threads):
     return compared(lambda name: block_step(dtype, name), "W6", dtype, rounds, n_threads)
+
+
+# ---- W8: a GroupNorm layer's forward and backward ------------------------------------------
+
+GROUP_NORM = (32, 64, 32, 32, 8)  # batch, channels, height, width, groups
+
+
+def groupnorm_step(dtype, framework):
+    """One forward plus backward of a GroupNorm layer with the gradient of its output
+    given, the same weights in both frameworks: returns the step and a function giving
+    (output, input gradient, weight gradient, bias gradient)."""
+    batch, channels, height, width, groups = GROUP_NORM
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(batch, channels, height, width)).astype(dtype)
+    g = rng.normal(size=x.shape).astype(dtype)
+    state = {"weight": rng.normal(size=channels).astype(dtype), "bias": rng.normal(size=channels).astype(dtype)}
+    if framework == "pytorch":
+        layer = torch.nn.GroupNorm(groups, channels, dtype=getattr(torch, dtype))
+        layer.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
+        x, g = torch.tensor(x, requires_grad=True), torch.tensor(g)
+    else:
+        layer = leanpass.nn.GroupNorm(groups, channels, dtype=dtype)
+        layer.load_state_dict(state)
+        x, g = Tensor(x, requires_grad=True), Tensor(g)
+    out = []
+
+    def step():
+        x.grad = layer.weight.grad = layer.bias.grad = None
+        y = layer(x)
+        y.backward(g)
+        out[:] = [y]
+
+    def result():
+        step()
+        return [np.asarray(t.detach().numpy() if framework == "pytorch" else t.data)
+                for t in (out[0], x.grad, layer.weight.grad, layer.bias.grad)]
+
+    return step, result
+
+
+def w8(dtype, rounds, n_threads):
+    return compared(lambda name: groupnorm_step(dtype, name), "W8", dtype, rounds, n_threads)
 
 
 def w5c(dtype, rounds, n_threads):
@@ -475,6 +531,94 @@ def w7(dtype, rounds, n_threads):
             "grad_ms": {k: medians[f"grad {k}"] * 1e3 for k in grads}}
 
 
+# ---- W9, W9b, W10: recurrent layers and a transposed convolution ---------------------------
+
+RECURRENT = (50, 64, 256, 2)  # steps, batch, width (input and hidden), layers
+CONV_TRANSPOSE = (16, 64, 16, 32)  # batch, in channels, size, out channels (4x4 kernel, stride 2, padding 1)
+
+
+def _values(framework, tensors) -> list:
+    """Host copies of Tensors (or torch tensors) and of LeanPass's gradient arrays."""
+    if framework == "pytorch":
+        return [t.detach().numpy() for t in tensors]
+    return [t.numpy() if isinstance(t, Tensor) else np.asarray(t) for t in tensors]
+
+
+def recurrent_step(kind, dtype, framework, sizes=RECURRENT):
+    """One forward plus backward of ``torch.nn.<kind>`` (``"LSTM"``, ``"GRU"``) or
+    LeanPass's namesake over a ``(steps, batch, width)`` sequence with the output's
+    gradient given, PyTorch's initial weights (seed 0) in both: returns the step and a
+    function giving (output, input gradient, every parameter's gradient)."""
+    steps, batch, width, layers = sizes
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(steps, batch, width)).astype(dtype)
+    g = rng.normal(size=(steps, batch, width)).astype(dtype)
+    torch.manual_seed(0)
+    reference = getattr(torch.nn, kind)(width, width, num_layers=layers, dtype=getattr(torch, dtype))
+    if framework == "pytorch":
+        layer, x, g = reference, torch.tensor(x, requires_grad=True), torch.tensor(g)
+    else:
+        layer = getattr(leanpass.nn, kind)(width, width, num_layers=layers, dtype=dtype)
+        layer.load_state_dict({k: v.detach().numpy() for k, v in reference.state_dict().items()})
+        x, g = Tensor(x, requires_grad=True), Tensor(g)
+    params = list(layer.parameters())
+    out = []
+
+    def step():
+        x.grad = None
+        for p in params:
+            p.grad = None
+        y = layer(x)[0]
+        y.backward(g)
+        out[:] = [y]
+
+    def result():
+        step()
+        return _values(framework, [out[0], x.grad, *(p.grad for p in params)])
+
+    return step, result
+
+
+def conv_transpose_step(dtype, framework, sizes=CONV_TRANSPOSE):
+    """One forward plus backward of a ConvTranspose2d (4x4, stride 2, padding 1) with the
+    output's gradient given, PyTorch's initial weights: returns the step and a function
+    giving (output, input gradient, weight gradient, bias gradient)."""
+    batch, cin, size, cout = sizes
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(batch, cin, size, size)).astype(dtype)
+    g = rng.normal(size=(batch, cout, 2 * size, 2 * size)).astype(dtype)
+    torch.manual_seed(0)
+    reference = torch.nn.ConvTranspose2d(cin, cout, 4, stride=2, padding=1, dtype=getattr(torch, dtype))
+    if framework == "pytorch":
+        layer, x, g = reference, torch.tensor(x, requires_grad=True), torch.tensor(g)
+    else:
+        layer = leanpass.nn.ConvTranspose2d(cin, cout, 4, stride=2, padding=1, dtype=dtype)
+        layer.load_state_dict({k: v.detach().numpy() for k, v in reference.state_dict().items()})
+        x, g = Tensor(x, requires_grad=True), Tensor(g)
+    out = []
+
+    def step():
+        x.grad = layer.weight.grad = layer.bias.grad = None
+        y = layer(x)
+        y.backward(g)
+        out[:] = [y]
+
+    def result():
+        step()
+        return _values(framework, [out[0], x.grad, layer.weight.grad, layer.bias.grad])
+
+    return step, result
+
+
+def w9(kind, dtype, rounds, n_threads):
+    case = "W9" if kind == "LSTM" else "W9b"
+    return compared(lambda name: recurrent_step(kind, dtype, name), case, dtype, rounds, n_threads, repeat=1)
+
+
+def w10(dtype, rounds, n_threads):
+    return compared(lambda name: conv_transpose_step(dtype, name), "W10", dtype, rounds, n_threads)
+
+
 # ---- report ---------------------------------------------------------------------------
 
 def ms_table(results, case, measure, thread_counts, title):
@@ -516,7 +660,7 @@ def machine():
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", nargs="*", default=["W1", "W2", "W3", "W4", "W5", "W5b", "W6", "W7"])
+    p.add_argument("--only", nargs="*", default=["W1", "W2", "W3", "W4", "W5", "W5b", "W6", "W7", "W8"])
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--threads", nargs="*", type=int, default=[1, 2], help="thread counts (first is the headline)")
     p.add_argument("--json", default=None, help="also write the figures here")
@@ -625,6 +769,28 @@ def main(argv=None):
                   *[f"{k} grad ms (ratio to {grad_first})" for k in r["grad_ms"]],
                   f"HVP / grad ({' / '.join(hvp_names[k] for k in r['grad_ms'])})"]
         print(table(header, rows), end="\n\n")
+
+    if "W8" in args.only:
+        batch, channels, height, width, groups = GROUP_NORM
+        ms_table(results, "W8", lambda dtype, n: w8(dtype, args.rounds, n), args.threads,
+                 f"GroupNorm forward + backward (input, weight and bias gradients), {groups} groups, "
+                 f"({batch}, {channels}, {height}, {width})")
+
+    for case, kind in (("W9", "LSTM"), ("W9b", "GRU")):
+        if case in args.only and torch is None:
+            print(f"## {case}: left out (it needs PyTorch, whose weights it loads)\n")
+        elif case in args.only:
+            steps, batch, width, layers = RECURRENT
+            ms_table(results, case, lambda dtype, n, kind=kind: w9(kind, dtype, args.rounds, n), args.threads,
+                     f"{kind} forward + backward (input and parameter gradients), {layers} layers, width {width}, "
+                     f"batch {batch}, {steps} steps")
+    if "W10" in args.only and torch is None:
+        print("## W10: left out (it needs PyTorch, whose weights it loads)\n")
+    elif "W10" in args.only:
+        batch, cin, size, cout = CONV_TRANSPOSE
+        ms_table(results, "W10", lambda dtype, n: w10(dtype, args.rounds, n), args.threads,
+                 f"ConvTranspose2d forward + backward (input, weight and bias gradients), batch {batch}, "
+                 f"{cin}x{size}x{size} -> {cout} channels, 4x4, stride 2, padding 1")
 
     if args.json:
         with open(args.json, "w") as f:

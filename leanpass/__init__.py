@@ -10,11 +10,14 @@ so code written against ``array_namespace(x)`` runs on Tensors and differentiate
 
 import math as _math
 
-from . import backends, data, distributed, fft, func, linalg, nn, optim
+from . import backends, data, distributed, fft, func, linalg, nn, optim, special
+from ._after_import import after_import as _after_import
 from ._dtypes import DTYPES as _DTYPES
 from ._namespace import *  # noqa: F401,F403 - the array API functions
 from ._namespace import __all__ as _namespace_all
 from ._namespace import __array_namespace_info__
+from ._namespace.einsum import einsum
+from ._namespace.torch_names import allclose, cat, rand, randint, randn, randperm, tensor, topk  # tensor: see there
 from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from .backends import (
     available_devices,
@@ -57,6 +60,15 @@ newaxis = None
 __all__ = [
     "Tensor",
     "as_tensor",
+    "tensor",
+    "rand",
+    "randn",
+    "randint",
+    "randperm",
+    "cat",
+    "einsum",
+    "topk",
+    "allclose",
     "backends",
     "data",
     "distributed",
@@ -64,6 +76,7 @@ __all__ = [
     "linalg",
     "nn",
     "optim",
+    "special",
     "save",
     "load",
     "no_grad",
@@ -95,3 +108,12 @@ __all__ = [
     "e", "inf", "nan", "pi", "newaxis",
     *_namespace_all,
 ]
+
+
+def _define_the_einops_backend():
+    from . import _einops  # noqa: F401 - einops' backend class for Tensors
+
+
+# einops.rearrange & co. on Tensors (leanpass/_einops.py): its backend class is defined
+# once einops is imported, now or later; einops itself is not imported here.
+_after_import("einops", _define_the_einops_backend)

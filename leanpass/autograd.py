@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import types
 
-from . import _namespace, fft, linalg, ops
+from . import _namespace, fft, linalg, ops, special
 from ._dtypes import DTYPES
 from ._graph.above import above
 from ._graph.engine import Released, _needed, backprop, zero_graph_grads
@@ -65,6 +65,7 @@ class GraphBackend:
         self.xp = _XP
         self.linalg = linalg
         self.fft = fft
+        self.special = special  # lp.special: the special functions on Tensors, differentiable
         self.device = self.xp_device = base.device
         self.fused = NO_FUSED
         self.guard = None
@@ -86,6 +87,10 @@ class GraphBackend:
 
     def quiet(self):
         return self.base.quiet()
+
+    @staticmethod
+    def quietly(fn, *args):
+        return fn(*args)  # on Tensors: each operation keeps its own warnings quiet
 
 
 _graph_backends: dict = {}

@@ -24,11 +24,11 @@ LAYERS = [
     ("op records", ["leanpass.ops", "leanpass.ops.*"]),
     ("graph core", ["leanpass._graph", "leanpass._graph.*"]),
     ("tensor", ["leanpass._node", "leanpass._indexing", "leanpass.tensor"]),
-    ("namespace", ["leanpass._namespace", "leanpass._namespace.*", "leanpass.linalg", "leanpass.fft",
+    ("namespace", ["leanpass._namespace", "leanpass._namespace.*", "leanpass.linalg", "leanpass.fft", "leanpass.special",
                    "leanpass.serialization", "leanpass.distributed"]),
     ("autograd", ["leanpass.autograd"]),
     ("library", ["leanpass.nn", "leanpass.nn.*", "leanpass.optim", "leanpass.optim.*", "leanpass.data",
-                 "leanpass.func", "leanpass.gradcheck"]),
+                 "leanpass.func", "leanpass.gradcheck", "leanpass._einops", "leanpass._after_import"]),
     ("face", ["leanpass"]),
 ]
 

@@ -60,7 +60,7 @@ def test_linear_shapes_and_initialisation(device):
     leanpass.manual_seed(0)
     layer = nn.Linear(100, 7, device=device)
     w = layer.weight.numpy()
-    assert w.shape == (100, 7) and layer.bias.shape == (7,)  # weight is (in, out)
+    assert w.shape == (7, 100) and layer.bias.shape == (7,)  # weight is (out, in), as PyTorch's
     assert np.abs(w).max() <= 1 / math.sqrt(100) and np.abs(w).max() > 0.8 / math.sqrt(100)
     assert not layer.bias.numpy().any()
     assert layer(Tensor(np.ones((5, 100)), device=device)).shape == (5, 7)
@@ -79,7 +79,7 @@ def test_same_seed_same_weights_on_every_device(device):
 def test_mlp_structure_and_gradcheck(device):
     leanpass.manual_seed(1)
     model = nn.MLP([3, 5, 4, 2], activation="tanh", device=device)
-    assert [layer.weight.shape for layer in model.layers] == [(3, 5), (5, 4), (4, 2)]
+    assert [layer.weight.shape for layer in model.layers] == [(5, 3), (4, 5), (2, 4)]
     x = Tensor(np.random.default_rng(0).normal(size=(6, 3)), device=device)
     assert model(x).shape == (6, 2)
     params = model.parameters()
@@ -94,7 +94,7 @@ def _forward_with(model, values, x):
     out = x
     layers = model.layers
     for i in range(len(layers)):
-        out = out @ values[2 * i] + values[2 * i + 1]
+        out = out @ values[2 * i].T + values[2 * i + 1]
         if i < len(layers) - 1:
             out = model.activations[i](out)
     return out
@@ -114,8 +114,11 @@ def test_mlp_activations_and_errors():
 
 def test_sequential_and_activation_modules(device):
     x = Tensor(np.linspace(-2, 2, 8).reshape(2, 4), device=device)
-    for module, method in [(nn.ReLU(), "relu"), (nn.Sigmoid(), "sigmoid"), (nn.Tanh(), "tanh"), (nn.GELU(), "gelu")]:
+    for module, method in [(nn.ReLU(), "relu"), (nn.Sigmoid(), "sigmoid"), (nn.Tanh(), "tanh")]:
         np.testing.assert_array_equal(module(x).numpy(), getattr(x, method)().numpy())
+    np.testing.assert_array_equal(nn.GELU(approximate="tanh")(x).numpy(), x.gelu(approximate="tanh").numpy())
+    if get_backend(device).special.available:  # the exact form needs erf (not on strict)
+        np.testing.assert_array_equal(nn.GELU()(x).numpy(), x.gelu().numpy())
     np.testing.assert_array_equal(nn.LeakyReLU(0.3)(x).numpy(), x.leaky_relu(0.3).numpy())
     np.testing.assert_array_equal(nn.Softmax(axis=0)(x).numpy(), x.softmax(axis=0).numpy())
     seq = nn.Sequential(nn.Linear(4, 3, device=device), nn.ReLU(), nn.Linear(3, 1, device=device))
@@ -319,11 +322,12 @@ def test_module_repr():
 
 
 def test_code_written_for_leanpass_0_1_runs_unchanged():
-    """The NumPy-only 0.1.x style: weight (in, out), parameters() a list, plain updates
-    of .data, Dropout(p)(x, training=...), losses imported from leanpass.nn."""
+    """The NumPy-only 0.1.x style: parameters() a list, plain updates of .data,
+    Dropout(p)(x, training=...), losses imported from leanpass.nn. (The weight was
+    (in, out) until 0.3; it is PyTorch's (out, in) since.)"""
     from leanpass.nn import MLP, Dropout, Linear, binary_cross_entropy_loss, cross_entropy_loss, mse_loss
 
-    assert Linear(3, 5).weight.shape == (3, 5)
+    assert Linear(3, 5).weight.shape == (5, 3)
     model = MLP([2, 16, 1])
     params = model.parameters()
     assert isinstance(params, list) and len(params) == 4
@@ -409,7 +413,7 @@ _NUMPY_ACTIVATIONS = {
     "relu": lambda h: np.maximum(h, 0.0),
     "tanh": np.tanh,
     "sigmoid": lambda h: 1.0 / (1.0 + np.exp(-h)),
-    "gelu": lambda h: 0.5 * h * (1.0 + np.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h**3))),
+    "gelu": lambda h: 0.5 * h * (1.0 + np.vectorize(math.erf)(h / math.sqrt(2.0))),  # exact: nn.GELU()'s default
     "leaky_relu": lambda h: np.where(h > 0, h, 0.01 * h),
     "identity": lambda h: h,
 }
@@ -420,9 +424,13 @@ def test_mlp_computes_its_named_activation(device, activation):
     leanpass.manual_seed(3)
     model = nn.MLP([3, 5, 4, 2], activation=activation, device=device)
     x = np.random.default_rng(2).normal(size=(6, 3)) * 2
+    if activation == "gelu" and not get_backend(device).special.available:
+        with pytest.raises(NotImplementedError, match="approximate='tanh'"):
+            model(Tensor(x, device=device))
+        return
     h = x
     for i, layer in enumerate(model.layers):
-        h = h @ layer.weight.numpy() + layer.bias.numpy()
+        h = h @ layer.weight.numpy().T + layer.bias.numpy()
         if i < len(model.layers) - 1:
             h = _NUMPY_ACTIVATIONS[activation](h)
     np.testing.assert_allclose(model(Tensor(x, device=device)).numpy(), h, rtol=1e-12, atol=1e-14)
@@ -612,8 +620,9 @@ def test_integer_and_bool_inputs_give_float_results_not_numpy_errors(device):
     b = leanpass.asarray([[True, False], [False, True]], device=device)
     for t in (x, b):
         wide = t.astype("float64")
-        for f in (lambda u: u.gelu(), lambda u: u.sigmoid(), lambda u: u.softplus(), lambda u: u.softmax(-1),
-                  lambda u: u.log_softmax(-1), lambda u: nn.LayerNorm(2, device=device, dtype="float64")(u),
+        for f in (lambda u: u.gelu(approximate="tanh"), lambda u: u.sigmoid(), lambda u: u.softplus(),
+                  lambda u: u.softmax(-1), lambda u: u.log_softmax(-1),
+                  lambda u: nn.LayerNorm(2, device=device, dtype="float64")(u),
                   lambda u: nn.functional.scaled_dot_product_attention(u, u, u),
                   lambda u: nn.cross_entropy_loss(u, [0, 1]),
                   lambda u: nn.binary_cross_entropy_loss(u, np.ones((2, 2)))):
@@ -656,3 +665,93 @@ def test_dropout_takes_a_zero_d_probability_and_sequential_names_bad_indices():
         seq[4] = nn.Tanh()
     with pytest.raises(IndexError, match="Sequential: index -3 is out of range"):
         del seq[-3]
+
+
+# ---- Linear and MLP against torch.nn, from the same state dict (weight (out, in), as PyTorch's) ------
+
+
+def _torch_grads(torch, module, x, g):
+    """torch's output, input gradient and parameter gradients (name -> array) of ``module(x)``
+    with the output's gradient ``g``."""
+    tx = torch.tensor(x, requires_grad=True)
+    out = module(tx)
+    out.backward(torch.tensor(g))
+    return out.detach().numpy(), tx.grad.numpy(), {k: p.grad.numpy() for k, p in module.named_parameters()}
+
+
+def _our_grads(model, x, g, device, layout="leanpass"):
+    lx = Tensor(x, requires_grad=True, device=device)
+    out = model(lx)
+    out.backward(Tensor(g, device=device))
+    return out.numpy(), host(device, lx.grad), {
+        k: host(device, p.grad) for k, p in zip(model.state_dict(layout=layout), model.parameters())}
+
+
+@pytest.mark.parametrize(("sizes", "bias"), [((4, 4), True), ((4, 4), False), ((5, 3), True), ((2, 6), False)])
+def test_linear_matches_torch_from_its_state_dict(device, sizes, bias):
+    """The same function as torch.nn.Linear given its state dict as it is, square and not,
+    with and without bias: output, input and parameter gradients (float64); the weight
+    keeps torch's (out, in) shape, and loading copies it."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    theirs = torch.nn.Linear(*sizes, bias=bias, dtype=torch.float64)
+    ours = nn.Linear(*sizes, bias=bias, device=device, dtype="float64")
+    assert ours.weight.shape == tuple(theirs.weight.shape) == sizes[::-1]
+    assert ours.load_state_dict(theirs.state_dict()) == ([], [])
+    assert ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()}, layout="torch") \
+        == ([], [])  # layout="torch": accepted, the same
+    rng = np.random.default_rng(1)
+    x, g = rng.normal(size=(3, 2, sizes[0])), rng.normal(size=(3, 2, sizes[1]))
+    want, want_x, want_p = _torch_grads(torch, theirs, x, g)
+    got, got_x, got_p = _our_grads(ours, x, g, device)
+    np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-12)
+    np.testing.assert_allclose(got_x, want_x, rtol=1e-7, atol=1e-12)
+    assert list(got_p) == list(want_p)
+    for key in want_p:
+        np.testing.assert_allclose(got_p[key], want_p[key], rtol=1e-7, atol=1e-12, err_msg=key)
+    with torch.no_grad():
+        theirs.weight.add_(1.0)  # the loaded weight is a copy
+    assert not np.allclose(ours.weight.numpy(), theirs.weight.detach().numpy())
+
+
+@pytest.mark.parametrize("sizes", [[4, 4, 4, 3], [3, 6, 2]])
+def test_mlp_is_a_stack_of_torch_linears(device, sizes):
+    """An MLP (one fused node) loads a torch.nn.Sequential(Linear, ReLU, ..., Linear)'s
+    state dict (PyTorch's names with layout="torch") and computes its function, its
+    input and parameter gradients; so does a Sequential of Linear and ReLU."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(2)
+    layers = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers += [torch.nn.Linear(a, b, dtype=torch.float64)] + ([torch.nn.ReLU()] if i < len(sizes) - 2 else [])
+    theirs = torch.nn.Sequential(*layers)
+    rng = np.random.default_rng(3)
+    x, g = rng.normal(size=(7, sizes[0])), rng.normal(size=(7, sizes[-1]))
+    want, want_x, want_p = _torch_grads(torch, theirs, x, g)
+    mlp = nn.MLP(sizes, device=device, dtype="float64")
+    seq = nn.Sequential(*[nn.Linear(m.in_features, m.out_features, device=device, dtype="float64")
+                          if isinstance(m, torch.nn.Linear) else nn.ReLU() for m in layers])
+    for ours in (mlp, seq):
+        assert ours.load_state_dict(theirs.state_dict(), layout="torch") == ([], [])
+        if ours is mlp:
+            assert ours(Tensor(x, device=device))._op == "mlp"
+        got, got_x, got_p = _our_grads(ours, x, g, device, layout="torch")
+        np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-12)
+        np.testing.assert_allclose(got_x, want_x, rtol=1e-7, atol=1e-12)
+        assert list(got_p) == list(want_p)
+        for key in want_p:
+            np.testing.assert_allclose(got_p[key], want_p[key], rtol=1e-7, atol=1e-12, err_msg=key)
+
+
+def test_a_state_dict_of_the_wrong_shape_names_key_and_shapes_and_changes_nothing(device):
+    """A weight of the wrong shape (an (in, out) weight into a non-square Linear, say)
+    raises ValueError naming the key and both shapes, before any parameter changes."""
+    model = nn.MLP([3, 4, 2], device=device, dtype="float64")
+    before = [p.numpy().copy() for p in model.parameters()]
+    state = {k: np.zeros(tuple(v.shape)) for k, v in model.state_dict().items()}
+    state["layers.1.weight"] = np.zeros((4, 2))  # the transpose of (2, 4)
+    with pytest.raises(ValueError, match=re.escape("load_state_dict: 'layers.1.weight' has shape (4, 2) in the "
+                                                   "state but (2, 4) in the model")):
+        model.load_state_dict(state)
+    for b, p in zip(before, model.parameters()):
+        np.testing.assert_array_equal(p.numpy(), b)

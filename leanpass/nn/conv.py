@@ -1,5 +1,7 @@
 """Convolutions: ``Conv1d``, ``Conv2d`` and their functions ``conv1d``, ``conv2d``,
-as PyTorch's (same arguments, same weight layout ``(out, in / groups, *kernel)``)."""
+as PyTorch's (same arguments, same weight layout ``(out, in / groups, *kernel)``), and
+the transposed ones, ``ConvTranspose1d``, ``ConvTranspose2d``, ``conv_transpose1d``,
+``conv_transpose2d`` (weight ``(in, out / groups, *kernel)``)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from ..tensor import Tensor, apply
 from .layers import _check_input, _parameter_dtype
 from .module import Module, Parameter
 
-__all__ = ["Conv1d", "Conv2d", "conv1d", "conv2d", "unfold", "fold"]
+__all__ = ["Conv1d", "Conv2d", "conv1d", "conv2d", "unfold", "fold", "ConvTranspose1d", "ConvTranspose2d",
+           "conv_transpose1d", "conv_transpose2d"]
 
 _PADDING_MODES = ("zeros", "reflect", "replicate", "circular")
 
@@ -249,5 +252,187 @@ class Conv2d(_ConvNd):
     1/sqrt(fan_in))`` (``fan_in = in / groups * kH * kW``) on the host, as PyTorch's
     default initialisation. ``padding``: an int, a pair, ``"valid"`` or ``"same"``
     (stride 1); ``padding_mode``: ``"zeros"``, ``"reflect"``, ``"replicate"`` or ``"circular"``."""
+
+    dims = 2
+
+
+# ---- transposed convolutions --------------------------------------------------------------------
+
+
+def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation, dims: int, name: str):
+    """The checked transposed convolution of ``x`` ``(N, C, *S)`` or ``(C, *S)`` with
+    ``dims`` spatial axes and the weight ``(C, out / groups, *kernel)``."""
+    for value, what in ((x, "input"), (weight, "weight")) + (((bias, "bias"),) if bias is not None else ()):
+        if not isinstance(value, Tensor):
+            raise TypeError(f"{name}: expected a Tensor as {what}, got {type(value).__name__}")
+    shapes = f"input of shape {x.shape}, weight of shape {weight.shape}"
+    if weight.ndim != dims + 2:
+        raise ValueError(f"{name}: weight must have {dims + 2} axes (in, out / groups, *kernel); {shapes}")
+    if x.ndim not in (dims + 1, dims + 2):
+        raise ValueError(f"{name}: input must have {dims + 1} (unbatched) or {dims + 2} (batched) axes; {shapes}")
+    if not isinstance(groups, numbers.Integral) or isinstance(groups, bool) or groups < 1:
+        raise ValueError(f"{name}: groups must be a positive int, got {groups!r}")
+    channels, kernel = weight.shape[0], weight.shape[2:]
+    if x.shape[-dims - 1] != channels:
+        raise ValueError(f"{name}: input has {x.shape[-dims - 1]} channels, the weight expects {channels} (its "
+                         f"axis 0); {shapes}")
+    if channels % groups:
+        raise ValueError(f"{name}: in channels {channels} are not divisible by groups {groups}; {shapes}")
+    out_channels = weight.shape[1] * groups
+    if bias is not None and bias.shape != (out_channels,):
+        raise ValueError(f"{name}: bias of shape {bias.shape} must be ({out_channels},) (weight.shape[1] times "
+                         f"groups {groups}); {shapes}")
+    if isinstance(padding, str):
+        raise ValueError(f"{name}: padding must be an int or a tuple of {dims} ints, got {padding!r} (transposed "
+                         "convolutions take no 'same' or 'valid')")
+    stride = _ints(stride, dims, "stride", name, 1)
+    dilation = _ints(dilation, dims, "dilation", name, 1)
+    pads = _ints(padding, dims, "padding", name, 0)
+    extra = _ints(output_padding, dims, "output_padding", name, 0)
+    for e, s, d in zip(extra, stride, dilation):
+        if e >= s and e >= d:
+            raise ValueError(f"{name}: output_padding {extra} must be smaller than either stride {stride} or "
+                             f"dilation {dilation}")
+    size = x.shape[-dims:]
+    out_size = tuple((n - 1) * s - 2 * p + d * (k - 1) + 1 + e
+                     for n, s, p, d, k, e in zip(size, stride, pads, dilation, kernel, extra))
+    if not all(n > 0 for n in size) or not all(n > 0 for n in out_size):
+        raise ValueError(f"{name}: the output size {out_size} (from {shapes}, stride {stride}, padding {pads}, "
+                         f"dilation {dilation}, output_padding {extra}) must be positive, and so must the input's "
+                         "spatial axes")
+    batched = x.ndim == dims + 2
+    if not batched:
+        x = x.reshape((1, *x.shape))
+    inputs = (x, weight) if bias is None else (x, weight, bias)
+    out = apply(ops.conv_transpose, *inputs, stride=stride, padding=tuple((p, p) for p in pads),
+                output_padding=extra, dilation=dilation, groups=int(groups))
+    return out if batched else out.reshape(out.shape[1:])
+
+
+def conv_transpose1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, output_padding=0,
+                     groups: int = 1, dilation=1) -> Tensor:
+    """``torch.nn.functional.conv_transpose1d``: ``x`` ``(N, C, L)`` or ``(C, L)``,
+    ``weight`` ``(C, out / groups, k)``; the output has length ``(L - 1) * stride - 2 *
+    padding + dilation * (k - 1) + output_padding + 1``."""
+    return _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation, 1, "conv_transpose1d")
+
+
+def conv_transpose2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, output_padding=0,
+                     groups: int = 1, dilation=1) -> Tensor:
+    """``torch.nn.functional.conv_transpose2d``: ``x`` ``(N, C, H, W)`` or ``(C, H, W)``,
+    ``weight`` ``(C, out / groups, kH, kW)``: the gradient of :func:`conv2d` with respect
+    to its input, for the same ``stride``, ``padding``, ``dilation`` and ``groups``;
+    ``output_padding`` adds entries after the last of each axis (it tells apart the
+    input sizes a strided convolution maps to one output size)."""
+    return _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation, 2, "conv_transpose2d")
+
+
+class _ConvTransposeNd(Module):
+    """A transposed convolution layer with ``dims`` spatial axes (see :class:`ConvTranspose2d`)."""
+
+    dims = 0
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, output_padding=0,
+                 groups: int = 1, bias: bool = True, dilation=1, padding_mode: str = "zeros", *, device=None,
+                 dtype=None):
+        name, dims = type(self).__name__, self.dims
+        sizes = (in_channels, out_channels, groups)
+        if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0 for v in sizes):
+            raise ValueError(f"{name}: in_channels, out_channels and groups must be positive ints, got {sizes}")
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"{name}: in_channels {in_channels} and out_channels {out_channels} must both be "
+                             f"divisible by groups {groups}")
+        if padding_mode != "zeros":
+            raise ValueError(f"{name}: only padding_mode 'zeros' is supported, got {padding_mode!r}")
+        if isinstance(padding, str):
+            raise ValueError(f"{name}: padding must be an int or a tuple of {dims} ints, got {padding!r}")
+        kernel = _ints(kernel_size, dims, "kernel_size", name, 1)
+        self.stride = _ints(stride, dims, "stride", name, 1)
+        self.padding = _ints(padding, dims, "padding", name, 0)
+        self.dilation = _ints(dilation, dims, "dilation", name, 1)
+        self.output_padding = _ints(output_padding, dims, "output_padding", name, 0)
+        for e, s, d in zip(self.output_padding, self.stride, self.dilation):
+            if e >= s and e >= d:
+                raise ValueError(f"{name}: output_padding {self.output_padding} must be smaller than either stride "
+                                 f"{self.stride} or dilation {self.dilation}")
+        dtype = _parameter_dtype(dtype, name)
+        backend = get_backend(device)
+        self.in_channels, self.out_channels, self.kernel_size = int(in_channels), int(out_channels), kernel
+        self.groups = int(groups)
+        self.padding_mode = padding_mode
+        # kaiming_uniform_(a=sqrt(5)), as PyTorch: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with PyTorch's fan_in of
+        # this weight, out / groups * prod(kernel); the bias too
+        bound = 1.0 / math.sqrt(out_channels // groups * math.prod(kernel))
+        shape = (in_channels, out_channels // groups, *kernel)
+        self.weight = Parameter(backend.init_uniform(shape, -bound, bound, dtype), name="weight",
+                                device=backend.device)
+        self.bias = (Parameter(backend.init_uniform((out_channels,), -bound, bound, dtype), name="bias",
+                               device=backend.device) if bias else None)
+
+    def _output_padding(self, x: Tensor, output_size) -> tuple:
+        """``output_padding``, or the one that gives ``output_size`` (PyTorch's rule: the
+        spatial sizes, optionally after the batch and channel sizes)."""
+        if output_size is None:
+            return self.output_padding
+        name, dims = type(self).__name__, self.dims
+        size = tuple(output_size) if isinstance(output_size, (tuple, list)) else output_size
+        if not isinstance(size, tuple) or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
+                                                  for v in size):
+            raise TypeError(f"{name}: output_size must be a tuple of ints, got {output_size!r}")
+        lead = x.ndim - dims
+        if len(size) == lead + dims:
+            size = size[lead:]
+        if len(size) != dims:
+            raise ValueError(f"{name}: for {x.ndim}-D input, output_size must have {dims} or {lead + dims} "
+                             f"elements, got {output_size!r}")
+        low = tuple((n - 1) * s - 2 * p + d * (k - 1) + 1 for n, s, p, d, k in
+                    zip(x.shape[-dims:], self.stride, self.padding, self.dilation, self.kernel_size))
+        high = tuple(m + s - 1 for m, s in zip(low, self.stride))
+        if any(not lo <= v <= hi for v, lo, hi in zip(size, low, high)):
+            raise ValueError(f"{name}: requested an output size of {size}, but valid sizes range from {low} to "
+                             f"{high} (for an input of {x.shape[-dims:]})")
+        return tuple(int(v) - lo for v, lo in zip(size, low))
+
+    def forward(self, x: Tensor, output_size=None) -> Tensor:
+        _check_input(x, self)
+        name = type(self).__name__
+        if x.ndim not in (self.dims + 1, self.dims + 2):
+            raise ValueError(f"{name}: input must have {self.dims + 1} (unbatched) or {self.dims + 2} (batched) "
+                             f"axes, got shape {x.shape}")
+        return _conv_transpose(x, self.weight, self.bias, self.stride, self.padding,
+                               self._output_padding(x, output_size), self.groups, self.dilation, self.dims, name)
+
+    def extra_repr(self) -> str:
+        s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
+        if self.padding != (0,) * self.dims:
+            s += f", padding={self.padding}"
+        if self.dilation != (1,) * self.dims:
+            s += f", dilation={self.dilation}"
+        if self.output_padding != (0,) * self.dims:
+            s += f", output_padding={self.output_padding}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        if self.bias is None:
+            s += ", bias=False"
+        return s
+
+
+class ConvTranspose1d(_ConvTransposeNd):
+    """``torch.nn.ConvTranspose1d``: input ``(N, C, L)`` or ``(C, L)``, ``weight`` ``(in,
+    out / groups, k)`` and ``bias`` ``(out,)`` drawn from ``U(-1/sqrt(fan_in),
+    1/sqrt(fan_in))`` (``fan_in = out / groups * k``, PyTorch's for this layout);
+    ``forward(input, output_size=None)``."""
+
+    dims = 1
+
+
+class ConvTranspose2d(_ConvTransposeNd):
+    """``torch.nn.ConvTranspose2d``: the gradient of :class:`Conv2d` with respect to its
+    input as a layer (upsampling in decoders and GANs). Input ``(N, C, H, W)`` or ``(C, H,
+    W)``, ``weight`` ``(in, out / groups, kH, kW)`` (PyTorch's layout) and ``bias``
+    ``(out,)``, drawn from ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` (``fan_in = out / groups
+    * kH * kW``); output size ``(H - 1) * stride - 2 * padding + dilation * (k - 1) +
+    output_padding + 1`` per axis. ``forward(input, output_size=None)``: an
+    ``output_size`` picks the ``output_padding`` that gives it, as PyTorch's."""
 
     dims = 2

@@ -1,9 +1,9 @@
 """``leanpass.nn.functional``: the layers as functions, as ``torch.nn.functional``.
 
 Thin wrappers over Tensor operations, so each is differentiable (twice too) on
-every device. Two differences from PyTorch: :func:`linear` takes LeanPass's
-weight layout ``(in_features, out_features)`` (PyTorch's is the transpose), and
-:func:`gelu` is the tanh approximation (PyTorch's ``approximate="tanh"``).
+every device. :func:`linear` takes PyTorch's weight layout ``(out_features,
+in_features)``; :func:`gelu` is PyTorch's, exact by default (``approximate="none"``,
+which needs erf: ``cpu`` and ``cuda``; ``approximate="tanh"`` runs on every device).
 """
 
 from __future__ import annotations
@@ -19,32 +19,32 @@ from .._namespace._util import floating
 from ..autograd import no_grad
 from ..backends import get_backend, host_array
 from ..tensor import Tensor, apply, as_tensor
-from .conv import conv1d, conv2d, fold, unfold
-from .layers import Dropout, _tanh_only
-from .losses import binary_cross_entropy_loss, cross_entropy_loss, mse_loss
+from .activations import elu, hardtanh, leaky_relu, mish, silu, softplus
+from .conv import conv1d, conv2d, conv_transpose1d, conv_transpose2d, fold, unfold
+from .layers import Dropout, _gelu_form
+from .losses import (
+    binary_cross_entropy_with_logits,
+    cross_entropy,
+    huber_loss,
+    l1_loss,
+    mse_loss,
+    nll_loss,
+    smooth_l1_loss,
+)
+from .padding import one_hot, pad
 from .pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d
+from .upsampling import interpolate
 
 __all__ = [
     "linear", "relu", "gelu", "sigmoid", "tanh", "softmax", "log_softmax", "dropout",
     "layer_norm", "embedding", "scaled_dot_product_attention", "conv1d", "conv2d",
-    "unfold", "fold",
+    "unfold", "fold", "conv_transpose1d", "conv_transpose2d",
     "mse_loss", "cross_entropy", "binary_cross_entropy_with_logits",
     "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d",
     "batch_norm", "multi_head_attention_forward",
+    "silu", "softplus", "elu", "leaky_relu", "mish", "hardtanh", "nll_loss", "l1_loss", "smooth_l1_loss",
+    "huber_loss", "pad", "one_hot", "group_norm", "interpolate",
 ]
-
-
-
-def cross_entropy(input, target, axis: int | None = None) -> Tensor:  # noqa: A002 - PyTorch's names
-    """PyTorch's ``F.cross_entropy``: :func:`leanpass.nn.cross_entropy_loss` with the
-    classes along axis 1 (PyTorch's ``(N, C, ...)`` layout; the only axis of 1-D logits)
-    unless ``axis`` is given. ``nn.cross_entropy_loss`` itself takes the last axis."""
-    if axis is None:
-        axis = 1 if isinstance(input, Tensor) and input.ndim >= 2 else -1
-    return cross_entropy_loss(input, target, axis=axis)
-
-
-binary_cross_entropy_with_logits = binary_cross_entropy_loss
 
 
 def _tensor(x, op: str, what: str = "input") -> Tensor:
@@ -54,16 +54,16 @@ def _tensor(x, op: str, what: str = "input") -> Tensor:
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """``x @ weight + bias`` in one graph node. ``weight`` has LeanPass's layout
-    ``(in_features, out_features)`` -- the transpose of ``torch.nn.functional.linear``'s."""
+    """``x @ weight.T + bias`` in one graph node, as ``torch.nn.functional.linear``:
+    ``weight`` of shape ``(out_features, in_features)``."""
     _tensor(x, "linear")
     _tensor(weight, "linear", "weight")
-    if weight.ndim != 2 or x.shape[-1:] != weight.shape[:1]:
+    if weight.ndim != 2 or x.shape[-1:] != weight.shape[1:]:
         raise ValueError(f"linear: input of shape {x.shape} does not fit a weight of shape {weight.shape} "
-                         "(in_features, out_features)")
+                         "(out_features, in_features)")
     if bias is None:
         return apply(ops.linear, x, weight)
-    if _tensor(bias, "linear", "bias").shape != weight.shape[1:]:
+    if _tensor(bias, "linear", "bias").shape != weight.shape[:1]:
         raise ValueError(f"linear: bias of shape {bias.shape} does not fit a weight of shape {weight.shape}")
     return apply(ops.linear, x, weight, bias)
 
@@ -73,13 +73,12 @@ def relu(x: Tensor) -> Tensor:
     return _tensor(x, "relu").relu()
 
 
-def gelu(x: Tensor, approximate: str = "tanh") -> Tensor:
-    """GELU, tanh approximation (PyTorch's ``gelu(x, approximate="tanh")``); the exact
-    form (``approximate="none"``, PyTorch's default) needs erf, which the array API
-    lacks, and is refused by name."""
+def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+    """GELU, as PyTorch's ``gelu(x, approximate=...)``: the exact ``x * ndtr(x)`` by
+    default (``approximate="none"``; it needs erf, which ``strict`` lacks: there it raises
+    ``NotImplementedError`` naming ``approximate="tanh"``), or the tanh approximation."""
     _tensor(x, "gelu")
-    _tanh_only(approximate, "gelu")
-    return x.gelu()
+    return x.gelu(_gelu_form(approximate, "gelu"))
 
 
 def sigmoid(x: Tensor) -> Tensor:
@@ -335,9 +334,9 @@ def multi_head_attention_forward(query: Tensor, key: Tensor, value: Tensor, embe
     """:class:`MultiheadAttention`'s forward as a function, with
     ``torch.nn.functional.multi_head_attention_forward``'s signature: ``(L, N, E)``
     inputs (``(N, L, E)`` with the LeanPass-only ``batch_first=True``; ``(L, E)``
-    unbatched), the same masks, ``(output, weights)``. The weights have LeanPass's
-    layout: ``in_proj_weight`` ``(E, 3E)`` and ``out_proj_weight`` ``(E, E)`` as
-    ``(in, out)``, the transposes of PyTorch's. ``bias_k``/``bias_v``,
+    unbatched), the same masks, ``(output, weights)``. The weights have PyTorch's
+    layouts: ``in_proj_weight`` ``(3E, E)`` and ``out_proj_weight`` ``(E, E)``, each
+    ``(out, in)``. ``bias_k``/``bias_v``,
     ``add_zero_attn``, separate projection weights and ``static_k``/``static_v`` are
     not supported (``NotImplementedError``)."""
     unsupported = {"bias_k": bias_k is not None, "bias_v": bias_v is not None, "add_zero_attn": add_zero_attn,
@@ -354,9 +353,9 @@ def multi_head_attention_forward(query: Tensor, key: Tensor, value: Tensor, embe
         _tensor(t, _op, what)
         if t.device != in_proj_weight.device:
             raise ValueError(f"{_op}: {what} is on {t.device} but in_proj_weight is on {in_proj_weight.device}")
-    if in_proj_weight.shape != (E, 3 * E) or out_proj_weight.shape != (E, E):
+    if in_proj_weight.shape != (3 * E, E) or out_proj_weight.shape != (E, E):
         raise ValueError(f"{_op}: in_proj_weight of shape {in_proj_weight.shape} and out_proj_weight of shape "
-                         f"{out_proj_weight.shape} must be ({E}, {3 * E}) and ({E}, {E}) (LeanPass's (in, out))")
+                         f"{out_proj_weight.shape} must be ({3 * E}, {E}) and ({E}, {E}) (PyTorch's (out, in))")
     shapes = f"query of shape {query.shape}, key of shape {key.shape} and value of shape {value.shape}"
     batched = query.ndim == 3
     if query.ndim not in (2, 3) or key.ndim != query.ndim or value.ndim != query.ndim:
@@ -391,7 +390,7 @@ def multi_head_attention_forward(query: Tensor, key: Tensor, value: Tensor, embe
     if query is key and key is value:  # self-attention: one product for q, k and v
         q, k, v = heads(linear(query, weight, bias), 3)
     else:
-        (q,), (k,), (v,) = (heads(linear(t, weight[:, i * E:(i + 1) * E],
+        (q,), (k,), (v,) = (heads(linear(t, weight[i * E:(i + 1) * E],
                                            None if bias is None else bias[i * E:(i + 1) * E]))
                             for i, t in enumerate((query, key, value)))
     p = dropout_p if training else 0.0
@@ -441,3 +440,38 @@ def _mask(mask, shape, what, query, target, shape3=None, target3=None, *, op):
     if mask.shape == shape3:
         return reshape(mask, target3)
     return mask if target is None else reshape(mask, target)
+
+
+def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None,  # noqa: A002
+               eps: float = 1e-5) -> Tensor:
+    """PyTorch's ``F.group_norm``: the channels (axis 1) of ``input`` of shape ``(N, C,
+    ...)`` split into ``num_groups`` groups of ``C / num_groups``; each group of each
+    sample is normalised by its mean and biased variance, ``(x - mean) / sqrt(var +
+    eps)``, then multiplied by ``weight`` and shifted by ``bias`` (optional, shape
+    ``(C,)``) per channel. One graph node, with a closed-form backward."""
+    op = "group_norm"
+    x = floating(_tensor(input, op))
+    if x.ndim < 2:
+        raise ValueError(f"{op}: input must have at least 2 axes (N, C, ...), got shape {x.shape}")
+    if isinstance(num_groups, bool) or not isinstance(num_groups, numbers.Integral) or num_groups < 1:
+        raise ValueError(f"{op}: num_groups must be a positive integer, got {num_groups!r}")
+    channels = x.shape[1]
+    if channels % num_groups:
+        raise ValueError(f"{op}: the {channels} channels of an input of shape {x.shape} do not split into "
+                         f"num_groups={num_groups} groups")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is None:
+            continue
+        if _tensor(t, op, name).shape != (channels,):
+            raise ValueError(f"{op}: {name} of shape {t.shape} does not fit an input of shape {x.shape} "
+                             f"({channels} channels on axis 1)")
+        if t.device != x.device:
+            raise ValueError(f"{op}: {name} is on {t.device} but the input is on {x.device}")
+    if weight is None and bias is not None:
+        weight = ones((channels,), dtype=dtype_name(bias.dtype), device=x.device)
+    shape = (channels,) + (1,) * (x.ndim - 2)
+    if x.size == 0:  # nothing to normalise: the affine map of nothing
+        y = positive(x) if weight is None else x * reshape(weight, shape)
+        return y if bias is None else y + reshape(bias, shape)
+    inputs = (x,) if weight is None else (x, weight) if bias is None else (x, weight, bias)
+    return apply(ops.group_norm, *inputs, groups=int(num_groups), eps=float(eps))

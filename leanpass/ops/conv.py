@@ -152,3 +152,114 @@ def convolution(be, x, w, b=None, *, stride, padding, dilation, groups, needs=(T
         return gx, gw, (xp.sum(g, axis=(0, *spatial)) if need_b else None)
 
     return xp.reshape(out, (n, channels, *out_shape)), backward
+
+
+@op("conv_transpose", saves=(0, 1), saves_out=False, needs=True)
+def conv_transpose(be, x, w, b=None, *, stride, padding, output_padding, dilation, groups,
+                   needs=(True, True, True)):
+    """A transposed convolution layer in one node (``torch.nn.functional.conv_transpose1d``
+    / ``2d``): the adjoint of :func:`convolution` with respect to its input. ``x`` of
+    shape ``(N, C, *S)``, ``w`` of ``(C, out / groups, *kernel)`` (PyTorch's layout),
+    ``b`` of ``(out,)`` or absent; ``padding`` one ``(p, p)`` pair per axis,
+    ``output_padding`` one int per axis (added after the last entry of each axis).
+
+    The pixels are laid out outside and ``(sample, group, channel)`` inside, so that
+    every strided slice the kernel offsets need moves long contiguous runs (along an
+    image row they would be a few values each, where NumPy's loops cost far more than
+    the arithmetic):
+
+    - forward: the input as rows ``(groups, S * N, C / groups)`` (one copy); one product
+      per group and kernel offset with the weight, ``(groups, K, S * N, out / groups)``;
+      each offset's block added into the padded output ``(*padded, N, groups, out /
+      groups)`` through one strided slice (``_col2im``'s scatter); the bias added in
+      place. The output is that buffer's interior seen as ``(N, out, *O)``: a view
+      with the channels innermost in memory, as PyTorch's ``channels_last``;
+    - backward: the gradient copied into a zero-padded buffer of the same layout (cheap
+      when it has the output's layout, as the gradients of element-wise operations on
+      the output do), its patches gathered with one strided slice per offset,
+      ``(groups, S * N, K * out / groups)``; the input's gradient (a convolution of
+      the gradient, seen as ``(N, C, *S)`` in the patches' pixel-major layout) and the
+      weight's are one product each; the bias's is the gradient summed over samples
+      and pixels."""
+    xp = be.xp
+    kernel, dims = tuple(w.shape[2:]), x.ndim - 2
+    n, c = x.shape[:2]
+    size = tuple(x.shape[2:])
+    pixels, k = math.prod(size), math.prod(kernel)
+    per_in, per_out = c // groups, w.shape[1]
+    channels = per_out * groups
+    # the output padded on both sides, output_padding included: where the scatter adds
+    padded = tuple((m - 1) * s + d * (kk - 1) + 1 + extra
+                   for m, kk, s, d, extra in zip(size, kernel, stride, dilation, output_padding))
+    out_size = tuple(m - lo - hi for m, (lo, hi) in zip(padded, padding))
+    spatial = tuple(range(dims))
+    # rows[g, (s, n), i] = x[n, g * per_in + i, s]: one copy of the input
+    rows = xp.reshape(xp.permute_dims(xp.reshape(x, (n, groups, per_in, *size)), (1, *(a + 3 for a in spatial), 0, 2)),
+                      (groups, pixels * n, per_in))  # rows[g, (s, n), i] = x[n, g * per_in + i, s]: one copy
+    w4 = xp.reshape(w, (groups, per_in, per_out, k))
+    offsets = list(itertools.product(*(range(kk) for kk in kernel)))
+    windows = [window[2:] for window in _slices(kernel, stride, dilation, size)]  # the spatial slices
+    spread = (*(a + 1 for a in spatial), dims + 1, 0, dims + 2)  # (groups, *S, N, out/g) -> (*S, N, groups, out/g)
+    per_offset = xp.stack([w4[..., offset] for offset in range(k)])  # (K, groups, C / groups, out / groups)
+    out = None
+    for offset, window in enumerate(windows):  # each offset's block added while it is in the cache
+        block = xp.permute_dims(xp.reshape(rows @ per_offset[offset, ...], (groups, *size, n, per_out)), spread)
+        if out is None:
+            out = be.zeros((*padded, n, groups, per_out), block.dtype)
+        out[(*window, ...)] += block
+    inside = out[(*(slice(lo, lo + m) for m, (lo, _) in zip(out_size, padding)), ...)]  # (*O, N, groups, out/g)
+    if b is not None:  # in place where the dtypes agree: the buffer is this node's own
+        bias = xp.reshape(b, (groups, per_out))
+        if b.dtype == inside.dtype:
+            inside += bias
+        else:
+            inside = inside + bias
+    result = xp.reshape(xp.permute_dims(inside, (dims, dims + 1, dims + 2, *spatial)), (n, channels, *out_size))
+    need_x, need_w = needs[0], needs[1]
+    need_b = b is not None and needs[2]
+    if not need_w:
+        rows = None  # not kept alive by the backward
+    # the part of the padded output (output_padding cut off) that input pixels reach
+    reached = tuple(m - extra for m, extra in zip(padded, output_padding))
+    kept = tuple(min(m, r - lo) for m, r, (lo, _) in zip(out_size, reached, padding))
+    inner = tuple(slice(lo, lo + m) for m, (lo, _) in zip(kept, padding))
+    first, rest = size[0], pixels // size[0]  # bands of the first spatial axis: patches of about 2**18 values
+    band = max(1, min(first, (1 << 18) // max(1, rest * n * channels * k)))
+
+    def backward(g):
+        gx = gw = None
+        if need_x or need_w:
+            gp = xp.permute_dims(xp.reshape(g, (n, groups, per_out, *out_size)), (*(a + 3 for a in spatial), 0, 1, 2))
+            gp = gp[(*(slice(0, m) for m in kept), ...)]
+            buf = be.zeros((*reached, n, groups, per_out), g.dtype)
+            if n > 1 and math.prod(kept) * channels >= 4096:  # a transpose per sample: its source stays in cache
+                for i in range(n):
+                    buf[(*inner, i, ...)] = gp[(*(slice(None),) * dims, i, ...)]
+            else:
+                buf[(*inner, ...)] = gp
+        if need_x:
+            w6 = xp.reshape(xp.permute_dims(w4, (0, 3, 2, 1)), (groups, k * per_out, per_in))
+        parts = []
+        for start in range(0, first if need_x or need_w else 0, band):  # the patches of a band of input rows
+            stop = min(first, start + band)
+            here = (stop - start) * rest * n
+            patches = xp.stack([buf[(slice(o[0] * dilation[0] + stride[0] * start,
+                                           o[0] * dilation[0] + stride[0] * (stop - 1) + 1, stride[0]),
+                                     *window[1:], ...)] for o, window in zip(offsets, windows)], axis=dims + 2)
+            patches = xp.reshape(xp.permute_dims(xp.reshape(patches, (here, groups, k * per_out)), (1, 0, 2)),
+                                 (groups, here, k * per_out))  # (groups, rows, K * out/g): a view where groups == 1
+            if need_x:  # a convolution of the gradient: (groups, rows, C / groups)
+                parts.append(xp.reshape(patches @ w6, (groups, stop - start, *size[1:], n, per_in)))
+            if need_w:  # rows.T @ patches: (groups, C / groups, K * out / groups)
+                part = xp.matrix_transpose(rows[:, start * rest * n:stop * rest * n, :]) @ patches
+                gw = part if gw is None else gw + part
+        if need_x:  # (groups, *S, N, C / groups), seen as (N, C, *S) (a view where groups == 1)
+            gx = parts[0] if len(parts) == 1 else xp.concat(parts, axis=1)
+            gx = xp.reshape(xp.permute_dims(gx, (dims + 1, 0, dims + 2, *(a + 1 for a in spatial))), x.shape)
+        if need_w:
+            gw = xp.reshape(xp.permute_dims(xp.reshape(gw, (groups, per_in, k, per_out)), (0, 1, 3, 2)), w.shape)
+        if b is None:
+            return gx, gw
+        return gx, gw, (xp.sum(g, axis=(0, *(a + 2 for a in spatial))) if need_b else None)
+
+    return result, backward

@@ -81,15 +81,7 @@ def gelu(be, a):
     Each full-size temporary is fresh and changed in place (never the output of
     ``tanh``, which its own backward reads when this rule is replayed on Tensors)."""
     xp = be.xp
-    with be.quiet():  # a^3 overflows to inf for huge a, where tanh is 1 anyway
-        inner = a * a
-        inner *= _SQRT_2_OVER_PI * _GELU_K
-        inner += _SQRT_2_OVER_PI
-        inner *= a  # c (a + k a^3)
-    t = xp.tanh(inner)
-    out = t + 1.0
-    out *= 0.5
-    out *= a  # a last: 0.5 (1 + t) <= 1, so gelu(a) never overflows (a (1 + t) is inf for a > max / 2)
+    t, out = be.quietly(_gelu_tanh, xp, a)  # a^3 overflows to inf for huge a (tanh is 1), -inf * 0 is nan
 
     def backward(g):
         # d/da = 0.5 (1 + t) - u (1 + 3 k a^2) a, with u = 0.5 c (t^2 - 1): exactly 0 where tanh
@@ -112,6 +104,47 @@ def gelu(be, a):
     return out, backward
 
 
+def _gelu_tanh(xp, a):
+    """:func:`gelu`'s ``tanh(c (a + k a^3))`` and output."""
+    inner = a * a
+    inner *= _SQRT_2_OVER_PI * _GELU_K
+    inner += _SQRT_2_OVER_PI
+    inner *= a  # c (a + k a^3)
+    t = xp.tanh(inner)
+    out = t + 1.0
+    out *= 0.5
+    out *= a  # a last: 0.5 (1 + t) <= 1, so gelu(a) never overflows (a (1 + t) is inf for a > max / 2)
+    return t, out
+
+
+_SQRT_HALF = math.sqrt(0.5)
+_INV_SQRT_2PI = math.sqrt(0.5) * (2.0 / math.sqrt(math.pi)) * 0.5  # PyTorch's kBeta, to its last bit
+
+
+@op("gelu", saves=(0,), saves_out=False)
+def gelu_erf(be, a):
+    """GELU, the exact form (PyTorch's ``approximate="none"``): ``a * cdf`` with the
+    standard normal distribution function ``cdf = 0.5 (1 + erf(a / sqrt 2))`` (PyTorch's
+    expression, so the values agree with its to the last bits); the gradient is
+    ``cdf + a * pdf``, ``pdf = exp(-a^2 / 2) / sqrt(2 pi)``. The erf comes from the
+    backend's special functions (``be.special``; NotImplementedError where there are none).
+    Large ``|a|`` never overflows: ``a^2`` may be inf inside ``exp`` (pdf 0), never ``a`` times it."""
+    xp = be.xp
+    cdf = be.special.erf(a * _SQRT_HALF)
+    cdf = (cdf + 1.0) * 0.5
+    out = be.quietly(_times, a, cdf)  # -inf * 0: nan (as PyTorch's), without a warning
+
+    def backward(g):
+        pdf = _INV_SQRT_2PI * xp.exp(-0.5 * (a * a))
+        return (g * (cdf + a * pdf),)
+
+    return out, backward
+
+
+def _times(a, b):
+    return a * b
+
+
 def _top(xp, a, axis):
     """The largest value along ``axis`` (kept), subtracted before ``exp``; 0 along an
     empty axis, which has no values to shift (and no maximum)."""
@@ -126,8 +159,7 @@ def _softmax_rule(xp, inputs, out, g, axis):
 @op("softmax", saves=(), saves_out=True, rule=_softmax_rule)
 def softmax(be, a, axis):
     xp = be.xp
-    e = xp.exp(a - _top(xp, a, axis))
-    out = e / xp.sum(e, axis=axis, keepdims=True)
+    out = be.quietly(_softmax, xp, a, axis)  # inf - inf where a row holds inf: nan, without a warning
 
     def backward(g):  # _softmax_rule, written into its own temporary
         grad = g - xp.sum(g * out, axis=axis, keepdims=True)
@@ -137,6 +169,11 @@ def softmax(be, a, axis):
     return out, backward
 
 
+def _softmax(xp, a, axis):
+    e = xp.exp(a - _top(xp, a, axis))
+    return e / xp.sum(e, axis=axis, keepdims=True)
+
+
 def _log_softmax_rule(xp, inputs, out, g, axis):
     return (g - xp.exp(out) * xp.sum(g, axis=axis, keepdims=True),)
 
@@ -144,13 +181,17 @@ def _log_softmax_rule(xp, inputs, out, g, axis):
 @op("log_softmax", saves=(), saves_out=True, rule=_log_softmax_rule)
 def log_softmax(be, a, axis):
     xp = be.xp
-    z = a - _top(xp, a, axis)
-    out = z - xp.log(xp.sum(xp.exp(z), axis=axis, keepdims=True)) if a.shape[axis] else z
+    out = be.quietly(_log_softmax, xp, a, axis)  # inf - inf where a row holds inf: nan, without a warning
 
     def backward(g):
         return _log_softmax_rule(xp, (), out, g, axis)
 
     return out, backward
+
+
+def _log_softmax(xp, a, axis):
+    z = a - _top(xp, a, axis)
+    return z - xp.log(xp.sum(xp.exp(z), axis=axis, keepdims=True)) if a.shape[axis] else z
 
 
 @op("cross_entropy", saves=(1,), saves_out=False, needs=True)
