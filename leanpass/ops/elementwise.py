@@ -539,18 +539,20 @@ logical_not = unary("logical_not", lambda xp, x: xp.logical_not(x), method=("log
 bitwise_invert = unary("bitwise_invert", lambda xp, x: xp.bitwise_invert(x), symbol="~")
 
 
-def _max_share(xp, a, b, out, g):
-    """maximum/minimum: ``g`` to the operand taken, split equally at a tie, and to
-    both where the result is NaN (PyTorch's rule: neither is below the other).
-    With ``win``/``lose`` whether ``a``/``b`` equals the result, the share
-    ``1 - lose * (1 - win / 2)`` is 1, 0, 1/2 and 1 for (1, 0), (0, 1), (1, 1), (0, 0)."""
-    win = xp.astype(a == out, g.dtype)
-    lose = xp.astype(b == out, g.dtype)
-    return g * (1.0 - lose * (1.0 - 0.5 * win))
+def _share(xp, g, lose, a, b):
+    """``g`` to an operand of maximum/minimum unless it ``lose``s, halved at a tie, and
+    whole to both where one is NaN (neither is below the other): PyTorch's rule, from
+    the operands alone, as PyTorch saves them (the result may be changed in place
+    after the forward: ``m = maximum(x, 0); m *= 2``)."""
+    return g * (1.0 - xp.astype(lose, g.dtype) - 0.5 * xp.astype(a == b, g.dtype))
 
 
-def _max_share_b(xp, a, b, out, g):
-    return _max_share(xp, b, a, out, g)
+def _max_a(xp, a, b, out, g):
+    return _share(xp, g, a < b, a, b)
+
+
+def _max_b(xp, a, b, out, g):
+    return _share(xp, g, a > b, a, b)
 
 
 def _zero_where_zero(xp, den, rule):
@@ -604,8 +606,8 @@ def _minimum(xp, a, b):
     return xp.minimum(a, b)
 
 
-maximum = binary("maximum", _maximum, _max_share, _max_share_b, uses=("a", "b", "out"), method=("maximum",))
-minimum = binary("minimum", _minimum, _max_share, _max_share_b, uses=("a", "b", "out"), method=("minimum",))
+maximum = binary("maximum", _maximum, _max_a, _max_b, uses=("a", "b"), method=("maximum",))
+minimum = binary("minimum", _minimum, _max_b, _max_a, uses=("a", "b"), method=("minimum",))
 remainder = binary("remainder", lambda xp, a, b: xp.remainder(a, b),
                    lambda xp, a, b, out, g: g, lambda xp, a, b, out, g: -g * xp.floor_divide(a, b),
                    symbol="%")
