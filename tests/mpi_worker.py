@@ -244,7 +244,7 @@ def robustness():
     ddp_model(x).sum().backward()
     assert model.spare.grad is None or not model.spare.has_grad
     mean = sum(r + 1 for r in range(size)) / size
-    np.testing.assert_allclose(model.weight.grad.tolist(), [[mean], [mean]])
+    np.testing.assert_allclose(model.weight.grad.tolist(), [[mean, mean]])
     # a user hook that raises once: the next step still averages
     fail = [True]
 
@@ -260,13 +260,13 @@ def robustness():
         pass
     model.zero_grad()
     ddp_model(x).sum().backward()
-    np.testing.assert_allclose(model.weight.grad.tolist(), [[mean], [mean]])
+    np.testing.assert_allclose(model.weight.grad.tolist(), [[mean, mean]])
     handle.remove()
     # rank 0 alone: a backward of the module itself (no forward through the wrapper)
     if rank == 0:
         model.zero_grad()
         model(x).sum().backward()
-        np.testing.assert_allclose(model.weight.grad.tolist(), [[1.0], [1.0]])
+        np.testing.assert_allclose(model.weight.grad.tolist(), [[1.0, 1.0]])
     dist.barrier()
     # a dropped wrapper: its hooks do nothing
     del ddp_model
@@ -298,7 +298,7 @@ def mismatch():
     on every rank at construction, naming the parameter; nothing hangs."""
     rank = dist.get_rank()
     expect(ValueError, lambda: DDP(nn.Linear(2, 3 if rank == 0 else 4, device=DEVICES[0])),
-           "models differ", "parameter weight: shape (2, 3)", "parameter weight: shape (2, 4)")
+           "models differ", "parameter weight: shape (3, 2)", "parameter weight: shape (4, 2)")
     layers = [2, 4] + ([3] if rank else [])
     expect(ValueError, lambda: DDP(nn.MLP(layers, device=DEVICES[0])), "models differ", "nothing more")
     DDP(nn.Linear(2, 3, device=DEVICES[0]))  # the same model: fine
@@ -315,7 +315,7 @@ def evaluation():
         ddp_model(x)
     if rank == 0:
         model(x).sum().backward()
-        np.testing.assert_allclose(model.weight.grad.tolist(), [[1.0], [1.0]])
+        np.testing.assert_allclose(model.weight.grad.tolist(), [[1.0, 1.0]])
     dist.barrier()
 
 
@@ -332,7 +332,7 @@ def evaluation_between():
         ddp_model(x)
     loss.backward()
     mean = sum(r + 1 for r in range(size)) / size
-    np.testing.assert_allclose(model.weight.grad.tolist(), [[mean], [mean]])
+    np.testing.assert_allclose(model.weight.grad.tolist(), [[mean, mean]])
     t = lp.ones(3, device=DEVICES[0])
     if rank == 1 and DEVICES[0] == "cpu":
         t = lp.from_dlpack(np.ones(3))
@@ -357,7 +357,7 @@ def copies():
     x = lp.ones((1, 2), device=DEVICES[0], dtype="float64") * (rank + 1)
     twin(x).sum().backward()
     mean = sum(r + 1 for r in range(size)) / size
-    np.testing.assert_allclose(twin.module.weight.grad.tolist(), [[mean], [mean]])
+    np.testing.assert_allclose(twin.module.weight.grad.tolist(), [[mean, mean]])
     assert not ddp_model.module.weight.has_grad
     # a copy made between a forward and its backward, or inside no_sync, starts unarmed
     ddp_model(x)
