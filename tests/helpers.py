@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 
 import numpy as np
 import pytest
@@ -47,6 +48,23 @@ def other_device(device: str, prefer: str = "strict:1") -> str:
 
 
 # ---- comparisons with PyTorch (the layers' tests) ----------------------------------------
+
+
+def skip_below(module: str, minimum: tuple, why: str):
+    """Import ``module``, or skip the test that needs it at version ``minimum`` or newer
+    (``why``: what older versions do instead)."""
+    found = pytest.importorskip(module)
+    version = tuple(int(part) for part in re.findall(r"\d+", found.__version__)[:2])
+    if version < minimum:
+        pytest.skip(f"needs {module} {'.'.join(map(str, minimum))} or newer, found {found.__version__}: {why}")
+    return found
+
+
+# Measured: SciPy 1.17.1 and 1.18.1 with scikit-learn 1.9.1 pass; SciPy 1.15.3 with scikit-learn 1.7.2
+# (the newest on Python 3.10) do not.
+SCIPY_DISPATCH = ((1, 17), "its array API dispatch changes the input in place (logsumexp) and does not reach "
+                           "lp.special, so it computes through NumPy, which a tensor in a graph refuses")
+SKLEARN_DISPATCH = ((1, 9), "its array API dispatch calls NumPy's ufuncs (np.isnan) on the tensor")
 
 
 def torch_or_skip():

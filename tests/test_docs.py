@@ -34,8 +34,8 @@ Conventions for the ```python blocks of docs/**/*.md, which these tests keep:
 - A page whose code sets `SCIPY_ARRAY_API` runs in a fresh Python process (with
   the same checks): SciPy reads the variable once, when it is imported, so the
   page must run before anything imports SciPy, and its setting must not reach
-  the other tests. It is skipped with a SciPy older than 1.14 (SciPy's array API
-  support, which scikit-learn's needs).
+  the other tests. It is skipped with a SciPy older than 1.17 (older ones compute
+  through NumPy, which a tensor in a graph refuses).
 - Every page is linked from docs/index.md, and every page outside docs/seeds/
   from README.md's "## Documentation" section. Links between pages must reach a
   page and, with an #anchor, one of its headings; a page of PLANNED_PAGES may be
@@ -56,6 +56,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from helpers import SCIPY_DISPATCH
 
 from leanpass import backends
 from leanpass._graph import modes
@@ -242,8 +243,8 @@ def skip_without_requirements(page: str) -> None:
     if fresh_interpreter(page):
         import scipy
 
-        if tuple(int(part) for part in re.findall(r"\d+", scipy.__version__)[:2]) < (1, 14):
-            pytest.skip(f"docs/{page} needs SciPy 1.14 or newer for SCIPY_ARRAY_API, found {scipy.__version__}")
+        if tuple(int(part) for part in re.findall(r"\d+", scipy.__version__)[:2]) < SCIPY_DISPATCH[0]:
+            pytest.skip(f"docs/{page} needs SciPy 1.17 or newer, found {scipy.__version__}: {SCIPY_DISPATCH[1]}")
     if re.search(r"""["']strict""", code):
         pytest.importorskip("array_api_strict", reason=f"docs/{page} uses the strict devices (array-api-strict)")
 

@@ -12,7 +12,7 @@ import sys
 import array_api_compat
 import numpy as np
 import pytest
-from helpers import other_device
+from helpers import SCIPY_DISPATCH, other_device, skip_below
 
 import leanpass as lp
 from leanpass import Tensor
@@ -114,7 +114,7 @@ def test_scipy_array_api_dispatch_on_a_tensor_in_a_graph_keeps_the_term_or_raise
     has (``xp.special.erf``: lp.special's) is called on the tensor itself, so the term keeps
     its gradient; any other is computed through NumPy and wrapped back with xp.asarray: the
     path that dropped the term, which must raise naming detach()."""
-    pytest.importorskip("scipy.special")
+    skip_below("scipy", *SCIPY_DISPATCH)
     code = (
         "import numpy as np, leanpass as lp, scipy.special as sp\n"
         "x = lp.Tensor([0.3, -0.5, 1.2], requires_grad=True)\n"

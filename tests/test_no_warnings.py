@@ -19,6 +19,7 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers import SCIPY_DISPATCH, SKLEARN_DISPATCH, skip_below
 
 import leanpass as lp
 from leanpass.backends import get_backend
@@ -202,7 +203,8 @@ def test_standard_scaler_on_a_tensor_with_a_constant_column_warns_nothing():
     (a constant column: a variance of 0, divided and handled by sklearn); under ``-W
     error`` that used to fail with NumPy's 'invalid value encountered in divide'. In a
     fresh process: SciPy (which scikit-learn imports) reads SCIPY_ARRAY_API once."""
-    pytest.importorskip("sklearn")
+    skip_below("sklearn", *SKLEARN_DISPATCH)
+    skip_below("scipy", *SCIPY_DISPATCH)
     env = {**os.environ, "SCIPY_ARRAY_API": "1"}
     done = subprocess.run([sys.executable, "-W", "error", "-c", _SCALER], env=env, capture_output=True,
                           text=True, timeout=300)
