@@ -261,3 +261,21 @@ def test_exact_gelu_on_a_device_without_erf_names_the_way_out(device):
         with pytest.raises(NotImplementedError, match=message):
             fn(x if not isinstance(fn, lp.nn.MLP) else x.reshape(1, 2))
     assert lp.nn.GELU(approximate="tanh")(x).shape == (2,)  # the way out works
+
+
+def test_sinc_second_derivative_at_and_near_zero(device):
+    """sinc''(0) = -pi**2/3: the rule's Taylor series near 0 is differentiable again
+    (a constant 0 there gave 0; PyTorch's rule gives nan). Near 0, on both sides of the
+    series' threshold, the first and second derivatives are the closed form's."""
+    x = lp.asarray([0.0, 4e-4, -9e-4, 1.1e-3, 0.5], device=device)
+    x = lp.Tensor(x, requires_grad=True)
+    (g,) = lp.autograd.grad(lp.special.sinc(x).sum(), x, create_graph=True)
+    (h,) = lp.autograd.grad(g.sum(), x)
+    v = x.numpy()
+    px = np.pi * v
+    with np.errstate(all="ignore"):
+        first = np.where(v == 0, 0.0, (px * np.cos(px) - np.sin(px)) / (np.pi * v * v))
+        second = np.where(v == 0, -np.pi**2 / 3,
+                          (-(px**2) * np.sin(px) - 2 * px * np.cos(px) + 2 * np.sin(px)) / (np.pi * v**3))
+    np.testing.assert_allclose(g.numpy(), first, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(h.numpy(), second, rtol=1e-5, atol=1e-9)

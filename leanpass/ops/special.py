@@ -211,13 +211,19 @@ def logit(be, a, eps):
     return out, backward
 
 
+_SINC_SMALL = 1e-3  # below it the slope is its Taylor series: exact to ~1e-13, and smooth through 0
+
+
 def _sinc_rule(xp, special, x, out, g):
-    """PyTorch's ``(pi x cos(pi x) - sin(pi x)) / (pi x**2)``, and 0 at 0."""
-    zero = x == 0
-    safe = xp.where(zero, xp.ones_like(x), x)
+    """PyTorch's ``(pi x cos(pi x) - sin(pi x)) / (pi x**2)``, and 0 at 0; near 0 its
+    Taylor series ``x (-pi**2/3 + pi**4/30 x**2)``, so that differentiated again it gives
+    the second derivative there, -pi**2/3 (a constant 0 would give 0; PyTorch's gives nan)."""
+    small = xp.abs(x) < _SINC_SMALL
+    safe = xp.where(small, xp.ones_like(x), x)
     px = math.pi * safe
     slope = (px * xp.cos(px) - xp.sin(px)) / (px * safe)
-    return g * xp.where(zero, xp.zeros_like(slope), slope)
+    series = x * (-(math.pi**2) / 3.0 + (math.pi**4 / 30.0) * (x * x))
+    return g * xp.where(small, series, slope)
 
 
 def _sinc(be, a):
