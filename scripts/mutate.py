@@ -424,8 +424,8 @@ MUTANTS = [
            "            gx -= centered * (m2 * inv_std * inv_std)\n", "", ("tests/test_groupnorm_upsample.py",),
            "the input's gradient through the group's variance"),
     Mutant("reflect-pad-repeats-the-edge", "leanpass/nn/padding.py",
-           "        return np.where(j > n - 1, 2 * (n - 1) - j, j)",
-           "        return np.where(j > n - 1, 2 * n - 1 - j, j)", ("tests/test_groupnorm_upsample.py",),
+           "        return xp.where(j > n - 1, 2 * (n - 1) - j, j)",
+           "        return xp.where(j > n - 1, 2 * n - 1 - j, j)", ("tests/test_groupnorm_upsample.py",),
            "reflect mirrors about the edge value (symmetric padding repeats it)"),
     # ---- recurrent layers and transposed convolutions ---------------------------------------------
     Mutant("lstm-forget-gate-derivative-sign", "leanpass/ops/rnn.py", "(dc * c_prev) * (f - f * f)",

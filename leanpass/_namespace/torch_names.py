@@ -16,8 +16,6 @@ import math
 import operator
 from typing import NamedTuple
 
-import numpy as np
-
 from .._checks import broadcast_shapes, is_bool, normalize_axis
 from .._dtypes import as_dtype, iinfo, promote
 from .._indexing import setitem
@@ -73,11 +71,11 @@ def _draw(kind, shape, name):
     real = {"complex64": "float32", "complex128": "float64"}.get(name, name)
     full = shape + (2,) if real != name else shape
     if kind == "uniform":
-        host = rng.random(full, dtype=np.dtype(real))
+        host = rng.random(full, dtype=real)
     else:
-        host = rng.standard_normal(full, dtype=np.dtype(real))
+        host = rng.standard_normal(full, dtype=real)
         if real != name:
-            host *= np.asarray(math.sqrt(0.5), dtype=real)
+            host *= host.dtype.type(math.sqrt(0.5))
     if real != name:
         host = host.view(name)[..., 0]
     return host
@@ -142,9 +140,9 @@ def randint(low=0, high=None, size=None, *, dtype=None, device=None, requires_gr
         if low < info.min or high - 1 > info.max:
             raise ValueError(f"randint: [low, high) = [{low}, {high}) does not fit dtype {name} "
                              f"([{info.min}, {info.max}])")
-        host = host_rng().integers(low, high, size=shape, dtype=np.dtype(name))
+        host = host_rng().integers(low, high, size=shape, dtype=name)
     else:
-        host = host_rng().integers(low, high, size=shape, dtype=np.int64 if high <= 2**63 else np.uint64)
+        host = host_rng().integers(low, high, size=shape, dtype="int64" if high <= 2**63 else "uint64")
         host = host.astype(name)
     return _made(host, name, device, requires_grad, "randint")
 
@@ -177,7 +175,7 @@ def _fill_with(self, kind, a, b, op):
     if not name.startswith("float"):
         raise TypeError(f"{op}: needs a real floating-point tensor, got dtype {name}")
     host = _draw(kind, self.shape, name)
-    host = host * np.asarray(b, dtype=name) + np.asarray(a, dtype=name)  # in the tensor's dtype
+    host = host * host.dtype.type(b) + host.dtype.type(a)  # in the tensor's dtype
     backend = self._backend
     values = leaf(backend.from_host(host, name, op), backend)
     with backend.context():  # as t[...] = v: on the tensor's GPU where there are several

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import numbers
 
-import numpy as np
-
 from .._namespace import arange, asarray, concat, expand_dims, full, take
 from ..backends import get_backend
 from ..tensor import Tensor
@@ -89,8 +87,10 @@ def _constant(x: Tensor, pads: list, value) -> Tensor:
     return x
 
 
-def _indices(mode: str, n: int, left: int, right: int, axis: int) -> np.ndarray:
-    """The input positions along an axis of size ``n`` that the padded axis takes."""
+def _indices(mode: str, n: int, left: int, right: int, axis: int):
+    """The input positions along an axis of size ``n`` that the padded axis takes: a
+    host array (the cpu backend's namespace), moved to the input's device by the caller."""
+    xp = get_backend("cpu").xp
     out = n + left + right
     if out < 0:
         raise ValueError(f"pad: {mode} padding ({left}, {right}) of axis {axis} of size {n} leaves {out} values")
@@ -99,16 +99,16 @@ def _indices(mode: str, n: int, left: int, right: int, axis: int) -> np.ndarray:
         if left > size or right > size:  # PyTorch's check is against n: beyond size its copies overlap
             raise ValueError(f"pad: circular padding ({left}, {right}) of axis {axis} of size {n} wraps around "
                              f"more than once (at most {size} values remain to wrap)")
-        return start + np.arange(-max(left, 0), size + max(right, 0)) % max(size, 1)
+        return start + xp.arange(-max(left, 0), size + max(right, 0), dtype=xp.int64) % max(size, 1)
     if mode == "reflect" and (left >= n or right >= n):
         raise ValueError(f"pad: reflect padding ({left}, {right}) of axis {axis} must be less than its size {n}")
     if n < 1 < out + 1:
         raise ValueError(f"pad: {mode} padding ({left}, {right}) of an empty axis {axis}")
-    j = np.arange(-left, n + right)
+    j = xp.arange(-left, n + right, dtype=xp.int64)
     if mode == "reflect":
-        j = np.abs(j)
-        return np.where(j > n - 1, 2 * (n - 1) - j, j)
-    return np.clip(j, 0, n - 1)  # replicate
+        j = xp.abs(j)
+        return xp.where(j > n - 1, 2 * (n - 1) - j, j)
+    return xp.clip(j, 0, n - 1)  # replicate
 
 
 def pad(input: Tensor, pad, mode: str = "constant", value=None) -> Tensor:  # noqa: A002 - PyTorch's names

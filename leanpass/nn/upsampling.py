@@ -15,10 +15,9 @@ from __future__ import annotations
 import math
 import numbers
 
-import numpy as np
-
 from .._namespace import asarray, take
 from .._namespace._util import floating
+from ..backends import get_backend
 from ..tensor import Tensor
 from .layers import _check_input
 from .module import Module
@@ -41,7 +40,18 @@ def _spatial(value, dim: int, what: str, op: str, kind) -> list:
     return [int(v) if kind is numbers.Integral else float(v) for v in values]
 
 
-def _nearest_index(n: int, out: int, scale, dtype, dim: int) -> np.ndarray:
+# The index and weight tables are a few numbers per output position, computed on the
+# host (the cpu backend's namespace) in PyTorch's precision and moved to the input's device.
+def _host():
+    return get_backend("cpu").xp
+
+
+def _number(xp, value, dtype):
+    """``value`` as a 0-d array of ``dtype``: a number rounded as PyTorch's kernels round it."""
+    return xp.asarray(value, dtype=dtype)
+
+
+def _nearest_index(n: int, out: int, scale, dtype, dim: int):
     """PyTorch's nearest-neighbour indices, ``min(floor(s * i), n - 1)`` with ``s = 1 /
     scale_factor`` when one is used, else ``n / out``, as its CPU kernels compute
     them: for 2-D inputs (``nearest_idx``) in float32, with ``out == n`` the identity
@@ -49,37 +59,40 @@ def _nearest_index(n: int, out: int, scale, dtype, dim: int) -> np.ndarray:
     product in the input's float dtype, the floor in float32, no shortcuts.
     (PyTorch's 1-D backward uses the 2-D rule, so where the two differ -- ``n = 5``,
     ``scale_factor=1.128`` -- its gradient is not its forward's; LeanPass's is.)"""
-    i = np.arange(out)
+    xp = _host()
+    f32 = xp.float32
+    i = xp.arange(out, dtype=xp.int64)
     if dim == 1:
-        s = dtype.type(1.0 / scale) if scale else dtype.type(n) / dtype.type(out)
-        real = (s * i.astype(dtype)).astype(np.float32)
+        s = _number(xp, 1.0 / scale, dtype) if scale else _number(xp, n, dtype) / _number(xp, out, dtype)
+        real = xp.astype(s * xp.astype(i, dtype), f32)
     else:
         if out == n:
             return i
         if out == 2 * n:
-            return i >> 1
-        s = np.float32(1.0 / scale) if scale else np.float32(n) / np.float32(out)
-        real = i.astype(np.float32) * s
-    return np.minimum(np.floor(real).astype(np.int64), n - 1)
+            return i // 2
+        s = _number(xp, 1.0 / scale, f32) if scale else _number(xp, n, f32) / _number(xp, out, f32)
+        real = xp.astype(i, f32) * s
+    return xp.minimum(xp.astype(xp.floor(real), xp.int64), n - 1)
 
 
 def _linear_weights(n: int, out: int, scale, align_corners: bool, dtype):
     """PyTorch's ``compute_source_index_and_lambda`` in ``dtype`` (its opmath type):
     ``(i0, i1, l0, l1)``, the output at ``j`` being ``l0 * x[i0] + l1 * x[i1]``."""
-    j = np.arange(out)
+    xp = _host()
+    j = xp.arange(out, dtype=xp.int64)
     if out == n:
-        return j, j, np.ones(out, dtype), np.zeros(out, dtype)
-    one, half = dtype.type(1), dtype.type(0.5)
+        return j, j, xp.ones(out, dtype=dtype), xp.zeros(out, dtype=dtype)
+    one, half, zero = (_number(xp, v, dtype) for v in (1, 0.5, 0))
     if align_corners:
-        ratio = dtype.type(n - 1) / dtype.type(out - 1) if out > 1 else dtype.type(0)
-        real = ratio * j.astype(dtype)
+        ratio = _number(xp, n - 1, dtype) / _number(xp, out - 1, dtype) if out > 1 else zero
+        real = ratio * xp.astype(j, dtype)
     else:
-        ratio = dtype.type(1.0 / scale) if scale else dtype.type(n) / dtype.type(out)
-        real = np.maximum(ratio * (j.astype(dtype) + half) - half, dtype.type(0))
-    i0 = np.minimum(np.floor(real).astype(np.int64), n - 1)
-    l1 = np.clip(real - i0.astype(dtype), dtype.type(0), one).astype(dtype)
-    i1 = i0 + (i0 < n - 1)
-    return i0, i1, (one - l1).astype(dtype), l1
+        ratio = _number(xp, 1.0 / scale, dtype) if scale else _number(xp, n, dtype) / _number(xp, out, dtype)
+        real = xp.maximum(ratio * (xp.astype(j, dtype) + half) - half, zero)
+    i0 = xp.minimum(xp.astype(xp.floor(real), xp.int64), n - 1)
+    l1 = xp.astype(xp.clip(real - xp.astype(i0, dtype), zero, one), dtype)
+    i1 = i0 + xp.astype(i0 < n - 1, xp.int64)
+    return i0, i1, xp.astype(one - l1, dtype), l1
 
 
 def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "nearest",  # noqa: A002 - PyTorch's
@@ -135,8 +148,9 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
     x = floating(input) if linear else input
     if linear and x.dtype.kind != "f":
         raise TypeError(f"{op}: mode {mode!r} needs real floating input, got dtype {x.dtype}")
-    dtype = np.dtype(str(x.dtype)) if linear else None
-    index_dtype = np.dtype(str(x.dtype)) if x.dtype.kind == "f" else np.dtype(np.float32)
+    host = _host()
+    dtype = getattr(host, str(x.dtype)) if linear else None
+    index_dtype = getattr(host, str(x.dtype)) if x.dtype.kind == "f" else host.float32
     for k in range(dim - 1, -1, -1):  # the last axis first, as PyTorch's kernels mix the neighbours
         axis = 2 + k
         n, out, scale = in_sizes[k], out_sizes[k], scales[k]
@@ -147,8 +161,8 @@ def interpolate(input: Tensor, size=None, scale_factor=None, mode: str = "neares
         i0, i1, l0, l1 = _linear_weights(n, out, scale, align_corners, dtype)
         if out == n:
             continue
-        w0 = asarray(l0.reshape((out,) + tail), device=x.device)
-        w1 = asarray(l1.reshape((out,) + tail), device=x.device)
+        w0 = asarray(host.reshape(l0, (out,) + tail), device=x.device)
+        w1 = asarray(host.reshape(l1, (out,) + tail), device=x.device)
         near, far = (take(x, asarray(i, device=x.device), axis=axis) for i in (i0, i1))
         x = near * w0 + far * w1
     return x if x is not input else x * 1 if x.requires_grad else asarray(x, copy=True)
