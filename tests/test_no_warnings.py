@@ -212,3 +212,35 @@ def test_standard_scaler_on_a_tensor_with_a_constant_column_warns_nothing():
     if done.stdout.startswith("no array API dispatch"):
         pytest.skip(f"scikit-learn's array API dispatch is not available: {done.stdout.strip()}")
     assert done.stdout.split() == ["ok"]
+
+
+def test_quiet_calls_leave_the_callers_error_state_and_work_nested_and_on_threads():
+    """``Backend.quietly`` runs a call in a per-thread context in which NumPy ignores
+    floating-point errors: the caller's own ``np.errstate`` is untouched (an overflow
+    outside still raises under ``errstate(over="raise")``), a quiet call inside a quiet
+    call works, and threads each get their own context (a context entered by two
+    threads at once would raise)."""
+    import threading
+
+    quietly = get_backend("cpu").quietly
+    big = np.array([1e300])
+    with np.errstate(over="raise"):
+        assert np.isinf(quietly(np.multiply, big, big)).all()
+        assert np.isinf(quietly(lambda a: quietly(np.multiply, a, a), big)).all()  # nested
+        with pytest.raises(FloatingPointError):
+            np.multiply(big, big)
+    results, errors = [], []
+
+    def work():
+        try:
+            for _ in range(2000):
+                results.append(bool(np.isinf(quietly(np.multiply, big, big)).all()))
+        except Exception as exc:  # pragma: no cover - the failure reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(results) == 8000 and all(results)

@@ -11,6 +11,7 @@ speak NumPy directly.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import math
 import threading
@@ -295,11 +296,54 @@ def broadcast_write_error(device: str, library: str, shape, axis: int) -> ValueE
 
 
 @np.errstate(all="ignore")
-def _quietly(fn, *args):
-    """``fn(*args)`` with NumPy's floating-point warnings silent (IEEE results: inf, nan):
-    what :meth:`Backend.quiet` does, for one call, at half its cost (NumPy's decorator
-    form of ``errstate`` skips making a context-manager object)."""
+def _quietly_errstate(fn, *args):
+    """``fn(*args)`` under ``np.errstate(all="ignore")``: :func:`_quietly` where NumPy
+    keeps its floating-point error state outside ``contextvars`` (NumPy 1.x)."""
     return fn(*args)
+
+
+_QUIET = contextvars.ContextVar("leanpass_quiet", default=False)  # True inside a quiet context
+
+
+def _quiet_context():
+    """A fresh ``contextvars.Context`` in which NumPy ignores floating-point errors:
+    NumPy 2 keeps its error state (what ``np.errstate`` sets) in a context variable,
+    so ``np.seterr`` run inside the context changes it there only. None where NumPy
+    keeps it elsewhere (1.x, where ``seterr`` changed this thread's state: undone)."""
+    before = np.geterr()
+    context = contextvars.Context()
+    context.run(np.seterr, all="ignore")
+    if np.geterr() != before:
+        np.seterr(**before)
+        return None
+    context.run(_QUIET.set, True)
+    return context
+
+
+class _QuietContexts(threading.local):
+    """One quiet context per thread: a context cannot be entered by two threads at once."""
+
+    def __init__(self):
+        self.context = _quiet_context()
+
+
+_contexts = _QuietContexts()
+
+
+def _quietly(fn, *args):
+    """``fn(*args)`` with NumPy's floating-point warnings silent (IEEE results: inf, nan),
+    as under :meth:`Backend.quiet`, for one call: run in this thread's quiet context
+    (about 0.1 µs, against 0.7 µs for ``np.errstate``'s decorator, which builds its
+    state anew at every call). Called within a quiet context (a nested call), it just
+    calls ``fn``."""
+    if _QUIET.get():
+        return fn(*args)
+    context = _contexts.context
+    if context is None:
+        return _quietly_errstate(fn, *args)
+    if len(args) == 2:  # the binary operators: Context.run handed *args costs a fifth of a small op more
+        return context.run(fn, args[0], args[1])
+    return context.run(fn, *args)
 
 
 class Backend:
