@@ -17,6 +17,7 @@ from ._dtypes import DTYPES, as_dtype, dtype_name
 from ._graph.above import above
 from ._graph.modes import _state as _grad_state
 from ._graph.modes import sequence as _sequence
+from ._graph.node import Node
 from ._graph.versions import version_of
 from .backends import backend_of_array, get_backend, get_default_dtype, host_array, transfer
 from .ops import Op
@@ -36,17 +37,16 @@ def fill_leaf(t, data, backend, requires_grad, name, grad=None) -> None:
     t._backend = backend
     t._grad = grad
     t._read_zeros = False
-    t._prev = ()
-    t._backward = None
-    t._op = "leaf"
-    t._retain = False
+    t._node = None
     t._vc = None
     t._rg = bool(requires_grad)
     t.name = name
 
 
 def make(data, backend, op, prev, backward, requires_grad, replay=None):
-    """Wrap an operation's output array as a Tensor linked into the graph.
+    """Wrap an operation's output array as a Tensor linked into the graph: with a new
+    :class:`Node` whose parents are the edges of the input Tensors ``prev``, where the
+    result requires grad (and grad mode is on); outside any graph otherwise.
 
     ``replay`` says how to run the operation again on the Tensors ``prev`` with a
     :class:`leanpass.autograd.GraphBackend`, so that its backward builds a graph
@@ -61,20 +61,46 @@ def make(data, backend, op, prev, backward, requires_grad, replay=None):
     t._data = data
     t._backend = backend
     t._grad = None
-    t._op = op
-    t._retain = False
     t._vc = None
     t.name = None
     if requires_grad and _grad_state.enabled:
         t._rg = True
-        t._prev = prev
-        t._backward = backward
-        t._replay = replay
-        t._seq = next(_sequence)
+        t._node = node = _new(Node)
+        node._op = op
+        if len(prev) == 1:  # the edges of the inputs (written out: this runs for every operation)
+            a = prev[0]
+            node._prev = (a if a._node is None else a._node,)
+        elif len(prev) == 2:
+            a, b = prev
+            node._prev = (a if a._node is None else a._node, b if b._node is None else b._node)
+        else:
+            node._prev = tuple([p if p._node is None else p._node for p in prev])
+        node._backward = backward
+        node._replay = replay
+        node._seq = next(_sequence)
+        node._data = data
+        node._backend = backend
+        node._vc = None
+        node._tensor = None
     else:
         t._rg = False
-        t._prev = ()
-        t._backward = None
+        t._node = None
+    return t
+
+
+def as_graph_tensor(node):
+    """A Tensor whose value and graph are ``node``'s (a parent of a node, or the node
+    itself, that a ``create_graph`` backward computes with); a Tensor edge is itself."""
+    if type(node) is not Node:
+        return node
+    t = _new(above.tensor)
+    t._data = node._data
+    t._backend = node._backend
+    t._grad = None
+    t._vc = node._vc
+    t.name = None
+    t._rg = True
+    t._node = node
     return t
 
 
@@ -89,7 +115,9 @@ above.leaf = leaf  # the graph core wraps gradients handed to hooks and returned
 def share_version(out, source):
     """``out`` and ``source`` count in-place changes together (they share memory,
     or come from one node)."""
-    out._vc = version_of(source)
+    vc = out._vc = version_of(source)
+    if out._node is not None:
+        out._node._vc = vc
     return out
 
 
@@ -102,6 +130,8 @@ def mark_view(out, base, key=None, remake=None):
     in ``no_grad`` mode is not made anew: it stays outside the graph (PyTorch refuses
     to use one after such a change)."""
     vc = out._vc = version_of(base)
+    if out._node is not None:
+        out._node._vc = vc
     out._base = (base, key, remake)
     if _grad_state.enabled:
         vc.add_view(out)
@@ -369,7 +399,7 @@ def _check_gradients(name, grads, shapes, tensors=False, backend=None, real=None
 # ---- in-place changes ----------------------------------------------------------------------
 
 
-def inplace(t, op: Op, others, *params, name: str | None = None, write=None, _outer=True, _olds=None):
+def inplace(t, op: Op, others, *params, name: str | None = None, write=None, _outer=True):
     """Change ``t`` itself to ``op(t, *others, *params)``.
 
     Without a graph to record (grad mode off, or nothing requires grad) the new
@@ -419,7 +449,7 @@ def inplace(t, op: Op, others, *params, name: str | None = None, write=None, _ou
                 ) from None
         version_of(t).bump()
         return t
-    if t._rg and not t._prev:
+    if t._rg and t._node is None:
         raise RuntimeError(
             f"{label}: a leaf tensor that requires grad ({t!r}) cannot be changed in place while grad "
             "mode is on; wrap the change in `with leanpass.no_grad():` (as for an optimizer step), or "
@@ -432,10 +462,6 @@ def inplace(t, op: Op, others, *params, name: str | None = None, write=None, _ou
     vc = version_of(t)
     if _outer:
         _check_remakes(vc, t, bases, label)
-        # An operand that is one of t's bases (``v = h[:]; v += h``) changes below too: it
-        # enters the graph as its state before the change, the node its own change
-        # makes (a live h would be an input of the node that h itself becomes: a loop).
-        _olds = {id(b): _snapshot(b) for b, _, _ in bases if any(o is b for o in others)}
     current = t._data
     source = backend.copy(current) if op.saved(0) else current
     # An operand that is t, or a view of it, would change under the op's saved array.
@@ -444,22 +470,20 @@ def inplace(t, op: Op, others, *params, name: str | None = None, write=None, _ou
         arrays = [backend.copy(a) if alias and op.saved(i + 1) else a
                   for i, (a, alias) in enumerate(zip(arrays, aliases))]
     out, backward = _inplace_forward(label, t, op, source, arrays, params, others)
-    old = _olds.pop(id(t), None) if _olds else None
-    if old is None:
-        old = _snapshot(t)
-    # The old state keeps the shared counter only where its backward reads its output
-    # (then that backward must raise); otherwise it is just the value t had.
-    old._vc = vc if getattr(old._op, "saves_out", False) else None
-    if source is not current:  # the op read a copy of t's old values: the old state holds them (replays read them)
-        old._data = source
+    old = _state(t)
+    if source is not current:  # the op read a copy of t's old values: the old state holds them (the nodes
+        old._data = source  # made before the change, and replays, read them there)
     replay = _inplace_replay(op, others, params)
     if out is not current:
         _write(t, out)
     if _outer:  # one change of the memory: its bases (below) share the counter, counted once
         vc.bump()
-    tensors = tuple((old if o is t else _olds.get(id(o), o) if _olds else o)
+    # the edges of the operands as they are now, before the change: an operand that is one
+    # of t's bases (``v = h[:]; v += h``) enters as the node it has now, not the one its
+    # own change below gives it
+    tensors = tuple(old if o is t else o if o._node is None else o._node
                     for o in others if isinstance(o, above.tensor))
-    keep = (0, *(i + 1 for i, o in enumerate(others) if isinstance(o, above.tensor)))  # op inputs in t._prev
+    keep = (0, *(i + 1 for i, o in enumerate(others) if isinstance(o, above.tensor)))  # op inputs: the node's parents
     if len(tensors) != len(others):
         inner = backward
 
@@ -476,43 +500,46 @@ def inplace(t, op: Op, others, *params, name: str | None = None, write=None, _ou
     if saves != op.saves or (op.saves_out and out is not current):
         op = Op(op, op.fn, saves=saves, saves_out=op.saves_out and out is current, fresh=op.fresh,
                 needs=op.needs, differentiable=op.differentiable, doc=op.__doc__)
-    t._prev = (old, *tensors)
-    t._backward = backward
-    t._replay = replay
-    t._op = op
+    node = _new(Node)  # t's new node: the nodes made before keep the old one, ``old``
+    node._op = op
+    node._prev = (old, *tensors)
+    node._backward = backward
+    node._replay = replay
+    node._seq = next(_sequence)
+    node._data = t._data
+    node._backend = backend
+    node._vc = vc
+    node._tensor = _take_owner(t)
+    t._node = node
     t._rg = True
-    t._seq = next(_sequence)
-    t._older = old
     if bases:  # t is a slice of another tensor: that changed too (and, in this call, what it is a slice of)
         base, _key, remake = bases[0]
         set_key, set_shape = remake[1][1], remake[1][2]
         value = t if set_shape is None else run1(ops.reshape, t, tuple(set_shape))
-        inplace(base, ops.setitem, [value], "basic", set_key, name=label, _outer=False, _olds=_olds)
+        inplace(base, ops.setitem, [value], "basic", set_key, name=label, _outer=False)
     if _outer:
         _remake_views(vc, (t, *(b for b, _, _ in bases)))
     return t
 
 
-def _snapshot(t):
-    """A new tensor holding ``t``'s current node (its value and how it was made)."""
-    old = _new(above.tensor)
-    old._data = t._data
-    old._backend = t._backend
-    old._grad = None
-    old._op = t._op
-    old._retain = False
-    old.name = t.name
-    old._rg = t._rg
-    old._prev = t._prev
-    old._backward = t._backward
-    old._replay = getattr(t, "_replay", None)
-    old._vc = None
-    if t._prev:
-        old._seq = t._seq
-    older = getattr(t, "_older", None)
-    if older is not None:
-        old._older = older
-    return old
+def _state(t):
+    """The edge of ``t``'s value now, which stays that value's when ``t`` changes in place:
+    its node, or for a tensor outside the graph a new one outside it holding its array."""
+    if t._node is not None:
+        return t._node
+    return leaf(t._data, t._backend)
+
+
+def _take_owner(t):
+    """The weak reference by which ``t``'s node finds ``t`` (for its hooks and
+    ``retain_grad``), taken from the node for the one ``t`` gets now: the hooks and the
+    retained gradient are the tensor's, for its value of the moment (None: none)."""
+    node = t._node
+    if node is None:
+        return None
+    owner = node._tensor
+    node._tensor = None
+    return owner
 
 
 def _check_remakes(vc, t, bases, label):
@@ -540,11 +567,10 @@ def _remake_views(vc, changed):
             continue
         base, _key, remake = view._base
         fresh = run1(remake[0], base, *remake[1])
-        view._older = _snapshot(view)
-        view._prev, view._backward, view._op, view._rg = fresh._prev, fresh._backward, fresh._op, fresh._rg
-        view._replay = getattr(fresh, "_replay", None)
-        if fresh._prev:
-            view._seq = fresh._seq
+        owner = _take_owner(view)
+        view._node, view._rg = fresh._node, fresh._rg
+        if fresh._node is not None:
+            fresh._node._tensor = owner
         remade = True
     if remade:  # nodes made before now that use a view reach its earlier state
         vc.remade()
@@ -578,7 +604,7 @@ def _view_bases(t, label):
                 f"{label}: {t!r} is a view (made by {view._op}) of another tensor; changing it in place while "
                 "a graph is recorded is not supported. Change a copy (t = t.copy()), or the original tensor"
             )
-        if base._rg and not base._prev:
+        if base._rg and base._node is None:
             raise RuntimeError(
                 f"{label}: {t!r} is a view of a leaf tensor that requires grad ({base!r}), which cannot be "
                 "changed in place while grad mode is on; wrap the change in `with leanpass.no_grad():`"

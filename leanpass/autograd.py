@@ -23,8 +23,9 @@ from ._graph.above import above
 from ._graph.engine import Released, _needed, backprop, zero_graph_grads
 from ._graph.hooks import RemovableHandle, hook_round, queue_callback
 from ._graph.modes import enable_grad, grad_lock, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
+from ._graph.node import edge
 from ._graph.versions import Version, increment_version, increment_versions, version_of
-from ._node import as_tensor, leaf, make, run1
+from ._node import as_graph_tensor, as_tensor, leaf, run1
 from .backends._base import NO_FUSED, Backend
 from .tensor import Tensor
 
@@ -115,7 +116,7 @@ def _graph_grads(node, parents, grad, changed: bool):
     backward reads neither its output nor the changed input runs again, as the values
     computed from the changed input are never read."""
     op = node._op
-    replay = getattr(node, "_replay", None)
+    replay = node._replay
     if replay is None:
         raise RuntimeError(
             f"backward with create_graph=True: {op!r} (output of shape {tuple(node._data.shape)}) cannot be "
@@ -123,6 +124,7 @@ def _graph_grads(node, parents, grad, changed: bool):
             "out of place"
         )
     gb = graph_backend(node._backend)
+    parents = [as_graph_tensor(p) for p in parents]  # the values the node saw, in the graph
     if changed and op.saves_out:
         if op.rule is None or not isinstance(replay, (tuple, dict)):
             raise RuntimeError(
@@ -132,10 +134,11 @@ def _graph_grads(node, parents, grad, changed: bool):
             )
         with gb.quiet():
             if type(replay) is dict:
-                return op.rule(gb.xp, parents, node, grad, **replay)
+                return op.rule(gb.xp, parents, as_graph_tensor(node), grad, **replay)
+            out = as_graph_tensor(node)
             if op.needs:
-                return op.rule(gb.xp, parents, node, grad, *replay, needs=tuple(p._rg for p in parents))
-            return op.rule(gb.xp, parents, node, grad, *replay)
+                return op.rule(gb.xp, parents, out, grad, *replay, needs=tuple(p._rg for p in parents))
+            return op.rule(gb.xp, parents, out, grad, *replay)
     _, backward = _replayed(node, replay, gb, parents)
     return backward(grad)
 
@@ -180,6 +183,13 @@ class _GraphRules:
 
 
 above.graph = _GraphRules
+
+
+def _zeros_leaf(t, requires_grad: bool):
+    """Zeros of ``t``'s shape, dtype and device: a leaf (that requires grad if asked)."""
+    z = leaf(t._backend.xp.zeros_like(t._data), t._backend)
+    z._rg = requires_grad
+    return z
 
 
 def _seeds(name, what, given, outputs, grads, create_graph):
@@ -255,9 +265,9 @@ def grad(outputs, inputs, grad_outputs=None, *, retain_graph=None, create_graph=
                          "gradient per output; give one output's as an array or Tensor)")
     seeds = _seeds("grad", "outputs", "grad_outputs", outputs, grad_outputs, create_graph)
     if not allow_unused:
-        needed = _needed(outputs, {id(t) for t in inputs})
+        needed = _needed(outputs, {id(edge(t)) for t in inputs})
         for i, t in enumerate(inputs):
-            if id(t) not in needed:
+            if id(edge(t)) not in needed:
                 raise RuntimeError(
                     f"grad: inputs[{i}] (shape {t.shape}) was not used to compute the outputs; pass "
                     "allow_unused=True to get None for it"
@@ -266,7 +276,7 @@ def grad(outputs, inputs, grad_outputs=None, *, retain_graph=None, create_graph=
         retain_graph = create_graph
     grads = tuple(backprop(outputs, seeds, create_graph=create_graph, retain_graph=retain_graph, targets=inputs))
     if materialize_grads:  # zeros; with create_graph a leaf that requires grad, as PyTorch's
-        grads = tuple(make(t._backend.xp.zeros_like(t._data), t._backend, "leaf", (), None, create_graph)
+        grads = tuple(_zeros_leaf(t, create_graph)
                       if g is None else g for t, g in zip(inputs, grads))
     if not allow_unused:  # reached, but no gradient arrived (a custom op's backward gave None)
         for i, (t, g) in enumerate(zip(inputs, grads)):

@@ -28,6 +28,7 @@ import copy
 import numbers
 
 from . import autograd
+from ._graph.node import Node
 from ._namespace import positive, stack, zeros, zeros_like
 from .tensor import Tensor
 
@@ -77,14 +78,14 @@ def _reaches_outer(outputs, ours) -> bool:
     """Whether the graph of ``outputs`` reaches a tensor that requires grad other than
     the inputs in ``ours`` (ids): then results must stay differentiable for it."""
     seen = set()
-    stack_ = [o for o in outputs if o.requires_grad]
+    stack_ = [o if o._node is None else o._node for o in outputs if o.requires_grad]
     while stack_:
         node = stack_.pop()
         key = id(node)
         if key in seen:
             continue
         seen.add(key)
-        if not node._prev:
+        if type(node) is not Node:  # a leaf
             if key not in ours:
                 return True
             continue

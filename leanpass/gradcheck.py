@@ -6,6 +6,7 @@ import math
 import numbers
 import random
 
+from ._graph.node import Node
 from .autograd import no_grad
 from .tensor import Tensor
 
@@ -144,13 +145,17 @@ def _backward_leaving_others(root, wide) -> None:
     gradcheck leaves them: their ``.grad`` is put back, their post-accumulate-grad
     hooks do not run, and their graph is kept (``retain_graph``)."""
     ours = {id(x) for x in wide}
-    others, seen, stack = [], set(), [root]
+    others, seen, stack = [], set(), [root if root._node is None else root._node]
     while stack:
         node = stack.pop()
         if id(node) in seen:
             continue
         seen.add(id(node))
-        stack.extend(node._prev)
+        if type(node) is Node:
+            stack.extend(node._prev)
+            node = node._tensor() if node._tensor is not None else None  # a tensor retaining its gradient
+            if node is None:
+                continue
         if node._rg and id(node) not in ours:
             others.append(node)
     saved = [(t, t._grad, getattr(t, "_read_zeros", False), getattr(t, "_hooks", None)) for t in others]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import sys
+import weakref
 
 from . import ops
 from ._dtypes import DTYPES, as_dtype, dtype_name
@@ -40,8 +41,9 @@ class Tensor:
     and :func:`leanpass.asarray` follows the array API's dtype rules.
     """
 
-    __slots__ = ("_data", "_grad", "_backend", "_prev", "_backward", "_op", "_retain", "_seq",
-                 "_read_zeros", "_rg", "_vc", "_base", "_older", "_replay", "_hooks", "name", "__weakref__")
+    # _node: the graph node that made the current value (None: a leaf, or outside any graph)
+    __slots__ = ("_data", "_grad", "_backend", "_node", "_rg", "_vc", "_read_zeros", "_retain", "_base",
+                 "_hooks", "name", "__weakref__")
 
     # NumPy and CuPy arrays on the left of an operator defer to the Tensor.
     __array_ufunc__ = None
@@ -92,7 +94,7 @@ class Tensor:
         :meth:`retain_grad`.
         """
         g = self._grad
-        if g is None and self._rg and (self._retain or not self._prev):
+        if g is None and self._rg and (self._node is None or getattr(self, "_retain", False)):
             with grad_lock:  # a backward call on another thread may be storing one now
                 g = self._grad
                 if g is None:
@@ -133,7 +135,7 @@ class Tensor:
         value = bool(value)
         if value == self._rg:
             return
-        if self._prev:
+        if self._node is not None:
             raise RuntimeError(
                 "requires_grad can only be changed on a leaf tensor; use .detach() to make a leaf "
                 "from this result"
@@ -179,7 +181,7 @@ class Tensor:
 
     @property
     def is_leaf(self) -> bool:
-        return not self._prev
+        return self._node is None
 
     @property
     def _version(self) -> int:
@@ -467,19 +469,30 @@ class Tensor:
         if not self._rg:
             raise RuntimeError(f"retain_grad: the tensor of shape {self.shape} does not require grad, so it gets "
                                "no gradient to keep")
-        if self._prev:
+        node = self._node
+        if node is not None:
             self._retain = True
+            node._tensor = weakref.ref(self)  # the engine finds the tensor to keep the gradient in
 
     @property
     def retains_grad(self) -> bool:
         """Whether :meth:`retain_grad` was called on this non-leaf tensor (PyTorch's name)."""
-        return bool(self._prev) and self._retain
+        return self._node is not None and getattr(self, "_retain", False)
 
     @property
     def grad_fn(self):
-        """The operation that made this tensor (an ``Op``, whose repr is its name), or
-        ``None`` for a leaf and for a tensor outside any graph, as PyTorch's."""
-        return self._op if self._prev and self._rg else None
+        """The graph node that made this tensor's value (its ``name()`` and ``str`` are the
+        operation's name, ``inputs`` its parent edges), or ``None`` for a leaf and for a
+        tensor outside any graph, as PyTorch's."""
+        return self._node
+
+    @property
+    def _op(self):
+        """The name of the operation that made this tensor (an ``Op``, a ``str``), or
+        ``"leaf"`` for a leaf and a result outside any graph (the seed's attribute;
+        read-only: the node holds it)."""
+        node = self._node
+        return "leaf" if node is None else node._op
 
     def zero_grad_all(self) -> None:
         """Reset ``.grad`` of every tensor in this tensor's graph (reads as zeros).
@@ -489,7 +502,7 @@ class Tensor:
 
     # ---- copies and pickles -----------------------------------------------------
     def _copy_args(self, what: str) -> tuple:
-        if self._prev:
+        if self._node is not None:
             raise RuntimeError(
                 f"{what}: this tensor (shape {tuple(self._data.shape)}) is the output of {self._op!r} in a "
                 "graph; only leaves can be copied or pickled, as in PyTorch: use t.detach() to keep its values"

@@ -86,6 +86,23 @@ def host(a):
     return np.asarray(a)
 
 
+def graph_nodes(t) -> list:
+    """The graph nodes below the tensor ``t`` (its own first), each once: walked through
+    their parent edges, which are nodes or tensors (leaves, values outside the graph)."""
+    from leanpass._graph.node import Node
+
+    start = t._node
+    seen, stack, found = set(), [] if start is None else [start], []
+    while stack:
+        node = stack.pop()
+        if id(node) in seen or type(node) is not Node:
+            continue
+        seen.add(id(node))
+        found.append(node)
+        stack.extend(node._prev)
+    return found
+
+
 def close(a, b, rtol=1e-10, atol=1e-12):
     """``a`` and ``b`` (each any of :func:`host`'s kinds) agree to ``rtol``/``atol``."""
     np.testing.assert_allclose(host(a), host(b), rtol=rtol, atol=atol)

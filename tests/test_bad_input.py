@@ -39,7 +39,8 @@ class _State(NamedTuple):
 def _state(t: Tensor) -> _State:
     grad = None if t._grad is None else np.array(get_backend(t.device).to_host(t._grad), copy=True)
     return _State(
-        t.shape, str(t.dtype), t.device, t.requires_grad, t._op, tuple(id(p) for p in t._prev),
+        t.shape, str(t.dtype), t.device, t.requires_grad, t._op,
+        (id(t._node), *(id(p) for p in (t._node._prev if t._node else ()))),
         np.array(t.numpy(), copy=True), grad,
     )
 

@@ -261,7 +261,7 @@ def test_unary_gradient(device, name):
         pytest.skip(f"{name} takes {row.inputs} inputs: nothing can require grad")
     out = fn(x)
     if row.grad == "none":
-        assert out.requires_grad is False and out._prev == ()
+        assert out.requires_grad is False and out._node is None
         assert out.dtype == lp.bool
         return
     assert out.requires_grad  # step-like: in the graph, with a zero gradient (PyTorch)
@@ -446,7 +446,7 @@ def test_bool_and_int_results_never_require_grad(device, name):
     if row.inputs == "float":  # comparisons of tensors that require grad
         a, b = binary_inputs(name, device)
         for out in (getattr(lp, name)(a, b), getattr(lp, name)(a, 0.5), getattr(lp, name)(0.5, b)):
-            assert out.dtype == lp.bool and out.requires_grad is False and out._prev == ()
+            assert out.dtype == lp.bool and out.requires_grad is False and out._node is None
         if name in OPERATORS:
             for out in (OPERATORS[name](a, b), OPERATORS[name](a, 0.5), OPERATORS[name](0.5, b)):
                 assert out.dtype == lp.bool and out.requires_grad is False

@@ -111,7 +111,7 @@ def test_int_like_indices(device):
 def test_basic_index_is_a_new_node(device):
     t = Tensor(X, requires_grad=True, device=device)
     out = t[1:, 0]
-    assert out._prev == (t,) and out.requires_grad
+    assert out._node._prev == (t,) and out.requires_grad
     with lp.no_grad():
         assert not t[1:, 0].requires_grad
 

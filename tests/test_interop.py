@@ -492,7 +492,7 @@ def test_tensors_from_pytorch_tensors_in_a_graph(device):
     for make, scale in ((lambda: lp.Tensor(w, device=device), 1), (lambda: lp.as_tensor(w * 2, device=device), 2),
                         (lambda: lp.nn.Parameter(w, device=device), 1)):
         t = make()
-        assert t.shape == (2, 3) and t._prev == ()
+        assert t.shape == (2, 3) and t._node is None
         np.testing.assert_allclose(t.numpy(), want * scale, rtol=1e-6)
 
 

@@ -540,7 +540,7 @@ def test_layer_norm_is_one_node_matching_torch_twice_differentiable(device, norm
     tps = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
     y = nn.functional.layer_norm(x, normalized_shape, **ps, eps=1e-3)
     ty = torch.nn.functional.layer_norm(tx, normalized_shape, **tps, eps=1e-3)
-    assert y._op == "layer_norm" and y._prev[0] is x  # one node on the input, whatever the parameters
+    assert y._op == "layer_norm" and y._node._prev[0] is x  # one node on the input, whatever the parameters
     g = rng.normal(size=data.shape)
     np.testing.assert_allclose(host(device, y.data), ty.detach().numpy(), rtol=1e-10, atol=1e-12)
     (y * Tensor(g, device=device)).sum().backward()
@@ -592,7 +592,7 @@ def test_attention_is_one_node_matching_torch_twice_differentiable(device, mask)
         theirs.append(torch.tensor(masks[mask], requires_grad=mask == "float"))
     y = nn.functional.scaled_dot_product_attention(*ours[:3], attn_mask=ours[3] if mask else None)
     ty = torch.nn.functional.scaled_dot_product_attention(*theirs[:3], attn_mask=theirs[3] if mask else None)
-    assert y._op == "scaled_dot_product_attention" and y._prev[:3] == tuple(ours[:3])
+    assert y._op == "scaled_dot_product_attention" and y._node._prev[:3] == tuple(ours[:3])
     np.testing.assert_allclose(host(device, y.data), ty.detach().numpy(), rtol=1e-10, atol=1e-12)
     g = rng.normal(size=y.shape)
     (y * Tensor(g, device=device)).sum().backward()

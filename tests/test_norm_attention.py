@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers import close, host, torch_or_skip
+from helpers import close, graph_nodes, host, torch_or_skip
 
 import leanpass
 from leanpass import Tensor, nn
@@ -402,16 +402,7 @@ def test_multihead_attention_bad_input_changes_nothing(device):
 
 def graph_ops(t):
     """The operation names of the nodes that ``t`` was made from (a multiset, as a list)."""
-    names, seen, stack = [], set(), [t]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if node._prev:
-            names.append(str(node._op))
-        stack.extend(node._prev)
-    return names
+    return [str(node._op) for node in graph_nodes(t)]
 
 
 def test_multihead_self_attention_makes_one_input_projection(device):

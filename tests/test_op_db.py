@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers import graph_nodes
 from op_db import NOT_DIFFERENTIABLE, OP_DB, Known, discover
 
 import leanpass as lp
@@ -75,14 +76,7 @@ def test_row_applies_its_op(row):
     by_key = {name: op for op, names in found.values() for name in names}
     op = _made_by(row.key) if "(" in row.key else by_key[row.key]
     out = row.fn(*row.inputs("cpu", row.make_samples()[0]))
-    seen, stack, applied = set(), [out], []
-    while stack:
-        t = stack.pop()
-        if id(t) in seen:
-            continue
-        seen.add(id(t))
-        applied.append(t._op)
-        stack.extend(t._prev)
+    applied = [node._op for node in graph_nodes(out)]
     # an in-place change records a copy of its op (its own saved inputs): the same name and forward
     assert any(a is op or (isinstance(a, ops.Op) and a == op and a.fn is op.fn and a.view == op.view)
                for a in applied), f"{row.key}: {row.fn} does not apply {op!r} (the graph has {sorted(set(applied))})"

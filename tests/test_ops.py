@@ -120,7 +120,7 @@ def test_mlp_is_one_node_with_the_gradients_of_its_layers():
     x = Tensor(rand(5, 3))
     x.data[0] = 0.0  # hidden sums equal to the bias (0): ReLU's kink
     fused = mlp(x)
-    assert fused._op == "mlp" and all(p._op == "leaf" for p in fused._prev[1:])
+    assert fused._op == "mlp" and all(p._node is None for p in fused._node._prev[1:])
     fused.sum().backward()
     fused_grads = [p.grad.copy() for p in mlp.parameters()]
     mlp.zero_grad()
@@ -192,7 +192,7 @@ def test_mlp_copies_decide_for_their_own_layers():
         first = other.layers[0]
         hidden = np.maximum(x.numpy() @ first.weight.numpy().T + first.bias.numpy(), 0.0)
         out = other(x)
-        assert out._op == "mlp" and out._prev[2] is other.layers[1].weight
+        assert out._op == "mlp" and out._node._prev[2] is other.layers[1].weight
         np.testing.assert_allclose(out.numpy(), hidden @ new_weight.T + other.layers[1].bias.numpy(), rtol=1e-12)
         np.testing.assert_array_equal(mlp(x).numpy(), before)
 

@@ -9,7 +9,7 @@ import copy
 
 import numpy as np
 import pytest
-from helpers import close, host, other_device, torch_or_skip
+from helpers import close, graph_nodes, host, other_device, torch_or_skip
 
 import leanpass
 from leanpass import Tensor, nn
@@ -211,16 +211,7 @@ def test_gradient_penalty_matches_torch(mode):
 
 def recurrent_nodes(t) -> list:
     """The names of the recurrent nodes in ``t``'s graph."""
-    seen, stack, found = set(), [t], []
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if str(node._op) in ("rnn", "lstm", "gru"):
-            found.append(str(node._op))
-        stack.extend(getattr(node, "_prev", ()))
-    return found
+    return [str(node._op) for node in graph_nodes(t) if str(node._op) in ("rnn", "lstm", "gru")]
 
 
 @pytest.mark.parametrize("mode", MODES)

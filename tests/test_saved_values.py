@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import host
 
 import leanpass as lp
 from leanpass import Tensor
@@ -240,3 +241,31 @@ def test_second_derivatives_through_in_place_changes_match_torch(name):
     (th,) = torch.autograd.grad(tg.sum(), tx)
     np.testing.assert_allclose(g.numpy(), tg.detach().numpy(), rtol=1e-12)
     np.testing.assert_allclose(h.numpy(), th.numpy(), rtol=1e-12)
+
+
+def test_a_recorded_in_place_change_gives_the_tensor_a_new_node_and_makes_no_cycle(device):
+    """Nodes are apart from tensors: ``h += h * 2`` gives ``h`` a new node whose input is
+    the old one; the nodes made before keep the old node (the values they saw), and the
+    graph is freed by reference counting alone (the old design kept the tensor's
+    identity as a node and made a cycle here)."""
+    import gc
+    import weakref
+
+    gc.collect()
+    gc.disable()
+    try:
+        a = Tensor([0.5, 1.5], requires_grad=True, device=device)
+        h = a * 1.0
+        before = h.grad_fn
+        c = h.exp()
+        h += h * 2.0
+        assert h.grad_fn is not before and h.grad_fn.inputs[0] is before
+        assert c.grad_fn.inputs[0] is before  # what c saw
+        probe = weakref.ref(before)
+        loss = h.sum() + c.sum()
+        loss.backward()
+        np.testing.assert_allclose(host(a.grad), 3.0 + np.exp([0.5, 1.5]))
+        del h, c, loss, before
+        assert probe() is None
+    finally:
+        gc.enable()

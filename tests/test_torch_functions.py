@@ -92,7 +92,7 @@ def test_tensor_copies_and_leaves_the_graph(device):
     y = x * 2
     for made, expected in ((lp.tensor(y), [2.0, 4.0]), (lp.tensor([y[0], y[1]]), [2.0, 4.0]),
                            (lp.tensor(x, requires_grad=True), [1.0, 2.0])):
-        assert made.is_leaf and made._prev == () and made.tolist() == expected
+        assert made.is_leaf and made._node is None and made.tolist() == expected
     copy = lp.tensor(x)
     with lp.no_grad():
         x.mul_(3.0)

@@ -8,9 +8,9 @@ arrays it saved) once it has run, unless ``retain_graph=True``. The one thing th
 differs with ``create_graph`` is how a node's gradients are computed: the rules that
 record them as a graph of Tensors (``above.graph``, from :mod:`leanpass.autograd`).
 
-It knows tensors only by their attributes: ``_data``, ``_grad``, ``_backend``,
-``_prev``, ``_backward``, ``_op``, ``_retain``, ``_seq``, ``_vc`` and ``_rg``
-(requires grad).
+It walks :class:`~.node.Node` objects (``_prev``, ``_backward``, ``_op``, ``_seq``,
+``_data``, ``_vc``, ``_tensor``) and knows tensors only by their attributes: ``_data``,
+``_grad``, ``_backend``, ``_node``, ``_vc``, ``_retain`` and ``_rg`` (requires grad).
 
 Releasing a graph also cuts its links: each node's ``_prev`` becomes a
 :class:`Released` that holds only the leaves the backward call wrote into (and,
@@ -39,55 +39,35 @@ from . import hooks
 from .above import above
 from .hooks import _has_grad_hooks, _run_post_hooks, _with_grad_hooks
 from .modes import enable_grad, grad_lock, no_grad
+from .node import Node, edge
 
 __all__ = ["backprop", "Released", "zero_graph_grads"]
 
 
-def _stale(node, parent, seq):
-    """``parent`` (an input of ``node``) changed in place after ``node`` was made:
-    raise if ``node``'s backward reads its array, else return the state of
-    ``parent`` that ``node`` saw (a recorded in-place change keeps it as
-    ``_older`` of the changed tensor). A recorded in-place change saves none of
-    the arrays it read from the changed memory: it read copies (see ``leanpass._node``)."""
+def _check_saved(node, seq) -> bool:
+    """Raise if ``node``'s backward reads an input whose values changed in place after
+    ``node`` was made (PyTorch's ``SavedVariable`` rule); else return whether any input's
+    values changed since. Each parent edge is the value the node saw (an in-place change
+    recorded later gave the tensor a new node), so nothing else needs looking up."""
     op = node._op
-    changed = parent._vc.changed > seq
-    for position, p in enumerate(node._prev):
-        if changed and p is parent and op.saved(position):
+    changed = False
+    for position, parent in enumerate(node._prev):
+        vc = parent._vc
+        if vc is None or vc.changed <= seq:
+            continue
+        if op.saved(position):
             raise RuntimeError(
                 f"backward through {op!r}: its input {position} (shape {tuple(parent._data.shape)}) was "
-                f"changed in place after {op!r} saved it: it is at version {parent._vc.count}, {op!r} needs "
-                f"version {parent._vc.at(seq)}. Compute the graph again after the change, or change a copy "
+                f"changed in place after {op!r} saved it: it is at version {vc.count}, {op!r} needs "
+                f"version {vc.at(seq)}. Compute the graph again after the change, or change a copy "
                 "instead (x = x + ... instead of x += ...)"
             )
-    return _state_seen(parent, seq)
-
-
-def _state_seen(parent, seq):
-    """The state of ``parent`` that the node numbered ``seq`` saw: ``parent`` itself,
-    or, if it changed in place (or was made anew) after that node, the earlier state
-    a recorded change keeps as ``_older``."""
-    state = parent
-    while getattr(state, "_seq", -1) > seq:
-        state = state._older
-    return state
-
-
-def _inputs_seen(node) -> list:
-    """``node``'s inputs as it saw them (see :func:`_state_seen`). A recorded in-place
-    change keeps the tensor's identity, so ``node._prev`` can name a tensor whose
-    graph now runs through later operations (even through ``node`` itself)."""
-    if not node._prev:  # a leaf
-        return []
-    seq = node._seq
-    out = []
-    for p in node._prev:
-        vc = getattr(p, "_vc", None)
-        out.append(_state_seen(p, seq) if vc is not None and vc.last > seq else p)
-    return out
+        changed = True
+    return changed
 
 
 def _check_output(node, seq):
-    if node._op.saves_out and node._vc.changed > seq:
+    if node._op.saves_out:
         raise RuntimeError(
             f"backward through {node._op!r}: its output (shape {tuple(node._data.shape)}) was changed in "
             f"place after {node._op!r} saved it: it is at version {node._vc.count}, {node._op!r} needs "
@@ -183,16 +163,16 @@ class Released:
 
 def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = False, targets=None):
     """THE backward engine: backpropagate ``grads`` (one per root, owned by the engine:
-    arrays, or Tensors with ``create_graph``) through the graph below ``roots``.
+    arrays, or Tensors with ``create_graph``) through the graph below ``roots`` (Tensors).
 
     Nodes are visited from a heap in decreasing creation order (``_seq``): every node
     was made after its inputs, so each one is reached after all the nodes it feeds,
     and its gradient is complete when popped; it is dropped once passed on. How a
     node's gradients are computed is the one thing that differs between first order
     and ``create_graph`` (Chainer's ``_backprop_to_all``): its backward rule on the
-    arrays it saved, or :func:`_graph_grads`, which records the rule as a graph of
-    Tensors. Either reads only values the node saw (``_stale`` raises for a saved one
-    that changed since).
+    arrays it saved, or the strategy ``above.graph.grads``, which records the rule as
+    a graph of Tensors. Either reads only values the node saw (:func:`_check_saved`
+    raises for a saved one that changed since).
 
     With ``targets`` (a sequence of tensors) only the nodes on a path to one are
     visited, their gradients are returned (None for one that got none) and no
@@ -204,7 +184,7 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
     """
     wanted = needed = None
     if targets is not None:
-        wanted = {id(t) for t in targets}
+        wanted = {id(edge(t)) for t in targets}
         needed = _needed(roots, wanted)
     hooked = hooks._grad_hooks_registered  # read once: a local test per node below
     graph = above.graph if create_graph else None  # the rules that record gradients as graphs
@@ -216,15 +196,16 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
     done: list = []
     push, pop = heapq.heappush, heapq.heappop
     for root, g in zip(roots, grads):
-        if needed is not None and id(root) not in needed:
+        node = root._node
+        if needed is not None and id(root if node is None else node) not in needed:
             continue
-        if root._prev:
-            old = pending.get(root)
+        if node is not None:
+            old = pending.get(node)
             if old is None:
-                pending[root] = g
-                push(heap, (-root._seq, root))
+                pending[node] = g
+                push(heap, (-node._seq, node))
             else:
-                pending[root] = old + g
+                pending[node] = old + g
         else:
             old = leaves.get(root)
             leaves[root] = (g, True) if old is None else (old[0] + g, True)
@@ -235,30 +216,34 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
         while heap:
             node = pop(heap)[1]
             grad = pending.pop(node)
+            owner = node._tensor  # the tensor whose value this is, where it has hooks or retains its gradient
+            if owner is not None:
+                owner = owner()
             if wanted is not None and id(node) in wanted:
                 found[id(node)] = grad  # as PyTorch's autograd.grad: before the input's own hooks
-                if hooked:
-                    grad = _with_grad_hooks(node, grad)
-                if isinstance(node._prev, Released) or not any(id(p) in needed for p in _inputs_seen(node)):
+                if hooked and owner is not None:
+                    grad = _with_grad_hooks(owner, grad)
+                if isinstance(node._prev, Released) or not any(id(p) in needed for p in node._prev):
                     continue  # nothing asked for lies below it
-            elif hooked:  # its gradient is complete: the tensor's hooks see it (and may change it)
-                grad = _with_grad_hooks(node, grad)
+            elif owner is not None:  # its gradient is complete: the tensor's hooks see it (and may change it)
+                if hooked:
+                    grad = _with_grad_hooks(owner, grad)
+                if targets is None and getattr(owner, "_retain", False):
+                    retained.append((owner, grad))
             backward = node._backward
             if backward is None:
                 raise RuntimeError(_RELEASED)
-            if node._retain and targets is None:
-                retained.append((node, grad))
             done.append(node)
             seq = node._seq
             vc = node._vc
-            if vc is not None and vc.last > seq:
+            if vc is not None and vc.changed > seq:
                 _check_output(node, seq)
             parents = node._prev
             changed = False  # an input's values changed in place since the node was made
             for parent in parents:
                 pvc = parent._vc
-                if pvc is not None and pvc.last > seq:
-                    parents, changed = _states_seen(node, seq)
+                if pvc is not None and pvc.changed > seq:
+                    changed = _check_saved(node, seq)
                     break
             if create_graph:
                 parent_grads = graph.grads(node, parents, grad, changed)
@@ -271,7 +256,12 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
                         parent_grads = backward(grad)
             fresh_op = node._op.fresh
             for parent, pgrad in zip(parents, parent_grads):
-                if pgrad is None or not parent._rg or (needed is not None and id(parent) not in needed):
+                if pgrad is None:
+                    continue
+                inner = type(parent) is Node
+                if not inner and (not parent._rg or parent._node is not None):
+                    continue  # a value outside the graph (a tensor that entered it later is not this value)
+                if needed is not None and id(parent) not in needed:
                     continue
                 if parent._backend is not node._backend and not create_graph:  # moved (model.to) since
                     _check_devices(((parent, pgrad),))
@@ -282,10 +272,10 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
                                          tuple(data.shape))
                     fresh = True
                 if pgrad.dtype is not data.dtype and pgrad.dtype != data.dtype:  # a custom op's, a mixed in-place
-                    pgrad = (graph.xp(parent).astype(pgrad, parent.dtype) if create_graph
+                    pgrad = (graph.xp(parent).astype(pgrad, data.dtype) if create_graph
                              else parent._backend.xp.astype(pgrad, data.dtype))
                     fresh = True
-                if parent._prev:
+                if inner:
                     old = pending.get(parent)
                     if old is None:
                         pending[parent] = pgrad
@@ -307,11 +297,11 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
         if create_graph:
             _check_devices((t, g) for t, (g, _) in leaves.items())
         with grad_lock:
-            for node, g in retained:
+            for tensor, g in retained:
                 if create_graph:
-                    graph.store(node, g)
+                    graph.store(tensor, g)
                 else:
-                    _store(node, g, fresh=False)
+                    _store(tensor, g, fresh=False)
             for leaf, (g, fresh) in leaves.items():
                 if (fresh and not create_graph and leaf._grad is None and type(g) is leaf._backend.array_type
                         and g.dtype == leaf._data.dtype):
@@ -330,29 +320,15 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
     leaf = above.leaf
     out = []
     for t in targets:  # raw arrays become Tensors outside any graph, owning their arrays
-        g = found.get(id(t))
+        g = found.get(id(edge(t)))
         out.append(g if g is None or create_graph else leaf(t._backend.copy(g), t._backend))
     return out
-
-
-def _states_seen(node, seq):
-    """``node``'s inputs as it saw them (see :func:`_stale`, which raises for one whose
-    saved values changed since), and whether any of their values changed since."""
-    states = []
-    changed = False
-    for parent in node._prev:
-        pvc = parent._vc
-        if pvc is not None and pvc.last > seq:
-            changed = changed or pvc.changed > seq
-            parent = _stale(node, parent, seq)
-        states.append(parent)
-    return states, changed
 
 
 def _release(done, leaves, retained) -> None:
     """Free what the nodes ``done`` by a backward call saved: each keeps only a shared
     :class:`Released` record (the leaves written, the retained tensors weakly)."""
-    released = Released(tuple(leaves), tuple(weakref.ref(n) for n, _ in retained) if retained else ())
+    released = Released(tuple(leaves), tuple(weakref.ref(t) for t, _ in retained) if retained else ())
     for node in done:
         node._backward = None
         node._replay = None  # it holds the inputs too
@@ -360,16 +336,28 @@ def _release(done, leaves, retained) -> None:
 
 
 def zero_graph_grads(root) -> None:
-    """Reset ``.grad`` of every tensor in ``root``'s graph (lazily: it reads as zeros).
+    """Reset ``.grad`` of every tensor in ``root``'s graph (lazily: it reads as zeros):
+    its leaves and the tensors that retain theirs.
 
     Through a released part of the graph it reaches what :class:`Released` keeps: the
     leaves the releasing backward call wrote into and the retained tensors still alive."""
-    seen = {root}
-    stack = [root]
+    root._grad = None
+    root._read_zeros = False
+    start = root._node
+    if start is None:
+        return
+    seen = {start}
+    stack = [start]
     while stack:
         node = stack.pop()
-        node._grad = None
-        node._read_zeros = False
+        if type(node) is not Node:  # a tensor: a leaf, or one a released graph kept
+            node._grad = None
+            node._read_zeros = False
+            continue
+        owner = node._tensor
+        if owner is not None and owner() is not None:
+            owner()._grad = None
+            owner()._read_zeros = False
         for parent in node._prev:
             if parent not in seen:
                 seen.add(parent)
@@ -377,30 +365,31 @@ def zero_graph_grads(root) -> None:
 
 
 def _needed(roots, targets) -> set:
-    """The ids of the nodes on a path from ``roots`` to a target (the targets included):
-    the only ones :func:`backprop` visits when it computes gradients for ``targets``."""
+    """The ids of the nodes (and leaves) on a path from ``roots`` to a target (the ids
+    of the targets' edges): the only ones :func:`backprop` visits for ``targets``."""
     needed: set = set()
     done: set = set()
-    stack = [(r, False) for r in roots]
+    stack = [(edge(r), False) for r in roots]
     while stack:
         node, expanded = stack.pop()
         key = id(node)
         if expanded:
-            if key in targets or any(id(p) in needed for p in _inputs_seen(node)):
+            if key in targets or any(id(p) in needed for p in node._prev):
                 needed.add(key)
             continue
         if key in done:
             continue
         done.add(key)
+        if type(node) is not Node:  # a leaf
+            if key in targets:
+                needed.add(key)
+            continue
         if isinstance(node._prev, Released):  # its part of the graph was freed by an earlier backward
             if key in targets:  # its own gradient is all that is asked of it
                 needed.add(key)
             elif any(id(leaf) in targets for leaf in node._prev.leaves):
                 raise RuntimeError(_RELEASED)
             continue
-        if key in targets and not node._prev:
-            needed.add(key)
-            continue
         stack.append((node, True))
-        stack.extend((p, False) for p in _inputs_seen(node) if p._rg and id(p) not in done)
+        stack.extend((p, False) for p in node._prev if p._rg and id(p) not in done)
     return needed

@@ -93,11 +93,11 @@ def add_post_accumulate_grad_hook(tensor, hook) -> RemovableHandle:
     global _hooks_registered
     if not callable(hook):
         raise TypeError(f"register_post_accumulate_grad_hook: the hook must be callable, got {type(hook).__name__}")
-    if tensor._prev or not tensor._rg:
+    if tensor._node is not None or not tensor._rg:
         raise RuntimeError(
             "register_post_accumulate_grad_hook: only a leaf that requires grad gets its gradient written; "
             f"this tensor of shape {tuple(tensor._data.shape)} is "
-            + ("not a leaf" if tensor._prev else "a leaf that does not require grad")
+            + ("not a leaf" if tensor._node is not None else "a leaf that does not require grad")
         )
     hooks = _hook_list(tensor)
     hooks.append(hook)
@@ -121,6 +121,8 @@ def add_grad_hook(tensor, hook) -> RemovableHandle:
         raise RuntimeError(f"register_hook: the tensor of shape {tuple(tensor._data.shape)} does not require grad, "
                            "so no gradient reaches a hook")
     hooks = _hook_list(tensor)
+    if tensor._node is not None:  # a non-leaf: its node finds it (and the hooks) in backward
+        tensor._node._tensor = weakref.ref(tensor)
     hooks.grad.append(hook)
     hooks.live[2] += 1
     _grad_hooks_registered += 1

@@ -60,6 +60,9 @@ def version_of(tensor) -> Version:
     vc = tensor._vc
     if vc is None:
         vc = tensor._vc = Version()
+        node = tensor._node
+        if node is not None:  # the node of its current value counts with it
+            node._vc = vc
     return vc
 
 
@@ -78,7 +81,7 @@ def increment_versions(tensors) -> None:
     for t in tensors:
         vc = t._vc
         if vc is None:
-            vc = t._vc = Version()
+            vc = version_of(t)
         vc.count += 1
         vc.changed = vc.last = now = next(sequence)
         vc.times.append(now)

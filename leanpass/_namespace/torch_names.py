@@ -40,7 +40,7 @@ def tensor(data, *, dtype=None, device=None, requires_grad=False):
     if isinstance(data, Tensor):
         data = data.detach()
     t = asarray(data, dtype=dtype, device=device, copy=True)
-    if t._prev:  # a list of tensors, stacked: its values, outside the graph
+    if t._node is not None:  # a list of tensors, stacked: its values, outside the graph
         t = t.detach()
     return requiring_grad(t, requires_grad, "tensor")
 
