@@ -11,6 +11,7 @@ import importlib
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import graph_nodes
 from op_db import NOT_DIFFERENTIABLE, OP_DB, Known, discover
@@ -141,3 +142,55 @@ def documented(name: str) -> bool:
                  else []) for name in sorted({row.doc for row in OP_DB})])
 def test_docs_name(name):
     assert documented(name), f"no page of docs/ mentions `{name}` in a code span"
+
+
+# ---- saved values: what an op declares it saves is what its backward reads ------------------------
+
+
+def _loss(out, rng):
+    """A fixed random projection of every float output that requires grad (a sum could
+    hide a term by symmetry)."""
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    total = None
+    for o in outs:
+        if isinstance(o, lp.Tensor) and o.requires_grad:
+            w = lp.Tensor(rng.uniform(0.5, 1.5, size=o.shape), dtype=str(o.dtype), device=o.device)
+            term = (o * w).sum()
+            total = term if total is None else total + term
+    return total
+
+
+@pytest.mark.parametrize("row", _row_params())
+def test_a_backward_never_reads_an_input_changed_since_unless_it_raises(row):
+    """PyTorch's saved-values rule, differentially: for each input that requires grad,
+    change it in place (under ``no_grad``, as an optimizer step) after the forward; the
+    backward must then raise ``RuntimeError`` (the op saved it) or give exactly the
+    gradients of the unchanged graph (it never read it). A backward that reads an input
+    its ``Op`` does not declare in ``saves`` gives neither: a silently wrong gradient
+    (``linalg.solve`` did, reading ``A``)."""
+    sample = row.make_samples()[0]
+    sample = sample.sample if isinstance(sample, Known) else sample
+    reference = row.inputs("cpu", sample)
+    loss = _loss(row.fn(*reference), np.random.default_rng(0))
+    if loss is None:
+        pytest.skip(f"{row.key}: no output requires grad")
+    leaves = [x for x in reference if isinstance(x, lp.Tensor) and x.requires_grad]
+    expected = lp.autograd.grad(loss, leaves, allow_unused=True)
+    for i in range(len(leaves)):
+        inputs = row.inputs("cpu", sample)
+        ours = [x for x in inputs if isinstance(x, lp.Tensor) and x.requires_grad]
+        loss = _loss(row.fn(*inputs), np.random.default_rng(0))
+        with lp.no_grad():
+            ours[i] += 0.25
+        try:
+            got = lp.autograd.grad(loss, ours, allow_unused=True)
+        except RuntimeError as exc:
+            assert "changed in place" in str(exc), exc
+            continue
+        for k, (g, e) in enumerate(zip(got, expected)):
+            assert (g is None) == (e is None), f"{row.key}: input {k}"
+            if g is not None:
+                np.testing.assert_allclose(
+                    g.numpy(), e.numpy(), rtol=1e-12, atol=1e-12,
+                    err_msg=f"{row.key}: input {i} changed after the forward, and the gradient of input {k} "
+                            "read its new values (the op's saves do not declare it)")

@@ -256,15 +256,14 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
                         parent_grads = backward(grad)
             fresh_op = node._op.fresh
             for parent, pgrad in zip(parents, parent_grads):
-                if pgrad is None:
+                if pgrad is None or (needed is not None and id(parent) not in needed):
                     continue
                 inner = type(parent) is Node
-                if not inner and (not parent._rg or parent._node is not None):
-                    continue  # a value outside the graph (a tensor that entered it later is not this value)
-                if needed is not None and id(parent) not in needed:
-                    continue
-                if parent._backend is not node._backend and not create_graph:  # moved (model.to) since
-                    _check_devices(((parent, pgrad),))
+                if not inner:
+                    if not parent._rg or parent._node is not None:
+                        continue  # a value outside the graph (a tensor that entered it later is not this value)
+                    if parent._backend is not node._backend and not create_graph:  # a leaf moved (model.to) since
+                        _check_devices(((parent, pgrad),))
                 data = parent._data
                 fresh = fresh_op
                 if pgrad.shape != data.shape:

@@ -194,11 +194,12 @@ def inv(be, a):
     return y, backward
 
 
-@op("solve", saves=(), saves_out=True, needs=True)
+@op("solve", saves=(0,), saves_out=True, needs=True)
 def solve(be, a, b, batch, needs=(True, True)):
     """``X`` with ``A X = B``: ``A`` of shape ``(..., M, M)``, ``B`` of shape ``(M,)`` (one
     right-hand side for every matrix) or ``(..., M, K)``; ``batch`` is the broadcast
-    of the stack shapes. ``gB = solve(A^T, g)``, ``gA = -gB X^T``."""
+    of the stack shapes. ``gB = solve(A^T, g)``, ``gA = -gB X^T``: the backward reads ``A``
+    (it saves it: a change of ``A`` after the forward makes it raise) and ``X``."""
     xp = be.xp
     dtype = xp.result_type(a, b)
     vector = b.ndim == 1
