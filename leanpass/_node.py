@@ -262,6 +262,8 @@ def run(op: Op, args, *params, **kw):
             return out, backward
         return out, lambda g: tuple(backward(g)[i] for i in positions)
 
+    if requires_grad and len(tensors) == len(args) and kw.keys() <= {"needs"}:
+        replay = params  # every argument a tensor: the parameters are the whole replay (and an Op.rule's)
     t = make(out, backend, op, tuple(tensors), backward, requires_grad, replay if requires_grad else None)
     if op.view and tensors:
         mark_view(t, tensors[0])  # no remake: a recorded change of its memory raises (_view_bases)

@@ -183,9 +183,9 @@ def test_changed_output_still_raises_in_create_graph(device):
         lp.autograd.grad(loss, a, create_graph=True)
 
 
-def test_linalg_with_a_changed_input_raises_rather_than_replaying(device):
-    """inv saved only its output and has no rule on saved values yet: an input changed
-    since raises under create_graph instead of running inv again on the new values."""
+def test_inv_with_a_changed_input_differentiates_twice_from_its_saved_output(device):
+    """inv reads only its output: after its input changed, create_graph forms the
+    derivative from the saved output (its Op.rule), as PyTorch's inv_backward."""
     m = Tensor(np.array([[2.0, 0.5], [0.25, 3.0]]), requires_grad=True, device=device)
     loss = lp.linalg.inv(m).sum()
     (first,) = lp.autograd.grad(loss, m, retain_graph=True)  # first order reads the saved output: fine
@@ -193,8 +193,63 @@ def test_linalg_with_a_changed_input_raises_rather_than_replaying(device):
         m += 1.0
     (again,) = lp.autograd.grad(loss, m, retain_graph=True)
     np.testing.assert_allclose(again.numpy(), first.numpy())
-    with pytest.raises(RuntimeError, match="inv.*changed in place"):
+    (graph,) = lp.autograd.grad(loss, m, create_graph=True)
+    np.testing.assert_allclose(graph.numpy(), first.numpy())
+
+
+def test_a_decomposition_with_a_changed_input_raises_rather_than_replaying(device):
+    """eigh's outputs read each other in backward and it has no rule on saved values:
+    an input changed since raises under create_graph instead of running eigh again on
+    the new values."""
+    m = Tensor(np.array([[2.0, 0.5], [0.5, 3.0]]), requires_grad=True, device=device)
+    w, v = lp.linalg.eigh(m)
+    loss = w.sum() + (v * v).sum()
+    with lp.no_grad():
+        m += 1.0
+    with pytest.raises(RuntimeError, match="eigh.*changed in place"):
         lp.autograd.grad(loss, m, create_graph=True)
+
+
+LINALG_RULES = {  # the input changed by a recorded op after the forward, then second derivatives
+    "inv": (lambda a, b: a.linalg.inv(a.x), "a"),
+    "cholesky": (lambda a, b: a.linalg.cholesky(a.x), "a"),
+    "cholesky_upper": (lambda a, b: a.linalg.cholesky(a.x, upper=True), "a"),
+    "solve_vector": (lambda a, b: a.linalg.solve(a.x.detach() + 0.0, b.x), "b"),
+    "solve_matrix": (lambda a, b: a.linalg.solve(a.x.detach() + 0.0, b.x), "b2"),
+}
+
+
+class _Lib:
+    def __init__(self, module, x):
+        self.linalg, self.x = module.linalg, x
+
+
+@pytest.mark.parametrize("name", sorted(LINALG_RULES))
+def test_linalg_rules_on_saved_values_match_torch_through_a_recorded_change(device, name):
+    """inv, cholesky and solve form create_graph derivatives from their saved output (and
+    solve's saved A) after an input changed in place by a recorded op: first and second
+    derivatives equal PyTorch's (they used to raise)."""
+    torch = pytest.importorskip("torch")
+    fn, which = LINALG_RULES[name]
+    rng = np.random.default_rng(3)
+    m = rng.normal(size=(3, 3))
+    values = {"a": m @ m.T + 3.0 * np.eye(3), "b": rng.normal(size=3), "b2": rng.normal(size=(3, 2))}
+    a_value, b_value = values["a"], values["b2" if which == "b2" else "b"]
+
+    def run(module, make, grad, add_):
+        a0, b0 = make(a_value), make(b_value)
+        a, b = a0 * 1.0, b0 * 1.0
+        y = fn(_Lib(module, a), _Lib(module, b))
+        changed, wrt = (b, b0) if which.startswith("b") else (a, a0)
+        add_(changed)
+        (g,) = grad((y * y).sum(), wrt, create_graph=True)
+        (h,) = grad(g.sum(), wrt)
+        return g, h
+
+    g, h = run(lp, lambda v: Tensor(v, requires_grad=True, device=device), lp.autograd.grad, lambda t: t.add_(1.0))
+    tg, th = run(torch, lambda v: torch.tensor(v, requires_grad=True), torch.autograd.grad, lambda t: t.add_(1.0))
+    np.testing.assert_allclose(host(g), tg.detach().numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(host(h), th.numpy(), rtol=1e-10, atol=1e-12)
 
 
 # Second derivatives through the in-place changes themselves (the change is run again on a

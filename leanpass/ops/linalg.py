@@ -43,8 +43,11 @@ def _eye_like(be, n, dtype):
 
 def _right_solve(be, x, r):
     """``x @ inv(r)``, as ``solve(r.T, x.T).T`` (the standard has no triangular solve)."""
-    xp = be.xp
-    return _transpose(xp, be.linalg.solve(_transpose(xp, r), _transpose(xp, x)))
+    return _right_solved(be.xp, be.linalg.solve, x, r)
+
+
+def _right_solved(xp, solve, x, r):
+    return _transpose(xp, solve(_transpose(xp, r), _transpose(xp, x)))
 
 
 @op("@", saves=(0, 1), saves_out=False, needs=True)
@@ -181,20 +184,42 @@ def trace(be, a, offset, dtype):
 # ---- linalg: inverses and solves -------------------------------------------------------------
 
 
-@op("inv", saves=(), saves_out=True)
+# The backward rules of inv, solve and cholesky read only their output (and solve its A):
+# each is one function of the namespace ``xp`` and a ``solve``, which the forward's backward
+# runs on arrays and the op's ``rule`` on Tensors (create_graph after an in-place change).
+
+
+def _inv_grad(xp, y, g):
+    yt = _transpose(xp, y)
+    return -(yt @ g @ yt)
+
+
+def _inv_rule(xp, inputs, out, g):
+    return (_inv_grad(xp, out, g),)
+
+
+@op("inv", saves=(), saves_out=True, rule=_inv_rule)
 def inv(be, a):
     """Matrix inverse ``Y``: ``gA = -Y^T g Y^T``."""
     xp = be.xp
     y = be.linalg.inv(a)
-
-    def backward(g):
-        yt = _transpose(xp, y)
-        return (-(yt @ g @ yt),)
-
-    return y, backward
+    return y, lambda g: (_inv_grad(xp, y, g),)
 
 
-@op("solve", saves=(0,), saves_out=True, needs=True)
+def _solve_grads(xp, solve, a, x, g, needs):
+    """``(gA, gB)`` of ``X = solve(A, B)`` in matrix form (``B`` and ``X`` of shape ``(..., M, K)``)."""
+    gb = solve(_transpose(xp, a), g)
+    return (-(gb @ _transpose(xp, x)) if needs[0] else None), (gb if needs[1] else None)
+
+
+def _solve_rule(xp, inputs, out, g, batch, needs=(True, True)):
+    if inputs[1].ndim == 1:  # one right-hand side
+        ga, gb = _solve_grads(xp, xp.linalg.solve, inputs[0], out[..., None], g[..., None], needs)
+        return ga, (None if gb is None else gb[..., 0])
+    return _solve_grads(xp, xp.linalg.solve, inputs[0], out, g, needs)
+
+
+@op("solve", saves=(0,), saves_out=True, needs=True, rule=_solve_rule)
 def solve(be, a, b, batch, needs=(True, True)):
     """``X`` with ``A X = B``: ``A`` of shape ``(..., M, M)``, ``B`` of shape ``(M,)`` (one
     right-hand side for every matrix) or ``(..., M, K)``; ``batch`` is the broadcast
@@ -211,11 +236,8 @@ def solve(be, a, b, batch, needs=(True, True)):
     x = be.linalg.solve(a, b)
 
     def backward(g):
-        if vector:
-            g = g[..., None]
-        gb = be.linalg.solve(_transpose(xp, a), g)
-        ga = -(gb @ _transpose(xp, x)) if needs[0] else None
-        return ga, ((gb[..., 0] if vector else gb) if needs[1] else None)
+        ga, gb = _solve_grads(xp, be.linalg.solve, a, x, g[..., None] if vector else g, needs)
+        return ga, (gb[..., 0] if vector and gb is not None else gb)
 
     return (x[..., 0] if vector else x), backward
 
@@ -319,22 +341,26 @@ def slogdet(be, a):
 # ---- linalg: decompositions --------------------------------------------------------------------
 
 
-@op("cholesky", saves=(), saves_out=True)
+def _cholesky_grad(xp, solve, out, g, upper):
+    low = _transpose(xp, out) if upper else out
+    g = _transpose(xp, g) if upper else g
+    low_t = _transpose(xp, low)
+    m = xp.tril(low_t @ g)
+    phi = 0.5 * (m + _transpose(xp, xp.tril(m, k=-1)))
+    return _right_solved(xp, solve, solve(low_t, phi), low)
+
+
+def _cholesky_rule(xp, inputs, out, g, upper):
+    return (_cholesky_grad(xp, xp.linalg.solve, out, g, upper),)
+
+
+@op("cholesky", saves=(), saves_out=True, rule=_cholesky_rule)
 def cholesky(be, a, upper):
     """Cholesky factor ``L`` (``U = L^T`` when ``upper``). PyTorch's rule:
     ``gA = L^-T Phi L^-1`` with ``M = tril(L^T gL)``, ``Phi = (M + tril(M, -1)^T) / 2``."""
     xp = be.xp
     out = be.linalg.cholesky(a, upper=upper)
-
-    def backward(g):
-        low = _transpose(xp, out) if upper else out
-        g = _transpose(xp, g) if upper else g
-        low_t = _transpose(xp, low)
-        m = xp.tril(low_t @ g)
-        phi = 0.5 * (m + _transpose(xp, xp.tril(m, k=-1)))
-        return (_right_solve(be, be.linalg.solve(low_t, phi), low),)
-
-    return out, backward
+    return out, lambda g: (_cholesky_grad(xp, be.linalg.solve, out, g, upper),)
 
 
 def _eigen_vectors_backward(be, w, v):
