@@ -18,19 +18,14 @@ from ..tensor import Tensor
 from . import elementwise, indexing, linalg, manipulation, searching, sets, sorting, statistical, torch_names, utility
 from ._util import axis_method, floating, torch_axis
 
-for _entry in (*table.UNARY.values(), *table.BINARY.values()):
-    for _method in _entry.method:
-        setattr(Tensor, _method, getattr(elementwise, _entry.name))
-del _entry, _method
-
-# A module of the namespace lists its own methods in METHODS: {name: function of the tensor first}.
-def _attach(modules):
-    for module in modules:
-        for name, function in getattr(module, "METHODS", {}).items():
-            setattr(Tensor, name, function)
-
-
-_attach((indexing, linalg, manipulation, searching, sets, sorting, statistical, utility, torch_names))
+# Every method is attached one way: each module of the namespace lists its own in
+# ``METHODS`` ({name: function of the tensor first}); the element-wise ones come from the
+# op table's records (each entry's ``method`` names); this module's are below. The last
+# lines attach them all (:func:`attach`), and tests/test_methods_registry.py checks that
+# every public method of Tensor that calls into the namespace is in :data:`REGISTRY`.
+ELEMENTWISE = {method: getattr(elementwise, entry.name)
+               for entry in (*table.UNARY.values(), *table.BINARY.values()) for method in entry.method}
+METHODS: dict = {}
 
 
 # ---- reductions: axis may be given positionally --------------------------------------------
@@ -42,10 +37,9 @@ def _sum(self, axis=None, keepdims=False, *, dtype=None, dim=None, keepdim=None)
     return statistical.sum(self, axis=axis, keepdims=keepdims, dtype=dtype)
 
 
-Tensor.sum = _sum
-Tensor.mean = axis_method(statistical.mean)
-Tensor.max = axis_method(statistical.max, positional=False)  # the axis by name only: see axis_method
-Tensor.min = axis_method(statistical.min, positional=False)
+METHODS.update(sum=_sum, mean=axis_method(statistical.mean),
+               max=axis_method(statistical.max, positional=False),  # the axis by name only: see axis_method
+               min=axis_method(statistical.min, positional=False))
 
 
 # ---- activations and friends (not in the standard) --------------------------------------------
@@ -140,9 +134,8 @@ def clamp(self, min=None, max=None):  # noqa: A002
     return clip(self, min, max)
 
 
-for _f in (relu, leaky_relu, gelu, sigmoid, softplus, softmax, log_softmax, clip, clamp):
-    setattr(Tensor, _f.__name__, _f)
-del _f
+METHODS.update((f.__name__, f) for f in (relu, leaky_relu, gelu, sigmoid, softplus, softmax, log_softmax, clip,
+                                          clamp))
 
 
 # ---- shape ------------------------------------------------------------------------------------
@@ -212,9 +205,7 @@ def matmul(self, other):
     return self @ other
 
 
-for _f in (reshape, flatten, transpose, permute, matmul):
-    setattr(Tensor, _f.__name__, _f)
-del _f
+METHODS.update((f.__name__, f) for f in (reshape, flatten, transpose, permute, matmul))
 Tensor.T = property(_T, doc="The tensor with its axes reversed.")
 Tensor.mT = property(_mT, doc="The tensor with its last two axes swapped (a stack of matrices transposed).")
 
@@ -232,10 +223,7 @@ def _cast(name):
     return method
 
 
-for _name in ("float32", "float64", "int64", "int32", "bool"):
-    _m = _cast(_name)
-    setattr(Tensor, _m.__name__, _m)
-del _name, _m
+METHODS.update((m.__name__, m) for m in map(_cast, ("float32", "float64", "int64", "int32", "bool")))
 
 
 def copy(self):
@@ -243,8 +231,7 @@ def copy(self):
     return run1(ops.copy, self)
 
 
-Tensor.copy = copy
-Tensor.clone = copy
+METHODS.update(copy=copy, clone=copy)
 
 
 # ---- more of PyTorch's everyday names ---------------------------------------------------------
@@ -326,6 +313,21 @@ def div_(self, other):
     return self
 
 
-for _f in (view, dim, pow, masked_fill, zero_, fill_, copy_, add_, sub_, mul_, div_):
-    setattr(Tensor, _f.__name__, _f)
-del _f
+METHODS.update((f.__name__, f) for f in (view, dim, pow, masked_fill, zero_, fill_, copy_, add_, sub_, mul_, div_))
+
+
+def _registry() -> dict:
+    """Every Tensor method named after a namespace function, by name: the element-wise
+    table's, then each module's ``METHODS``, then this module's (a later one replaces an
+    earlier one of the same name: the familiar signature wins over the standard's)."""
+    registry = dict(ELEMENTWISE)
+    for module in (indexing, linalg, manipulation, searching, sets, sorting, statistical, utility, torch_names):
+        registry.update(getattr(module, "METHODS", {}))  # linalg has none
+    registry.update(METHODS)
+    return registry
+
+
+REGISTRY = _registry()
+for _name, _function in REGISTRY.items():
+    setattr(Tensor, _name, _function)
+del _name, _function
