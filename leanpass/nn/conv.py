@@ -67,18 +67,26 @@ def _pad(x: Tensor, padding, mode: str) -> Tensor:
     return x
 
 
-def _conv(x, weight, bias, stride, padding, dilation, groups, dims: int, name: str, padding_mode="zeros"):
-    """The checked convolution of ``x`` ``(N, C, *S)`` or ``(C, *S)`` with ``dims`` spatial axes."""
+def _check_operands(x, weight, bias, groups, dims: int, name: str, layout: str) -> str:
+    """The checks a convolution and a transposed one share: Tensors, the axes of the
+    weight (``layout`` names them) and of the input, and ``groups``. Returns the shapes,
+    as their other messages name them."""
     for value, what in ((x, "input"), (weight, "weight")) + (((bias, "bias"),) if bias is not None else ()):
         if not isinstance(value, Tensor):
             raise TypeError(f"{name}: expected a Tensor as {what}, got {type(value).__name__}")
     shapes = f"input of shape {x.shape}, weight of shape {weight.shape}"
     if weight.ndim != dims + 2:
-        raise ValueError(f"{name}: weight must have {dims + 2} axes (out, in / groups, *kernel); {shapes}")
+        raise ValueError(f"{name}: weight must have {dims + 2} axes ({layout}); {shapes}")
     if x.ndim not in (dims + 1, dims + 2):
         raise ValueError(f"{name}: input must have {dims + 1} (unbatched) or {dims + 2} (batched) axes; {shapes}")
     if not isinstance(groups, numbers.Integral) or isinstance(groups, bool) or groups < 1:
         raise ValueError(f"{name}: groups must be a positive int, got {groups!r}")
+    return shapes
+
+
+def _conv(x, weight, bias, stride, padding, dilation, groups, dims: int, name: str, padding_mode="zeros"):
+    """The checked convolution of ``x`` ``(N, C, *S)`` or ``(C, *S)`` with ``dims`` spatial axes."""
+    shapes = _check_operands(x, weight, bias, groups, dims, name, "out, in / groups, *kernel")
     channels, kernel = weight.shape[0], weight.shape[2:]
     if channels % groups:
         raise ValueError(f"{name}: out channels {channels} are not divisible by groups {groups}; {shapes}")
@@ -262,16 +270,7 @@ class Conv2d(_ConvNd):
 def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation, dims: int, name: str):
     """The checked transposed convolution of ``x`` ``(N, C, *S)`` or ``(C, *S)`` with
     ``dims`` spatial axes and the weight ``(C, out / groups, *kernel)``."""
-    for value, what in ((x, "input"), (weight, "weight")) + (((bias, "bias"),) if bias is not None else ()):
-        if not isinstance(value, Tensor):
-            raise TypeError(f"{name}: expected a Tensor as {what}, got {type(value).__name__}")
-    shapes = f"input of shape {x.shape}, weight of shape {weight.shape}"
-    if weight.ndim != dims + 2:
-        raise ValueError(f"{name}: weight must have {dims + 2} axes (in, out / groups, *kernel); {shapes}")
-    if x.ndim not in (dims + 1, dims + 2):
-        raise ValueError(f"{name}: input must have {dims + 1} (unbatched) or {dims + 2} (batched) axes; {shapes}")
-    if not isinstance(groups, numbers.Integral) or isinstance(groups, bool) or groups < 1:
-        raise ValueError(f"{name}: groups must be a positive int, got {groups!r}")
+    shapes = _check_operands(x, weight, bias, groups, dims, name, "in, out / groups, *kernel")
     channels, kernel = weight.shape[0], weight.shape[2:]
     if x.shape[-dims - 1] != channels:
         raise ValueError(f"{name}: input has {x.shape[-dims - 1]} channels, the weight expects {channels} (its "
