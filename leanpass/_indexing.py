@@ -205,7 +205,7 @@ def getitem(t, index):
         set_key = tuple(k for k in key if k is not None)
         set_shape = t._data[set_key].shape if len(set_key) != len(key) else None
         out = run1(ops.index_basic, t, key, set_key, set_shape)
-        out._base = (t, key, out._base[2])  # a basic index: a change of the view is a setitem on t
+        out._base = (t, key, *out._base[2:])  # a basic index: a change of the view is a setitem on t
         return out
     if p.kind == "mask":
         return run1(ops.index_mask, t, p.mask)

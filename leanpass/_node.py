@@ -121,9 +121,10 @@ def share_version(out, source):
     return out
 
 
-def mark_view(out, base, key=None, remake=None):
+def mark_view(out, base, key=None, remake=None, op=None):
     """``out`` is a view of ``base``'s memory, made by ``run1(op, base, *params)``
-    (``remake = (op, params)``); ``key`` is the basic index that made it, if one did.
+    (``remake = (op, params)``); ``key`` is the basic index that made it, if one did;
+    ``op`` names the operation that made it, for messages (by default ``remake``'s).
     A recorded in-place change of the view is then also recorded on the base (as
     ``base[key] = view``), and one of the memory makes its live views anew from
     their changed base, so that every graph describes the values it sees. A view made
@@ -132,7 +133,7 @@ def mark_view(out, base, key=None, remake=None):
     vc = out._vc = version_of(base)
     if out._node is not None:
         out._node._vc = vc
-    out._base = (base, key, remake)
+    out._base = (base, key, remake, op if op is not None else remake[0] if remake else None)
     if _grad_state.enabled:
         vc.add_view(out)
     return out
@@ -266,7 +267,7 @@ def run(op: Op, args, *params, **kw):
         replay = params  # every argument a tensor: the parameters are the whole replay (and an Op.rule's)
     t = make(out, backend, op, tuple(tensors), backward, requires_grad, replay if requires_grad else None)
     if op.view and tensors:
-        mark_view(t, tensors[0])  # no remake: a recorded change of its memory raises (_view_bases)
+        mark_view(t, tensors[0], op=op)  # no remake: a recorded change of its memory raises (_view_bases)
     return t
 
 
@@ -327,7 +328,7 @@ def apply(fn, *inputs, op: str | None = None, **params):
     t = make(out, backend, operation, inputs, backward, rg, params if rg else None)
     for x in inputs:
         if backend.shares_memory(t._data, x._data):
-            mark_view(t, x)  # no remake: a recorded change of it raises (_view_bases)
+            mark_view(t, x, op=operation)  # no remake: a recorded change of it raises (_view_bases)
             break
     return t
 
@@ -553,9 +554,9 @@ def _check_remakes(vc, t, bases, label):
     for view in vc.live_views():
         if view._base[2] is None and view is not t and not any(view is b for b, _, _ in bases):
             raise RuntimeError(
-                f"{label}: {view!r} is a view of this tensor's memory made by {view._op!r}, which cannot be made "
-                "anew after an in-place change while a graph is recorded; make that op return a copy, or change "
-                "a copy of this tensor"
+                f"{label}: {view!r} is a view of this tensor's memory made by {view._base[3]!r}, which cannot be "
+                "made anew after an in-place change while a graph is recorded; make that op return a copy, or "
+                "change a copy of this tensor"
             )
 
 
@@ -567,7 +568,7 @@ def _remake_views(vc, changed):
     for view in vc.live_views():
         if any(view is c for c in changed):
             continue
-        base, _key, remake = view._base
+        base, _key, remake, _ = view._base
         fresh = run1(remake[0], base, *remake[1])
         owner = _take_owner(view)
         view._node, view._rg = fresh._node, fresh._rg
@@ -600,10 +601,10 @@ def _view_bases(t, label):
     chain = []
     view = t
     while getattr(view, "_base", None) is not None:
-        base, key, remake = view._base
+        base, key, remake, made_by = view._base
         if key is None:
             raise RuntimeError(
-                f"{label}: {t!r} is a view (made by {view._op}) of another tensor; changing it in place while "
+                f"{label}: {t!r} is a view (made by {made_by}) of another tensor; changing it in place while "
                 "a graph is recorded is not supported. Change a copy (t = t.copy()), or the original tensor"
             )
         if base._rg and base._node is None:

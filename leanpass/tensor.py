@@ -82,6 +82,9 @@ class Tensor:
             raise ValueError(f"Tensor.data: a tensor that requires grad needs float data, got {value.dtype}")
         self._data = value
         self._backend = backend
+        node = self._node
+        if node is not None:  # the node's value is the tensor's: a create_graph replay reads it there
+            node._data, node._backend = value, backend
         if changed:
             version_of(self).bump()  # a backward that saved the old array must not read the new one
 

@@ -324,3 +324,41 @@ def test_a_recorded_in_place_change_gives_the_tensor_a_new_node_and_makes_no_cyc
         assert probe() is None
     finally:
         gc.enable()
+
+
+def test_a_change_after_a_create_graph_backward_is_seen_by_its_second_order_graph(device):
+    """The create_graph backward of ``@`` makes views of the stand-in Tensor of ``y``'s
+    value (its transpose) before ``y`` had a version counter: ``y``'s counter, made at its
+    later change, must be that one, so the second-order graph sees the change and raises
+    (as PyTorch); it gave a silently wrong gradient."""
+    x = Tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True, device=device)
+    w = Tensor([[1.0, 0.5], [0.0, 1.0]], requires_grad=True, device=device)
+    c = Tensor([[1.0, 1.0], [1.0, 1.0]], requires_grad=True, device=device)
+    y = x * 2.0
+    z = ((y @ w) * c).sum()
+    (gw,) = lp.autograd.grad(z, [w], create_graph=True)
+    with lp.no_grad():
+        y.add_(100.0)
+    with pytest.raises(RuntimeError, match="changed in place"):
+        lp.autograd.grad(gw.sum(), [c])
+
+
+def test_data_assignment_on_a_result_is_the_value_its_node_replays(device):
+    """``y.data = ...`` on a result rebinds its node's value too: a create_graph backward
+    reads the new array there, as the first-order one does (and as PyTorch)."""
+    x = Tensor([1.0, 2.0], requires_grad=True, device=device)
+    y = x * 2.0
+    y.data = Tensor([10.0, 20.0], device=device).data
+    (g,) = lp.autograd.grad((y * y).sum(), [x], create_graph=True)
+    np.testing.assert_allclose(host(g), [40.0, 80.0])
+    (first,) = lp.autograd.grad((y * y).sum(), [x])
+    np.testing.assert_allclose(host(first), [40.0, 80.0])
+
+
+def test_a_view_outside_the_graph_is_named_by_the_op_that_made_it(device):
+    """The refusal to change a view outside the graph in place names the op that made the
+    view, not "leaf" (a result outside any graph has no node to name it)."""
+    c = Tensor([[1.0, 2.0], [3.0, 4.0]], device=device)
+    w = Tensor(np.ones((2, 2)), requires_grad=True, device=device)
+    with pytest.raises(RuntimeError, match=r"made by (permute_dims|matrix_transpose|transpose)"):
+        c.T.add_(w)

@@ -59,10 +59,14 @@ def version_of(tensor) -> Version:
     """The tensor's version counter, made on first need."""
     vc = tensor._vc
     if vc is None:
-        vc = tensor._vc = Version()
         node = tensor._node
-        if node is not None:  # the node of its current value counts with it
-            node._vc = vc
+        if node is None:
+            vc = tensor._vc = Version()
+        else:  # the node of its current value counts with it; it may have a counter already
+            vc = node._vc  # (one made for a create_graph backward's stand-in of this value)
+            if vc is None:
+                vc = node._vc = Version()
+            tensor._vc = vc
     return vc
 
 
