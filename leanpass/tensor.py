@@ -490,6 +490,15 @@ class Tensor:
         return self._node
 
     @property
+    def _prev(self) -> tuple:
+        """The parent edges of this tensor's node (SPEC's ``_prev``; read-only): for each
+        tensor input, the node that made its value, or the input Tensor itself where it
+        is a leaf; ``()`` for a leaf and for a result outside any graph. After a backward
+        call released the graph: what it kept (non-empty; see ``zero_grad_all``)."""
+        node = self._node
+        return () if node is None else node._prev
+
+    @property
     def _op(self):
         """The name of the operation that made this tensor (an ``Op``, a ``str``), or
         ``"leaf"`` for a leaf and a result outside any graph (the seed's attribute;

@@ -1147,3 +1147,18 @@ def test_apply_takes_a_list_or_namedtuple_result():
         x.grad = None
         apply(make, x).sum().backward()
         assert x.grad.tolist() == [2.0, 2.0]
+
+
+def test_prev_is_the_nodes_parent_edges_and_read_only(device):
+    """SPEC's ``_prev``: ``()`` for a leaf and for a result outside the graph; the parent
+    edges of the node otherwise (a leaf input itself, a non-leaf input's node); still
+    non-empty after backward released the graph; not writable."""
+    x = Tensor([1.0, 2.0], requires_grad=True, device=device)
+    h = x * 2.0
+    y = h.exp()
+    assert x._prev == () and (x.detach() * 2.0)._prev == ()
+    assert h._prev == (x,) and y._prev == (h.grad_fn,)
+    y.sum().backward()
+    assert y._prev
+    with pytest.raises(AttributeError):
+        y._prev = ()
