@@ -145,7 +145,7 @@ def _backward_leaving_others(root, wide) -> None:
     gradcheck leaves them: their ``.grad`` is put back, their post-accumulate-grad
     hooks do not run, and their graph is kept (``retain_graph``)."""
     ours = {id(x) for x in wide}
-    others, seen, stack = [], set(), [root if root._node is None else root._node]
+    others, hooked, seen, stack = [], [], set(), [root if root._node is None else root._node]
     while stack:
         node = stack.pop()
         if id(node) in seen:
@@ -153,6 +153,9 @@ def _backward_leaving_others(root, wide) -> None:
         seen.add(id(node))
         if type(node) is Node:
             stack.extend(node._prev)
+            if getattr(node, "_hooks", None) is not None:
+                hooked.append((node, node._hooks))  # gradient hooks registered on an intermediate value
+                node._hooks = None
             node = node._tensor() if node._tensor is not None else None  # a tensor retaining its gradient
             if node is None:
                 continue
@@ -166,6 +169,8 @@ def _backward_leaving_others(root, wide) -> None:
     finally:
         for t, g, read_zeros, hooks in saved:
             t._grad, t._read_zeros, t._hooks = g, read_zeros, hooks
+        for node, hooks in hooked:
+            node._hooks = hooks
 
 
 def gradgradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3) -> bool:

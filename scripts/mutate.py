@@ -374,9 +374,9 @@ MUTANTS = [
     Mutant("mask-among-others-kept-as-mask", "leanpass/_indexing.py",
            "out.extend(t._backend.xp.nonzero(p))", "out.append(p)", ("tests/test_indexing.py",)),
     Mutant("tensor-hooks-skipped", "leanpass/_graph/engine.py",
-           "                if hooked:\n                    grad = _with_grad_hooks(owner, grad)\n"
-           "                if targets",
-           "                if targets", ("tests/test_autograd.py",)),
+           "                if hooked:\n                    grad = _with_grad_hooks(node, grad)\n"
+           "                owner = node._tensor",
+           "                owner = node._tensor", ("tests/test_autograd.py",)),
     Mutant("flatten-start-after-end", "leanpass/_namespace/methods.py", "    if start > end:  # PyTorch",
            "    if False:  # PyTorch", ("tests/test_bad_input.py", "tests/test_manipulation.py")),
     Mutant("masked-array-mask-lost", "leanpass/backends/_base.py", "    if isinstance(data, np.ma.MaskedArray):",

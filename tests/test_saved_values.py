@@ -362,3 +362,30 @@ def test_a_view_outside_the_graph_is_named_by_the_op_that_made_it(device):
     w = Tensor(np.ones((2, 2)), requires_grad=True, device=device)
     with pytest.raises(RuntimeError, match=r"made by (permute_dims|matrix_transpose|transpose)"):
         c.T.add_(w)
+
+
+def test_hooks_registered_before_an_in_place_change_see_the_old_values_gradient(device):
+    """As PyTorch: a gradient hook registered on a tensor belongs to the node of its value
+    at that time, so after ``y.mul_(3)`` the earlier hook sees the gradient of ``y``'s old
+    value and a later one the new value's; ``retain_grad`` follows the tensor (the new
+    value). Hooks used to follow the tensor too."""
+    torch = pytest.importorskip("torch")
+
+    def values(a):
+        return [float(v) for v in (a.tolist() if hasattr(a, "tolist") else np.asarray(host(a)).tolist())]
+
+    def run(module, make):
+        x = make([1.0, 2.0, 3.0])
+        y = x * 2
+        seen = []
+        y.register_hook(lambda g: seen.append(("before", values(g))))
+        y.mul_(3)
+        y.register_hook(lambda g: seen.append(("after", values(g))))
+        y.retain_grad()
+        (y * y).sum().backward()
+        return seen, values(y.grad), values(x.grad)
+
+    ours = run(lp, lambda v: Tensor(v, requires_grad=True, device=device))
+    theirs = run(torch, lambda v: torch.tensor(v, requires_grad=True, dtype=torch.float64))
+    assert ours == theirs
+    assert ours[0] == [("after", [12.0, 24.0, 36.0]), ("before", [36.0, 72.0, 108.0])]

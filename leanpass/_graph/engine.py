@@ -216,20 +216,20 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
         while heap:
             node = pop(heap)[1]
             grad = pending.pop(node)
-            owner = node._tensor  # the tensor whose value this is, where it has hooks or retains its gradient
-            if owner is not None:
-                owner = owner()
             if wanted is not None and id(node) in wanted:
                 found[id(node)] = grad  # as PyTorch's autograd.grad: before the input's own hooks
-                if hooked and owner is not None:
-                    grad = _with_grad_hooks(owner, grad)
+                if hooked:
+                    grad = _with_grad_hooks(node, grad)
                 if isinstance(node._prev, Released) or not any(id(p) in needed for p in node._prev):
                     continue  # nothing asked for lies below it
-            elif owner is not None:  # its gradient is complete: the tensor's hooks see it (and may change it)
+            else:  # its gradient is complete: the hooks registered on this value see it (and may change it)
                 if hooked:
-                    grad = _with_grad_hooks(owner, grad)
-                if targets is None and getattr(owner, "_retain", False):
-                    retained.append((owner, grad))
+                    grad = _with_grad_hooks(node, grad)
+                owner = node._tensor  # the tensor whose value this is, where it retains its gradient
+                if owner is not None and targets is None:
+                    owner = owner()
+                    if owner is not None and getattr(owner, "_retain", False):
+                        retained.append((owner, grad))
             backward = node._backward
             if backward is None:
                 raise RuntimeError(_RELEASED)

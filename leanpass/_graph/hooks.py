@@ -120,9 +120,9 @@ def add_grad_hook(tensor, hook) -> RemovableHandle:
     if not tensor._rg:
         raise RuntimeError(f"register_hook: the tensor of shape {tuple(tensor._data.shape)} does not require grad, "
                            "so no gradient reaches a hook")
-    hooks = _hook_list(tensor)
-    if tensor._node is not None:  # a non-leaf: its node finds it (and the hooks) in backward
-        tensor._node._tensor = weakref.ref(tensor)
+    # a non-leaf's hooks go on the node of its value now, as PyTorch's: after an in-place
+    # change they see the gradient of the value they were registered on
+    hooks = _hook_list(tensor if tensor._node is None else tensor._node)
     hooks.grad.append(hook)
     hooks.live[2] += 1
     _grad_hooks_registered += 1

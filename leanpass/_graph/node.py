@@ -29,7 +29,9 @@ class Node:
     tensor's where the engine reads either (``_data``, ``_backend``, ``_vc``, ``_rg``):
     a parent edge is a Node or a Tensor."""
 
-    __slots__ = ("_op", "_prev", "_backward", "_replay", "_seq", "_data", "_backend", "_vc", "_tensor",
+    # _hooks (set only when a hook is registered: read with getattr): the gradient hooks
+    # registered on the tensor while this node made its value, as PyTorch's
+    __slots__ = ("_op", "_prev", "_backward", "_replay", "_seq", "_data", "_backend", "_vc", "_tensor", "_hooks",
                  "__weakref__")
 
     _rg = True  # a node exists only for a result that requires grad
@@ -46,6 +48,11 @@ class Node:
         backward call released this part of the graph: what it kept (the leaves it
         wrote into, the tensors that retain their gradients)."""
         return tuple(self._prev)
+
+    @property
+    def device(self) -> str:
+        """The device of the node's output."""
+        return self._backend.device
 
     def name(self) -> str:
         """The operation's name (PyTorch's ``grad_fn.name()``)."""
