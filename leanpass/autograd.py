@@ -110,7 +110,7 @@ def _graph_grads(node, parents, grad, changed: bool):
     Its inputs are ``parents`` (each as the node saw it). Where none changed in place
     since the forward, the operation runs again on them with a :class:`GraphBackend`,
     and its own backward rule records the graph. Where one changed, the backward
-    must not see a value computed from the changed one: ``_stale`` has already
+    must not see a value computed from the changed one: ``_check_saved`` has already
     refused an input the rule reads, so the rule runs on what the node saved -- its
     unchanged inputs and its output, the node itself (``Op.rule``); an operation whose
     backward reads neither its output nor the changed input runs again, as the values
