@@ -50,7 +50,7 @@ def integer(value, op, what, minimum=None, kind="an integer"):
     try:
         value = operator.index(value)
     except TypeError:
-        raise TypeError(f"{op}: {what} must be {kind}, got {type(value).__name__}") from None
+        raise TypeError(f"{op}: {what} must be {kind}, got {type(value).__name__} {value!r}") from None
     if minimum is not None and value < minimum:
         raise ValueError(f"{op}: {what} must be {kind}, got {value}")
     return value

@@ -295,7 +295,7 @@ class Tensor:
             raise TypeError(
                 f"a tensor that requires grad ({self!r}) cannot be turned into a NumPy array implicitly: "
                 "what is computed from that array would be lost from the gradient. Use t.detach() for the "
-                "values outside the graph (np.asarray(t.detach())), or t.numpy() for a host copy"
+                "values outside the graph (asarray of t.detach()), or t.numpy() for a host copy"
             )
         if self._backend.library != "numpy":
             raise TypeError(

@@ -13,10 +13,9 @@ draw the same numbers from the same seed, as ``lp.randn(n)`` and ``normal_()`` d
 from __future__ import annotations
 
 import math
-import operator
 from typing import NamedTuple
 
-from .._checks import broadcast_shapes, is_bool, normalize_axis
+from .._checks import broadcast_shapes, integer, is_bool, normalize_axis
 from .._dtypes import as_dtype, iinfo, promote
 from .._indexing import setitem
 from .._node import leaf
@@ -150,14 +149,7 @@ def randint(low=0, high=None, size=None, *, dtype=None, device=None, requires_gr
 def randperm(n, *, dtype=None, device=None, requires_grad=False):
     """A random permutation of ``0 .. n-1``, as ``torch.randperm`` (int64 unless
     ``dtype`` says otherwise)."""
-    if is_bool(n):
-        raise TypeError("randperm: n must be a non-negative integer, got bool")
-    try:
-        n = operator.index(n)
-    except TypeError:
-        raise TypeError(f"randperm: n must be a non-negative integer, got {n!r}") from None
-    if n < 0:
-        raise ValueError(f"randperm: n must be non-negative, got {n}")
+    n = integer(n, "randperm", "n", minimum=0, kind="a non-negative integer")
     name = as_dtype(dtype, "randperm").name if dtype is not None else "int64"
     if name == "bool" or name.startswith("complex"):
         raise TypeError(f"randperm: the permutation needs an integer or real floating dtype, not {name}")
@@ -235,12 +227,7 @@ def topk(input, k, dim=-1, largest=True, sorted=True):  # noqa: A002 - PyTorch's
     x = asarray_like(input, "topk")
     if x.dtype.kind == "c":
         raise TypeError(f"topk: complex numbers have no order (dtype {x.dtype})")
-    if is_bool(k):
-        raise TypeError("topk: k must be an integer, got bool")
-    try:
-        k = operator.index(k)
-    except TypeError:
-        raise TypeError(f"topk: k must be an integer, got {k!r}") from None
+    k = integer(k, "topk", "k")
     largest = flag("topk", "largest", largest)
     flag("topk", "sorted", sorted)  # checked; the result is sorted either way
     zero_d = x.ndim == 0

@@ -67,6 +67,16 @@ def _pad(x: Tensor, padding, mode: str) -> Tensor:
     return x
 
 
+def _init_parameters(layer, backend, shape, out_channels, bias, dtype) -> None:
+    """``layer.weight`` of ``shape`` and ``layer.bias`` (``(out_channels,)``, if ``bias``),
+    as PyTorch's convolutions initialise them: kaiming_uniform_(a=sqrt(5)), that is
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with ``fan_in = prod(shape[1:])``, the bias too."""
+    bound = 1.0 / math.sqrt(math.prod(shape[1:]))
+    layer.weight = Parameter(backend.init_uniform(shape, -bound, bound, dtype), name="weight", device=backend.device)
+    layer.bias = (Parameter(backend.init_uniform((out_channels,), -bound, bound, dtype), name="bias",
+                            device=backend.device) if bias else None)
+
+
 def _check_operands(x, weight, bias, groups, dims: int, name: str, layout: str) -> str:
     """The checks a convolution and a transposed one share: Tensors, the axes of the
     weight (``layout`` names them) and of the input, and ``groups``. Returns the shapes,
@@ -218,13 +228,7 @@ class _ConvNd(Module):
         self.padding = padding if isinstance(padding, str) else _ints(padding, dims, "padding", name, 0)
         self.groups = int(groups)
         self.padding_mode = padding_mode
-        # kaiming_uniform_(a=sqrt(5)), as PyTorch: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), the bias too
-        bound = 1.0 / math.sqrt(in_channels // groups * math.prod(kernel))
-        shape = (out_channels, in_channels // groups, *kernel)
-        self.weight = Parameter(backend.init_uniform(shape, -bound, bound, dtype), name="weight",
-                                device=backend.device)
-        self.bias = (Parameter(backend.init_uniform((out_channels,), -bound, bound, dtype), name="bias",
-                               device=backend.device) if bias else None)
+        _init_parameters(self, backend, (out_channels, in_channels // groups, *kernel), out_channels, bias, dtype)
 
     def forward(self, x: Tensor) -> Tensor:
         _check_input(x, self)
@@ -359,14 +363,8 @@ class _ConvTransposeNd(Module):
         self.in_channels, self.out_channels, self.kernel_size = int(in_channels), int(out_channels), kernel
         self.groups = int(groups)
         self.padding_mode = padding_mode
-        # kaiming_uniform_(a=sqrt(5)), as PyTorch: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with PyTorch's fan_in of
-        # this weight, out / groups * prod(kernel); the bias too
-        bound = 1.0 / math.sqrt(out_channels // groups * math.prod(kernel))
-        shape = (in_channels, out_channels // groups, *kernel)
-        self.weight = Parameter(backend.init_uniform(shape, -bound, bound, dtype), name="weight",
-                                device=backend.device)
-        self.bias = (Parameter(backend.init_uniform((out_channels,), -bound, bound, dtype), name="bias",
-                               device=backend.device) if bias else None)
+        # PyTorch's fan_in of this weight is out / groups * prod(kernel): its axis 1 and the kernel
+        _init_parameters(self, backend, (in_channels, out_channels // groups, *kernel), out_channels, bias, dtype)
 
     def _output_padding(self, x: Tensor, output_size) -> tuple:
         """``output_padding``, or the one that gives ``output_size`` (PyTorch's rule: the
