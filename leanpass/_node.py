@@ -502,7 +502,7 @@ def inplace(t, op: Op, others, *params, name: str | None = None, write=None, _ou
     saves = tuple(j for j, i in enumerate(keep) if i and op.saved(i) and not aliases[i - 1])
     if saves != op.saves or (op.saves_out and out is not current):
         op = Op(op, op.fn, saves=saves, saves_out=op.saves_out and out is current, fresh=op.fresh,
-                needs=op.needs, differentiable=op.differentiable, doc=op.__doc__)
+                needs=op.needs, differentiable=op.differentiable, doc=op.__doc__, exact=op.exact and not mixed)
     node = _new(Node)  # t's new node: the nodes made before keep the old one, ``old``
     node._op = op
     node._prev = (old, *tensors)

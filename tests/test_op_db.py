@@ -194,3 +194,45 @@ def test_a_backward_never_reads_an_input_changed_since_unless_it_raises(row):
                     g.numpy(), e.numpy(), rtol=1e-12, atol=1e-12,
                     err_msg=f"{row.key}: input {i} changed after the forward, and the gradient of input {k} "
                             "read its new values (the op's saves do not declare it)")
+
+
+# ---- exact ops: the engine trusts their gradients' shapes and dtypes --------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("row", _row_params())
+def test_an_exact_op_gives_gradients_of_its_inputs_shapes_and_dtypes(row, dtype, device):
+    """An Op marked ``exact`` (element-wise, of one tensor) promises gradients of its
+    inputs' shapes and dtypes, and the engine skips summing them back and casting them:
+    its backward, on every node of the row's graph that has it, keeps that promise,
+    in float32 (a float64 constant in a rule would promote) as in float64."""
+    if row.not_on.get(device.partition(":")[0]):
+        pytest.skip(row.not_on[device.partition(":")[0]])
+    sample = row.make_samples()[0]
+    sample = sample.sample if isinstance(sample, Known) else sample
+    sample = tuple(x.astype(dtype) if isinstance(x, np.ndarray) and x.dtype.kind == "f" else x for x in sample)
+    out = row.fn(*row.inputs(device, sample))
+    for o in out if isinstance(out, (tuple, list)) else (out,):
+        if not isinstance(o, lp.Tensor):
+            continue
+        for node in graph_nodes(o):
+            if not node._op.exact:
+                continue
+            grads = node._backward(node._backend.xp.ones_like(node._data))
+            for parent, g in zip(node._prev, grads):
+                if g is not None:
+                    assert (tuple(g.shape), g.dtype) == (tuple(parent._data.shape), parent._data.dtype), (
+                        f"{row.key}: {node._op!r} is exact, yet gives a gradient of shape {tuple(g.shape)} and "
+                        f"dtype {g.dtype} for an input of shape {tuple(parent._data.shape)}, {parent._data.dtype}")
+
+
+def test_exact_ops_are_the_elementwise_ones_of_one_tensor():
+    """``exact`` is set by the element-wise table only: on its unary ops and on its
+    binary ops' variants for a Python number, never on an op of two tensors."""
+    from leanpass.ops import elementwise as table
+
+    marked = {id(op) for op, _ in _discovered()[0].values() if op.exact}
+    one_tensor = {id(e.op) for e in table.UNARY.values() if e.op.differentiable}
+    one_tensor |= {id(o) for e in table.BINARY.values() for o in (e.scalar_op, e.rscalar_op) if o is not None}
+    assert marked and marked <= one_tensor
+    assert not any(e.op.exact for e in table.BINARY.values())

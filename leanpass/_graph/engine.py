@@ -40,6 +40,7 @@ from .above import above
 from .hooks import _has_grad_hooks, _run_post_hooks, _with_grad_hooks
 from .modes import enable_grad, grad_lock, no_grad
 from .node import Node, edge
+from .versions import latest_change
 
 __all__ = ["backprop", "Released", "zero_graph_grads"]
 
@@ -234,17 +235,18 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
             if backward is None:
                 raise RuntimeError(_RELEASED)
             done.append(node)
-            seq = node._seq
-            vc = node._vc
-            if vc is not None and vc.changed > seq:
-                _check_output(node, seq)
             parents = node._prev
             changed = False  # an input's values changed in place since the node was made
-            for parent in parents:
-                pvc = parent._vc
-                if pvc is not None and pvc.changed > seq:
-                    changed = _check_saved(node, seq)
-                    break
+            seq = node._seq
+            if latest_change[0] > seq:  # something changed in place since the node was made: what?
+                vc = node._vc
+                if vc is not None and vc.changed > seq:
+                    _check_output(node, seq)
+                for parent in parents:
+                    pvc = parent._vc
+                    if pvc is not None and pvc.changed > seq:
+                        changed = _check_saved(node, seq)
+                        break
             if create_graph:
                 parent_grads = graph.grads(node, parents, grad, changed)
             else:
@@ -254,7 +256,8 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
                 else:  # cuda:N on a machine of several GPUs: run where the data is
                     with guard:
                         parent_grads = backward(grad)
-            fresh_op = node._op.fresh
+            op = node._op
+            fresh_op, exact = op.fresh, op.exact
             for parent, pgrad in zip(parents, parent_grads):
                 if pgrad is None or (needed is not None and id(parent) not in needed):
                     continue
@@ -264,16 +267,17 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
                         continue  # a value outside the graph (a tensor that entered it later is not this value)
                     if parent._backend is not node._backend and not create_graph:  # a leaf moved (model.to) since
                         _check_devices(((parent, pgrad),))
-                data = parent._data
                 fresh = fresh_op
-                if pgrad.shape != data.shape:
-                    pgrad = _unbroadcast(graph.xp(parent) if create_graph else parent._backend.xp, pgrad,
-                                         tuple(data.shape))
-                    fresh = True
-                if pgrad.dtype is not data.dtype and pgrad.dtype != data.dtype:  # a custom op's, a mixed in-place
-                    pgrad = (graph.xp(parent).astype(pgrad, data.dtype) if create_graph
-                             else parent._backend.xp.astype(pgrad, data.dtype))
-                    fresh = True
+                if not exact:  # the gradient of a broadcast input, of another dtype (a custom op's, a mixed in-place)
+                    data = parent._data
+                    if pgrad.shape != data.shape:
+                        pgrad = _unbroadcast(graph.xp(parent) if create_graph else parent._backend.xp, pgrad,
+                                             tuple(data.shape))
+                        fresh = True
+                    if pgrad.dtype is not data.dtype and pgrad.dtype != data.dtype:
+                        pgrad = (graph.xp(parent).astype(pgrad, data.dtype) if create_graph
+                                 else parent._backend.xp.astype(pgrad, data.dtype))
+                        fresh = True
                 if inner:
                     old = pending.get(parent)
                     if old is None:

@@ -13,7 +13,11 @@ from collections import deque
 
 from .modes import sequence
 
-__all__ = ["Version", "version_of", "increment_version", "increment_versions"]
+__all__ = ["Version", "version_of", "increment_version", "increment_versions", "latest_change"]
+
+# [the creation number of the latest in-place change of any array]: a node made after it
+# saw no input change since, and the engine checks nothing more (a list: read per node)
+latest_change = [-1]
 
 
 class Version:
@@ -44,7 +48,7 @@ class Version:
 
     def bump(self) -> None:
         self.count += 1
-        self.changed = self.last = now = next(sequence)
+        self.changed = self.last = latest_change[0] = now = next(sequence)
         self.times.append(now)
 
     def at(self, seq: int) -> str:
@@ -87,5 +91,5 @@ def increment_versions(tensors) -> None:
         if vc is None:
             vc = version_of(t)
         vc.count += 1
-        vc.changed = vc.last = now = next(sequence)
+        vc.changed = vc.last = latest_change[0] = now = next(sequence)
         vc.times.append(now)

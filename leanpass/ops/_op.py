@@ -43,7 +43,7 @@ class Op(str):
 
     def __new__(cls, name: str, fn, *, saves=ALL, saves_out: bool = True, fresh: bool = True,
                 needs: bool = False, view: bool = False, copies: bool = False, differentiable: bool = True,
-                doc: str | None = None, rule=None):
+                doc: str | None = None, rule=None, exact: bool = False):
         self = super().__new__(cls, name)
         self.fn = fn
         self.saves = saves if saves is ALL else tuple(saves)
@@ -54,6 +54,7 @@ class Op(str):
         self.copies = copies
         self.differentiable = differentiable
         self.rule = rule
+        self.exact = exact
         self.__doc__ = doc or fn.__doc__
         return self
 
@@ -69,7 +70,7 @@ class Op(str):
         """The same operation under another name (``"getitem"`` for a ``take``)."""
         return Op(name, self.fn, saves=self.saves, saves_out=self.saves_out, fresh=self.fresh,
                   needs=self.needs, view=self.view, copies=self.copies, differentiable=self.differentiable,
-                  doc=self.__doc__, rule=self.rule)
+                  doc=self.__doc__, rule=self.rule, exact=self.exact)
 
     def __reduce__(self):
         return (str, (str(self),))

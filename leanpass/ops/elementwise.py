@@ -56,6 +56,11 @@ ZERO = "zero"  # a rule: the gradient is zero (step-like functions)
 
 def _register(table, name, operation, arity, method, scalar_op=None, rscalar_op=None, accepts="any",
               complex=None):
+    # a function of one tensor (the unary ones, and the binary ones' variants for a Python
+    # number operand) gives gradients of its input's shape and dtype
+    for one_tensor in ((operation,) if arity == 1 else ()) + (scalar_op, rscalar_op):
+        if one_tensor is not None and one_tensor.differentiable:
+            one_tensor.exact = True
     table[name] = Entry(name, operation, arity, tuple(method), scalar_op, rscalar_op, accepts, complex)
     return operation
 
