@@ -35,3 +35,60 @@ def test_the_element_wise_methods_come_from_the_op_records():
             assert name in methods.REGISTRY, (entry.name, name)
             if name not in methods.METHODS:
                 assert methods.REGISTRY[name] is methods.ELEMENTWISE[name]
+
+
+def test_the_reductions_and_their_methods_come_from_the_op_records():
+    """Each Reduction record (sum, var, cumulative_sum, argmax, all...) makes its
+    namespace function, with the standard's signature, and its Tensor methods."""
+    import inspect
+
+    import leanpass as lp
+    from leanpass._namespace import statistical
+    from leanpass.ops.statistical import REDUCTIONS
+
+    standard = {  # the array API standard's signatures (2024.12)
+        "sum": "(x, /, *, axis=None, dtype=None, keepdims=False)",
+        "prod": "(x, /, *, axis=None, dtype=None, keepdims=False)",
+        "mean": "(x, /, *, axis=None, keepdims=False)",
+        "max": "(x, /, *, axis=None, keepdims=False)",
+        "min": "(x, /, *, axis=None, keepdims=False)",
+        "var": "(x, /, *, axis=None, correction=0.0, keepdims=False)",
+        "std": "(x, /, *, axis=None, correction=0.0, keepdims=False)",
+        "cumulative_sum": "(x, /, *, axis=None, dtype=None, include_initial=False)",
+        "cumulative_prod": "(x, /, *, axis=None, dtype=None, include_initial=False)",
+        "argmax": "(x, /, *, axis=None, keepdims=False)",
+        "argmin": "(x, /, *, axis=None, keepdims=False)",
+        "count_nonzero": "(x, /, *, axis=None, keepdims=False)",
+        "all": "(x, /, *, axis=None, keepdims=False)",
+        "any": "(x, /, *, axis=None, keepdims=False)",
+    }
+    assert set(REDUCTIONS) == set(standard)
+    for name, record in REDUCTIONS.items():
+        function = getattr(lp, name)
+        assert function is statistical.FUNCTIONS[name]
+        assert str(inspect.signature(function)) == standard[name], name
+        for method in record.method:
+            assert methods.REGISTRY[method] is statistical.METHODS[method], (name, method)
+
+
+def test_a_reduction_refuses_what_its_signature_does_not_take():
+    import numpy as np
+    import pytest
+
+    import leanpass as lp
+
+    x = lp.asarray(np.arange(6.0).reshape(2, 3))
+    with pytest.raises(TypeError, match="sum\\(\\) got an unexpected keyword argument 'correction'"):
+        lp.sum(x, correction=1)
+    with pytest.raises(TypeError, match="cumulative_sum\\(\\) got an unexpected keyword argument 'keepdims'"):
+        lp.cumulative_sum(x, axis=0, keepdims=True)
+    with pytest.raises(TypeError):
+        lp.sum(x, 0)  # the standard's axis is keyword-only
+    with pytest.raises(TypeError, match="var\\(\\) takes 1 positional argument \\(axis\\) but 2 were given"):
+        x.var(0, True)  # PyTorch's unbiased=True: refused, not read as keepdims
+    with pytest.raises(TypeError, match="cumsum\\(\\) got an unexpected keyword argument 'keepdim'"):
+        x.cumsum(dim=0, keepdim=True)
+    with pytest.raises(TypeError, match="got multiple values for argument 'axis'"):
+        x.sum(0, axis=1)
+    assert x.sum(1, True).shape == (2, 1) and x.sum(dim=0, keepdim=True).shape == (1, 3)
+    assert x.cumsum(dim=1).shape == (2, 3) and x.argmax(1).shape == (2,)

@@ -174,18 +174,31 @@ def axis_method(function, positional=True):
 
         def method(self, *args, **kwargs):
             if args:
-                given = args[0] if isinstance(args[0], int) and not isinstance(args[0], bool) else "..."
-                raise TypeError(
-                    f"{name}: give the axis by name, t.{name}(axis={given}) for the values (NumPy's "
-                    f"t.{name}({given})); PyTorch's t.{name}({given}) gives (values, indices) and its t.{name}(other) "
-                    f"the element-wise {name}imum, so a positional argument is refused rather than read one way: "
-                    f"use t.{name}(axis=...) and t.arg{name}(axis=...), or lp.{name}imum(t, other)"
-                )
+                refuse_positional(name, args, ())
             return named(self, **kwargs)
 
     method.__name__ = method.__qualname__ = function.__name__
     method.__doc__ = function.__doc__
     return method
+
+
+def refuse_positional(name, args, positional) -> None:
+    """Raise ``TypeError`` for the method ``name`` given more positional ``args`` than
+    the names ``positional`` it takes. For ``max`` and ``min`` (which take none) the
+    message says why: NumPy's ``t.max(1)`` gives the values, PyTorch's ``(values,
+    indices)``, and PyTorch's ``t.max(other)`` the element-wise maximum; read one way
+    it would silently be wrong for the others (``t.max(1)[1]`` taking a row of values)."""
+    if name in ("max", "min") and not positional:
+        given = args[0] if isinstance(args[0], int) and not isinstance(args[0], bool) else "..."
+        raise TypeError(
+            f"{name}: give the axis by name, t.{name}(axis={given}) for the values (NumPy's "
+            f"t.{name}({given})); PyTorch's t.{name}({given}) gives (values, indices) and its t.{name}(other) "
+            f"the element-wise {name}imum, so a positional argument is refused rather than read one way: "
+            f"use t.{name}(axis=...) and t.arg{name}(axis=...), or lp.{name}imum(t, other)"
+        )
+    taken = f"{len(positional)} positional argument{'s' if len(positional) != 1 else ''} ({', '.join(positional)})"
+    raise TypeError(f"{name}() takes {taken if positional else 'no positional arguments'} but {len(args)} were given: "
+                    "give the others by name")
 
 
 def orderable(x):

@@ -16,7 +16,7 @@ from .._node import run1
 from ..ops import elementwise as table
 from ..tensor import Tensor
 from . import elementwise, indexing, linalg, manipulation, searching, sets, sorting, statistical, torch_names, utility
-from ._util import axis_method, floating, torch_axis
+from ._util import floating, torch_axis
 
 # Every method is attached one way: each module of the namespace lists its own in
 # ``METHODS`` ({name: function of the tensor first}); the element-wise ones come from the
@@ -26,20 +26,6 @@ from ._util import axis_method, floating, torch_axis
 ELEMENTWISE = {method: getattr(elementwise, entry.name)
                for entry in (*table.UNARY.values(), *table.BINARY.values()) for method in entry.method}
 METHODS: dict = {}
-
-
-# ---- reductions: axis may be given positionally --------------------------------------------
-
-
-def _sum(self, axis=None, keepdims=False, *, dtype=None, dim=None, keepdim=None):
-    if dim is not None or keepdim is not None:
-        axis, keepdims = torch_axis("sum", axis, dim, keepdims, keepdim)
-    return statistical.sum(self, axis=axis, keepdims=keepdims, dtype=dtype)
-
-
-METHODS.update(sum=_sum, mean=axis_method(statistical.mean),
-               max=axis_method(statistical.max, positional=False),  # the axis by name only: see axis_method
-               min=axis_method(statistical.min, positional=False))
 
 
 # ---- activations and friends (not in the standard) --------------------------------------------

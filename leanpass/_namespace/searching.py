@@ -4,56 +4,18 @@
 
 from __future__ import annotations
 
-import math
-
 from .. import ops
-from .._checks import broadcast_shapes, normalize_axes, normalize_axis
+from .._checks import broadcast_shapes
 from .._dtypes import promote
-from .._node import _guarded, leaf, run, run1
+from .._node import _guarded, leaf, run
 from ..tensor import Tensor
-from ._util import SCALARS, asarray_like, axis_method, flag, orderable, tensors
+from ._util import SCALARS, asarray_like, orderable, tensors
+from .statistical import FUNCTIONS
 
 __all__ = ["argmax", "argmin", "count_nonzero", "nonzero", "searchsorted", "where"]
 
 
-def _arg(name, op, word):
-    def function(x, /, *, axis=None, keepdims=False):
-        x = asarray_like(x, name)
-        keepdims = flag(name, "keepdims", keepdims)
-        if x.dtype.kind == "c":
-            raise TypeError(f"{name}: complex numbers have no order (dtype {x.dtype})")
-        if axis is not None:
-            if x.ndim == 0:  # a 0-d tensor takes axis 0 or -1, as in PyTorch
-                normalize_axes(axis, 0, name)
-                axis = None
-            else:
-                axis = normalize_axis(axis, x.ndim, name)
-        if (x.shape[axis] if axis is not None else math.prod(x.shape)) == 0:
-            raise ValueError(f"{name}: the tensor of shape {x.shape} is empty along the searched axis")
-        try:
-            return run1(op, orderable(x), axis, keepdims)
-        except TypeError as exc:
-            raise TypeError(f"{name}: not defined for a tensor of dtype {x.dtype}: {exc}") from None
-
-    function.__name__ = function.__qualname__ = name
-    function.__doc__ = (
-        f"The index of the {word} value along ``axis`` (``None``: of the flattened tensor, a 0-d result); "
-        "ties give the first index. int64, never requires grad."
-    )
-    return function
-
-
-argmax = _arg("argmax", ops.argmax, "largest")
-argmin = _arg("argmin", ops.argmin, "smallest")
-
-
-def count_nonzero(x, /, *, axis=None, keepdims=False):
-    """How many elements over ``axis`` (an int, a tuple, or ``None`` for all axes) are
-    non-zero (``True`` for booleans; either part for complex numbers). int64, never
-    requires grad."""
-    x = asarray_like(x, "count_nonzero")
-    return run1(ops.count_nonzero, x, normalize_axes(axis, x.ndim, "count_nonzero"),
-                flag("count_nonzero", "keepdims", keepdims))
+argmax, argmin, count_nonzero = FUNCTIONS["argmax"], FUNCTIONS["argmin"], FUNCTIONS["count_nonzero"]
 
 
 def nonzero(x, /):
@@ -148,9 +110,4 @@ def where(condition, x1, x2, /):
 
 
 # Tensor methods for these functions: {method name: function}.
-METHODS: dict = {
-    "argmax": axis_method(argmax),
-    "argmin": axis_method(argmin),
-    "count_nonzero": axis_method(count_nonzero),
-    "nonzero": nonzero,
-}
+METHODS: dict = {"nonzero": nonzero}

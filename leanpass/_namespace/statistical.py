@@ -1,46 +1,54 @@
-"""Statistical functions: reductions along axes (``sum``, ``prod``, ``mean``, ``std``,
-``var``, ``max``, ``min``) and running totals (``cumulative_sum``, ``cumulative_prod``).
+"""Every function that reduces along axes, made from its record in
+:data:`leanpass.ops.statistical.REDUCTIONS`: the statistical ones (``sum``, ``prod``,
+``mean``, ``std``, ``var``, ``max``, ``min``), the running totals (``cumulative_sum``,
+``cumulative_prod``), and ``argmax``, ``argmin``, ``count_nonzero`` (the searching
+section's), ``all`` and ``any`` (the utility section's), each with its Tensor methods.
 
-Every floating-point result is differentiable (see each function's gradient rule);
-integer results never require grad.
+:func:`reduction` makes a function with the standard's signature from a record, and
+:func:`reduction_method` a method that also takes the axis positionally (as far as the
+record allows) and PyTorch's ``dim=`` / ``keepdim=``. Every floating-point result is
+differentiable (see each function's gradient rule); integer results never require grad.
 """
 
 from __future__ import annotations
 
+import inspect
+import math
 import numbers
 
-from .. import ops
 from .._checks import normalize_axes, normalize_axis
-from .._dtypes import DTYPES, as_dtype
+from .._dtypes import DTYPES, as_dtype, dtype_name
 from .._node import _guarded, leaf, run1
 from ..backends import get_default_dtype
-from ._util import asarray_like, flag, orderable, torch_axis
+from ..ops.statistical import REDUCTIONS, Reduction
+from ..tensor import Tensor
+from ._util import asarray_like, flag, orderable, refuse_positional, torch_axis
 
 __all__ = ["cumulative_prod", "cumulative_sum", "max", "mean", "min", "prod", "std", "sum", "var"]
 
 _FLOATING = ("float32", "float64")
 
 
-def accumulation_dtype(x, dtype, op):
-    """The result dtype of ``sum``, ``prod`` and the running totals: ``dtype`` when
-    given; else integers (and booleans) widen to int64 (unsigned: uint64), the
-    others keep their dtype."""
+def accumulation_dtype(in_dtype, dtype, op):
+    """The result dtype of ``sum``, ``prod`` and the running totals of a tensor of
+    ``in_dtype``: ``dtype`` when given; else integers (and booleans) widen to int64
+    (unsigned: uint64), the others keep their dtype."""
     if dtype is not None:
         dtype = as_dtype(dtype, op)
         if dtype.kind == "b":  # the standard's sum/prod are of numeric dtypes: on every device
             raise TypeError(f"{op}: dtype={dtype.name} is not a numeric dtype")
-        if x.dtype.kind == "c" and dtype.kind != "c":
+        if in_dtype.kind == "c" and dtype.kind != "c":
             raise TypeError(
-                f"{op}: dtype={dtype.name} would discard the imaginary part of a {x.dtype.name} tensor; "
+                f"{op}: dtype={dtype.name} would discard the imaginary part of a {in_dtype.name} tensor; "
                 "take the real part first (lp.real)"
             )
         return dtype
-    kind = x.dtype.kind
+    kind = in_dtype.kind
     if kind in "ib":
         return DTYPES["int64"]
     if kind == "u":
         return DTYPES["uint64"]
-    return x.dtype
+    return in_dtype
 
 
 def reduce(op, x, name, out_dtype, *params):
@@ -55,182 +63,156 @@ def reduce(op, x, name, out_dtype, *params):
         raise TypeError(f"{name}: not defined for a tensor of dtype {x.dtype}: {exc}") from None
 
 
-def _library_dtype(x, dtype):
-    return x._backend.dtype(dtype.name)
-
-
-def sum(x, /, *, axis=None, dtype=None, keepdims=False):  # noqa: A001
-    """Sum over ``axis`` (an int, a tuple, or ``None`` for all axes).
-
-    Integers (and booleans) sum in int64 (unsigned: uint64), as the standard says;
-    ``dtype`` casts ``x`` before summing. Gradient: ``g`` broadcast back."""
-    x = asarray_like(x, "sum")
-    axes = normalize_axes(axis, x.ndim, "sum")
-    dtype, keepdims = accumulation_dtype(x, dtype, "sum"), flag("sum", "keepdims", keepdims)
-    return reduce(ops.sum, x, "sum", dtype, axes, keepdims, _library_dtype(x, dtype))
-
-
-def prod(x, /, *, axis=None, dtype=None, keepdims=False):
-    """Product over ``axis`` (an int, a tuple, or ``None`` for all axes); the empty product is 1.
-
-    Integers (and booleans) multiply in int64 (unsigned: uint64); ``dtype`` casts
-    ``x`` first. Gradient: ``g`` times the product of the *other* elements of each
-    group, computed from running products on both sides, so it is right where some
-    elements are zero (as in PyTorch); nothing is divided by ``x``."""
-    x = asarray_like(x, "prod")
-    axes = normalize_axes(axis, x.ndim, "prod")
-    dtype, keepdims = accumulation_dtype(x, dtype, "prod"), flag("prod", "keepdims", keepdims)
-    return reduce(ops.prod, x, "prod", dtype, axes, keepdims, _library_dtype(x, dtype))
-
-
-def mean(x, /, *, axis=None, keepdims=False):
-    """Arithmetic mean over ``axis`` (all axes by default); the mean of nothing is nan.
-    Integers and booleans give the default float dtype (as NumPy: ``(a == b).mean()``
-    is a fraction). Gradient: ``g / N`` broadcast back."""
-    x = asarray_like(x, "mean")
-    axes = normalize_axes(axis, x.ndim, "mean")
-    if x.dtype.kind not in "fc":
-        x = x.astype(get_default_dtype())
-    return run1(ops.mean, x, axes, flag("mean", "keepdims", keepdims))
-
-
-def _extremum(name, op):
-    def function(x, /, *, axis=None, keepdims=False):
-        x = asarray_like(x, name)
-        axes = normalize_axes(axis, x.ndim, name)
-        keepdims = flag(name, "keepdims", keepdims)
-        if any(x.shape[i] == 0 for i in axes):  # axis=() reduces nothing: an empty tensor is fine
-            raise ValueError(f"{name}: the tensor of shape {x.shape} is empty along the reduced axes")
-        if x.dtype.kind == "c":
-            raise TypeError(f"{name}: complex numbers have no order (dtype {x.dtype})")
-        if x.dtype.kind == "b":
-            return reduce(op, orderable(x), name, DTYPES["uint8"], axes, keepdims).astype("bool")
-        return reduce(op, x, name, x.dtype, axes, keepdims)
-
-    function.__name__ = function.__qualname__ = name
-    function.__doc__ = (f"The {'largest' if name == 'max' else 'smallest'} value over ``axis`` (all axes by default); "
-                        "the gradient is shared equally among ties (``torch.amax``).")
-    return function
-
-
-max = _extremum("max", ops.max)  # noqa: A001
-min = _extremum("min", ops.min)  # noqa: A001
-
-
-def _spread(name, op):
-    def function(x, /, *, axis=None, correction=0.0, keepdims=False):
-        x = asarray_like(x, name)
-        axes = normalize_axes(axis, x.ndim, name)
-        if isinstance(correction, bool) or not isinstance(correction, numbers.Real):
-            raise TypeError(f"{name}: correction must be a real number, got {type(correction).__name__}")
-        if correction < 0:
-            raise ValueError(f"{name}: correction must be non-negative, got {correction}")
-        correction = int(correction) if isinstance(correction, numbers.Integral) else float(correction)
-        if x.dtype.kind == "c":
-            raise TypeError(f"{name}: x must have a real dtype, got {x.dtype}")
-        if x.dtype.kind != "f":  # integers: in the default float dtype, as the standard says
-            x = x.astype(get_default_dtype())
-        return run1(op, x, axes, correction, flag(name, "keepdims", keepdims))
-
-    function.__name__ = function.__qualname__ = name
-    return function
-
-
-var = _spread("var", ops.var)
-var.__doc__ = """Variance over ``axis`` (all axes by default): ``sum((x - mean)**2) / (N - correction)``.
-
-``correction`` (an int or a float, default 0 as in the standard and NumPy; PyTorch's
-``unbiased=True`` is ``correction=1``) adjusts the divisor; where ``N - correction <= 0``
-the variance is nan. Integer input gives the default float dtype.
-Gradient: ``2 (x - mean) / (N - correction)`` times ``g``."""
-std = _spread("std", ops.std)
-std.__doc__ = """Standard deviation over ``axis`` (all axes by default): ``sqrt(var(x, ...))``.
-
-``correction`` as for :func:`var` (default 0, as in the standard and NumPy; PyTorch's
-``unbiased=True`` is ``correction=1``); where ``N - correction <= 0`` the result is nan.
-Gradient: ``(x - mean) / ((N - correction) std)`` times ``g``, and 0 where the standard
-deviation is 0 (as in PyTorch)."""
-
-
-def _running(name, op):
-    def function(x, /, *, axis=None, dtype=None, include_initial=False):
-        x = asarray_like(x, name)
-        if x.ndim == 0:
+def _axes(r: Reduction, x, axis):
+    """``axis`` as ``r``'s op takes it (see :class:`Reduction`); ``ValueError`` where
+    ``r`` refuses an empty reduced axis and gets one."""
+    name, shape = r.name, x.shape
+    ndim = len(shape)
+    if r.axes == "many":
+        axes = normalize_axes(axis, ndim, name)
+        sizes = [shape[i] for i in axes] if r.empty else ()
+    elif r.axes == "one":  # None: the flattened tensor; a 0-d tensor takes axis 0 or -1, as in PyTorch
+        if axis is not None and ndim == 0:
+            normalize_axes(axis, 0, name)
+            axis = None
+        axes = None if axis is None else normalize_axis(axis, ndim, name)
+        sizes = [math.prod(shape) if axes is None else shape[axes]]
+    else:  # "running"
+        if ndim == 0:
             raise ValueError(f"{name}: x must have at least one axis, got a tensor of shape ()")
         if axis is None:
-            if x.ndim > 1:
-                raise ValueError(f"{name}: axis is required for a tensor of {x.ndim} dimensions (shape {x.shape})")
+            if ndim > 1:
+                raise ValueError(f"{name}: axis is required for a tensor of {ndim} dimensions (shape {shape})")
             axis = 0
-        axis = normalize_axis(axis, x.ndim, name)
-        dtype, initial = accumulation_dtype(x, dtype, name), flag(name, "include_initial", include_initial)
-        return reduce(op, x, name, dtype, axis, _library_dtype(x, dtype), initial)
+        axes = normalize_axis(axis, ndim, name)
+        sizes = ()
+    if r.empty and 0 in sizes:
+        raise ValueError(f"{name}: the tensor of shape {shape} is empty along the reduced axes")
+    return axes
 
+
+def _correction(name, correction):
+    if isinstance(correction, bool) or not isinstance(correction, numbers.Real):
+        raise TypeError(f"{name}: correction must be a real number, got {type(correction).__name__}")
+    if correction < 0:
+        raise ValueError(f"{name}: correction must be non-negative, got {correction}")
+    return int(correction) if isinstance(correction, numbers.Integral) else float(correction)
+
+
+def _apply(r: Reduction, x, axis, keepdims, params: dict):
+    """The function of the record ``r`` on ``x`` (a Tensor)."""
+    name = r.name
+    out_dtype = DTYPES[dtype_name(x._data.dtype)]  # x.dtype, through dtype_name's cache
+    kind = out_dtype.kind
+    if kind == "c" and r.refused is not None:
+        raise TypeError(f"{name}: " + r.refused.format(dtype=out_dtype))
+    axes = _axes(r, x, axis)
+    args = [axes] if keepdims is None else [axes, flag(name, "keepdims", keepdims)]
+    if r.dtype == "accumulate":
+        out_dtype = accumulation_dtype(out_dtype, params["dtype"], name)
+        params["dtype"] = x._backend.dtype(out_dtype.name)
+    elif r.dtype == "floating" and kind not in "fc":  # integers: the default float dtype, as the standard says
+        x = x.astype(get_default_dtype())
+        out_dtype = x.dtype
+    elif r.dtype in ("ordered", "index") and kind == "b":  # False < True on every device (see orderable)
+        x = orderable(x)
+        if r.dtype == "ordered":
+            return reduce(r.op, x, name, x.dtype, *args).astype("bool")
+    if "correction" in params:
+        params["correction"] = _correction(name, params["correction"])
+    if "include_initial" in params:
+        params["include_initial"] = flag(name, "include_initial", params["include_initial"])
+    return reduce(r.op, x, name, out_dtype, *args, *params.values())
+
+
+def _call(r: Reduction, name: str, x, kwargs: dict, defaults: dict, accepted: frozenset):
+    """``r``'s function (or its method ``name``) on ``x`` with the keyword arguments ``kwargs``."""
+    if type(x) is not Tensor:
+        x = asarray_like(x, name)
+    keeps = "keepdims" in accepted
+    if not kwargs:  # x.sum(), x.mean(): the defaults
+        return _apply(r, x, None, False if keeps else None, defaults.copy())
+    if not accepted.issuperset(kwargs):
+        raise TypeError(f"{name}() got an unexpected keyword argument {sorted(set(kwargs) - accepted)[0]!r}")
+    params = {**defaults, **kwargs}
+    axis = params.pop("axis", None)
+    return _apply(r, x, axis, params.pop("keepdims", False) if keeps else None, params)
+
+
+def _arguments(r: Reduction):
+    """``(defaults, accepted)``: ``r``'s parameters after ``axis`` (and ``keepdims``) with
+    their defaults, and the names of all the keyword parameters its function takes."""
+    defaults = dict(r.params)
+    return defaults, frozenset(("axis", *defaults, *(("keepdims",) if r.axes != "running" else ())))
+
+
+def reduction(r: Reduction):
+    """The namespace function of the record ``r``: ``name(x, /, *, axis=None, *params[,
+    keepdims=False])``, the standard's signature (what ``inspect.signature`` shows)."""
+    name = r.name
+    defaults, accepted = _arguments(r)
+
+    def function(x, /, **kwargs):
+        return _call(r, name, x, kwargs, defaults, accepted)
+
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    function.__signature__ = inspect.Signature([
+        inspect.Parameter("x", inspect.Parameter.POSITIONAL_ONLY),
+        *(inspect.Parameter(key, keyword, default=default) for key, default in
+          (("axis", None), *r.params, *((("keepdims", False),) if "keepdims" in accepted else ()))),
+    ])
     function.__name__ = function.__qualname__ = name
+    function.__doc__ = r.doc
     return function
 
 
-cumulative_sum = _running("cumulative_sum", ops.cumulative_sum)
-cumulative_sum.__doc__ = """Running sum along ``axis`` (which may be omitted for a 1-D tensor).
+def reduction_method(r: Reduction, method_name: str):
+    """The Tensor method ``method_name`` of the record ``r``: the function's parameters, the
+    first ones (``r.positional``) also by position (``t.sum(0)``), and PyTorch's ``dim=``
+    (and ``keepdim=``, where the function keeps dims) for ``axis`` (see :func:`torch_axis`)."""
+    positional = r.positional
+    defaults, accepted = _arguments(r)
+    keeps = "keepdims" in accepted
 
-``include_initial=True`` puts the sum of nothing (0) first, so that axis grows by one.
-Integers (and booleans) add up in int64 (unsigned: uint64); ``dtype`` casts ``x`` first.
-Gradient: the reverse running sum of ``g``."""
-cumulative_prod = _running("cumulative_prod", ops.cumulative_prod)
-cumulative_prod.__doc__ = """Running product along ``axis`` (which may be omitted for a 1-D tensor).
-
-``include_initial=True`` puts the product of nothing (1) first, so that axis grows by one.
-Integers (and booleans) multiply in int64 (unsigned: uint64); ``dtype`` casts ``x`` first.
-Gradient as ``torch.cumprod``'s, right where some elements are zero."""
-
-
-# ---- Tensor methods ----------------------------------------------------------------------------
-
-
-def _prod_method(self, axis=None, keepdims=False, *, dtype=None, dim=None, keepdim=None):
-    if dim is not None or keepdim is not None:
-        axis, keepdims = torch_axis("prod", axis, dim, keepdims, keepdim)
-    return prod(self, axis=axis, keepdims=keepdims, dtype=dtype)
-
-
-def _spread_method(function):
-    def method(self, axis=None, *, correction=0.0, keepdims=False, dim=None, keepdim=None):
+    def method(self, *args, dim=None, keepdim=None, **kwargs):
+        if args:
+            if len(args) > len(positional):
+                refuse_positional(method_name, args, positional)
+            for key, value in zip(positional, args):
+                if key in kwargs:
+                    raise TypeError(f"{method_name}() got multiple values for argument {key!r}")
+                kwargs[key] = value
         if dim is not None or keepdim is not None:
-            axis, keepdims = torch_axis(function.__name__, axis, dim, keepdims, keepdim)
-        return function(self, axis=axis, correction=correction, keepdims=keepdims)
+            if keepdim is not None and not keeps:
+                raise TypeError(f"{method_name}() got an unexpected keyword argument 'keepdim'")
+            axis, keepdims = torch_axis(method_name, kwargs.get("axis"), dim, kwargs.get("keepdims", False), keepdim)
+            kwargs["axis"] = axis
+            if keeps:
+                kwargs["keepdims"] = keepdims
+        return _call(r, method_name, self, kwargs, defaults, accepted)
 
-    method.__name__ = method.__qualname__ = function.__name__
+    method.__name__ = method.__qualname__ = method_name
+    given = ", ".join(positional)
     method.__doc__ = (
-        f"``{function.__name__}(t, axis=axis, correction=correction, keepdims=keepdims)``; ``axis`` may be "
-        "given positionally. Note: ``correction`` defaults to 0 (the population statistic), as in the "
-        "standard and NumPy, unlike PyTorch's ``unbiased=True``: pass ``correction=1`` for the sample one."
+        f"``leanpass.{r.name}(t, ...)``" + (f"; ``{given}`` may also be given positionally" if given else "")
+        + "; PyTorch's ``dim=`` is taken for ``axis``" + (" and ``keepdim=`` for ``keepdims``." if keeps else ".")
+        + ("" if r.positional != ("axis",) or not r.params or r.params[0][0] != "correction" else
+           " Note: ``correction`` defaults to 0 (the population statistic), as in the standard and NumPy, unlike "
+           "PyTorch's ``unbiased=True``: pass ``correction=1`` for the sample one.")
     )
     return method
 
 
-def _running_method(function, name):
-    def method(self, axis=None, *, dtype=None, include_initial=False, dim=None):
-        if dim is not None:
-            axis = torch_axis(name, axis, dim)[0]
-        return function(self, axis=axis, dtype=dtype, include_initial=include_initial)
+FUNCTIONS: dict = {name: reduction(r) for name, r in REDUCTIONS.items()}  # searching and utility take theirs
+sum = FUNCTIONS["sum"]  # noqa: A001 - the standard's names
+prod = FUNCTIONS["prod"]
+mean = FUNCTIONS["mean"]
+max = FUNCTIONS["max"]  # noqa: A001
+min = FUNCTIONS["min"]  # noqa: A001
+var = FUNCTIONS["var"]
+std = FUNCTIONS["std"]
+cumulative_sum = FUNCTIONS["cumulative_sum"]
+cumulative_prod = FUNCTIONS["cumulative_prod"]
 
-    method.__name__ = method.__qualname__ = name
-    method.__doc__ = (
-        f"NumPy's name for :func:`leanpass.{function.__name__}`: ``t.{name}(axis)``; the axis is needed "
-        "for a tensor of more than one dimension, as in the standard."
-    )
-    return method
-
-
-_prod_method.__name__ = _prod_method.__qualname__ = "prod"
-_prod_method.__doc__ = "``prod(t, axis=axis, keepdims=keepdims, dtype=dtype)``; ``axis`` may be given positionally."
-
-# Tensor methods for these functions: {method name: function}. (t.sum, t.mean, t.max
-# and t.min are in methods.py.)
-METHODS: dict = {
-    "prod": _prod_method,
-    "std": _spread_method(std),
-    "var": _spread_method(var),
-    "cumsum": _running_method(cumulative_sum, "cumsum"),
-    "cumprod": _running_method(cumulative_prod, "cumprod"),
-}
-
+# Tensor methods of every reduction (argmax's, all's too): {method name: function}.
+METHODS: dict = {method: reduction_method(r, method) for r in REDUCTIONS.values() for method in r.method}

@@ -4,28 +4,18 @@ grad) and ``diff`` (differentiable)."""
 from __future__ import annotations
 
 from .. import ops
-from .._checks import integer, normalize_axes, normalize_axis
+from .._checks import integer, normalize_axis
 from .._dtypes import promote
-from .._node import run, run1
-from ._util import SCALARS, asarray_like, axis_method, flag, tensors
+from .._node import run
+from ._util import SCALARS, asarray_like, tensors
 from .creation import full
 from .searching import scalar_like
+from .statistical import FUNCTIONS
 
 __all__ = ["all", "any", "diff"]
 
 
-def all(x, /, *, axis=None, keepdims=False):  # noqa: A001
-    """Whether every element over ``axis`` (an int, a tuple, or ``None`` for all axes) is
-    true (non-zero; NaN counts as true). ``True`` over nothing. A bool tensor."""
-    x = asarray_like(x, "all")
-    return run1(ops.all, x, normalize_axes(axis, x.ndim, "all"), flag("all", "keepdims", keepdims))
-
-
-def any(x, /, *, axis=None, keepdims=False):  # noqa: A001
-    """Whether some element over ``axis`` (an int, a tuple, or ``None`` for all axes) is
-    true (non-zero; NaN counts as true). ``False`` over nothing. A bool tensor."""
-    x = asarray_like(x, "any")
-    return run1(ops.any, x, normalize_axes(axis, x.ndim, "any"), flag("any", "keepdims", keepdims))
+all, any = FUNCTIONS["all"], FUNCTIONS["any"]  # noqa: A001 - the standard's names
 
 
 def diff(x, /, *, axis=-1, n=1, prepend=None, append=None):
@@ -71,4 +61,4 @@ _diff_method.__doc__ = ("``diff(t, n=n, axis=axis, prepend=prepend, append=appen
                         "positional as in ``numpy.diff`` and ``torch.diff``.")
 
 # Tensor methods for these functions: {method name: function}.
-METHODS: dict = {"all": axis_method(all), "any": axis_method(any), "diff": _diff_method}
+METHODS: dict = {"diff": _diff_method}

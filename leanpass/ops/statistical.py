@@ -1,5 +1,14 @@
 """Reductions, statistics and running totals along axes; ``diff``, their inverse.
 
+Every function that reduces along axes (here, ``argmax``/``argmin``/``count_nonzero``
+of the searching section and ``all``/``any`` of the utility section) is a
+:class:`Reduction` record of :data:`REDUCTIONS`: its op, how its result's dtype
+follows the input's, what its axis argument is, its other parameters and its Tensor
+methods. The namespace function and the methods are made from the record
+(:mod:`leanpass._namespace.statistical`), as the element-wise ones are from their table.
+Each op takes ``(a, axes, keepdims, *params)`` (a running total: ``(a, axis, *params)``),
+the parameters in the record's order.
+
 ``axes`` is always a tuple of non-negative axes and ``axis`` a non-negative int,
 normalised by the caller. ``dtype`` (where taken) is the library's dtype of the
 result, or ``None`` to keep the input's: the input is cast to it first, as the
@@ -9,8 +18,10 @@ standard says, and the gradient is cast back to the input's dtype.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from ._op import op
+from ._op import Op, op
+from .searching import argmax, argmin, count_nonzero
 
 
 def kept_shape(shape, axes):
@@ -161,7 +172,7 @@ def _moments(be, a, axes, correction):
 
 
 @op("var", saves=(), saves_out=False)
-def var(be, a, axes, correction, keepdims):
+def var(be, a, axes, keepdims, correction):
     """Variance ``sum((x - mean)**2) / (N - correction)``; gradient ``2 (x - mean) / (N - correction)``."""
     xp = be.xp
     kept, d, divisor = _moments(be, a, axes, correction)
@@ -176,7 +187,7 @@ def var(be, a, axes, correction, keepdims):
 
 
 @op("std", saves=(), saves_out=True)
-def std(be, a, axes, correction, keepdims):
+def std(be, a, axes, keepdims, correction):
     """Standard deviation ``sqrt(var)``; gradient ``(x - mean) / ((N - correction) std)``,
     and 0 where the standard deviation is 0 (PyTorch's rule)."""
     xp = be.xp
@@ -310,3 +321,102 @@ def all(be, a, axes, keepdims):
 @op("any", differentiable=False)
 def any(be, a, axes, keepdims):
     return be.xp.any(a, axis=axes, keepdims=keepdims), None
+
+
+# ---- the records the namespace layer makes the functions and methods from -------------------
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """One function that reduces a tensor along axes, or runs along one axis."""
+
+    name: str  # the namespace name (``lp.sum``)
+    op: Op
+    # How the result's dtype follows the input's: "accumulate" (``dtype=``; else integers
+    # and bools widen to int64, unsigned ones to uint64: sum, prod, the running totals),
+    # "floating" (integers and bools give the default float dtype: mean, var, std),
+    # "ordered" (bools compare as False < True, and stay bool: max, min), "index" (int64
+    # indices of an ordering, bools as for "ordered": argmax) or "any" (the op's own).
+    dtype: str
+    # What ``axis`` is: "many" (an int, a tuple, or None for all axes), "one" (an int, or
+    # None for the flattened tensor: argmax) or "running" (an int, which only a 1-D tensor
+    # may omit: the running totals, which take no ``keepdims``).
+    axes: str
+    params: tuple = ()  # the keyword parameters after ``axis`` (and ``keepdims``): (name, default)
+    refused: str | None = None  # what a complex input gets told ("{dtype}" is its dtype); None: taken
+    empty: bool = False  # an empty reduced axis raises (an extremum of nothing has no value)
+    method: tuple = ()  # Tensor method names: ``t.cumsum(...)`` for ``cumulative_sum``
+    # The method's parameters that may be given positionally, in order (``t.sum(0, True)``):
+    # ``t.var(0, True)`` would be PyTorch's ``unbiased=True``, and ``t.max(1)`` PyTorch's
+    # (values, indices), so those take fewer, and a surplus is refused rather than misread.
+    positional: tuple = ("axis", "keepdims")
+    doc: str = ""
+
+
+_NO_ORDER = "complex numbers have no order (dtype {dtype})"
+_EXTREMUM = ("The {} value over ``axis`` (all axes by default); the gradient is shared equally among ties "
+             "(``torch.amax``).")
+_ARG = ("The index of the {} value along ``axis`` (``None``: of the flattened tensor, a 0-d result); ties give "
+        "the first index. int64, never requires grad.")
+_SPREAD = """{} over ``axis`` (all axes by default): {}.
+
+``correction`` (an int or a float, default 0 as in the standard and NumPy; PyTorch's
+``unbiased=True`` is ``correction=1``) adjusts the divisor; where ``N - correction <= 0``
+the result is nan. Integer input gives the default float dtype.
+Gradient: {}."""
+_RUNNING = """Running {0} along ``axis`` (which may be omitted for a 1-D tensor).
+
+``include_initial=True`` puts the {0} of nothing ({1}) first, so that axis grows by one.
+Integers (and booleans) {2} in int64 (unsigned: uint64); ``dtype`` casts ``x`` first.
+Gradient: {3}."""
+_LOGICAL = """Whether {} element over ``axis`` (an int, a tuple, or ``None`` for all axes) is
+true (non-zero; NaN counts as true). ``{}`` over nothing. A bool tensor."""
+
+REDUCTIONS: dict[str, Reduction] = {r.name: r for r in (
+    Reduction("sum", sum, "accumulate", "many", (("dtype", None),), method=("sum",), doc="""\
+Sum over ``axis`` (an int, a tuple, or ``None`` for all axes).
+
+Integers (and booleans) sum in int64 (unsigned: uint64), as the standard says;
+``dtype`` casts ``x`` before summing. Gradient: ``g`` broadcast back."""),
+    Reduction("prod", prod, "accumulate", "many", (("dtype", None),), method=("prod",), doc="""\
+Product over ``axis`` (an int, a tuple, or ``None`` for all axes); the empty product is 1.
+
+Integers (and booleans) multiply in int64 (unsigned: uint64); ``dtype`` casts
+``x`` first. Gradient: ``g`` times the product of the *other* elements of each
+group, computed from running products on both sides, so it is right where some
+elements are zero (as in PyTorch); nothing is divided by ``x``."""),
+    Reduction("mean", mean, "floating", "many", method=("mean",), doc="""\
+Arithmetic mean over ``axis`` (all axes by default); the mean of nothing is nan.
+Integers and booleans give the default float dtype (as NumPy: ``(a == b).mean()``
+is a fraction). Gradient: ``g / N`` broadcast back."""),
+    Reduction("max", max, "ordered", "many", refused=_NO_ORDER, empty=True, method=("max",), positional=(),
+              doc=_EXTREMUM.format("largest")),
+    Reduction("min", min, "ordered", "many", refused=_NO_ORDER, empty=True, method=("min",), positional=(),
+              doc=_EXTREMUM.format("smallest")),
+    Reduction("var", var, "floating", "many", (("correction", 0.0),), refused="x must have a real dtype, got {dtype}",
+              method=("var",), positional=("axis",),
+              doc=_SPREAD.format("Variance", "``sum((x - mean)**2) / (N - correction)``",
+                                 "``2 (x - mean) / (N - correction)`` times ``g``")),
+    Reduction("std", std, "floating", "many", (("correction", 0.0),), refused="x must have a real dtype, got {dtype}",
+              method=("std",), positional=("axis",),
+              doc=_SPREAD.format("Standard deviation", "``sqrt(var(x, ...))``",
+                                 "``(x - mean) / ((N - correction) std)`` times ``g``, and 0 where the standard "
+                                 "deviation is 0 (as in PyTorch)")),
+    Reduction("cumulative_sum", cumulative_sum, "accumulate", "running", (("dtype", None), ("include_initial", False)),
+              method=("cumsum",), positional=("axis",),
+              doc=_RUNNING.format("sum", 0, "add up", "the reverse running sum of ``g``")),
+    Reduction("cumulative_prod", cumulative_prod, "accumulate", "running",
+              (("dtype", None), ("include_initial", False)), method=("cumprod",), positional=("axis",),
+              doc=_RUNNING.format("product", 1, "multiply", "as ``torch.cumprod``'s, right where some elements "
+                                                               "are zero")),
+    Reduction("argmax", argmax, "index", "one", refused=_NO_ORDER, empty=True, method=("argmax",),
+              doc=_ARG.format("largest")),
+    Reduction("argmin", argmin, "index", "one", refused=_NO_ORDER, empty=True, method=("argmin",),
+              doc=_ARG.format("smallest")),
+    Reduction("count_nonzero", count_nonzero, "any", "many", method=("count_nonzero",), doc="""\
+How many elements over ``axis`` (an int, a tuple, or ``None`` for all axes) are
+non-zero (``True`` for booleans; either part for complex numbers). int64, never
+requires grad."""),
+    Reduction("all", all, "any", "many", method=("all",), doc=_LOGICAL.format("every", True)),
+    Reduction("any", any, "any", "many", method=("any",), doc=_LOGICAL.format("some", False)),
+)}
