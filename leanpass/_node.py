@@ -17,15 +17,14 @@ from ._dtypes import DTYPES, as_dtype, dtype_name
 from ._graph.above import above
 from ._graph.modes import _state as _grad_state
 from ._graph.modes import sequence as _sequence
-from ._graph.node import Node
+from ._graph.node import COMPLEX, Node, note_complex
 from ._graph.versions import version_of
-from .backends import backend_of_array, get_backend, get_default_dtype, host_array, transfer
+from .backends import GRAD_DTYPES, backend_of_array, get_backend, get_default_dtype, host_array, transfer
 from .ops import Op
 
 __all__ = ["make", "leaf", "as_tensor", "apply", "run1", "run2", "run", "inplace", "init_tensor"]
 
 _new = object.__new__
-_GRAD_DTYPES = ("float32", "float64", "complex64", "complex128")  # results of custom ops that may carry grad
 
 
 # ---- graph nodes ----------------------------------------------------------------------------
@@ -41,6 +40,8 @@ def fill_leaf(t, data, backend, requires_grad, name, grad=None) -> None:
     t._vc = None
     t._rg = bool(requires_grad)
     t.name = name
+    if requires_grad and dtype_name(data.dtype).startswith("complex"):
+        note_complex()
 
 
 def make(data, backend, op, prev, backward, requires_grad, replay=None):
@@ -163,28 +164,30 @@ def run1(op: Op, a, *params):
     return t
 
 
-def refuse_complex_mix(op, tensors, dtype, how: str = "with") -> None:
-    """Raise ``TypeError`` where a real tensor that requires grad goes into a result of
-    the complex ``dtype``: its gradient would be complex (not supported), and casting it
-    back would silently drop the imaginary part. Called where the operands' dtypes differ."""
-    if dtype_name(dtype).startswith("complex") and any(
-            t._rg and not dtype_name(t._data.dtype).startswith("complex") for t in tensors):
-        raise TypeError(
-            f"{op}: a real tensor that requires grad {how} a complex one would give a complex result "
-            f"(dtypes {', '.join(str(t.dtype) for t in tensors)}), and complex gradients are not supported"
-        )
+def note_complex_mix(tensors, dtype) -> None:
+    """Note (for the engine's complex rules) that a real tensor that requires grad goes
+    into a result of the complex ``dtype``. Called where the operands' dtypes differ."""
+    if not COMPLEX[0] and dtype_name(dtype).startswith("complex") and any(t._rg for t in tensors):
+        note_complex()
 
 
 def _cast_back(backward, xp, dtypes):
-    """Gradients returned in the dtype of each input (mixed-dtype operands)."""
+    """Gradients returned in the dtype of each input (mixed-dtype operands): the real
+    part of a complex gradient for a real input (PyTorch's rule)."""
 
     def cast(g):
         return tuple(
-            grad if grad is None or grad.dtype == dtype else xp.astype(grad, dtype)
+            grad if grad is None or grad.dtype == dtype else _cast_grad(xp, grad, dtype)
             for grad, dtype in zip(backward(g), dtypes)
         )
 
     return cast
+
+
+def _cast_grad(xp, grad, dtype):
+    if xp.isdtype(grad.dtype, "complex floating") and not xp.isdtype(dtype, "complex floating"):
+        grad = xp.real(grad)
+    return xp.astype(grad, dtype)
 
 
 def run2(op: Op, a, b, *params):
@@ -209,7 +212,7 @@ def run2(op: Op, a, b, *params):
     requires_grad = (ra or rb) and op.differentiable
     da, db = a._data.dtype, b._data.dtype
     if requires_grad and da is not db and da != db:
-        refuse_complex_mix(op, (a, b), out.dtype)
+        note_complex_mix((a, b), out.dtype)
         backward = _cast_back(backward, backend.xp, (da, db))
     return make(out, backend, op, (a, b), backward, requires_grad, params if requires_grad else None)
 
@@ -251,7 +254,7 @@ def run(op: Op, args, *params, **kw):
 
         if any(d != out.dtype for d in dtypes) and isinstance(out, backend.array_type):
             if _grad_state.enabled:
-                refuse_complex_mix(op, tensors, out.dtype)
+                note_complex_mix(tensors, out.dtype)
             backward = _cast_back(backward, backend.xp, dtypes)
 
     def replay(gb, prev):
@@ -298,7 +301,8 @@ def apply(fn, *inputs, op: str | None = None, **params):
         operation = fn if op is None else fn.renamed(op)
     elif callable(fn):
         name = op or fn.__name__
-        operation = Op(name, _checked(fn, name), fresh=False, needs=True, doc=fn.__doc__ or "")
+        # its backward is its author's, complex gradients included (PyTorch's convention)
+        operation = Op(name, _checked(fn, name), fresh=False, needs=True, doc=fn.__doc__ or "", complex="own")
     else:
         raise TypeError(f"apply: fn must be an Op or a function, got {type(fn).__name__}")
     backend = None
@@ -319,12 +323,12 @@ def apply(fn, *inputs, op: str | None = None, **params):
         out, backward = _guarded(operation.fn, backend, *arrays, **params)
     rg = operation.differentiable and any(needs)
     if rg and out.dtype != arrays[0].dtype and _grad_state.enabled:  # mixed dtypes (rare): real into complex?
-        refuse_complex_mix(operation, inputs, out.dtype)
+        note_complex_mix(inputs, out.dtype)
     if not user:
         return make(out, backend, operation, inputs, backward, rg, params if rg else None)
     # a plain function: integer and bool results never require grad, and a result that
     # is an input's memory (the input itself, a view of it) counts changes with it
-    rg = rg and dtype_name(out.dtype) in _GRAD_DTYPES
+    rg = rg and dtype_name(out.dtype) in GRAD_DTYPES
     t = make(out, backend, operation, inputs, backward, rg, params if rg else None)
     for x in inputs:
         if backend.shares_memory(t._data, x._data):
@@ -502,7 +506,8 @@ def inplace(t, op: Op, others, *params, name: str | None = None, write=None, _ou
     saves = tuple(j for j, i in enumerate(keep) if i and op.saved(i) and not aliases[i - 1])
     if saves != op.saves or (op.saves_out and out is not current):
         op = Op(op, op.fn, saves=saves, saves_out=op.saves_out and out is current, fresh=op.fresh,
-                needs=op.needs, differentiable=op.differentiable, doc=op.__doc__, exact=op.exact and not mixed)
+                needs=op.needs, differentiable=op.differentiable, doc=op.__doc__, exact=op.exact and not mixed,
+                complex=op.complex)
     node = _new(Node)  # t's new node: the nodes made before keep the old one, ``old``
     node._op = op
     node._prev = (old, *tensors)
@@ -695,11 +700,14 @@ def _default_complex():
 
 
 def _check_grad_dtype(name, requires_grad, op="Tensor"):
-    if requires_grad and name not in _FLOATING:
+    """Refuse ``requires_grad`` for a tensor of dtype ``name`` that cannot carry gradients
+    (only floating-point and complex ones can); note a complex one for the engine."""
+    if requires_grad and name not in GRAD_DTYPES:
         raise ValueError(
-            f"{op}: only floating-point tensors can require gradients, got dtype {name}"
-            + ("; complex gradients are not supported" if name.startswith("complex") else "")
+            f"{op}: only floating-point tensors can require gradients (real or complex ones), got dtype {name}"
         )
+    if requires_grad and name.startswith("complex"):
+        note_complex()
 
 
 def init_tensor(self, data, requires_grad, name, device, dtype, copy, infer="float"):

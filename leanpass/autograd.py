@@ -205,6 +205,11 @@ def _seeds(name, what, given, outputs, grads, create_graph):
                     f"{name}: grad can be implicitly created only for scalar outputs; {what}[{i}] has shape "
                     f"{out.shape}: pass {given}"
                 )
+            if out.dtype.kind == "c":  # a loss is real: the gradient of a complex value needs a direction
+                raise RuntimeError(
+                    f"{name}: grad can be implicitly created only for real scalar outputs; {what}[{i}] is "
+                    f"{out.dtype}: take a real part (lp.real, abs) or pass {given}"
+                )
             g = backend.ones(out._data.shape, out._data.dtype)
             seeds.append(leaf(g, backend) if create_graph else g)
             continue

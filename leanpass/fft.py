@@ -2,14 +2,11 @@
 on every device (NumPy's ``fft`` on ``cpu``, CuPy's on ``cuda``,
 ``array_api_strict.fft`` on ``strict``).
 
-Gradients: complex tensors carry none in LeanPass, and every transform has a complex
-input or a complex output, so the transforms (``fft``, ``ifft``, ``fftn``, ``ifftn``,
-``rfft``, ``irfft``, ``rfftn``, ``irfftn``, ``hfft``, ``ihfft``) are not
-differentiable: their results never require grad, and calling one on a tensor that
-requires grad while grad mode is on raises ``TypeError`` instead of silently dropping
-the gradient (use ``x.detach()`` or ``leanpass.no_grad()`` for the values alone).
-``fftshift`` and ``ifftshift`` are differentiable (rolls of real or complex data);
-``fftfreq`` and ``rfftfreq`` make new tensors.
+Gradients: every transform is differentiable, with PyTorch's gradient and its
+convention for complex values (``x.grad`` is ``dL/dRe x + i dL/dIm x``; a real input
+gets the real part), for every ``norm``, ``n`` and ``s``: a spectral loss such as
+``abs(lp.fft.rfft(x)).sum()`` trains ``x``. ``fftshift`` and ``ifftshift`` are
+differentiable rolls; ``fftfreq`` and ``rfftfreq`` make new tensors.
 
 Input dtypes: the complex-input transforms (``fft``, ``ifft``, ``fftn``, ``ifftn``,
 ``irfft``, ``irfftn``, ``hfft``) take real tensors too, converted to the complex dtype
@@ -22,7 +19,6 @@ from __future__ import annotations
 from . import ops, tensor  # tensor before the graph layer (_node), which imports it
 from ._checks import integer, normalize_axes, normalize_axis
 from ._dtypes import as_dtype
-from ._graph.modes import is_grad_enabled
 from ._namespace._util import tensors
 from ._namespace.elementwise import positive
 from ._node import leaf, run
@@ -40,11 +36,6 @@ _COMPLEX = {"float32": "complex64", "float64": "complex128"}
 def _input(x, name, real):
     """``x`` as a Tensor fit for transform ``name`` and the dtype to convert it to (or None)."""
     (x,) = tensors(name, x)
-    if is_grad_enabled() and x._rg:
-        raise TypeError(
-            f"{name}: fft gradients are not supported (complex gradients are not supported), and x "
-            f"(shape {x.shape}) requires grad; call it on x.detach() or under leanpass.no_grad()"
-        )
     if x.ndim == 0:
         raise ValueError(f"{name}: x must have at least one dimension, got a 0-d tensor")
     kind = x.dtype.kind

@@ -45,8 +45,29 @@ def _weights(shape, backend):
     return Tensor(values, device=backend, dtype="float64").reshape(shape)
 
 
-def _element(array, index) -> float:
-    return float(array[index + (Ellipsis,)])
+def _element(array, index) -> complex:
+    return complex(array[index + (Ellipsis,)])
+
+
+def _is_complex(t) -> bool:
+    return t.dtype.kind == "c"
+
+
+def _reduced(result, weights):
+    """``result`` as the real scalar the check differentiates: ``sum(result * w)``, and
+    for a complex result ``sum(real(result) * w) + sum(imag(result) * w')`` (both
+    parts checked; PyTorch's gradcheck checks them one at a time)."""
+    if weights is None:
+        return _real_sum(result, 1.0, 0.5) if _is_complex(result) else result
+    if _is_complex(result):
+        return _real_sum(result, weights, weights * 0.75)
+    return (result * weights).sum()
+
+
+def _real_sum(result, w_real, w_imag):
+    from ._namespace.elementwise import imag, real
+
+    return (real(result) * w_real).sum() + (imag(result) * w_imag).sum()
 
 
 def _number(value, what, positive=False) -> float:
@@ -99,7 +120,7 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3) -> bool:
     weights = _weights(out.shape, out._backend) if out.ndim else None
 
     def scalar(result):
-        return result if weights is None else (result * weights).sum()
+        return _reduced(result, weights)
 
     if out.requires_grad:
         _backward_leaving_others(scalar(out), wide)
@@ -116,20 +137,29 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3) -> bool:
         data = x._data
         backend = x._backend
         analytic = x.grad if out.requires_grad else backend.zeros(data.shape, data.dtype)
+        # a complex input: the real and imaginary parts in turn, PyTorch's convention
+        # (the gradient is dL/dRe + i dL/dIm)
+        directions = (1.0, 1j) if _is_complex(x) else (1.0,)
         for index in _indices(x.shape):
-            step = backend.zeros(data.shape, data.dtype)
-            step[index + (Ellipsis,)] = eps
-            with no_grad(), backend.context():
-                args = list(wide)
-                args[i] = Tensor(data + step, device=backend)
-                plus = scalar(fn(*args)).item()
-                args[i] = Tensor(data - step, device=backend)
-                minus = scalar(fn(*args)).item()
-            numeric = (plus - minus) / (2.0 * eps)
+            numeric = 0.0
+            for direction in directions:
+                step = backend.zeros(data.shape, data.dtype)
+                step[index + (Ellipsis,)] = eps * direction
+                with no_grad(), backend.context():
+                    args = list(wide)
+                    args[i] = Tensor(data + step, device=backend)
+                    plus = scalar(fn(*args)).item()
+                    args[i] = Tensor(data - step, device=backend)
+                    minus = scalar(fn(*args)).item()
+                numeric += direction * (plus - minus) / (2.0 * eps)
+            if not _is_complex(x):
+                numeric = numeric.real if isinstance(numeric, complex) else numeric
             value = _element(analytic, index)
             other = 0.0 if again is None else _element(again._data, index)
+            if not _is_complex(x):
+                value, other = value.real, complex(other).real
             for path, found in (("analytic gradient", value), ("analytic gradient by autograd.grad", other)):
-                if not abs(found - numeric) <= atol + rtol * abs(numeric):
+                if not _close(found, numeric, atol, rtol):
                     label = f"input {i}" + (f" ({x.name})" if x.name else "")
                     raise GradcheckError(
                         f"gradcheck: {label} of shape {x.shape} at index {index}: {path} "
@@ -137,6 +167,14 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3) -> bool:
                         input=i, index=index, analytic=found, numeric=numeric,
                     )
     return True
+
+
+def _close(found, numeric, atol, rtol) -> bool:
+    """``|found - numeric| <= atol + rtol * |numeric|``, for the real and the imaginary
+    parts apart (for real values, the imaginary parts are 0)."""
+    found, numeric = complex(found), complex(numeric)
+    return all(abs(f - n) <= atol + rtol * abs(n)
+               for f, n in ((found.real, numeric.real), (found.imag, numeric.imag)))
 
 
 def _backward_leaving_others(root, wide) -> None:
@@ -191,10 +229,11 @@ def gradgradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3) -> bool:
             xs = list(xs)
             for position in checked:
                 if not xs[position].requires_grad:  # a finite-difference probe: differentiate it here
-                    xs[position] = Tensor(xs[position].detach(), requires_grad=True, dtype="float64")
+                    probe = xs[position].detach()
+                    xs[position] = Tensor(probe, requires_grad=True,
+                                          dtype="complex128" if _is_complex(probe) else "float64")
             out = fn(*xs)
-            weights = _weights(out.shape, out._backend) if out.ndim else None
-            scalar = out if weights is None else (out * weights).sum()
+            scalar = _reduced(out, _weights(out.shape, out._backend) if out.ndim else None)
             targets = [xs[i] for i in checked]
             total = (targets[0] * 0.0).sum()  # keeps the result in the graph if every term is None
             if not scalar.requires_grad:  # no graph (a constant, a detached result): first derivatives 0

@@ -38,7 +38,7 @@ from ._graph.modes import is_grad_enabled
 from ._namespace import elementwise, statistical
 from ._namespace._util import flag, pair, python_number, tensors
 from ._namespace.linalg import call as _apply
-from ._namespace.linalg import matrix_transpose, no_complex_grad, tensordot, vecdot
+from ._namespace.linalg import matrix_transpose, tensordot, vecdot
 from ._namespace.manipulation import moveaxis, reshape
 from ._namespace.operators import matmul
 from ._node import _guarded, make, run, share_version
@@ -157,7 +157,6 @@ def cross(x1, x2, /, *, axis=-1):
         raise ValueError(f"cross: axis {axis} must have size 3 in both operands, got shapes {x1.shape} and "
                          f"{x2.shape}")
     broadcast_shapes("cross", x1.shape, x2.shape)
-    no_complex_grad("cross", x1, x2)
     return _apply("cross", ops.cross, [x1, x2], axis)
 
 
@@ -168,7 +167,6 @@ def outer(x1, x2, /):
         raise ValueError(f"outer: operands must be 1-D, got shapes {x1.shape} and {x2.shape}")
     _numeric(x1, "outer")
     _numeric(x2, "outer")
-    no_complex_grad("outer", x1, x2)
     return _apply("outer", ops.outer, [x1, x2])
 
 
@@ -226,7 +224,6 @@ def solve(x1, x2, /):
             raise ValueError(f"solve: x2 of shape {x2.shape} does not match the {m}x{m} matrices of x1 "
                              f"(shape {x1.shape}); give x2 of shape ({m},) or (..., {m}, K)")
         batch = broadcast_shapes("solve", x1.shape[:-2], x2.shape[:-2])
-    no_complex_grad("solve", x1, x2)
     return _apply("solve", ops.solve, [x1, x2], batch)
 
 

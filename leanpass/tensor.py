@@ -19,10 +19,12 @@ from ._graph.above import above
 from ._graph.engine import backprop, zero_graph_grads
 from ._graph.hooks import add_grad_hook, add_post_accumulate_grad_hook
 from ._graph.modes import enable_grad, grad_lock
+from ._graph.node import note_complex
 from ._graph.versions import version_of
 from ._indexing import getitem, setitem
+from ._node import _check_grad_dtype as check_grad_dtype
 from ._node import apply, as_tensor, fill_leaf, init_tensor, make, run1, share_version
-from .backends import FLOAT_DTYPES, backend_of_array, get_backend, transfer
+from .backends import FLOAT_DTYPES, GRAD_DTYPES, backend_of_array, get_backend, transfer
 
 __all__ = ["Tensor", "as_tensor", "apply"]
 
@@ -78,8 +80,11 @@ class Tensor:
                 f"Tensor.data must be an array of a standard dtype, got {type(value).__name__}"
                 + (f" of dtype {value.dtype}" if hasattr(value, "dtype") else "")
             )
-        if self._rg and dtype_name(value.dtype) not in FLOAT_DTYPES:
-            raise ValueError(f"Tensor.data: a tensor that requires grad needs float data, got {value.dtype}")
+        if self._rg and dtype_name(value.dtype) not in GRAD_DTYPES:
+            raise ValueError(f"Tensor.data: a tensor that requires grad needs floating-point (real or complex) data, "
+                             f"got {value.dtype}")
+        if self._rg and dtype_name(value.dtype).startswith("complex"):
+            note_complex()
         self._data = value
         self._backend = backend
         node = self._node
@@ -143,10 +148,7 @@ class Tensor:
                 "requires_grad can only be changed on a leaf tensor; use .detach() to make a leaf "
                 "from this result"
             )
-        if value and dtype_name(self._data.dtype) not in FLOAT_DTYPES:
-            raise ValueError(
-                f"requires_grad: only floating-point tensors can require gradients, got dtype {self.dtype}"
-            )
+        check_grad_dtype(dtype_name(self._data.dtype), value, "requires_grad")
         self._rg = value
 
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
@@ -387,7 +389,9 @@ class Tensor:
             raise TypeError(f"astype: cannot cast {source} to {dtype.name} (the array API standard forbids it: "
                             "the imaginary part would be lost); take leanpass.real(x) first")
         if source != dtype.name:
-            op = ops.astype if dtype.name in FLOAT_DTYPES else ops.astype_nograd
+            if self._rg and dtype.name.startswith("complex"):
+                note_complex()
+            op = ops.astype if dtype.name in GRAD_DTYPES else ops.astype_nograd
             out = run1(op, self, self._backend.dtype(dtype.name))
         elif copy:
             out = run1(ops.copy, self)
@@ -418,6 +422,11 @@ class Tensor:
                 raise RuntimeError(
                     f"backward: grad can be implicitly created only for scalar outputs, got shape {self.shape}; "
                     "pass a gradient of that shape (t.backward(gradient)) or reduce first (t.sum().backward())"
+                )
+            if dtype_name(data.dtype).startswith("complex"):  # a loss is real: a complex value needs a direction
+                raise RuntimeError(
+                    f"backward: grad can be implicitly created only for real scalar outputs, got {self.dtype}; "
+                    "take a real part first (lp.real(t), abs(t)) or pass a gradient (t.backward(gradient))"
                 )
             grad = backend.ones(data.shape, data.dtype)
         elif create_graph and isinstance(gradient, Tensor):  # kept in the graph: d/d(gradient) too

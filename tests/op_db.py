@@ -134,7 +134,7 @@ class OpInfo:
         for x in sample.sample if isinstance(sample, Known) else sample:
             if isinstance(x, Const):
                 out.append(Tensor(x.array, device=device))
-            elif isinstance(x, np.ndarray) and x.dtype.kind == "f":
+            elif isinstance(x, np.ndarray) and x.dtype.kind in "fc":
                 out.append(Tensor(x, requires_grad=True, device=device))
             elif isinstance(x, np.ndarray):
                 out.append(lp.asarray(x, device=device))
@@ -164,6 +164,12 @@ POW_AT_0 = ("pow(a, b)'s mixed second derivative d2/da db at b == 0 is 0, not 1/
 
 def uniform(rng, *shape, low=-2.0, high=2.0):
     return rng.uniform(low, high, size=shape)
+
+
+def complex_uniform(rng, *shape, low=-2.0, high=2.0):
+    """A complex sample (a tensor of it requires grad: PyTorch's convention, see
+    tests/test_complex_autodiff.py)."""
+    return rng.uniform(low, high, size=shape) + 1j * rng.uniform(low, high, size=shape)
 
 
 def positive(rng, *shape, low=0.5, high=2.0):
@@ -456,6 +462,21 @@ OP_DB: list[OpInfo] = [
     OpInfo("fft.fftshift", lambda x: lp.fft.fftshift(x, axes=(0, 1)), lambda rng: [(uniform(rng, 3, 4),)],
            "fftshift"),
     OpInfo("fft.ifftshift", lambda x: lp.fft.ifftshift(x), lambda rng: [(uniform(rng, 3, 4),)], "ifftshift"),
+    OpInfo("fft.TRANSFORMS[fft]", lambda x: lp.fft.fft(x, n=5, axis=0, norm="ortho"),
+           lambda rng: [(complex_uniform(rng, 4, 3),), (uniform(rng, 4),)], "fft"),
+    OpInfo("fft.TRANSFORMS[ifft]", lambda x: lp.fft.ifft(x, n=3), lambda rng: [(complex_uniform(rng, 2, 4),)], "ifft"),
+    OpInfo("fft.TRANSFORMS[fftn]", lambda x: lp.fft.fftn(x, s=(3, 5), axes=(0, 1), norm="forward"),
+           lambda rng: [(complex_uniform(rng, 2, 4),)], "fftn"),
+    OpInfo("fft.TRANSFORMS[ifftn]", lambda x: lp.fft.ifftn(x), lambda rng: [(complex_uniform(rng, 3, 2),)], "ifftn"),
+    OpInfo("fft.TRANSFORMS[rfft]", lambda x: lp.fft.rfft(x, n=7), lambda rng: [(uniform(rng, 2, 6),)], "rfft"),
+    OpInfo("fft.TRANSFORMS[irfft]", lambda x: lp.fft.irfft(x, n=6, norm="ortho"),
+           lambda rng: [(complex_uniform(rng, 2, 4),)], "irfft"),
+    OpInfo("fft.TRANSFORMS[rfftn]", lambda x: lp.fft.rfftn(x), lambda rng: [(uniform(rng, 3, 4),)], "rfftn"),
+    OpInfo("fft.TRANSFORMS[irfftn]", lambda x: lp.fft.irfftn(x, s=(3, 5), axes=(0, 1)),
+           lambda rng: [(complex_uniform(rng, 2, 3),)], "irfftn"),
+    OpInfo("fft.TRANSFORMS[hfft]", lambda x: lp.fft.hfft(x, norm="forward"), lambda rng: [(complex_uniform(rng, 4),)],
+           "hfft"),
+    OpInfo("fft.TRANSFORMS[ihfft]", lambda x: lp.fft.ihfft(x, n=5), lambda rng: [(uniform(rng, 6),)], "ihfft"),
     # ---- indexing: t[key] in its forms, take, t[key] = v ----------------------------------------
     OpInfo("indexing.index_basic", lambda x: x[1:, None, ::2], lambda rng: [(uniform(rng, 3, 4),)], "t[...]"),
     OpInfo("indexing.index_mask", lambda x, mask: x[mask],
@@ -655,9 +676,6 @@ NOT_DIFFERENTIABLE = {
     "elementwise.less", "elementwise.less_equal",
     "elementwise.isfinite", "elementwise.isinf", "elementwise.isnan", "elementwise.signbit",
     "elementwise.logical_and", "elementwise.logical_not", "elementwise.logical_or", "elementwise.logical_xor",
-    "fft.TRANSFORMS[fft]", "fft.TRANSFORMS[ifft]", "fft.TRANSFORMS[fftn]", "fft.TRANSFORMS[ifftn]",
-    "fft.TRANSFORMS[rfft]", "fft.TRANSFORMS[irfft]", "fft.TRANSFORMS[rfftn]", "fft.TRANSFORMS[irfftn]",
-    "fft.TRANSFORMS[hfft]", "fft.TRANSFORMS[ihfft]",
     "linalg.matrix_rank",
     "pool.max_pool2d_indices",
     "searching.argmax", "searching.argmin", "searching.count_nonzero", "searching.nonzero",

@@ -779,21 +779,27 @@ def test_backward_after_the_parameters_moved_raises_naming_the_devices(move):
     assert not m.weight.has_grad and not m.bias.has_grad
 
 
-def test_ops_through_run_and_apply_refuse_real_in_graph_with_complex(device):
+def test_ops_without_complex_rules_raise_in_backward_where_a_complex_value_meets_them(device):
     lp = leanpass
-    """F.linear/conv/layer_norm/attention and diff with a complex operand and a real
-    tensor that requires grad raise TypeError in the forward (as @ and *), instead of a
-    complex result whose backward drops the imaginary part."""
+    """F.linear and layer_norm with a complex operand and a real tensor that requires
+    grad compute a complex result, and its backward raises TypeError naming the op
+    (they have no complex rule: Op.complex is None) instead of dropping the imaginary
+    part; diff, which has one, gives PyTorch's gradient."""
     from leanpass.nn import functional as F
 
     x = lp.Tensor(np.ones((2, 3)), device=device, requires_grad=True)
     wc = lp.asarray(np.ones((2, 3)) * (1 + 1j), device=device)  # (out, in)
-    calls = {"linear": lambda: F.linear(x, wc), "diff": lambda: lp.diff(x, prepend=lp.asarray(
-        np.ones((2, 1)) * 1j, device=device)), "layer_norm": lambda: F.layer_norm(x, (3,), lp.asarray(
+    calls = {"linear": lambda: F.linear(x, wc), "layer_norm": lambda: F.layer_norm(x, (3,), lp.asarray(
         np.ones(3) * 1j, device=device))}
-    for name, call in calls.items():
-        with pytest.raises(TypeError, match=f"{name}: a real tensor that requires grad with a complex one"):
-            call()
+    for call in calls.values():
+        out = call()
+        assert out.dtype == lp.complex128
+        with pytest.raises(TypeError, match="complex gradients are not supported by"):  # names the op
+            lp.real(out).sum().backward()
+        assert x.grad is None or not np.any(host(x.grad, device))
+    d = lp.diff(x, prepend=lp.asarray(np.ones((2, 1)) * 1j, device=device))
+    (lp.real(d * (1 - 2j))).sum().backward()
+    np.testing.assert_allclose(host(x.grad, device), [[0.0, 0.0, 1.0]] * 2)
     assert F.linear(x.detach(), wc).dtype == lp.complex128
 
 

@@ -356,10 +356,10 @@ COMPLEX = {
 
 
 @pytest.mark.parametrize("data", list(COMPLEX.values()), ids=list(COMPLEX))
-def test_complex_data_makes_complex_tensors_that_cannot_require_grad(device, data):
+def test_complex_data_makes_complex_tensors_that_can_require_grad(device, data):
     assert Tensor(data, device=device).dtype == "complex128"
-    world = make_world(device)
-    raises_unchanged(ValueError, lambda: Tensor(data, requires_grad=True, device=device), world, "complex")
+    t = Tensor(data, requires_grad=True, device=device)
+    assert t.requires_grad and t.dtype == "complex128"
 
 
 RAGGED = {
@@ -375,7 +375,7 @@ def test_ragged_lists_are_a_value_error(device, data):
     raises_unchanged(ValueError, lambda: Tensor(data, device=device), world)
 
 
-@pytest.mark.parametrize("other", ["abc", None, 1 + 2j, [1.0, "a"], b"x"], ids=repr)
+@pytest.mark.parametrize("other", ["abc", None, [1.0, "a"], b"x"], ids=repr)
 @pytest.mark.parametrize("symbol", list(MIXED_OPS))
 def test_non_numeric_operand_is_a_type_error(device, symbol, other):
     world = make_world(device)

@@ -305,17 +305,6 @@ def test_integer_and_complex_inputs(device):
     assert complex(L.vecdot(arr(device, [1j, 2j, 3j]), arr(device, [1, 2j, 3]))) == 4 - 10j
 
 
-def test_complex_operand_with_a_tensor_that_requires_grad_raises(device):
-    a = leaf(device, well_conditioned(2, 2))
-    c = arr(device, np.array([1j, 2.0]))
-    for call in (lambda: L.solve(a, c), lambda: lp.vecdot(a, c), lambda: L.outer(a[0], c),
-                 lambda: lp.tensordot(a, c, axes=1)):
-        with pytest.raises(TypeError, match="complex gradients are not supported"):
-            call()
-    with lp.no_grad():
-        assert L.solve(a, c).dtype == lp.complex128
-
-
 # ---- properties ---------------------------------------------------------------------------------
 
 

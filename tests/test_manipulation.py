@@ -552,12 +552,3 @@ def test_squeeze_expand_dims_and_moveaxis_match_numpy(device, data):
                                       np.moveaxis(x_np, src, dst))
 
 
-def test_joining_a_real_tensor_in_a_graph_with_a_complex_one_raises(device):
-    """concat/stack would cast the real tensor to complex outside the graph (a silently
-    wrong gradient): TypeError, as a + z does."""
-    a = lp.Tensor([1.0, 2.0], device=device, requires_grad=True)
-    z = lp.asarray([1j, 2j], device=device)
-    for f in (lp.concat, lp.stack):
-        with pytest.raises(TypeError, match=f"{f.__name__}: a real tensor that requires grad joined with a complex"):
-            f([a, z])
-    assert lp.concat([a.detach(), z]).dtype == lp.complex128

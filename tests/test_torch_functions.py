@@ -101,8 +101,8 @@ def test_tensor_copies_and_leaves_the_graph(device):
 
 def test_tensor_refuses_requires_grad_on_integers_and_bools(device):
     for data in ([1, 2], [True]):
-        with pytest.raises(ValueError, match=r"^tensor: only floating-point tensors can require gradients, got "
-                                             r"dtype (int64|bool)"):
+        with pytest.raises(ValueError, match=r"^tensor: only floating-point tensors can require gradients "
+                                             r"\(real or complex ones\), got dtype (int64|bool)"):
             lp.tensor(data, device=device, requires_grad=True)
     with pytest.raises(TypeError, match="tensor: requires_grad must be a bool"):
         lp.tensor([1.0], requires_grad="yes")

@@ -39,7 +39,7 @@ from . import hooks
 from .above import above
 from .hooks import _has_grad_hooks, _run_post_hooks, _with_grad_hooks
 from .modes import enable_grad, grad_lock, no_grad
-from .node import Node, edge
+from .node import COMPLEX, Node, edge
 from .versions import latest_change
 
 __all__ = ["backprop", "Released", "zero_graph_grads"]
@@ -65,6 +65,62 @@ def _check_saved(node, seq) -> bool:
             )
         changed = True
     return changed
+
+
+def _is_complex(x) -> bool:
+    return "complex" in str(getattr(x, "dtype", ""))  # an array's, a Tensor's (create_graph) or a Node's
+
+
+def _complex(grad, parents) -> bool:
+    """Whether a complex value meets the node: its gradient, or one of its inputs."""
+    return _is_complex(grad) or any(_is_complex(p._data) for p in parents)
+
+
+def _complex_grads(node, parents, grad, backward, changed, graph):
+    """The gradients of a node where a complex value is involved, by PyTorch's convention
+    (a gradient is ``dL/dRe + i dL/dIm``), as its op's ``complex`` says: a holomorphic
+    op's real rule runs as ``conj(rule(conj(g)))``, an op with its own complex rule
+    runs it, any other op raises ``TypeError``. A real input gets the real part of its
+    gradient, a complex input a complex one."""
+    op = node._op
+    how = op.complex
+    if how is None:
+        dtypes = ", ".join(str(p._data.dtype) for p in parents)
+        raise TypeError(
+            f"backward through {op!r}: complex gradients are not supported by {op!r} (inputs of dtypes {dtypes}, "
+            f"gradient of dtype {grad.dtype}); compute it on real tensors (lp.real, lp.imag) instead"
+        )
+    xp = graph.xp(node) if graph is not None else node._backend.xp
+
+    def rule(g):
+        if graph is not None:
+            return graph.grads(node, parents, g, changed)
+        guard = node._backend.guard
+        if guard is None:
+            return backward(g)
+        with guard:
+            return backward(g)
+
+    if how == "holomorphic" and _is_complex(grad):
+        grads = [None if g is None else xp.conj(g) for g in rule(xp.conj(grad))]
+    else:
+        grads = list(rule(grad))
+    for i, (parent, g) in enumerate(zip(parents, grads)):
+        if g is None:
+            continue
+        wanted = _is_complex(parent._data)
+        if _is_complex(g) and not wanted:
+            grads[i] = xp.real(g)
+        elif wanted and not _is_complex(g):
+            grads[i] = xp.astype(g, parent._data.dtype)
+    return grads
+
+
+def _cast(xp, grad, dtype):
+    """``grad`` in ``dtype``: the real part of a complex gradient for a real value."""
+    if _is_complex(grad) and "complex" not in str(dtype):
+        grad = xp.real(grad)
+    return xp.astype(grad, dtype)
 
 
 def _check_output(node, seq):
@@ -98,7 +154,7 @@ def _store(tensor, grad, fresh: bool) -> None:
     backend = tensor._backend
     data = tensor._data
     if grad.dtype != data.dtype:
-        grad = backend.xp.astype(grad, data.dtype)
+        grad = _cast(backend.xp, grad, data.dtype)
         fresh = True
     old = tensor._grad
     if old is not None:
@@ -188,6 +244,7 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
         wanted = {id(edge(t)) for t in targets}
         needed = _needed(roots, wanted)
     hooked = hooks._grad_hooks_registered  # read once: a local test per node below
+    complex_on = COMPLEX[0]  # whether any complex value ever entered a graph
     graph = above.graph if create_graph else None  # the rules that record gradients as graphs
     pending: dict = {}
     heap: list = []
@@ -247,7 +304,9 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
                     if pvc is not None and pvc.changed > seq:
                         changed = _check_saved(node, seq)
                         break
-            if create_graph:
+            if complex_on and _complex(grad, parents):  # PyTorch's convention, op by op (Op.complex)
+                parent_grads = _complex_grads(node, parents, grad, backward, changed, graph)
+            elif create_graph:
                 parent_grads = graph.grads(node, parents, grad, changed)
             else:
                 guard = node._backend.guard
@@ -275,8 +334,7 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
                                              tuple(data.shape))
                         fresh = True
                     if pgrad.dtype is not data.dtype and pgrad.dtype != data.dtype:
-                        pgrad = (graph.xp(parent).astype(pgrad, data.dtype) if create_graph
-                                 else parent._backend.xp.astype(pgrad, data.dtype))
+                        pgrad = _cast(graph.xp(parent) if create_graph else parent._backend.xp, pgrad, data.dtype)
                         fresh = True
                 if inner:
                     old = pending.get(parent)

@@ -21,7 +21,18 @@ gradient must have from it, and a ``create_graph`` backward wraps it as a Tensor
 
 from __future__ import annotations
 
-__all__ = ["Node", "edge"]
+__all__ = ["Node", "edge", "COMPLEX", "note_complex"]
+
+# [whether a complex value ever entered a graph]: until one has, the engine skips its
+# complex rules (a check per node). Set where a complex tensor comes to require grad
+# (a leaf) and where an operation on real tensors that require grad gives a complex
+# result (a complex operand, a cast, a transform); results of complex inputs need no
+# notice, as their inputs had it.
+COMPLEX = [False]
+
+
+def note_complex() -> None:
+    COMPLEX[0] = True
 
 
 class Node:

@@ -154,34 +154,6 @@ def torch_axis(name, axis, dim, keepdims=False, keepdim=None):
     return axis, keepdims
 
 
-def axis_method(function, positional=True):
-    """A Tensor method for ``function(x, axis=..., keepdims=...)`` whose ``axis`` may
-    also be given positionally (``t.sum(0)``) or as PyTorch's ``dim=`` (with
-    ``keepdim=``); see :func:`torch_axis`. With ``positional=False`` (``t.max``,
-    ``t.min``) a positional argument is refused: NumPy's ``t.max(1)`` gives the
-    values, PyTorch's ``(values, indices)``, and PyTorch's ``t.max(other)`` the
-    element-wise maximum; read one way it would silently be wrong for the others
-    (``t.max(1)[1]`` taking a row of values)."""
-    name = function.__name__
-
-    def method(self, axis=None, keepdims=False, *, dim=None, keepdim=None):
-        if dim is not None or keepdim is not None:
-            axis, keepdims = torch_axis(name, axis, dim, keepdims, keepdim)
-        return function(self, axis=axis, keepdims=keepdims)
-
-    if not positional:
-        named = method
-
-        def method(self, *args, **kwargs):
-            if args:
-                refuse_positional(name, args, ())
-            return named(self, **kwargs)
-
-    method.__name__ = method.__qualname__ = function.__name__
-    method.__doc__ = function.__doc__
-    return method
-
-
 def refuse_positional(name, args, positional) -> None:
     """Raise ``TypeError`` for the method ``name`` given more positional ``args`` than
     the names ``positional`` it takes. For ``max`` and ``min`` (which take none) the

@@ -132,11 +132,6 @@ def with_scalar(entry, t: Tensor, s, reflected: bool):
             except (TypeError, ValueError, OverflowError) as exc:
                 return scalar_refused(entry, t, s, reflected, exc)
     op = entry.op
-    if isinstance(s, complex) and t._rg and op.differentiable and not dtype_name(t._data.dtype).startswith("complex"):
-        raise TypeError(
-            f"{entry.name}: a complex number with a tensor that requires grad would give a complex result, "
-            "and complex gradients are not supported"
-        )
     if not (op.differentiable and t._rg):
         backend = t._backend
         try:

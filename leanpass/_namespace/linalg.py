@@ -7,7 +7,6 @@ import operator
 
 from .. import ops
 from .._checks import broadcast_shapes, is_bool, normalize_axis
-from .._graph.modes import is_grad_enabled
 from .._node import run
 from ..tensor import Tensor
 from ._util import pair, tensors
@@ -25,17 +24,6 @@ def matrix_transpose(x, /):
     perm = list(range(x.ndim))
     perm[-1], perm[-2] = perm[-2], perm[-1]
     return permute_dims(x, tuple(perm))
-
-
-def no_complex_grad(name, *xs):
-    """``TypeError`` when a tensor that requires grad meets a complex one: the result
-    would be complex, and complex tensors carry no gradients in LeanPass."""
-    if is_grad_enabled() and any(t._rg for t in xs) and any(t.dtype.kind == "c" for t in xs):
-        raise TypeError(
-            f"{name}: a tensor that requires grad with a complex tensor (dtypes "
-            f"{', '.join(str(t.dtype) for t in xs)}) would give a complex result, and complex gradients are "
-            "not supported; detach the real tensor or convert it first"
-        )
 
 
 def call(name, op, args, *params):
@@ -91,7 +79,6 @@ def tensordot(x1, x2, /, *, axes=2):
                 f"tensordot: axis {i} of x1 (size {x1.shape[i]}) and axis {j} of x2 (size {x2.shape[j]}) "
                 f"differ in size; shapes {x1.shape} and {x2.shape}"
             )
-    no_complex_grad("tensordot", x1, x2)
     return call("tensordot", ops.tensordot, [x1, x2], first, second)
 
 
@@ -110,5 +97,4 @@ def vecdot(x1, x2, /, *, axis=-1):
             f"(shapes {x1.shape} and {x2.shape})"
         )
     broadcast_shapes("vecdot", x1.shape, x2.shape)
-    no_complex_grad("vecdot", x1, x2)
     return call("vecdot", ops.vecdot, [x1, x2], axis)

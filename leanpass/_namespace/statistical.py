@@ -19,14 +19,13 @@ import numbers
 from .._checks import normalize_axes, normalize_axis
 from .._dtypes import DTYPES, as_dtype, dtype_name
 from .._node import _guarded, leaf, run1
-from ..backends import get_default_dtype
+from ..backends import GRAD_DTYPES, get_default_dtype
 from ..ops.statistical import REDUCTIONS, Reduction
 from ..tensor import Tensor
 from ._util import asarray_like, flag, orderable, refuse_positional, torch_axis
 
 __all__ = ["cumulative_prod", "cumulative_sum", "max", "mean", "min", "prod", "std", "sum", "var"]
 
-_FLOATING = ("float32", "float64")
 
 
 def accumulation_dtype(in_dtype, dtype, op):
@@ -53,10 +52,10 @@ def accumulation_dtype(in_dtype, dtype, op):
 
 def reduce(op, x, name, out_dtype, *params):
     """``op`` on ``x`` with a result of ``out_dtype``; the result is a graph node only
-    when it is real floating point (an integer or complex result, e.g.
+    when it is floating point, real or complex (an integer result, e.g.
     ``sum(x, dtype=int64)``, never requires grad)."""
     try:
-        if x._rg and out_dtype.name in _FLOATING:
+        if x._rg and out_dtype.name in GRAD_DTYPES:
             return run1(op, x, *params)
         return leaf(_guarded(op.fn, x._backend, x._data, *params)[0], x._backend, op)
     except TypeError as exc:

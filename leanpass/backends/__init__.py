@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from ._base import (
     FLOAT_DTYPES,
+    GRAD_DTYPES,
     Backend,
     canonical_name,
     dtype_name,
@@ -29,6 +30,7 @@ from ._base import (
 
 __all__ = [
     "FLOAT_DTYPES",
+    "GRAD_DTYPES",
     "Backend",
     "register_backend",
     "get_backend",

@@ -22,6 +22,7 @@ import numpy as np
 from .._dtypes import DTYPES, as_dtype, dtype_name
 
 FLOAT_DTYPES = ("float32", "float64")
+GRAD_DTYPES = (*FLOAT_DTYPES, "complex64", "complex128")  # the dtypes whose tensors may carry gradients
 
 # Parameter initialisation and dropout draw from this host generator (on CPU
 # backends) so that one seed gives the same numbers on every device.

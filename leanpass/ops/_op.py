@@ -43,7 +43,7 @@ class Op(str):
 
     def __new__(cls, name: str, fn, *, saves=ALL, saves_out: bool = True, fresh: bool = True,
                 needs: bool = False, view: bool = False, copies: bool = False, differentiable: bool = True,
-                doc: str | None = None, rule=None, exact: bool = False):
+                doc: str | None = None, rule=None, exact: bool = False, complex: str | None = None):
         self = super().__new__(cls, name)
         self.fn = fn
         self.saves = saves if saves is ALL else tuple(saves)
@@ -55,6 +55,7 @@ class Op(str):
         self.differentiable = differentiable
         self.rule = rule
         self.exact = exact
+        self.complex = complex
         self.__doc__ = doc or fn.__doc__
         return self
 
@@ -70,7 +71,7 @@ class Op(str):
         """The same operation under another name (``"getitem"`` for a ``take``)."""
         return Op(name, self.fn, saves=self.saves, saves_out=self.saves_out, fresh=self.fresh,
                   needs=self.needs, view=self.view, copies=self.copies, differentiable=self.differentiable,
-                  doc=self.__doc__, rule=self.rule, exact=self.exact)
+                  doc=self.__doc__, rule=self.rule, exact=self.exact, complex=self.complex)
 
     def __reduce__(self):
         return (str, (str(self),))

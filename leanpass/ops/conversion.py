@@ -6,7 +6,7 @@ from ..backends import transfer
 from ._op import op
 
 
-@op("to", saves=(), saves_out=False)
+@op("to", saves=(), saves_out=False, complex="holomorphic")
 def to(be, a, dst):
     """Move to backend ``dst``; the gradient moves back."""
 
@@ -16,12 +16,16 @@ def to(be, a, dst):
     return transfer(a, be, dst), backward
 
 
-@op("astype", saves=(), saves_out=False)
+@op("astype", saves=(), saves_out=False, complex="own")
 def astype(be, a, dtype):
+    """A cast between dtypes that carry gradients (real and complex floating point); the
+    gradient is cast back, its real part for a real input (PyTorch's)."""
     xp = be.xp
     src = a.dtype
 
     def backward(g):
+        if xp.isdtype(g.dtype, "complex floating") and not xp.isdtype(src, "complex floating"):
+            g = xp.real(g)
         return (xp.astype(g, src),)
 
     return be.quietly(xp.astype, a, dtype), backward  # 1e300 to float32: inf, without a warning
@@ -33,7 +37,7 @@ def astype_nograd(be, a, dtype):
     return be.quietly(be.xp.astype, a, dtype), None  # nan or inf to an integer: no warning (as PyTorch)
 
 
-@op("copy", saves=(), saves_out=False, fresh=False)
+@op("copy", saves=(), saves_out=False, fresh=False, complex="holomorphic")
 def copy(be, a):
     """A copy of ``a`` (its own memory); the gradient passes through."""
     return be.copy(a), _pass

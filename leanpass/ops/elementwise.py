@@ -428,10 +428,13 @@ def sgn(xp, a):
 
 @op("abs", saves=(0,), saves_out=False)
 def abs(be, a):
-    """``|a|``; gradient ``g * sgn(a)``: 0 at 0 and at NaN (PyTorch)."""
+    """``|a|``; gradient ``g * sgn(a)``: 0 at 0 and at NaN (PyTorch); for complex ``a``,
+    ``g * a / |a|`` (0 at 0)."""
     xp = be.xp
 
     def backward(g):
+        if xp.isdtype(a.dtype, "complex floating"):
+            return (xp.astype(g, a.dtype) * _complex_sign(xp, a),)
         return (g * sgn(xp, a),)
 
     return xp.abs(a), backward
@@ -524,13 +527,15 @@ reciprocal = unary("reciprocal", lambda xp, x: xp.reciprocal(x), lambda xp, x, o
                    uses=("out",), quiet=True, method=("reciprocal",))
 square = unary("square", lambda xp, x: xp.square(x), lambda xp, x, out, g: g * (2 * x), quiet=True,
                method=("square",))
-conj = unary("conj", lambda xp, x: xp.conj(x), lambda xp, x, out, g: g, uses=(), fresh=False, method=("conj",))
+conj = unary("conj", lambda xp, x: xp.conj(x), lambda xp, x, out, g: _conj(xp, g), uses=(), fresh=False,
+             method=("conj",))
 # Copies: NumPy gives the input itself (real of a real array) or a view of a complex
 # one, which would change unseen by version counters (the standard leaves it open).
 real = unary("real", lambda xp, x: xp.asarray(xp.real(x), copy=True), lambda xp, x, out, g: g, uses=(),
              fresh=False)
 imag = unary("imag", lambda xp, x: (xp.asarray(xp.imag(x), copy=True) if xp.isdtype(x.dtype, "complex floating")
-                                    else xp.zeros_like(x)), ZERO)  # 0 for real input on every library
+                                    else xp.zeros_like(x)), lambda xp, x, out, g: _imag_rule(xp, x, g),
+             uses=())  # 0 for real input on every library (it reads x's dtype only)
 ceil = unary("ceil", lambda xp, x: xp.ceil(x), ZERO, method=("ceil",))
 floor = unary("floor", lambda xp, x: xp.floor(x), ZERO, method=("floor",))
 trunc = unary("trunc", lambda xp, x: xp.trunc(x), ZERO, method=("trunc",))
@@ -542,6 +547,29 @@ isinf = unary("isinf", lambda xp, x: xp.isinf(x), method=("isinf",))
 isnan = unary("isnan", lambda xp, x: xp.isnan(x), method=("isnan",))
 logical_not = unary("logical_not", lambda xp, x: xp.logical_not(x), method=("logical_not",))
 bitwise_invert = unary("bitwise_invert", lambda xp, x: xp.bitwise_invert(x), symbol="~")
+
+
+def _conj(xp, g):
+    return xp.conj(g) if xp.isdtype(g.dtype, "complex floating") else g
+
+
+def _imag_rule(xp, x, g):
+    """``imag``'s gradient: ``i g`` for complex ``x`` (PyTorch's), 0 for real ``x``."""
+    if xp.isdtype(x.dtype, "complex floating"):
+        return xp.astype(g, x.dtype) * 1j
+    return xp.zeros_like(g)
+
+
+# ---- complex gradients (Op.complex) -------------------------------------------------------
+# These rules, written for real numbers, are holomorphic (or linear) in complex input:
+# the engine runs them as conj(rule(conj(g))). abs, conj, real and imag have their own.
+for _op in (add, add_scalar, sub, sub_scalar, rsub_scalar, mul, mul_scalar, div, div_scalar, rdiv_scalar,
+            pow_scalar, rpow_scalar, neg, exp, log, tanh, sqrt, positive, acos, acosh, asin, asinh, atan, atanh,
+            cos, cosh, sin, sinh, tan, expm1, log1p, log2, log10, reciprocal, square):
+    _op.complex = "holomorphic"
+for _op in (abs, conj, real, imag):
+    _op.complex = "own"
+del _op
 
 
 def _share(xp, g, lose, a, b):

@@ -12,7 +12,7 @@ from ._op import Op, op
 from .manipulation import permute_dims, reshape
 
 
-@op("getitem", saves=(), saves_out=False, view=True)
+@op("getitem", saves=(), saves_out=False, view=True, complex="holomorphic")
 def index_basic(be, a, key, set_key, set_shape):
     """``a[key]`` with integers, slices, ``None`` and ``...`` (a view or copy).
 
@@ -34,7 +34,7 @@ def index_basic(be, a, key, set_key, set_shape):
     return out, backward
 
 
-@op("getitem", saves=(), saves_out=False)
+@op("getitem", saves=(), saves_out=False, complex="holomorphic")
 def index_mask(be, a, mask):
     """``a[mask]`` for a boolean mask over the leading axes."""
     shape, dtype = a.shape, a.dtype
@@ -47,7 +47,7 @@ def index_mask(be, a, mask):
     return a[mask], backward
 
 
-@op("take", saves=(), saves_out=False)
+@op("take", saves=(), saves_out=False, complex="holomorphic")
 def take(be, a, index, axis):
     """``a`` at the (non-negative, in-range) 1-D integer ``index`` along ``axis``;
     repeated indices accumulate their gradients (a scatter-add)."""
@@ -70,7 +70,7 @@ def flat_positions(be, shape, index, axis):
     return xp.reshape(rows + index * post + cols, (-1,))
 
 
-@op("take_along_axis", saves=(), saves_out=False)
+@op("take_along_axis", saves=(), saves_out=False, complex="holomorphic")
 def take_along_axis(be, a, index, axis, shape, out_shape):
     """``a`` (broadcast to ``shape``) at the integer ``index`` (non-negative, in
     range, broadcast to ``out_shape``) along ``axis``: one ``take`` from the
@@ -91,7 +91,7 @@ getitem_take = take.renamed("getitem")
 getitem_reshape = reshape.renamed("getitem")
 # the result of a take (a new array) given the index's shape: no view of the tensor
 # indexed, so it can be changed in place like any result
-getitem_shape = Op("getitem", reshape.fn, saves=(), saves_out=False, fresh=False, view=False,
+getitem_shape = Op("getitem", reshape.fn, saves=(), saves_out=False, fresh=False, view=False, complex="holomorphic",
                    doc="An integer-array index's result in the index's shape (a new array).")
 getitem_permute = permute_dims.renamed("getitem")
 
@@ -124,7 +124,7 @@ def _written_last(be, shape, key, gv):
     return xp.where(be.index_get(marks, "integer", key) == numbers, gv, xp.zeros_like(gv))
 
 
-@op("setitem", saves=(), saves_out=False, needs=True, fresh=True)
+@op("setitem", saves=(), saves_out=False, needs=True, fresh=True, complex="holomorphic")
 def setitem(be, a, v, kind, key, needs=(True, True)):
     """``a[key] = v`` in place (``kind`` of the key: ``"basic"``, ``"mask"`` or
     ``"integer"``); the overwritten part of ``a`` gets no gradient, ``v`` gets the

@@ -50,7 +50,7 @@ def _right_solved(xp, solve, x, r):
     return _transpose(xp, solve(_transpose(xp, r), _transpose(xp, x)))
 
 
-@op("@", saves=(0, 1), saves_out=False, needs=True)
+@op("@", saves=(0, 1), saves_out=False, needs=True, complex="holomorphic")
 def matmul(be, a, b, needs=(True, True)):
     """``xp.matmul`` with 1-D and batched N-D operands; the engine sums batch broadcasts."""
     xp = be.xp
@@ -80,7 +80,7 @@ def matmul(be, a, b, needs=(True, True)):
 # ---- main namespace: contractions -------------------------------------------------------------
 
 
-@op("tensordot", saves=(0, 1), saves_out=False, needs=True)
+@op("tensordot", saves=(0, 1), saves_out=False, needs=True, complex="holomorphic")
 def tensordot(be, a, b, axes_a, axes_b, needs=(True, True)):
     """Contract ``a``'s ``axes_a`` with ``b``'s ``axes_b`` (tuples of non-negative axes,
     paired in order); each gradient is the output's gradient contracted with the
@@ -106,14 +106,17 @@ def tensordot(be, a, b, axes_a, axes_b, needs=(True, True)):
     return out, backward
 
 
-@op("vecdot", saves=(0, 1), saves_out=False, needs=True)
+@op("vecdot", saves=(0, 1), saves_out=False, needs=True, complex="own")
 def vecdot(be, a, b, axis, needs=(True, True)):
-    """``sum(conj(a) * b, axis=axis)`` (``axis`` negative, the same size in both)."""
+    """``sum(conj(a) * b, axis=axis)`` (``axis`` negative, the same size in both).
+    Gradients (PyTorch's convention): ``conj(g) b`` to ``a`` (the result is conjugate
+    in ``a``), ``g a`` to ``b``; ``g b`` and ``g a`` for real tensors."""
     xp = be.xp
 
     def backward(g):
         g = xp.expand_dims(g, axis=axis)
-        return (g * _as_grad(xp, b, g) if needs[0] else None), (g * _as_grad(xp, a, g) if needs[1] else None)
+        conj_g = xp.conj(g) if xp.isdtype(g.dtype, "complex floating") else g
+        return (conj_g * _as_grad(xp, b, g) if needs[0] else None), (g * _as_grad(xp, a, g) if needs[1] else None)
 
     return xp.vecdot(a, b, axis=axis), backward
 
@@ -121,7 +124,7 @@ def vecdot(be, a, b, axis, needs=(True, True)):
 # ---- linalg: products and parts of matrices ---------------------------------------------------
 
 
-@op("cross", saves=(0, 1), saves_out=False, needs=True)
+@op("cross", saves=(0, 1), saves_out=False, needs=True, complex="holomorphic")
 def cross(be, a, b, axis, needs=(True, True)):
     """Cross products of 3-vectors along ``axis`` (negative); ``(a x b) . g = a . (b x g)``."""
     product = be.linalg.cross
@@ -134,7 +137,7 @@ def cross(be, a, b, axis, needs=(True, True)):
     return product(a, b, axis=axis), backward
 
 
-@op("outer", saves=(0, 1), saves_out=False, needs=True)
+@op("outer", saves=(0, 1), saves_out=False, needs=True, complex="holomorphic")
 def outer(be, a, b, needs=(True, True)):
     """``a[:, None] * b[None, :]`` for 1-D ``a`` and ``b``."""
 
@@ -145,7 +148,7 @@ def outer(be, a, b, needs=(True, True)):
     return be.linalg.outer(a, b), backward
 
 
-@op("diagonal", saves=(), saves_out=False)
+@op("diagonal", saves=(), saves_out=False, complex="holomorphic")
 def diagonal(be, a, offset):
     """The ``offset`` diagonal of the last two axes (a copy: NumPy's is a read-only view);
     the gradient goes back onto that diagonal."""
@@ -168,7 +171,7 @@ def diagonal(be, a, offset):
     return out, backward
 
 
-@op("trace", saves=(), saves_out=False)
+@op("trace", saves=(), saves_out=False, complex="holomorphic")
 def trace(be, a, offset, dtype):
     """Sums of the ``offset`` diagonal of the last two axes (``dtype``: the sum's dtype)."""
     xp = be.xp
@@ -198,7 +201,7 @@ def _inv_rule(xp, inputs, out, g):
     return (_inv_grad(xp, out, g),)
 
 
-@op("inv", saves=(), saves_out=True, rule=_inv_rule)
+@op("inv", saves=(), saves_out=True, rule=_inv_rule, complex="holomorphic")
 def inv(be, a):
     """Matrix inverse ``Y``: ``gA = -Y^T g Y^T``."""
     xp = be.xp
@@ -219,7 +222,7 @@ def _solve_rule(xp, inputs, out, g, batch, needs=(True, True)):
     return _solve_grads(xp, xp.linalg.solve, inputs[0], out, g, needs)
 
 
-@op("solve", saves=(0,), saves_out=True, needs=True, rule=_solve_rule)
+@op("solve", saves=(0,), saves_out=True, needs=True, rule=_solve_rule, complex="holomorphic")
 def solve(be, a, b, batch, needs=(True, True)):
     """``X`` with ``A X = B``: ``A`` of shape ``(..., M, M)``, ``B`` of shape ``(M,)`` (one
     right-hand side for every matrix) or ``(..., M, K)``; ``batch`` is the broadcast
@@ -568,7 +571,7 @@ def vector_norm(be, a, axes, keepdims, ord):  # noqa: A002 - the standard's name
     return out, backward
 
 
-@op("matrix_power", saves=(), saves_out=False)
+@op("matrix_power", saves=(), saves_out=False, complex="holomorphic")
 def identity_power(be, a):
     """``A ** 0``: identity matrices of ``a``'s shape, with zero gradient (PyTorch)."""
     xp = be.xp

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ._op import op
 
 
-@op("reshape", saves=(), saves_out=False, fresh=False, view=True, copies=True)
+@op("reshape", saves=(), saves_out=False, fresh=False, view=True, copies=True, complex="holomorphic")
 def reshape(be, a, shape, copy=None):
     """``a`` in another ``shape``; ``copy=False`` raises rather than copy."""
     xp = be.xp
@@ -29,7 +29,7 @@ expand_dims = reshape.renamed("expand_dims")
 squeeze = reshape.renamed("squeeze")
 
 
-@op("transpose", saves=(), saves_out=False, fresh=False, view=True)
+@op("transpose", saves=(), saves_out=False, fresh=False, view=True, complex="holomorphic")
 def permute_dims(be, a, axes):
     xp = be.xp
     inverse = tuple(sorted(range(len(axes)), key=axes.__getitem__))
@@ -43,7 +43,7 @@ def permute_dims(be, a, axes):
 moveaxis = permute_dims.renamed("moveaxis")
 
 
-@op("broadcast_to", saves=(), saves_out=False, fresh=False, view=True)
+@op("broadcast_to", saves=(), saves_out=False, fresh=False, view=True, complex="holomorphic")
 def broadcast_to(be, a, shape):
     """``a`` broadcast to ``shape`` (a read-only view on NumPy); the engine sums the
     gradient back over the broadcast axes."""
@@ -54,7 +54,7 @@ def broadcast_to(be, a, shape):
     return be.xp.broadcast_to(a, shape), backward
 
 
-@op("flip", saves=(), saves_out=False, fresh=False, view=True)
+@op("flip", saves=(), saves_out=False, fresh=False, view=True, complex="holomorphic")
 def flip(be, a, axes):
     """``a`` reversed along ``axes`` (a tuple; ``None``: all); the gradient is flipped back."""
     xp = be.xp
@@ -71,7 +71,7 @@ def _pass(g):
     return (g,)
 
 
-@op("roll", saves=(), saves_out=False)
+@op("roll", saves=(), saves_out=False, complex="holomorphic")
 def roll(be, a, shift, axes):
     """``a`` rolled by ``shift`` along ``axes`` (tuples of equal length; ``axes=None``:
     the flattened array); the gradient is rolled back."""
@@ -95,7 +95,7 @@ def _parts(xp, g, axis, sizes):
     return tuple(parts)
 
 
-@op("concat", saves=(), saves_out=False, fresh=False)
+@op("concat", saves=(), saves_out=False, fresh=False, complex="holomorphic")
 def concat(be, *arrays, axis):
     """The ``arrays`` (one dtype) joined along an existing ``axis``; each gets its
     own slice of the gradient."""
@@ -108,7 +108,7 @@ def concat(be, *arrays, axis):
     return xp.concat(arrays, axis=axis), backward
 
 
-@op("stack", saves=(), saves_out=False, fresh=False)
+@op("stack", saves=(), saves_out=False, fresh=False, complex="holomorphic")
 def stack(be, *arrays, axis):
     """The ``arrays`` (one dtype and shape) joined along a new ``axis``."""
     xp = be.xp
@@ -121,7 +121,7 @@ def stack(be, *arrays, axis):
     return xp.stack(arrays, axis=axis), backward
 
 
-@op("unstack", saves=(), saves_out=False, view=True)
+@op("unstack", saves=(), saves_out=False, view=True, complex="holomorphic")
 def unstack_part(be, a, axis, i):
     """Part ``i`` of ``a`` along ``axis`` (a view); its gradient fills that part of a zero array."""
     shape, dtype = a.shape, a.dtype
@@ -135,7 +135,7 @@ def unstack_part(be, a, axis, i):
     return a[key], backward
 
 
-@op("repeat", saves=(), saves_out=False)
+@op("repeat", saves=(), saves_out=False, complex="holomorphic")
 def repeat(be, a, repeats, axis):
     """Each element of ``a`` repeated along ``axis`` (``a`` is already flat when the
     user asked for ``axis=None``). ``repeats`` is an int or a 1-D integer array of
@@ -164,7 +164,7 @@ def repeat(be, a, repeats, axis):
     return xp.take(a, positions, axis=axis), backward
 
 
-@op("tile", saves=(), saves_out=False)
+@op("tile", saves=(), saves_out=False, complex="holomorphic")
 def tile(be, a, reps):
     """``a`` tiled ``reps`` times along each axis (``reps`` has at least ``a.ndim``
     entries); the gradient sums the tiles."""
@@ -180,7 +180,7 @@ def tile(be, a, reps):
     return xp.tile(xp.reshape(a, padded), reps), backward
 
 
-@op("meshgrid", saves=(), saves_out=False)
+@op("meshgrid", saves=(), saves_out=False, complex="holomorphic")
 def meshgrid_part(be, a, axis, shape):
     """The 1-D ``a`` laid along ``axis`` of a grid of ``shape`` (an array of its own);
     the gradient sums over the other axes."""

@@ -42,7 +42,7 @@ def searchsorted(be, sorted_, values, side, sorter):
     return be.xp.searchsorted(sorted_, values, side=side, sorter=sorter), None
 
 
-@op("where", saves=(0,), saves_out=False)
+@op("where", saves=(0,), saves_out=False, complex="holomorphic")
 def where(be, condition, a, b):
     """``a`` where ``condition`` holds, else ``b`` (broadcast together; either may be a
     Python number). Gradient: ``g`` to ``a`` where the condition holds, to ``b`` elsewhere;

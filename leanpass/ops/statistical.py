@@ -56,7 +56,7 @@ def _reverse_cumsum(xp, g, axis):
 # ---- reductions ---------------------------------------------------------------------------
 
 
-@op("sum", saves=(), saves_out=False, fresh=False)
+@op("sum", saves=(), saves_out=False, fresh=False, complex="holomorphic")
 def sum(be, a, axes, keepdims, dtype=None):
     xp = be.xp
     shape, in_dtype = a.shape, a.dtype
@@ -73,7 +73,7 @@ def _total(xp, a, axes, keepdims, dtype):
     return xp.sum(_cast(xp, a, dtype), axis=axes, keepdims=keepdims, dtype=dtype)
 
 
-@op("mean", saves=(), saves_out=False, fresh=False)
+@op("mean", saves=(), saves_out=False, fresh=False, complex="holomorphic")
 def mean(be, a, axes, keepdims):
     xp = be.xp
     shape = a.shape
@@ -113,7 +113,7 @@ def _others_product(xp, a, axes):
     return xp.permute_dims(others, tuple(sorted(range(nd), key=perm.__getitem__)))
 
 
-@op("prod", saves=(0,), saves_out=False)
+@op("prod", saves=(0,), saves_out=False, complex="holomorphic")
 def prod(be, a, axes, keepdims, dtype=None):
     """Product over ``axes``. Gradient: ``g`` times the product of the other elements
     of the group (exclusive running products from both sides), so it is exact where
@@ -216,7 +216,7 @@ def _running_product(xp, a, axis, dtype, include_initial):
     return xp.cumulative_prod(a, axis=axis, dtype=dtype, include_initial=include_initial)
 
 
-@op("cumulative_sum", saves=(), saves_out=False)
+@op("cumulative_sum", saves=(), saves_out=False, complex="holomorphic")
 def cumulative_sum(be, a, axis, dtype, include_initial):
     """Running sum along ``axis``; gradient: the reverse running sum of ``g``."""
     xp = be.xp
@@ -231,7 +231,7 @@ def cumulative_sum(be, a, axis, dtype, include_initial):
     return out, backward
 
 
-@op("cumulative_prod", saves=(0,), saves_out=True)
+@op("cumulative_prod", saves=(0,), saves_out=True, complex="holomorphic")
 def cumulative_prod(be, a, axis, dtype, include_initial):
     """Running product along ``axis``. Gradient as ``torch.cumprod``'s, exact with zeros:
     before the first zero ``z`` of a line, ``revcumsum(g * out) / x``; at ``z``, the sum
@@ -275,7 +275,7 @@ def cumulative_prod(be, a, axis, dtype, include_initial):
     return out, backward
 
 
-@op("diff", saves=(), saves_out=False, fresh=False)
+@op("diff", saves=(), saves_out=False, fresh=False, complex="holomorphic")
 def diff(be, a, prepend, append, axis, n):
     """The ``n``-th forward difference along ``axis`` of ``concat([prepend, a, append])``
     (``prepend``/``append`` may be ``None``). Gradient: the adjoint of one difference,
