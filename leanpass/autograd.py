@@ -195,7 +195,8 @@ def _zeros_leaf(t, requires_grad: bool):
 def _seeds(name, what, given, outputs, grads, create_graph):
     """The engine's seed for each of ``outputs`` from ``grads`` (one per output: None
     is 1 for a one-element output, else a Tensor or array-like of its shape): arrays
-    the engine owns, or Tensors with ``create_graph``."""
+    (the caller's, which the engine copies before it keeps one as a ``.grad``), or Tensors
+    with ``create_graph``."""
     seeds = []
     for i, (out, g) in enumerate(zip(outputs, grads)):
         backend = out._backend
@@ -220,7 +221,7 @@ def _seeds(name, what, given, outputs, grads, create_graph):
             raise ValueError(f"{name}: {given}[{i}] is on {g.device}, {what}[{i}] on {out.device}")
         if g.dtype != out.dtype:
             g = g.astype(out.dtype)
-        seeds.append(g if create_graph else backend.copy(g._data))
+        seeds.append(g if create_graph else g._data)  # the caller's array: the engine copies it before keeping it
     return seeds
 
 

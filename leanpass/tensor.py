@@ -446,7 +446,7 @@ class Tensor:
                     f"backward: gradient of shape {tuple(grad.shape)} does not match the "
                     f"tensor of shape {self.shape}"
                 )
-            grad = backend.copy(grad)  # the engine's own: no .grad may become the caller's array
+            # not copied: the engine keeps no seed as a .grad without a copy (it counts it not fresh)
         if create_graph:
             if not isinstance(grad, Tensor):
                 grad = make(grad, backend, "leaf", (), None, False)

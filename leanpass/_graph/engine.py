@@ -219,8 +219,9 @@ class Released:
 
 
 def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = False, targets=None):
-    """THE backward engine: backpropagate ``grads`` (one per root, owned by the engine:
-    arrays, or Tensors with ``create_graph``) through the graph below ``roots`` (Tensors).
+    """THE backward engine: backpropagate ``grads`` (one per root: arrays, which may be
+    the caller's and are copied before one is kept as a ``.grad``, or Tensors with
+    ``create_graph``) through the graph below ``roots`` (Tensors).
 
     Nodes are visited from a heap in decreasing creation order (``_seq``): every node
     was made after its inputs, so each one is reached after all the nodes it feeds,
@@ -266,7 +267,7 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
                 pending[node] = old + g
         else:
             old = leaves.get(root)
-            leaves[root] = (g, True) if old is None else (old[0] + g, True)
+            leaves[root] = (g, False) if old is None else (old[0] + g, True)  # a seed may be the caller's array
     # one quiet context for every rule of the pass (NumPy's floating-point warnings off: IEEE
     # results, as the forward's), instead of one per rule that may meet inf or nan
     quiet = roots[0]._backend.quiet() if roots else contextlib.nullcontext()
