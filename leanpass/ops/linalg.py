@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 from ._op import op
-from .elementwise import sgn
+from .elementwise import _complex_sign, sgn
 
 
 def _as_grad(xp, x, g):
@@ -283,7 +283,7 @@ def _svd_cofactor(be, a):
     return sign[..., None, None] * ((u * (before * after)[..., None, :]) @ vh)
 
 
-@op("det", saves=(0,), saves_out=True)
+@op("det", saves=(0,), saves_out=True, complex="holomorphic")
 def det(be, a):
     """Determinant. Its gradient is the cofactor matrix: ``det(A) A^-T`` where ``A`` is
     invertible in practice (PyTorch's rule: smooth there, so second derivatives exist
@@ -298,6 +298,13 @@ def det(be, a):
     d = xp.asarray(be.linalg.det(a))
 
     def backward(g):
+        if xp.isdtype(a.dtype, "complex floating"):  # holomorphic: d A^-T (the engine conjugates around it)
+            try:
+                inverse = be.linalg.inv(a)
+            except ValueError as exc:  # NumPy's LinAlgError
+                raise type(exc)(f"det: the gradient at a singular complex matrix is not supported (shape "
+                                f"{a.shape}): {exc}") from None
+            return ((g * d)[..., None, None] * _transpose(xp, inverse),)
         n = a.shape[-1]
         nonzero = d != 0
         whole = be.syncs_cheaply and bool(xp.all(nonzero))
@@ -528,11 +535,16 @@ def qr(be, a, mode):
 # ---- linalg: norms -----------------------------------------------------------------------------
 
 
+def _sign(xp, a):
+    """``sgn(a)``, PyTorch's: -1, 0, 1 (0 at NaN) for real ``a``, ``a / |a|`` (0 at 0) for complex."""
+    return _complex_sign(xp, a) if xp.isdtype(a.dtype, "complex floating") else sgn(xp, a)
+
+
 def _kept(shape, axes):
     return tuple(1 if i in axes else size for i, size in enumerate(shape))
 
 
-@op("vector_norm", saves=(0,), saves_out=True)
+@op("vector_norm", saves=(0,), saves_out=True, complex="own")
 def vector_norm(be, a, axes, keepdims, ord):  # noqa: A002 - the standard's name
     """``ord``-norms over ``axes`` (a tuple, or None: all); PyTorch's ``norm_backward``:
     no gradient for ord 0, the gradient shared among ties for ord +-inf (a NaN counts
@@ -551,7 +563,7 @@ def vector_norm(be, a, axes, keepdims, ord):  # noqa: A002 - the standard's name
         g = xp.reshape(g, kept)
         norm = xp.reshape(out, kept)
         if ord == 1:
-            return (sgn(xp, a) * g,)
+            return (_sign(xp, a) * g,)
         with be.quiet():  # zero norms: masked below
             return (_rule(g, norm),)
 
@@ -560,12 +572,12 @@ def vector_norm(be, a, axes, keepdims, ord):  # noqa: A002 - the standard's name
             return g * xp.where(norm == 0, 0.0, a / norm)
         size = xp.abs(a)
         if ord in (float("inf"), float("-inf")):
-            ties = xp.astype((size == norm) | xp.isnan(size), a.dtype)
-            return sgn(xp, a) * ties * (g / xp.sum(ties, axis=every, keepdims=True))
+            ties = xp.astype((size == norm) | xp.isnan(size), size.dtype)
+            return _sign(xp, a) * xp.astype(ties, g.dtype) * (g / xp.sum(ties, axis=every, keepdims=True))
         if ord < 1:
-            scaled = xp.sign(a) * xp.where(a == 0, 0.0, size ** (ord - 1))
+            scaled = _sign(xp, a) * xp.astype(xp.where(a == 0, 0.0, size ** (ord - 1)), a.dtype)
             return scaled * g * norm ** (1 - ord)
-        scaled = xp.sign(a) * size ** (ord - 1) if ord < 2 else a * size ** (ord - 2)
+        scaled = _sign(xp, a) * xp.astype(size ** (ord - 1), a.dtype) if ord < 2 else a * size ** (ord - 2)
         return scaled * xp.where(norm == 0, 0.0, g / norm ** (ord - 1))
 
     return out, backward
