@@ -120,6 +120,13 @@ def test_determinant_and_frobenius_norm_of_complex_matrices(device):
                   atol=1e-9)
 
 
+def test_slogdet_of_complex_matrices(device):
+    """Both outputs: the sign (a unit complex number) and logabsdet pass gradients."""
+    same_as_torch(device, lambda m, a: m.linalg.slogdet(a)[1] + m.real(m.linalg.slogdet(a)[0] * (0.3 - 2j)),
+                  crand(3, 3) + np.eye(3), atol=1e-9)
+    same_as_torch(device, lambda m, a: m.linalg.slogdet(a)[0] * 1.5, crand(3, 3) + np.eye(3), atol=1e-9)
+
+
 def test_vecdot_conjugates_its_first_argument(device):
     """vecdot(a, b) = sum(conj(a) * b): its gradient in a is conj(g) b, in b g a (torch's)."""
     same_as_torch(device, lambda m, a, b: m.linalg.vecdot(a, b), crand(2, 3), crand(2, 3))
@@ -127,12 +134,13 @@ def test_vecdot_conjugates_its_first_argument(device):
 
 
 def test_an_op_without_a_complex_rule_raises_in_backward_and_changes_nothing(device):
-    """slogdet has no complex rule yet: a backward that reaches it with a complex value
+    """cholesky has no complex rule yet: a backward that reaches it with a complex value
     raises TypeError naming it, and no .grad is written."""
-    z = Tensor(crand(2, 2), requires_grad=True, device=device)
+    z = Tensor(crand(2, 2) + 2 * np.eye(2), requires_grad=True, device=device)
     x = Tensor(rand(3), requires_grad=True, device=device)
-    out = lp.linalg.slogdet(z)[1] + (x * x).sum()
-    with pytest.raises(TypeError, match="backward through 'slogdet': complex gradients are not supported"):
+    h = z @ lp.conj(lp.matrix_transpose(z))  # Hermitian positive definite
+    out = lp.real(lp.linalg.cholesky(h)).sum() + (x * x).sum()
+    with pytest.raises(TypeError, match="backward through 'cholesky': complex gradients are not supported"):
         out.backward()
     assert not np.any(host(z.grad)) and not np.any(host(x.grad))  # .grad reads as zeros: nothing was written
 

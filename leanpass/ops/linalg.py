@@ -330,22 +330,34 @@ def det(be, a):
     return d, backward
 
 
-@op("slogdet", saves=(0,), saves_out=False)
+@op("slogdet", saves=(0,), saves_out=False, complex="own")
 def slogdet(be, a):
-    """``(sign, logabsdet)`` of the determinant: the sign passes no gradient, ``logabsdet``
-    passes ``g A^-T``."""
+    """``(sign, logabsdet)`` of the determinant: ``logabsdet`` passes ``g conj(A^-1)^T``;
+    a real sign passes no gradient, a complex one (``exp(i arg det A)``) passes
+    ``-i Im(conj(g) sign) conj(A^-1)^T`` (PyTorch's, from ``log det`` being holomorphic)."""
     xp = be.xp
     sign, logabsdet = be.linalg.slogdet(a)
+    sign = xp.asarray(sign)
+    complex_input = xp.isdtype(a.dtype, "complex floating")
 
-    def backward(g):
+    def inverse_transposed():
         try:
             inverse = be.linalg.inv(a)
         except ValueError as exc:  # NumPy's LinAlgError: a singular matrix
-            raise type(exc)(f"slogdet: the gradient of logabsdet at a singular matrix is infinite (shape "
-                            f"{a.shape}): {exc}") from None
-        return (g[..., None, None] * _transpose(xp, inverse),)
+            raise type(exc)(f"slogdet: the gradient at a singular matrix is infinite (shape {a.shape}): "
+                            f"{exc}") from None
+        return _transpose(xp, xp.conj(inverse) if complex_input else inverse)
 
-    return (xp.asarray(sign), xp.asarray(logabsdet)), (_none, backward)
+    def backward(g):
+        return (g[..., None, None] * inverse_transposed(),)
+
+    def sign_backward(g):
+        if not complex_input:
+            return (None,)
+        turn = xp.imag(xp.conj(g) * sign) * (-1j)
+        return (turn[..., None, None] * inverse_transposed(),)
+
+    return (sign, xp.asarray(logabsdet)), (sign_backward, backward)
 
 
 # ---- linalg: decompositions --------------------------------------------------------------------
