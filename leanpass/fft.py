@@ -23,6 +23,7 @@ from ._namespace._util import tensors
 from ._namespace.elementwise import positive
 from ._node import leaf, run
 from .backends import get_backend, get_default_dtype
+from .ops.fft import TRANSFORMS, Transform
 
 __all__ = [
     "fft", "ifft", "fftn", "ifftn", "rfft", "irfft", "rfftn", "irfftn", "hfft", "ihfft",
@@ -59,67 +60,67 @@ def _size(n, name, what="n"):
     return integer(n, name, what, minimum=1, kind="a positive integer")
 
 
-def _apply(name, x, dtype, **kw):
+def _apply(t: Transform, x, dtype, **kw):
     try:
-        return run(ops.fft.TRANSFORMS[name], [x], dtype, **kw)
+        return run(t.op, [x], dtype, **kw)
     except ValueError as exc:
-        raise ValueError(f"{name}: {exc} (shape {x.shape}, {kw})") from None
+        raise ValueError(f"{t.name}: {exc} (shape {x.shape}, {kw})") from None
 
 
-def _one_axis(name, real=False):
-    def transform(x, /, *, n=None, axis=-1, norm="backward"):
-        x, dtype = _input(x, name, real)
-        size = None if n is None else _size(n, name)
-        return _apply(name, x, dtype, n=size, axis=normalize_axis(axis, x.ndim, name), norm=_norm(norm, name))
-
-    transform.__name__ = transform.__qualname__ = name
-    return transform
-
-
-def _many_axes(name, real=False, inverse_real=False):
-    def transform(x, /, *, s=None, axes=None, norm="backward"):
-        x, dtype = _input(x, name, real)
-        if axes is not None:
-            axes = [normalize_axis(a, x.ndim, name) for a in ([axes] if isinstance(axes, int) else axes)]
-            if not axes and (real or inverse_real):  # its last axis is the halved one: there must be one
-                raise ValueError(f"{name}: axes is empty; it must transform at least one axis")
-        if s is not None:
-            if axes is None:
-                raise ValueError(f"{name}: s needs axes (the axes its sizes are for)")
-            given = list(s)
-            if len(given) != len(axes):
-                raise ValueError(f"{name}: s {tuple(given)} and axes {tuple(axes)} have different lengths")
-            # -1: every input element along that axis
-            s = [_size(n, name, "s") if n != -1 else x.shape[a] for n, a in zip(given, axes)]
-            if inverse_real and given and given[-1] == -1:  # irfftn's last axis: 2 * (M - 1) outputs
-                s[-1] = 2 * (x.shape[axes[-1]] - 1)
-        return _apply(name, x, dtype, s=s, axes=axes, norm=_norm(norm, name))
-
-    transform.__name__ = transform.__qualname__ = name
-    return transform
+def _axes(t: Transform, x, s, axes):
+    """``(s, axes)`` of a transform over several axes, checked and normalised."""
+    name = t.name
+    if axes is not None:
+        axes = [normalize_axis(a, x.ndim, name) for a in ([axes] if isinstance(axes, int) else axes)]
+        if not axes and t.halved:  # its last axis is the halved one: there must be one
+            raise ValueError(f"{name}: axes is empty; it must transform at least one axis")
+    if s is not None:
+        if axes is None:
+            raise ValueError(f"{name}: s needs axes (the axes its sizes are for)")
+        given = list(s)
+        if len(given) != len(axes):
+            raise ValueError(f"{name}: s {tuple(given)} and axes {tuple(axes)} have different lengths")
+        # -1: every input element along that axis
+        s = [_size(n, name, "s") if n != -1 else x.shape[a] for n, a in zip(given, axes)]
+        if t.halved == "input" and given and given[-1] == -1:  # irfftn's last axis: 2 * (M - 1) outputs
+            s[-1] = 2 * (x.shape[axes[-1]] - 1)
+    return s, axes
 
 
-fft = _one_axis("fft")
-ifft = _one_axis("ifft")
-fftn = _many_axes("fftn")
-ifftn = _many_axes("ifftn")
-rfft = _one_axis("rfft", real=True)
-irfft = _one_axis("irfft")
-rfftn = _many_axes("rfftn", real=True)
-irfftn = _many_axes("irfftn", inverse_real=True)
-hfft = _one_axis("hfft")
-ihfft = _one_axis("ihfft", real=True)
+def transform(t: Transform):
+    """The namespace function of the record ``t``: ``name(x, /, *, n=None, axis=-1,
+    norm="backward")`` over one axis, ``name(x, /, *, s=None, axes=None, norm="backward")``
+    over several, as the standard says."""
+    name, real = t.name, t.halved == "output"
+    if t.axes == "one":
 
-fft.__doc__ = "The one-dimensional discrete Fourier transform along ``axis`` (``n``: pad or trim to ``n`` points)."
-ifft.__doc__ = "The one-dimensional inverse discrete Fourier transform along ``axis``."
-fftn.__doc__ = "The n-dimensional discrete Fourier transform over ``axes`` (all by default; ``s``: their sizes)."
-ifftn.__doc__ = "The n-dimensional inverse discrete Fourier transform over ``axes``."
-rfft.__doc__ = "The discrete Fourier transform of real input along ``axis`` (the ``n // 2 + 1`` frequencies >= 0)."
-irfft.__doc__ = "The inverse of ``rfft``: ``n`` real values (default ``2 * (m - 1)``) along ``axis``."
-rfftn.__doc__ = "The n-dimensional discrete Fourier transform of real input (the last axis halved, as ``rfft``)."
-irfftn.__doc__ = "The inverse of ``rfftn``: real output of sizes ``s`` over ``axes``."
-hfft.__doc__ = "The discrete Fourier transform of a Hermitian-symmetric signal given by its first half: real output."
-ihfft.__doc__ = "The inverse of ``hfft``: the first half (``n // 2 + 1`` values) of a Hermitian signal from real input."
+        def function(x, /, *, n=None, axis=-1, norm="backward"):
+            x, dtype = _input(x, name, real)
+            size = None if n is None else _size(n, name)
+            return _apply(t, x, dtype, n=size, axis=normalize_axis(axis, x.ndim, name), norm=_norm(norm, name))
+
+    else:
+
+        def function(x, /, *, s=None, axes=None, norm="backward"):
+            x, dtype = _input(x, name, real)
+            s, axes = _axes(t, x, s, axes)
+            return _apply(t, x, dtype, s=s, axes=axes, norm=_norm(norm, name))
+
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = t.doc
+    return function
+
+
+fft = transform(TRANSFORMS["fft"])
+ifft = transform(TRANSFORMS["ifft"])
+fftn = transform(TRANSFORMS["fftn"])
+ifftn = transform(TRANSFORMS["ifftn"])
+rfft = transform(TRANSFORMS["rfft"])
+irfft = transform(TRANSFORMS["irfft"])
+rfftn = transform(TRANSFORMS["rfftn"])
+irfftn = transform(TRANSFORMS["irfftn"])
+hfft = transform(TRANSFORMS["hfft"])
+ihfft = transform(TRANSFORMS["ihfft"])
 
 
 def _frequencies(name, n, d, dtype, device):

@@ -211,3 +211,21 @@ def test_no_axes_to_transform(device):
     assert float(x.grad) == 1.0
     t = lp.asarray([1.0, 2.0, 3.0], device=device)
     assert lp.fft.ifftshift(t, axes=()).tolist() == [1.0, 2.0, 3.0]
+
+
+def test_every_transform_is_made_from_its_record():
+    """Each Transform record of ops.fft.TRANSFORMS makes its lp.fft function, with the
+    standard's signature, applying the record's op."""
+    import inspect
+
+    from leanpass.ops.fft import TRANSFORMS
+
+    assert set(TRANSFORMS) == {"fft", "ifft", "fftn", "ifftn", "rfft", "irfft", "rfftn", "irfftn", "hfft", "ihfft"}
+    for name, record in TRANSFORMS.items():
+        function = getattr(lp.fft, name)
+        expected = ("(x, /, *, n=None, axis=-1, norm='backward')" if record.axes == "one"
+                    else "(x, /, *, s=None, axes=None, norm='backward')")
+        assert str(inspect.signature(function)) == expected, name
+        assert function.__doc__ == record.doc
+        x = Tensor(rand(4, 4) if record.halved != "input" else crand(4, 4), requires_grad=True)
+        assert function(x).grad_fn.op is record.op, name

@@ -1,7 +1,9 @@
 """Fast Fourier transforms (the standard's fft extension), through the device's own
 ``fft`` namespace (``be.fft``) (see :mod:`leanpass.ops._op`).
 
-The transforms live in :data:`TRANSFORMS`, by name, each with PyTorch's gradient
+Each transform is a :class:`Transform` record of :data:`TRANSFORMS` (by name): its op,
+what its axis argument is and which side of it is a halved spectrum; the namespace
+functions are made from the records (:mod:`leanpass.fft`). Each op has PyTorch's gradient
 (its convention for complex values: see ``Op.complex``). The transforms of complex
 (or real) input to complex output (``fft``, ``ifft``, ``fftn``, ``ifftn``, ``rfft``,
 ``rfftn``, ``ihfft``) are linear: their backward rule is the transposed transform
@@ -16,6 +18,8 @@ positive, ``norm`` valid).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from ._op import Op, op
 
@@ -122,8 +126,39 @@ def _identity(g):
     return (g,)
 
 
+@dataclass(frozen=True)
+class Transform:
+    """One transform of the standard's fft extension: what its namespace function is made from."""
+
+    name: str
+    op: Op
+    axes: str  # "one" (``n``, ``axis``) or "many" (``s``, ``axes``)
+    # Which side is the first half of a Hermitian spectrum: None (neither: complex in and
+    # out, real input converted), "output" (real input, refused complex: rfft, rfftn,
+    # ihfft) or "input" (real output: irfft, irfftn, hfft). Over several axes, the halved
+    # axis is the last, so ``axes`` may not be empty.
+    halved: str | None
+    doc: str
+
+
+_DOCS = {
+    "fft": "The one-dimensional discrete Fourier transform along ``axis`` (``n``: pad or trim to ``n`` points).",
+    "ifft": "The one-dimensional inverse discrete Fourier transform along ``axis``.",
+    "fftn": "The n-dimensional discrete Fourier transform over ``axes`` (all by default; ``s``: their sizes).",
+    "ifftn": "The n-dimensional inverse discrete Fourier transform over ``axes``.",
+    "rfft": "The discrete Fourier transform of real input along ``axis`` (the ``n // 2 + 1`` frequencies >= 0).",
+    "irfft": "The inverse of ``rfft``: ``n`` real values (default ``2 * (m - 1)``) along ``axis``.",
+    "rfftn": "The n-dimensional discrete Fourier transform of real input (the last axis halved, as ``rfft``).",
+    "irfftn": "The inverse of ``rfftn``: real output of sizes ``s`` over ``axes``.",
+    "hfft": "The discrete Fourier transform of a Hermitian-symmetric signal given by its first half: real output.",
+    "ihfft": "The inverse of ``hfft``: the first half (``n // 2 + 1`` values) of a Hermitian signal from real input.",
+}
+
 # By name, not as module attributes: ``ops.fft`` is this module.
-TRANSFORMS = {name: _transform(name) for name in _NAMES}
+TRANSFORMS = {name: Transform(name, _transform(name), "many" if name.endswith("n") else "one",
+                              "output" if name in _HALVED else "input" if name in _REAL_OUTPUT else None,
+                              _DOCS[name] + " Differentiable, with PyTorch's gradient.")
+              for name in _NAMES}
 
 
 @op("fftshift", saves=(), saves_out=False, complex="holomorphic")
