@@ -344,8 +344,8 @@ def slogdet(be, a):
         try:
             inverse = be.linalg.inv(a)
         except ValueError as exc:  # NumPy's LinAlgError: a singular matrix
-            raise type(exc)(f"slogdet: the gradient at a singular matrix is infinite (shape {a.shape}): "
-                            f"{exc}") from None
+            raise type(exc)(f"slogdet: the gradient of logabsdet at a singular matrix is infinite (shape "
+                            f"{a.shape}): {exc}") from None
         return _transpose(xp, xp.conj(inverse) if complex_input else inverse)
 
     def backward(g):
