@@ -127,6 +127,33 @@ def test_slogdet_of_complex_matrices(device):
     same_as_torch(device, lambda m, a: m.linalg.slogdet(a)[0] * 1.5, crand(3, 3) + np.eye(3), atol=1e-9)
 
 
+def _hermitian(m, z):
+    """A Hermitian positive-definite matrix from any square ``z``."""
+    return z @ (z.mH if m is torch else lp.conj(lp.matrix_transpose(z))) + 3 * (torch.eye(3) if m is torch
+                                                                           else lp.eye(3, device=z.device))
+
+
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_of_hermitian_matrices(device, upper):
+    same_as_torch(device, lambda m, z: m.linalg.cholesky(_hermitian(m, z), upper=upper), crand(3, 3), atol=1e-9)
+
+
+def test_eigh_of_hermitian_matrices(device):
+    """Eigenvalues, and functions of the eigenvectors that do not depend on their
+    phases (abs): torch's gradients."""
+    def f(m, z):
+        w, v = m.linalg.eigh(_hermitian(m, z))
+        return w * 0.7 + m.abs(v).sum() + m.linalg.eigvalsh(_hermitian(m, z)) * 0.3
+    same_as_torch(device, f, crand(3, 3), atol=1e-9)
+
+
+def test_eigh_refuses_a_loss_that_depends_on_the_eigenvectors_phases(device):
+    z = Tensor(crand(3, 3), requires_grad=True, device=device)
+    _, v = lp.linalg.eigh(_hermitian(lp, z))
+    with pytest.raises(RuntimeError, match="defined up to a phase"):
+        lp.real(v).sum().backward()
+
+
 def test_vecdot_conjugates_its_first_argument(device):
     """vecdot(a, b) = sum(conj(a) * b): its gradient in a is conj(g) b, in b g a (torch's)."""
     same_as_torch(device, lambda m, a, b: m.linalg.vecdot(a, b), crand(2, 3), crand(2, 3))
@@ -134,13 +161,12 @@ def test_vecdot_conjugates_its_first_argument(device):
 
 
 def test_an_op_without_a_complex_rule_raises_in_backward_and_changes_nothing(device):
-    """cholesky has no complex rule yet: a backward that reaches it with a complex value
+    """svd has no complex rule yet: a backward that reaches it with a complex value
     raises TypeError naming it, and no .grad is written."""
-    z = Tensor(crand(2, 2) + 2 * np.eye(2), requires_grad=True, device=device)
+    z = Tensor(crand(3, 3), requires_grad=True, device=device)
     x = Tensor(rand(3), requires_grad=True, device=device)
-    h = z @ lp.conj(lp.matrix_transpose(z))  # Hermitian positive definite
-    out = lp.real(lp.linalg.cholesky(h)).sum() + (x * x).sum()
-    with pytest.raises(TypeError, match="backward through 'cholesky': complex gradients are not supported"):
+    out = lp.linalg.svdvals(z).sum() + (x * x).sum()
+    with pytest.raises(TypeError, match="backward through 'svdvals': complex gradients are not supported"):
         out.backward()
     assert not np.any(host(z.grad)) and not np.any(host(x.grad))  # .grad reads as zeros: nothing was written
 

@@ -363,36 +363,54 @@ def slogdet(be, a):
 # ---- linalg: decompositions --------------------------------------------------------------------
 
 
+def _adjoint(xp, m):
+    """The conjugate transpose (the transpose of a real matrix)."""
+    return xp.conj(_transpose(xp, m)) if xp.isdtype(m.dtype, "complex floating") else _transpose(xp, m)
+
+
 def _cholesky_grad(xp, solve, out, g, upper):
-    low = _transpose(xp, out) if upper else out
-    g = _transpose(xp, g) if upper else g
-    low_t = _transpose(xp, low)
-    m = xp.tril(low_t @ g)
-    phi = 0.5 * (m + _transpose(xp, xp.tril(m, k=-1)))
-    return _right_solved(xp, solve, solve(low_t, phi), low)
+    """PyTorch's ``cholesky_backward``: ``gA = L^-H Phi L^-1``, ``M = tril(L^H gL)``,
+    ``Phi = (M + tril(M, -1)^H) / 2`` (for real matrices ^H is ^T)."""
+    low = _adjoint(xp, out) if upper else out
+    g = _adjoint(xp, g) if upper else g
+    low_h = _adjoint(xp, low)
+    m = xp.tril(low_h @ g)
+    phi = 0.5 * (m + _adjoint(xp, xp.tril(m, k=-1)))
+    return _right_solved(xp, solve, solve(low_h, phi), low)
 
 
 def _cholesky_rule(xp, inputs, out, g, upper):
     return (_cholesky_grad(xp, xp.linalg.solve, out, g, upper),)
 
 
-@op("cholesky", saves=(), saves_out=True, rule=_cholesky_rule)
+@op("cholesky", saves=(), saves_out=True, rule=_cholesky_rule, complex="own")
 def cholesky(be, a, upper):
-    """Cholesky factor ``L`` (``U = L^T`` when ``upper``). PyTorch's rule:
-    ``gA = L^-T Phi L^-1`` with ``M = tril(L^T gL)``, ``Phi = (M + tril(M, -1)^T) / 2``."""
+    """Cholesky factor ``L`` (``U = L^H`` when ``upper``). PyTorch's rule:
+    ``gA = L^-H Phi L^-1`` with ``M = tril(L^H gL)``, ``Phi = (M + tril(M, -1)^H) / 2``
+    (complex matrices too)."""
     xp = be.xp
     out = be.linalg.cholesky(a, upper=upper)
     return out, lambda g: (_cholesky_grad(xp, be.linalg.solve, out, g, upper),)
 
 
 def _eigen_vectors_backward(be, w, v):
-    """``gA = V (skew(V^T gV) / E) V^T``, ``E_ij = w_j - w_i`` (distinct eigenvalues)."""
+    """``gA = V (skew(V^H gV) / E) V^H``, ``E_ij = w_j - w_i`` (distinct eigenvalues; for
+    real matrices ^H is ^T). Complex eigenvectors are defined up to a phase each: a loss
+    that depends on the phases (``Im diag(V^H gV)`` not 0) is refused, as PyTorch does."""
     xp = be.xp
 
     def backward(g):
-        vt = _transpose(xp, v)
+        vt = _adjoint(xp, v)
         vg = vt @ g
-        skew = 0.5 * (vg - _transpose(xp, vg))
+        if xp.isdtype(v.dtype, "complex floating"):  # a read on the host, on a GPU too: never a gradient by chance
+            phase = xp.imag(xp.linalg.diagonal(vg))
+            if bool(xp.any(xp.abs(phase) > 1e-2)):
+                raise RuntimeError(
+                    "eigh: the eigenvectors of a complex matrix are defined up to a phase each (e^{i phi}), and "
+                    "the loss depends on those phases, so its gradient is not defined (PyTorch refuses it too); "
+                    "use quantities that do not depend on them (abs(v), v @ v^H, the eigenvalues)"
+                )
+        skew = 0.5 * (vg - _adjoint(xp, vg))
         gaps = w[..., None, :] - w[..., :, None] + _eye_like(be, w.shape[-1], w.dtype)  # 1 on the diagonal
         with be.quiet():  # repeated eigenvalues: inf/nan, as PyTorch
             return (v @ (skew / gaps) @ vt,)
@@ -401,16 +419,16 @@ def _eigen_vectors_backward(be, w, v):
 
 
 def _eigen_values_backward(be, v):
-    """``gA = V diag(gw) V^T``."""
+    """``gA = V diag(gw) V^H``."""
     xp = be.xp
 
     def backward(g):
-        return ((v * g[..., None, :]) @ _transpose(xp, v),)
+        return ((v * xp.astype(g, v.dtype)[..., None, :]) @ _adjoint(xp, v),)
 
     return backward
 
 
-@op("eigh", saves=(), saves_out=True)
+@op("eigh", saves=(), saves_out=True, complex="own")
 def eigh(be, a):
     """``(eigenvalues, eigenvectors)`` of symmetric matrices, with PyTorch's gradients
     (symmetric, for distinct eigenvalues)."""
@@ -418,7 +436,7 @@ def eigh(be, a):
     return (w, v), (_eigen_values_backward(be, v), _eigen_vectors_backward(be, w, v))
 
 
-@op("eigvalsh", saves=(), saves_out=True)
+@op("eigvalsh", saves=(), saves_out=True, complex="own")
 def eigvalsh(be, a, grad):
     """Eigenvalues of symmetric matrices (``grad``: compute the eigenvectors the
     gradient needs)."""
