@@ -252,10 +252,12 @@ def run(op: Op, args, *params, **kw):
                 grads = inner(g)
                 return tuple(grads[i] for i in positions)
 
-        if any(d != out.dtype for d in dtypes) and isinstance(out, backend.array_type):
+        out_dtype = getattr(out, "dtype", None)  # a NumPy scalar for a 0-d result has one too
+        if out_dtype is not None and any(d != out_dtype for d in dtypes):
             if _grad_state.enabled:
-                note_complex_mix(tensors, out.dtype)
-            backward = _cast_back(backward, backend.xp, dtypes)
+                note_complex_mix(tensors, out_dtype)
+            if isinstance(out, backend.array_type):
+                backward = _cast_back(backward, backend.xp, dtypes)
 
     def replay(gb, prev):
         full = list(args)
@@ -322,7 +324,7 @@ def apply(fn, *inputs, op: str | None = None, **params):
     else:
         out, backward = _guarded(operation.fn, backend, *arrays, **params)
     rg = operation.differentiable and any(needs)
-    if rg and out.dtype != arrays[0].dtype and _grad_state.enabled:  # mixed dtypes (rare): real into complex?
+    if rg and _grad_state.enabled and any(out.dtype != a.dtype for a in arrays):  # mixed: real into complex?
         note_complex_mix(inputs, out.dtype)
     if not user:
         return make(out, backend, operation, inputs, backward, rg, params if rg else None)
@@ -499,6 +501,7 @@ def inplace(t, op: Op, others, *params, name: str | None = None, write=None, _ou
             return tuple(grads[i] for i in keep)
 
     if mixed:  # each input's gradient in its own dtype
+        note_complex_mix((t, *tensors), t._data.dtype)  # a real tensor that requires grad into a complex one
         backward = _cast_back(backward, backend.xp, (current.dtype, *(o._data.dtype for o in tensors)))
     # Of t's memory, backward reads only copies (t's old values, an operand that is t or
     # a view of it) and the output computed before it was written into t: a later

@@ -87,6 +87,12 @@ def test_complex_gradients_are_torchs(device, name):
     same_as_torch(device, CASES[name], crand(6) + 0.1, crand(6) + 0.1)
 
 
+def test_acosh_and_a_negative_base_to_a_complex_power(device):
+    """Found by a review: acosh's rule g / sqrt(z*z - 1) has the wrong sign where Re z < 0
+    (the derivative is 1 / (sqrt(z - 1) sqrt(z + 1))), and (-2) ** z needs the complex log."""
+    same_as_torch(device, lambda m, z: m.acosh(z) + (-2.0) ** z, np.array([-2 + 0.1j, 0.5 + 0.5j, 1.5 - 0.3j]))
+
+
 def test_real_tensors_into_complex_results_get_the_real_part(device):
     """A real tensor that meets a complex one (an operand, a constant, a cast, a
     joined tensor): the result is complex, the real tensor's gradient the real part of
@@ -221,6 +227,24 @@ FIRST_COMPLEX = {
               "lp.real(z * z).sum().backward(); g = z.grad", [2 - 4j]),
     "load": ("lp.save(lp.Tensor([1 + 2j], requires_grad=True), PATH); z = lp.load(PATH); "
              "lp.real(z * z).sum().backward(); g = z.grad", [2 - 4j]),
+    # found by a review: a 0-d result (a NumPy scalar), an in-place change of a complex
+    # tensor by a real one, a reduction to a complex dtype, a custom op's later input
+    "vecdot of vectors": ("x = lp.Tensor([1.5, -0.5], requires_grad=True); "
+                          "w = lp.vecdot(x, lp.asarray([1 + 1j, 2 - 1j])); "
+                          "lp.imag(w * w).backward(); g = x.grad", [5.0, 7.0]),
+    "in place": ("x = lp.Tensor([1.5, -0.5], requires_grad=True); b = lp.asarray([1j, 2 + 1j]); b += x; "
+                 "lp.imag(b * b).sum().backward(); g = x.grad", [2.0, 2.0]),
+    "sum to complex": ("x = lp.Tensor([1.5, -0.5], requires_grad=True); "
+                       "w = lp.sum(x, dtype=lp.complex128) * (1 + 1j); "
+                       "lp.imag(w * w).backward(); g = x.grad", [4.0, 4.0]),
+    "running sum to complex": ("x = lp.Tensor([1.5, -0.5], requires_grad=True); "
+                               "w = lp.cumulative_sum(x, dtype=lp.complex128) * (1 + 1j); "
+                               "lp.imag(w * w).sum().backward(); g = x.grad", [10.0, 4.0]),
+    "custom op": ("from leanpass.tensor import apply\n"
+                  "def f(be, c, a, needs=None):\n"
+                  "    return c * a, lambda g: (None, be.xp.real(be.xp.conj(c) * g))\n"
+                  "x = lp.Tensor([1.5, -0.5], requires_grad=True); w = apply(f, lp.asarray([1 + 1j, 2 - 1j]), x)\n"
+                  "lp.imag(w * w).sum().backward(); g = x.grad", [6.0, 4.0]),
 }
 
 

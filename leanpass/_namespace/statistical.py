@@ -18,7 +18,7 @@ import numbers
 
 from .._checks import normalize_axes, normalize_axis
 from .._dtypes import DTYPES, as_dtype, dtype_name
-from .._node import _guarded, leaf, run1
+from .._node import _guarded, leaf, note_complex_mix, run1
 from ..backends import GRAD_DTYPES, get_default_dtype
 from ..ops.statistical import REDUCTIONS, Reduction
 from ..tensor import Tensor
@@ -110,6 +110,8 @@ def _apply(r: Reduction, x, axis, keepdims, params: dict):
     if r.dtype == "accumulate":
         out_dtype = accumulation_dtype(out_dtype, params["dtype"], name)
         params["dtype"] = x._backend.dtype(out_dtype.name)
+        if kind != "c" and out_dtype.kind == "c":  # a real tensor summed as complex
+            note_complex_mix((x,), out_dtype)
     elif r.dtype == "floating" and kind not in "fc":  # integers: the default float dtype, as the standard says
         x = x.astype(get_default_dtype())
         out_dtype = x.dtype

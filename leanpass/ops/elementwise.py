@@ -22,6 +22,7 @@ namespace layer converts or refuses the others.
 
 from __future__ import annotations
 
+import cmath
 import math
 import operator
 from dataclasses import dataclass, replace
@@ -344,6 +345,8 @@ def rpow_scalar(be, a, s):
     xp = be.xp
     out = be.quietly(operator.pow, s, a)
     log_s = math.log(s) if s > 0 else (-math.inf if s == 0 else math.nan)
+    if s < 0 and xp.isdtype(a.dtype, "complex floating"):  # a complex power of a negative number is finite
+        log_s = cmath.log(s)
 
     def backward(g):
         if s == 0:
@@ -501,7 +504,7 @@ _LN10 = math.log(10.0)
 positive = unary("positive", lambda xp, x: xp.positive(x), lambda xp, x, out, g: g, uses=(), fresh=False)
 acos = unary("acos", lambda xp, x: xp.acos(x), lambda xp, x, out, g: -g / xp.sqrt(1 - x * x),
              quiet=True, method=("acos", "arccos"))
-acosh = unary("acosh", lambda xp, x: xp.acosh(x), lambda xp, x, out, g: g / xp.sqrt(x * x - 1),
+acosh = unary("acosh", lambda xp, x: xp.acosh(x), lambda xp, x, out, g: g / (xp.sqrt(x - 1) * xp.sqrt(x + 1)),
               quiet=True, method=("acosh", "arccosh"))
 asin = unary("asin", lambda xp, x: xp.asin(x), lambda xp, x, out, g: g / xp.sqrt(1 - x * x),
              quiet=True, method=("asin", "arcsin"))

@@ -44,8 +44,13 @@ def _cast(xp, a, dtype):
 
 
 def _as(xp, grad, dtype):
-    """``grad`` in the input's ``dtype`` (a ``dtype=`` argument may have changed it)."""
-    return grad if grad.dtype == dtype else xp.astype(grad, dtype)
+    """``grad`` in the input's ``dtype`` (a ``dtype=`` argument may have changed it): the
+    real part of a complex gradient for a real input."""
+    if grad.dtype == dtype:
+        return grad
+    if xp.isdtype(grad.dtype, "complex floating") and not xp.isdtype(dtype, "complex floating"):
+        grad = xp.real(grad)
+    return xp.astype(grad, dtype)
 
 
 def _reverse_cumsum(xp, g, axis):
