@@ -91,4 +91,13 @@ def test_a_reduction_refuses_what_its_signature_does_not_take():
     with pytest.raises(TypeError, match="got multiple values for argument 'axis'"):
         x.sum(0, axis=1)
     assert x.sum(1, True).shape == (2, 1) and x.sum(dim=0, keepdim=True).shape == (1, 3)
+    import inspect  # what help() and an editor show
+
+    assert str(inspect.signature(lp.Tensor.sum)) == (
+        "(self, axis=None, keepdims=False, *, dtype=None, dim=None, keepdim=None)")
+    assert str(inspect.signature(lp.Tensor.var)) == (
+        "(self, axis=None, *, correction=0.0, keepdims=False, dim=None, keepdim=None)")
+    assert str(inspect.signature(lp.Tensor.cumsum)) == (
+        "(self, axis=None, *, dtype=None, include_initial=False, dim=None)")
+    assert str(inspect.signature(lp.Tensor.max)) == "(self, *, axis=None, keepdims=False, dim=None, keepdim=None)"
     assert x.cumsum(dim=1).shape == (2, 3) and x.argmax(1).shape == (2,)

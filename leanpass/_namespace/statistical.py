@@ -193,6 +193,7 @@ def reduction_method(r: Reduction, method_name: str):
         return _call(r, method_name, self, kwargs, defaults, accepted)
 
     method.__name__ = method.__qualname__ = method_name
+    method.__signature__ = _method_signature(r, positional, keeps)
     given = ", ".join(positional)
     method.__doc__ = (
         f"``leanpass.{r.name}(t, ...)``" + (f"; ``{given}`` may also be given positionally" if given else "")
@@ -202,6 +203,19 @@ def reduction_method(r: Reduction, method_name: str):
            "PyTorch's ``unbiased=True``: pass ``correction=1`` for the sample one.")
     )
     return method
+
+
+def _method_signature(r: Reduction, positional, keeps):
+    """What ``inspect.signature`` shows for a reduction's method: ``self``, the parameters
+    taken positionally, then the others and PyTorch's ``dim``/``keepdim`` by keyword."""
+    kinds = inspect.Parameter
+    every = (("axis", None), *r.params, *((("keepdims", False),) if keeps else ()))
+    first = [kinds(key, kinds.POSITIONAL_OR_KEYWORD, default=default) for key, default in every if key in positional]
+    rest = [kinds(key, kinds.KEYWORD_ONLY, default=default) for key, default in every if key not in positional]
+    torch = [kinds("dim", kinds.KEYWORD_ONLY, default=None)]
+    if keeps:
+        torch.append(kinds("keepdim", kinds.KEYWORD_ONLY, default=None))
+    return inspect.Signature([kinds("self", kinds.POSITIONAL_OR_KEYWORD), *first, *rest, *torch])
 
 
 FUNCTIONS: dict = {name: reduction(r) for name, r in REDUCTIONS.items()}  # searching and utility take theirs
