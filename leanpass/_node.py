@@ -21,6 +21,7 @@ from ._graph.node import COMPLEX, Node, note_complex
 from ._graph.versions import version_of
 from .backends import GRAD_DTYPES, backend_of_array, get_backend, get_default_dtype, host_array, transfer
 from .ops import Op
+from .ops.conversion import gradient_as
 
 __all__ = ["make", "leaf", "as_tensor", "apply", "run1", "run2", "run", "inplace", "init_tensor"]
 
@@ -177,17 +178,11 @@ def _cast_back(backward, xp, dtypes):
 
     def cast(g):
         return tuple(
-            grad if grad is None or grad.dtype == dtype else _cast_grad(xp, grad, dtype)
+            grad if grad is None or grad.dtype == dtype else gradient_as(xp, grad, dtype)
             for grad, dtype in zip(backward(g), dtypes)
         )
 
     return cast
-
-
-def _cast_grad(xp, grad, dtype):
-    if xp.isdtype(grad.dtype, "complex floating") and not xp.isdtype(dtype, "complex floating"):
-        grad = xp.real(grad)
-    return xp.astype(grad, dtype)
 
 
 def run2(op: Op, a, b, *params):

@@ -35,6 +35,7 @@ import heapq
 import weakref
 
 from ..backends import backend_of_array
+from ..ops.conversion import gradient_as
 from . import hooks
 from .above import above
 from .hooks import _has_grad_hooks, _run_post_hooks, _with_grad_hooks
@@ -116,13 +117,6 @@ def _complex_grads(node, parents, grad, backward, changed, graph):
     return grads
 
 
-def _cast(xp, grad, dtype):
-    """``grad`` in ``dtype``: the real part of a complex gradient for a real value."""
-    if _is_complex(grad) and "complex" not in str(dtype):
-        grad = xp.real(grad)
-    return xp.astype(grad, dtype)
-
-
 def _check_output(node, seq):
     if node._op.saves_out:
         raise RuntimeError(
@@ -154,7 +148,7 @@ def _store(tensor, grad, fresh: bool) -> None:
     backend = tensor._backend
     data = tensor._data
     if grad.dtype != data.dtype:
-        grad = _cast(backend.xp, grad, data.dtype)
+        grad = gradient_as(backend.xp, grad, data.dtype)
         fresh = True
     old = tensor._grad
     if old is not None:
@@ -335,7 +329,7 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
                                              tuple(data.shape))
                         fresh = True
                     if pgrad.dtype is not data.dtype and pgrad.dtype != data.dtype:
-                        pgrad = _cast(graph.xp(parent) if create_graph else parent._backend.xp, pgrad, data.dtype)
+                        pgrad = gradient_as(graph.xp(parent) if create_graph else parent._backend.xp, pgrad, data.dtype)
                         fresh = True
                 if inner:
                     old = pending.get(parent)

@@ -16,6 +16,15 @@ def to(be, a, dst):
     return transfer(a, be, dst), backward
 
 
+def gradient_as(xp, grad, dtype):
+    """``grad`` in ``dtype`` (an input's): the real part of a complex gradient for a real
+    input, PyTorch's rule (a cast alone would warn, or be refused, and mean the same).
+    Read by name, so it serves arrays and (``create_graph``) Tensors alike."""
+    if "complex" in str(grad.dtype) and "complex" not in str(dtype):
+        grad = xp.real(grad)
+    return xp.astype(grad, dtype)
+
+
 @op("astype", saves=(), saves_out=False, complex="own")
 def astype(be, a, dtype):
     """A cast between dtypes that carry gradients (real and complex floating point); the
@@ -24,9 +33,7 @@ def astype(be, a, dtype):
     src = a.dtype
 
     def backward(g):
-        if xp.isdtype(g.dtype, "complex floating") and not xp.isdtype(src, "complex floating"):
-            g = xp.real(g)
-        return (xp.astype(g, src),)
+        return (gradient_as(xp, g, src),)
 
     return be.quietly(xp.astype, a, dtype), backward  # 1e300 to float32: inf, without a warning
 

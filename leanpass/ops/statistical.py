@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass
 
 from ._op import Op, op
+from .conversion import gradient_as
 from .searching import argmax, argmin, count_nonzero
 
 
@@ -46,11 +47,7 @@ def _cast(xp, a, dtype):
 def _as(xp, grad, dtype):
     """``grad`` in the input's ``dtype`` (a ``dtype=`` argument may have changed it): the
     real part of a complex gradient for a real input."""
-    if grad.dtype == dtype:
-        return grad
-    if xp.isdtype(grad.dtype, "complex floating") and not xp.isdtype(dtype, "complex floating"):
-        grad = xp.real(grad)
-    return xp.astype(grad, dtype)
+    return grad if grad.dtype == dtype else gradient_as(xp, grad, dtype)
 
 
 def _reverse_cumsum(xp, g, axis):
