@@ -10,6 +10,11 @@ real kernels with the generic path.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from helpers import OPTIMIZERS, registered  # (tests/ is on sys.path)
@@ -17,8 +22,9 @@ from test_cuda_standin import CALLS, Standin, adam
 
 import leanpass
 from leanpass import Tensor, nn
-from leanpass.backends import get_backend
-from leanpass.backends._base import FusedKernels
+from leanpass.backends import _numba, get_backend
+from leanpass.backends._base import NO_FUSED, FusedKernels
+from leanpass.ops.norm import _row_maps
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -53,8 +59,76 @@ def test_fused_path_matches_the_generic_path(activation, name):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
 
-def test_generic_backends_offer_no_fused_kernels():
-    assert get_backend("cpu").fused.names() == [] and get_backend("strict").fused.names() == []
+ROW_KERNELS = ["affine_rows", "affine2_rows", "centered_squares"]
+needs_numba = pytest.mark.skipif(not _numba.enabled(), reason="Numba (the fuse extra) is not installed")
+
+
+def test_cpu_offers_numbas_row_kernels_and_strict_none():
+    assert get_backend("cpu").fused.names() == (ROW_KERNELS if _numba.enabled() else [])
+    assert get_backend("strict").fused.names() == []
+
+
+def _in_fresh_interpreter(code, **env):
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+@needs_numba
+def test_numba_is_imported_at_the_first_kernel_call_not_at_import():
+    assert _in_fresh_interpreter(
+        "import sys, numpy as np, leanpass as lp\n"
+        "print('numba' in sys.modules)\n"
+        "lp.nn.functional.group_norm(lp.Tensor(np.ones((2, 4, 3))), 2)\n"
+        "print('numba' in sys.modules)") == ["False", "True"]
+
+
+def test_leanpass_fuse_0_turns_the_row_kernels_off():
+    assert _in_fresh_interpreter("from leanpass.backends import get_backend\n"
+                                 "print(len(get_backend('cpu').fused.names()))", LEANPASS_FUSE="0") == ["0"]
+
+
+def _generic(dtype):
+    """The row maps written with the standard (what a backend without kernels runs)."""
+    return _row_maps(SimpleNamespace(fused=NO_FUSED, xp=get_backend("cpu").xp), dtype)
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_row_kernels_give_the_generic_arithmetic(dtype):
+    rng = np.random.default_rng(0)
+    fused = _row_maps(get_backend("cpu"), np.dtype(dtype))
+    assert fused[0] is get_backend("cpu").fused.affine_rows
+    x = (rng.normal(size=(6, 40)) * 3 + 100).astype(dtype)
+    g = rng.normal(size=(6, 80)).astype(dtype)[:, ::2]  # rows with a stride: copied to C order first
+    a, c, d, m = (rng.normal(size=6).astype(dtype) for _ in range(4))
+    tol = {"float32": 1e-5, "float64": 1e-13}[dtype]
+    for got, want in zip([fused[0](x, a, d), fused[1](g, a, x, c, d), fused[2](x, m)],
+                         [f(*args) for f, args in zip(_generic(dtype), [(x, a, d), (g, a, x, c, d), (x, m)])]):
+        assert got.dtype == want.dtype == np.dtype(dtype)
+        np.testing.assert_allclose(got, want, rtol=tol)
+    np.testing.assert_allclose(fused[2](x, m), ((x.astype("float64") - m[:, None]) ** 2).sum(1), rtol=tol)
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_group_norm_with_the_kernels_is_group_norm_without(dtype, monkeypatch):
+    rng = np.random.default_rng(1)
+    arrays = [rng.normal(size=(3, 8, 5, 4)) * 2 + 10, rng.normal(size=8), rng.normal(size=8)]
+    g = rng.normal(size=(3, 8, 5, 4)).astype(dtype)
+
+    def run():
+        ts = [Tensor(a.astype(dtype), requires_grad=True) for a in arrays]
+        y = nn.functional.group_norm(ts[0], 4, ts[1], ts[2])
+        y.backward(Tensor(g))
+        return [y.numpy()] + [t.grad for t in ts]
+
+    fused = run()
+    monkeypatch.setattr(get_backend("cpu"), "fused", NO_FUSED)
+    tol = {"float32": 2e-4, "float64": 1e-11}[dtype]
+    for a, b in zip(fused, run()):
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
 
 
 def test_fused_kernels_are_a_typed_record():

@@ -157,6 +157,15 @@ class FusedKernels:
       SGD with momentum (dampening 0), ``param`` and ``buf`` in place
     - ``adam(grad, step_size, one_minus_b1, b2, one_minus_b2, eps, bc2_sqrt, wd, decay,
       param, m, v)``: one Adam/AdamW step, ``param``, ``m`` and ``v`` in place
+
+    Row kernels, on a 2-D array ``x`` of rows and vectors of one value per row, each
+    one pass (GroupNorm's forward and backward are made of them); they take arrays of
+    the dtypes in ``row_dtypes``, all of one dtype, and give the generic arithmetic's
+    values up to rounding:
+
+    - ``affine_rows(x, a, b) -> x * a[:, None] + b[:, None]``
+    - ``affine2_rows(g, a, x, c, d) -> g * a[:, None] + (x * c[:, None] + d[:, None])``
+    - ``centered_squares(x, m) -> sum((x - m[:, None]) ** 2, axis=1)``
     """
 
     relu_backward: object = None
@@ -165,10 +174,14 @@ class FusedKernels:
     sgd: object = None
     sgd_momentum: object = None
     adam: object = None
+    affine_rows: object = None
+    affine2_rows: object = None
+    centered_squares: object = None
+    row_dtypes: tuple = ()
 
     def names(self) -> list[str]:
         """The kernels offered (not ``None``)."""
-        return [f.name for f in fields(self) if getattr(self, f.name) is not None]
+        return [f.name for f in fields(self) if callable(getattr(self, f.name))]
 
 
 NO_FUSED = FusedKernels()

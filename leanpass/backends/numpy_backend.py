@@ -8,7 +8,8 @@ import types
 import array_api_compat.numpy as xp_numpy
 import numpy as np
 
-from ._base import Backend, NoSpecialFunctions, SpecialFunctions
+from . import _numba
+from ._base import NO_FUSED, Backend, FusedKernels, NoSpecialFunctions, SpecialFunctions
 from ._blas import axpy
 
 
@@ -97,6 +98,8 @@ class NumpyBackend(Backend):
     array_type = np.ndarray
     module = np
     as_array = staticmethod(np.asarray)  # NumPy's own: a fifth of the wrapper's cost on the hot path
+    # Numba's row kernels where the ``fuse`` extra is installed (LEANPASS_FUSE=0: off)
+    fused = FusedKernels(**_numba.kernels()) if _numba.enabled() else NO_FUSED
 
     @functools.cached_property
     def special(self):

@@ -70,72 +70,108 @@ def _channel_dot(xp, a, b):
     return xp.sum(xp.vecdot(xp.reshape(a, flat), xp.reshape(b, flat)), axis=0)
 
 
-@op("group_norm", saves=(1,), saves_out=False, needs=True)
+@op("group_norm", saves=(0, 1), saves_out=False, needs=True)
 def group_norm(be, x, weight=None, bias=None, groups=1, eps=1e-5, needs=(True, True, True)):
     """Group normalisation of ``x`` of shape ``(N, C, ...)`` in one node: the channels
     split into ``groups`` groups, each group of each sample normalised by its mean
     and biased variance, ``xhat = (x - mean) / sqrt(var + eps)``, then ``xhat *
     weight + bias`` per channel (``weight``, ``bias``: shape ``(C,)``, optional;
-    ``bias`` only with ``weight``). The statistics take two passes (the centred
-    values are squared, so a large mean costs no precision); the centred values are
-    kept for the backward, and ``xhat`` is never formed: the output is ``centred *
-    (inv_std * weight) + bias``.
+    ``bias`` only with ``weight``). PyTorch's kernel, pass for pass: the mean is one
+    matrix-vector product, the variance sums the squares of the centred values (no
+    precision lost to a large mean), and the output is one affine map per (sample,
+    channel) row, ``x * scale + shift``. The backward keeps ``x``, the means and the
+    inverse deviations, never a normalised copy.
 
     With ``gw = g * weight``, ``P`` values per group and the group means ``m1 =
     mean(gw)``, ``m2 = mean(gw * xhat)``, the gradients are ``x: (gw - m1 - xhat * m2)
     / std``, ``weight: sum(g * xhat)`` and ``bias: sum(g)`` over the samples and the
-    positions. The sums over positions are one matrix-vector product and one
-    ``vecdot`` per (sample, channel), and the group means come from those; the
-    input's gradient is ``g * (inv_std * weight) - centred * (inv_std**2 * m2) -
-    inv_std * m1``."""
+    positions. The sums over a row are a matrix-vector product (``sum(g)``) and a
+    ``vecdot`` (``sum(g * x)``, from which ``sum(g * xhat)`` follows), and the input's
+    gradient is again one affine map per row, ``g * scale + x * c + d``.
+
+    The three row maps are the backend's fused kernels where it has them (one pass
+    each: Numba on ``cpu``, the ``fuse`` extra), else the same arithmetic in ``xp``."""
     xp = be.xp
+    dtype = x.dtype
+    if weight is not None:  # one dtype for all (x float32 with float64 weights gives float64, as a product would)
+        dtype = xp.result_type(x, weight) if bias is None else xp.result_type(x, weight, bias)
+        x, weight = xp.astype(x, dtype, copy=False), xp.astype(weight, dtype, copy=False)
+        bias = None if bias is None else xp.astype(bias, dtype, copy=False)
     n, c = x.shape[0], x.shape[1]
     size = math.prod(x.shape[2:])
-    per, rows, members = c // groups * size, n * groups, c // groups
-    grouped = (n, groups, members, size)  # x's layout, group by group
-    stat = (n, groups, 1, 1)  # one value per group of a sample, broadcasting over that layout
-    mean = xp.reshape(xp.matmul(xp.reshape(x, (rows, per)), be.ones((per,), x.dtype)), stat) / per
-    centered = xp.reshape(x, grouped) - mean  # fresh; the backward reads it, so never changed in place
-    var = xp.reshape(xp.sum(xp.vecdot(centered, centered), axis=2), stat) / per
-    inv_std = 1.0 / xp.sqrt(var + eps)
-    scale = inv_std if weight is None else inv_std * xp.reshape(weight, (groups, members, 1))
-    out = centered * scale
-    if bias is not None:  # in place where the dtypes agree: the product is fresh
-        b = xp.reshape(bias, (groups, members, 1))
-        if b.dtype == out.dtype:
-            out += b
-        else:
-            out = out + b
-    out = xp.reshape(out, x.shape)
+    members = c // groups
+    per = members * size
+    affine, affine2, squares = _row_maps(be, dtype)
+    x_rows = xp.reshape(x, (n * c, size))  # one row per (sample, channel)
+    x_groups = xp.reshape(x, (n * groups, per))  # one row per (sample, group)
+    mean = xp.matmul(x_groups, be.ones((per,), dtype)) / per
+    inv_std = 1.0 / xp.sqrt(squares(x_groups, mean) / per + eps)
+    by_group = (n, groups, 1)  # a (sample, group) value over that group's channels
+    mean3, inv3 = xp.reshape(mean, by_group), xp.reshape(inv_std, by_group)
+    w = None if weight is None else xp.reshape(weight, (groups, members))
+    scale = xp.broadcast_to(inv3, (n, groups, members)) if w is None else inv3 * w
+    shift = -mean3 * scale if bias is None else xp.reshape(bias, (groups, members)) - mean3 * scale
+    scale = xp.reshape(scale, (n * c,))
+    out = xp.reshape(affine(x_rows, scale, xp.reshape(shift, (n * c,))), x.shape)
     need_x, need_w = needs[0], weight is not None and needs[1]
     need_b = bias is not None and needs[2]
 
-    def group_mean(per_channel):  # (n, groups, members) sums -> the means over each group's values
-        return xp.reshape(xp.sum(per_channel, axis=2), stat) / per
+    def group_mean(per_channel):  # (n, groups, members) -> each group's mean, per value
+        return xp.sum(per_channel, axis=2, keepdims=True) / per
 
     def backward(g):
-        g4 = xp.reshape(g, grouped)
-        sum_g = sum_gx = None  # per (sample, channel): sum(g) and sum(g * xhat)
-        if need_x or need_b:
-            sum_g = xp.reshape(xp.matmul(xp.reshape(g, (n * c, size)), be.ones((size,), g.dtype)), grouped[:3])
+        g_rows = xp.reshape(g, (n * c, size))
+        sum_g = xp.reshape(xp.matmul(g_rows, be.ones((size,), dtype)), (n, groups, members))  # sum(g) per row
+        sum_gxhat = None  # sum(g * xhat) per row
         if need_x or need_w:
-            sum_gx = xp.vecdot(g4, centered) * xp.reshape(inv_std, (n, groups, 1))
+            sum_gxhat = (xp.reshape(xp.vecdot(g_rows, x_rows), (n, groups, members)) - sum_g * mean3) * inv3
         grads = [None]
         if need_x:
-            # fresh arrays changed in place, never views (a replay on Tensors refuses those)
-            if weight is None:
-                m1, m2 = group_mean(sum_g), group_mean(sum_gx)
-            else:
-                w = xp.reshape(weight, (groups, members))
-                m1, m2 = group_mean(sum_g * w), group_mean(sum_gx * w)
-            gx = g4 * scale
-            gx -= centered * (m2 * inv_std * inv_std)
-            gx -= m1 * inv_std
-            grads[0] = xp.reshape(gx, x.shape)
+            m1 = group_mean(sum_g if w is None else sum_g * w)
+            m2 = group_mean(sum_gxhat if w is None else sum_gxhat * w)
+            coef = -m2 * inv3 * inv3  # gx = g * scale + x * coef + (-mean * coef - m1 * inv_std)
+            offset = -mean3 * coef - m1 * inv3
+            rows = (n * c,)
+            coef = xp.reshape(xp.broadcast_to(coef, (n, groups, members)), rows)
+            offset = xp.reshape(xp.broadcast_to(offset, (n, groups, members)), rows)
+            grads[0] = xp.reshape(affine2(g_rows, scale, x_rows, coef, offset), x.shape)
         if weight is not None:
-            grads.append(xp.reshape(xp.sum(sum_gx, axis=0), (c,)) if need_w else None)
+            grads.append(xp.reshape(xp.sum(sum_gxhat, axis=0), (c,)) if need_w else None)
         if bias is not None:
             grads.append(xp.reshape(xp.sum(sum_g, axis=0), (c,)) if need_b else None)
         return tuple(grads)
 
     return out, backward
+
+
+def _row_maps(be, dtype):
+    """``(affine, affine2, squares)`` on rows of a 2-D array, with per-row vectors:
+    ``affine(x, a, b) = x * a + b``, ``affine2(g, a, x, c, d) = g * a + (x * c + d)``
+    and ``squares(x, m) = sum((x - m) ** 2)`` per row. The backend's fused kernels
+    where it offers them for ``dtype``, else the same arithmetic in ``xp``."""
+    fused = be.fused
+    if fused.affine_rows is not None and dtype in fused.row_dtypes:
+        return fused.affine_rows, fused.affine2_rows, fused.centered_squares
+    xp = be.xp
+
+
+    def column(v):
+        return xp.reshape(v, (-1, 1))
+
+    def affine(x, a, b):
+        out = x * column(a)
+        out += column(b)
+        return out
+
+    def affine2(g, a, x, c, d):
+        out = g * column(a)
+        part = x * column(c)
+        part += column(d)
+        out += part
+        return out
+
+    def squares(x, m):
+        centered = x - column(m)
+        return xp.vecdot(centered, centered)
+
+    return affine, affine2, squares
