@@ -23,7 +23,7 @@ from .backends import GRAD_DTYPES, backend_of_array, get_backend, get_default_dt
 from .ops import Op
 from .ops.conversion import gradient_as
 
-__all__ = ["make", "leaf", "as_tensor", "apply", "run1", "run2", "run", "inplace", "init_tensor"]
+__all__ = ["make", "leaf", "as_tensor", "apply", "run1", "run2", "run", "several", "inplace", "init_tensor"]
 
 _new = object.__new__
 
@@ -149,6 +149,103 @@ def _guarded(fn, backend, *args, **params):
         return fn(backend, *args, **params)
     with guard:
         return fn(backend, *args, **params)
+
+
+class Parts:
+    """The gradients of the outputs of one multi-output operation (a decomposition),
+    gathered for its one backward: each output's node passes on its gradient as a
+    ``Parts`` with only its own slot filled, and the engine adds them up (``+``) into
+    the operation's node as it adds any two gradients. ``dtype`` is the operation's
+    input's, so the engine's complex test reads it as it reads an array's."""
+
+    __slots__ = ("grads", "dtype")
+
+    def __init__(self, grads: tuple, dtype):
+        self.grads = grads
+        self.dtype = dtype
+
+    def __add__(self, other: Parts) -> Parts:
+        return Parts(tuple(b if a is None else a if b is None else a + b for a, b in zip(self.grads, other.grads)),
+                     self.dtype)
+
+
+def _part_op(name: str) -> Op:
+    """The op of one output of the multi-output operation ``name``: it only hands its
+    gradient on (exact: the engine checks nothing; complex values pass as they are)."""
+    return Op(name, _no_forward, saves=(), saves_out=False, exact=True, complex="own")
+
+
+def _no_forward(be, *args):
+    raise RuntimeError("an output of a multi-output operation is made by the operation, never alone")
+
+
+def _part_backward(k: int, n: int, dtype):
+    def backward(g):
+        grads = [None] * n
+        grads[k] = g
+        return (Parts(tuple(grads), dtype),)
+
+    return backward
+
+
+class Outputs:
+    """How a ``create_graph`` backward runs a multi-output operation again (the replay
+    of its node, see :func:`several`): on the input as the node saw it, where it has
+    not changed in place since; else, where the op has a rule on its outputs
+    (``op.rule(be, outs, *params) -> backward(*grads)``, PyTorch's ``SavedVariable``s
+    of the outputs), on the saved outputs, each a Tensor whose graph leads back to the
+    node, so that the derivative of the rule goes through the decomposition again."""
+
+    __slots__ = ("op", "params", "outs")
+
+    def __init__(self, op: Op, params: tuple, outs: tuple):
+        self.op, self.params, self.outs = op, params, outs  # the output arrays: the closure holds them anyway
+
+    def __call__(self, gb, prev):
+        _, rule = self.op.fn(gb, prev[0], *self.params)
+        return None, lambda parts: rule(*parts.grads)
+
+    def on_saved(self, gb, node, parts):
+        """The input's gradient (a Tensor in a graph) from the saved outputs."""
+        joint = as_graph_tensor(node)
+        n, dtype = len(self.outs), node._data.dtype
+        part = _part_op(str(self.op))
+        outs = [make(out, node._backend, part, (joint,), _part_backward(k, n, dtype), True, _pass_on(k, n, dtype))
+                for k, out in enumerate(self.outs)]
+        return self.op.rule(gb, outs, *self.params)(*parts.grads)
+
+
+def _pass_on(k: int, n: int, dtype):
+    backward = _part_backward(k, n, dtype)
+    return lambda gb, prev: (None, backward)
+
+
+def several(op: Op, x, *params) -> list:
+    """The outputs of ``op``, an operation of one tensor ``x`` with several outputs,
+    each a Tensor. Its forward returns ``(outputs, backward)``, where ``backward(*grads)``
+    takes one gradient per output (None for an output that got none) and returns
+    ``x``'s: the rule sees every output's gradient at once, as PyTorch's (an SVD's
+    loss may depend on the phases of ``U`` and ``V`` only together).
+
+    In the graph, one node for the operation (its output is ``x``'s array, its
+    version counter the outputs', its replay an :class:`Outputs`), and one node per
+    output, whose backward passes its gradient on to it as :class:`Parts`. The
+    outputs share one version counter: the rule reads all of them, so an in-place
+    change of any one refuses the backward."""
+    backend = x._backend
+    outs, backward = _guarded(op.fn, backend, x._data, *params)
+    record = x._rg and _grad_state.enabled
+    if not record:
+        return [make(out, backend, op, (x,), None, False) for out in outs]
+    n, dtype = len(outs), x._data.dtype
+    joint = make(x._data, backend, op, (x,), lambda parts: backward(*parts.grads), True, Outputs(op, params, outs))
+    part = _part_op(str(op))
+    results = [make(out, backend, part, (joint,), _part_backward(k, n, dtype), True, _pass_on(k, n, dtype))
+               for k, out in enumerate(outs)]
+    for t in results[1:]:
+        share_version(t, results[0])
+    joint._node._vc = version_of(results[0])
+    return results
 
 
 def run1(op: Op, a, *params):

@@ -25,7 +25,7 @@ from ._graph.hooks import RemovableHandle, hook_round, queue_callback
 from ._graph.modes import enable_grad, grad_lock, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from ._graph.node import edge
 from ._graph.versions import Version, increment_version, increment_versions, version_of
-from ._node import as_graph_tensor, as_tensor, leaf, run1
+from ._node import Outputs, as_graph_tensor, as_tensor, leaf, run1
 from .backends._base import NO_FUSED, Backend
 from .tensor import Tensor
 
@@ -126,6 +126,9 @@ def _graph_grads(node, parents, grad, changed: bool):
     gb = graph_backend(node._backend)
     parents = [as_graph_tensor(p) for p in parents]  # the values the node saw, in the graph
     if changed and op.saves_out:
+        if type(replay) is Outputs and op.rule is not None:  # a decomposition: its rule on its saved outputs
+            with gb.quiet():
+                return replay.on_saved(gb, node, grad)
         if op.rule is None or not isinstance(replay, (tuple, dict)):
             raise RuntimeError(
                 f"backward with create_graph=True through {op!r}: an input of {op!r} was changed in place after "

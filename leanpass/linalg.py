@@ -41,7 +41,7 @@ from ._namespace.linalg import call as _apply
 from ._namespace.linalg import matrix_transpose, tensordot, vecdot
 from ._namespace.manipulation import moveaxis, reshape
 from ._namespace.operators import matmul
-from ._node import _guarded, make, run, share_version
+from ._node import run, several
 
 Tensor = tensor.Tensor
 
@@ -105,27 +105,12 @@ def _matrix(x, name, *, square=False, floating=True):
 
 
 def _several(name, op, x, *params):
-    """The outputs of a decomposition ``op`` of ``x`` (its forward returns the output
-    arrays and one backward per output), each a node of the graph. The outputs share
-    one version counter: backward rules read each other's arrays."""
-    backend = x._backend
+    """The outputs of the decomposition ``op`` of ``x`` (:func:`leanpass._node.several`),
+    with a bad matrix's error naming ``name``."""
     try:
-        outs, backwards = _guarded(op.fn, backend, x._data, *params)
+        return several(op, x, *params)
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"{name}: {exc} (tensor of shape and dtype {x.shape} {x.dtype})") from None
-    record = _recording(x)
-    def replay(k):
-        def again(gb, prev):
-            outs, backwards = op.fn(gb, prev[0], *params)
-            return outs[k], backwards[k]
-        return again
-
-    results = [make(out, backend, op, (x,), backward, record, replay(k))
-               for k, (out, backward) in enumerate(zip(outs, backwards))]
-    if record:
-        for t in results[1:]:
-            share_version(t, results[0])
-    return results
 
 
 def _rtol(x, rtol, name):

@@ -444,6 +444,8 @@ OP_DB: list[OpInfo] = [
     _unary("elementwise.trunc", lp.trunc, off_grid),
     _unary("elementwise.round", lp.round, off_grid),
     _unary("elementwise.sign", lp.sign, away),
+    OpInfo("elementwise.complex_sign", lp.sign, lambda rng: [(complex_uniform(rng, 2, 3),), (complex_uniform(rng, 4),)],
+           "sign"),  # complex input: PyTorch's sgn, z / |z|, with its gradient
     OpInfo("elementwise.floor_divide", lp.floor_divide, lambda rng: [_remainder_pair(rng)], "floor_divide"),
     OpInfo("elementwise.nextafter", lp.nextafter, lambda rng: [Known(s, {"gradcheck": NEXTAFTER}) for s in (
         (uniform(rng, 3, 1), uniform(rng, 1, 4)), (uniform(rng, 2, 3), uniform(rng, 3)))], "nextafter"),

@@ -779,24 +779,24 @@ def test_backward_after_the_parameters_moved_raises_naming_the_devices(move):
     assert not m.weight.has_grad and not m.bias.has_grad
 
 
-def test_ops_without_complex_rules_raise_in_backward_where_a_complex_value_meets_them(device):
+def test_a_real_tensor_through_complex_layers_gets_the_real_part(device):
+    """F.linear with a complex weight and a real input that requires grad: a complex
+    result, and the input's gradient is the real part of the complex one (linear is
+    holomorphic), as PyTorch's; layer_norm, which PyTorch defines for real numbers
+    only, refuses a complex weight before computing anything; diff gives PyTorch's
+    gradient."""
     lp = leanpass
-    """F.linear and layer_norm with a complex operand and a real tensor that requires
-    grad compute a complex result, and its backward raises TypeError naming the op
-    (they have no complex rule: Op.complex is None) instead of dropping the imaginary
-    part; diff, which has one, gives PyTorch's gradient."""
     from leanpass.nn import functional as F
 
     x = lp.Tensor(np.ones((2, 3)), device=device, requires_grad=True)
     wc = lp.asarray(np.ones((2, 3)) * (1 + 1j), device=device)  # (out, in)
-    calls = {"linear": lambda: F.linear(x, wc), "layer_norm": lambda: F.layer_norm(x, (3,), lp.asarray(
-        np.ones(3) * 1j, device=device))}
-    for call in calls.values():
-        out = call()
-        assert out.dtype == lp.complex128
-        with pytest.raises(TypeError, match="complex gradients are not supported by"):  # names the op
-            lp.real(out).sum().backward()
-        assert x.grad is None or not np.any(host(x.grad, device))
+    out = F.linear(x, wc)
+    assert out.dtype == lp.complex128
+    lp.real(out * (1 - 2j)).sum().backward()  # Re((1 - 2j)(1 + 1j)) = 3, per output
+    np.testing.assert_allclose(host(x.grad, device), np.full((2, 3), 6.0))
+    with pytest.raises(TypeError, match="layer_norm: not defined for complex input"):
+        F.layer_norm(x, (3,), lp.asarray(np.ones(3) * 1j, device=device))
+    x.grad = None
     d = lp.diff(x, prepend=lp.asarray(np.ones((2, 1)) * 1j, device=device))
     (lp.real(d * (1 - 2j))).sum().backward()
     np.testing.assert_allclose(host(x.grad, device), [[0.0, 0.0, 1.0]] * 2)

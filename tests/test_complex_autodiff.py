@@ -160,6 +160,89 @@ def test_eigh_refuses_a_loss_that_depends_on_the_eigenvectors_phases(device):
         lp.real(v).sum().backward()
 
 
+SHAPES = [(3, 3), (4, 2), (2, 4), (2, 3, 3)]  # square, tall, wide, a stack
+
+
+def _svd_loss(m, a, full):
+    """A loss of U, S and Vh together that does not depend on the singular vectors'
+    phases: U diag(S) Vh (which is A), U Vh, |U| and |Vh|."""
+    u, s, vh = m.linalg.svd(a, full_matrices=full)
+    k = s.shape[-1]
+    u, vh = u[..., :k], vh[..., :k, :]
+    pairs = (u @ vh) * (0.3 - 0.5j)
+    return (pairs + (u * (s[..., None, :] + 0j)) @ vh).sum(-1) + m.abs(u).sum(-1)[..., :1] * m.abs(vh).sum(-2)[..., :1]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("full", [False, True])
+def test_svd_of_complex_matrices(device, shape, full):
+    """The gradients of U, S and Vh, each alone and all together: torch's."""
+    a = crand(*shape)
+    same_as_torch(device, lambda m, a: _svd_loss(m, a, full), a, atol=1e-9)
+    same_as_torch(device, lambda m, a: m.abs(m.linalg.svd(a, full_matrices=full)[0]) ** 3, a, atol=1e-9)
+    same_as_torch(device, lambda m, a: m.abs(m.linalg.svd(a, full_matrices=full)[2]) ** 3, a, atol=1e-9)
+    same_as_torch(device, lambda m, a: m.linalg.svd(a, full_matrices=full)[1] * 1.5, a, atol=1e-9)
+    same_as_torch(device, lambda m, a: m.linalg.svdvals(a) ** 2, a, atol=1e-9)
+
+
+@pytest.mark.parametrize("which", [0, 2, "both"])
+def test_svd_refuses_a_loss_that_depends_on_the_singular_vectors_phases(device, which):
+    """A loss of U alone, of Vh alone, or of both, that changes when a column of U and
+    the matching row of Vh turn by one phase: refused, as torch does, and nothing is
+    written (U Vh together, which does not depend on it, passes above)."""
+    z = Tensor(crand(3, 3), requires_grad=True, device=device)
+    result = lp.linalg.svd(z)
+    loss = lp.real(result[0]).sum() if which == 0 else lp.real(result[2]).sum() if which == 2 else lp.real(
+        result[0][:, :1] * result[2][:1, :]).sum() * 0 + lp.real(result[0]).sum() + lp.imag(result[2]).sum()
+    with pytest.raises(RuntimeError, match="defined up to a phase"):
+        loss.backward()
+    assert not np.any(host(z.grad))
+    t = torch.tensor(z.numpy(), requires_grad=True)
+    u, _, vh = torch.linalg.svd(t)
+    with pytest.raises(RuntimeError, match="phase"):
+        (u.real.sum() if which == 0 else vh.real.sum() if which == 2 else u.real.sum() + vh.imag.sum()).backward()
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_qr_and_pinv_of_complex_matrices(device, shape):
+    """Q and R (R's diagonal is real: only the imaginary part of Q^H dQ's diagonal is
+    free, which the rule halves), and the pseudo-inverse: torch's."""
+    a = crand(*shape)
+    same_as_torch(device, lambda m, a: m.linalg.qr(a)[0] * (1 + 2j), a, atol=1e-9)
+    same_as_torch(device, lambda m, a: m.linalg.qr(a)[1] * (0.5 - 1j), a, atol=1e-9)
+    same_as_torch(device, lambda m, a: m.linalg.qr(a)[0].sum(-1) + m.linalg.qr(a)[1].sum(-2)[..., :1], a, atol=1e-9)
+    same_as_torch(device, lambda m, a: m.linalg.pinv(a), a, atol=1e-9)
+
+
+def test_power_and_sign_of_complex_tensors(device):
+    """z ** w is holomorphic in both (a real negative base takes the complex log; 0 **
+    w has no slope in w for real w >= 0, as torch); sign is torch's sgn, z / |z| (0 at
+    0), which is not holomorphic."""
+    z, w = crand(5) + 0.1, crand(5)
+    same_as_torch(device, lambda m, z, w: z ** w + w ** 2.5, z, w)
+    same_as_torch(device, lambda m, z, x: z ** x + x ** z, z, np.array([-1.5, 0.5, 2.0, -0.3, 1.2]))
+    same_as_torch(device, lambda m, z, x: (x + 0j) ** z, z, np.array([0.0, 0.5, 2.0, 0.0, 1.2]))
+    same_as_torch(device, lambda m, z: (m.sgn(z) if m is torch else lp.sign(z)) * (1 - 0.5j) * z,
+                  np.array([1 + 1j, 0j, -2 + 0.5j, 0.3j]))
+
+
+def test_layers_of_complex_tensors(device):
+    """Linear maps differentiate complex input as torch does: linear, conv2d,
+    conv_transpose2d, tril/triu, sigmoid; rounding passes 0."""
+    F, tF = lp.nn.functional, torch.nn.functional
+    same_as_torch(device, lambda m, x, w, b: (F if m is lp else tF).linear(x, w, b), crand(4, 3), crand(5, 3), crand(5))
+    same_as_torch(device, lambda m, x, w: (F if m is lp else tF).conv2d(x, w, padding=1, stride=2), crand(2, 3, 5, 5),
+                  crand(4, 3, 3, 3))
+    same_as_torch(device, lambda m, x, w: (F if m is lp else tF).conv_transpose2d(x, w, stride=2), crand(1, 2, 3, 3),
+                  crand(2, 3, 3, 3))
+    same_as_torch(device, lambda m, a: m.tril(a) + m.triu(a, **{"diagonal" if m is torch else "k": 1}) * 2j,
+                  crand(3, 3))
+    same_as_torch(device, lambda m, z: m.sigmoid(z) if m is torch else F.sigmoid(z), crand(5))
+    z = Tensor(crand(4), requires_grad=True, device=device)
+    lp.real(lp.round(z * 3)).sum().backward()
+    assert not np.any(host(z.grad))
+
+
 def test_vecdot_conjugates_its_first_argument(device):
     """vecdot(a, b) = sum(conj(a) * b): its gradient in a is conj(g) b, in b g a (torch's)."""
     same_as_torch(device, lambda m, a, b: m.linalg.vecdot(a, b), crand(2, 3), crand(2, 3))
@@ -167,14 +250,47 @@ def test_vecdot_conjugates_its_first_argument(device):
 
 
 def test_an_op_without_a_complex_rule_raises_in_backward_and_changes_nothing(device):
-    """svd has no complex rule yet: a backward that reaches it with a complex value
-    raises TypeError naming it, and no .grad is written."""
+    """Every op that takes complex input has a complex rule now (the public functions
+    that have none refuse complex input in the forward); the engine's last guard stays:
+    an op whose record says nothing about complex values (``Op.complex`` None) raises
+    TypeError naming it in a backward that reaches it with one, and no .grad is written."""
+    from leanpass._node import run1
+    from leanpass.ops import Op
+
+    def double(be, a):
+        return a * 2, lambda g: (g * 2,)
+
+    untold = Op("double", double, saves=(), saves_out=False)
     z = Tensor(crand(3, 3), requires_grad=True, device=device)
     x = Tensor(rand(3), requires_grad=True, device=device)
-    out = lp.linalg.svdvals(z).sum() + (x * x).sum()
-    with pytest.raises(TypeError, match="backward through 'svdvals': complex gradients are not supported"):
+    out = lp.real(run1(untold, z)).sum() + (x * x).sum()
+    with pytest.raises(TypeError, match="backward through 'double': complex gradients are not supported"):
         out.backward()
     assert not np.any(host(z.grad)) and not np.any(host(x.grad))  # .grad reads as zeros: nothing was written
+
+
+F = lp.nn.functional
+REAL_ONLY = {
+    "relu": F.relu, "gelu": lambda z: F.gelu(z, approximate="tanh"), "softmax": lambda z: F.softmax(z, -1),
+    "log_softmax": lambda z: z.log_softmax(-1), "layer_norm": lambda z: F.layer_norm(z, (3,)),
+    "mse_loss": lambda z: F.mse_loss(z, z), "batch_norm": lambda z: F.batch_norm(z, None, None, training=True),
+    "group_norm": lambda z: F.group_norm(z, 1),
+    "cross_entropy": lambda z: F.cross_entropy(z, lp.asarray([0, 1], device=z.device)),
+}
+
+
+@pytest.mark.parametrize("name, call", list(REAL_ONLY.items()), ids=list(REAL_ONLY))
+def test_functions_pytorch_defines_for_real_numbers_refuse_complex_input(device, name, call):
+    """Where PyTorch refuses complex input, so does LeanPass, in the forward, naming the
+    function (its real arithmetic would give a complex result that means nothing)."""
+    z = Tensor(crand(2, 3), requires_grad=True, device=device)
+    with pytest.raises(TypeError, match=f"{name}: not defined for complex input"):
+        call(z)
+    torch_call = {"relu": torch.relu, "softmax": lambda t: torch.softmax(t, -1),
+                  "mse_loss": lambda t: torch.nn.functional.mse_loss(t, t)}
+    if name in torch_call:
+        with pytest.raises((RuntimeError, NotImplementedError)):
+            torch_call[name](torch.tensor(crand(2, 3)))
 
 
 def test_a_complex_output_needs_a_gradient_to_start_from(device):

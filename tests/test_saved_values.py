@@ -197,15 +197,21 @@ def test_inv_with_a_changed_input_differentiates_twice_from_its_saved_output(dev
     np.testing.assert_allclose(graph.numpy(), first.numpy())
 
 
-def test_a_decomposition_with_a_changed_input_raises_rather_than_replaying(device):
-    """eigh's outputs read each other in backward and it has no rule on saved values:
-    an input changed since raises under create_graph instead of running eigh again on
-    the new values."""
+def test_a_decomposition_with_a_changed_input_differentiates_twice_from_its_saved_outputs(device):
+    """eigh's outputs read each other in backward: after its input changed (outside the
+    graph), create_graph forms the derivative from the saved outputs, whose graph leads
+    back through eigh (PyTorch's SavedVariables), never from eigh run again on the new
+    values; changing an output itself is still refused."""
     m = Tensor(np.array([[2.0, 0.5], [0.5, 3.0]]), requires_grad=True, device=device)
     w, v = lp.linalg.eigh(m)
-    loss = w.sum() + (v * v).sum()
+    loss = w.sum() + (v * 2.0).sum()  # nothing but eigh reads v
+    (first,) = lp.autograd.grad(loss, m, retain_graph=True)
     with lp.no_grad():
         m += 1.0
+    (graph,) = lp.autograd.grad(loss, m, create_graph=True, retain_graph=True)
+    np.testing.assert_allclose(host(graph), host(first), rtol=1e-12)
+    with lp.no_grad():
+        v += 1.0
     with pytest.raises(RuntimeError, match="eigh.*changed in place"):
         lp.autograd.grad(loss, m, create_graph=True)
 
@@ -216,7 +222,17 @@ LINALG_RULES = {  # the input changed by a recorded op after the forward, then s
     "cholesky_upper": (lambda a, b: a.linalg.cholesky(a.x, upper=True), "a"),
     "solve_vector": (lambda a, b: a.linalg.solve(a.x.detach() + 0.0, b.x), "b"),
     "solve_matrix": (lambda a, b: a.linalg.solve(a.x.detach() + 0.0, b.x), "b2"),
+    # decompositions: their rules on their saved outputs (signs chosen alike: one LAPACK)
+    "eigh": (lambda a, b: _two(a.linalg.eigh(a.x), 0.5), "a"),
+    "svd": (lambda a, b: _two(a.linalg.svd(a.x)[:2], 0.5) + a.linalg.svd(a.x)[2].sum(), "a"),
+    "qr": (lambda a, b: _two(a.linalg.qr(a.x), 2.0), "a"),
 }
+
+
+def _two(outs, weight):
+    """A scalar of both outputs of a decomposition, squared (no sign ambiguity)."""
+    first, second = outs
+    return (first * first).sum() + (second * second * weight).sum() + second.sum() * first.sum()
 
 
 class _Lib:

@@ -16,11 +16,20 @@ _RANK = {"b": 0, "i": 1, "u": 1, "f": 2, "c": 3}  # kinds of dtypes, lowest firs
 _new = object.__new__
 
 
-def floating(t):
+def floating(t, op: str | None = None):
     """``t``, or an integer or bool ``t`` as the default float dtype (the activations,
-    softmax, normalisations and losses take such input so). The dtype is read through
-    ``dtype_name``'s cache: this runs for every activation."""
-    if DTYPES[dtype_name(t._data.dtype)].kind in "fc":
+    softmax, normalisations and losses take such input so). With ``op``, a complex
+    ``t`` is a ``TypeError`` naming it: the function is defined for real numbers only
+    (PyTorch refuses complex input there too, where LeanPass's arithmetic would give
+    a complex result that means nothing). The dtype is read through ``dtype_name``'s
+    cache: this runs for every activation."""
+    kind = DTYPES[dtype_name(t._data.dtype)].kind
+    if kind == "f":
+        return t
+    if kind == "c":
+        if op is not None:
+            raise TypeError(f"{op}: not defined for complex input (a tensor of shape {t.shape} and dtype "
+                            f"{t.dtype}); apply it to lp.real(x), lp.imag(x) or abs(x)")
         return t
     return t.astype(get_default_dtype())
 

@@ -17,6 +17,7 @@ from .._checks import broadcast_shapes, device_message
 from .._dtypes import DTYPES, dtype_name, iinfo
 from .._node import _guarded, leaf, make, run, run1, run2
 from ..backends import get_default_dtype
+from ..ops import Op
 from ..ops import elementwise as table
 from ..tensor import Tensor
 from ._util import SCALARS, asarray_like, operand
@@ -60,12 +61,15 @@ def _unary_function(entry):
     forward = op.fn
     name = entry.name
     checks = entry.accepts != "any" or entry.complex is not None
+    complex_op = entry.complex if isinstance(entry.complex, Op) else None  # for every complex input
 
     if op.differentiable:
 
         def function(x, /):
             if type(x) is not Tensor:
                 x = asarray_like(x, name)
+            if complex_op is not None and kind_of(x) == "c":
+                return run1(complex_op, x)
             if checks and not x._rg:
                 x, special = _admit(entry, x)
                 if special is not None:

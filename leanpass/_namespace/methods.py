@@ -33,12 +33,12 @@ METHODS: dict = {}
 
 def relu(self):
     """max(x, 0)."""
-    return run1(ops.relu, floating(self))
+    return run1(ops.relu, floating(self, "relu"))
 
 
 def leaky_relu(self, negative_slope: float = 0.01):
     """x where x > 0, else ``negative_slope * x``."""
-    return run1(ops.leaky_relu, floating(self), float(negative_slope))
+    return run1(ops.leaky_relu, floating(self, "leaky_relu"), float(negative_slope))
 
 
 def gelu(self, approximate: str = "none"):
@@ -46,7 +46,7 @@ def gelu(self, approximate: str = "none"):
     PyTorch's default; erf comes from the device's special functions, so ``cpu`` and
     ``cuda`` only), or the tanh approximation ``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715
     x^3)))`` (``approximate="tanh"``, GPT-2's, on every device)."""
-    x = floating(self)
+    x = floating(self, "gelu")
     if approximate == "tanh":
         return run1(ops.gelu, x)
     if approximate != "none":
@@ -62,13 +62,17 @@ def gelu(self, approximate: str = "none"):
 
 
 def sigmoid(self):
-    """1 / (1 + exp(-x)), without overflow for any input."""
-    return run1(ops.sigmoid, floating(self))
+    """1 / (1 + exp(-x)), without overflow for any real input; complex input (whose
+    gradient is holomorphic, as PyTorch's) through ``exp``."""
+    x = floating(self)
+    if x.dtype.kind == "c":
+        return 1.0 / (1.0 + elementwise.exp(-x))
+    return run1(ops.sigmoid, x)
 
 
 def softplus(self):
     """``log(1 + exp(x))``, computed without overflow."""
-    return run1(ops.softplus, floating(self))
+    return run1(ops.softplus, floating(self, "softplus"))
 
 
 def _zero_d_axis(axis, op):
@@ -85,7 +89,7 @@ def softmax(self, axis: int | None = None, *, dim=None):
     """exp(x) / sum(exp(x)) along ``axis`` (or PyTorch's ``dim=``; the last by default),
     shifted by the max (no overflow)."""
     axis = torch_axis("softmax", axis, dim)[0]
-    self = floating(self)
+    self = floating(self, "softmax")
     if self.ndim == 0:  # one value (axis 0 or -1, as PyTorch): softmax over it, through a 1-element axis
         _zero_d_axis(axis, "softmax")
         return reshape(reshape(self, 1).softmax(0), ())
@@ -96,7 +100,7 @@ def log_softmax(self, axis: int | None = None, *, dim=None):
     """log(softmax(x)) along ``axis`` (or ``dim=``; the last by default), computed as
     ``z - log(sum(exp(z)))``, ``z = x - max(x)``."""
     axis = torch_axis("log_softmax", axis, dim)[0]
-    self = floating(self)
+    self = floating(self, "log_softmax")
     if self.ndim == 0:  # one value: log_softmax over it (0), as PyTorch
         _zero_d_axis(axis, "log_softmax")
         return reshape(reshape(self, 1).log_softmax(0), ())

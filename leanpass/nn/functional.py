@@ -124,12 +124,12 @@ def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: 
     variance taken over the last ``len(normalized_shape)`` axes, which must be
     ``normalized_shape``; ``weight`` and ``bias`` (optional) have that shape. One graph
     node, with a closed-form backward."""
-    x = floating(_tensor(x, "layer_norm"))
+    x = floating(_tensor(x, "layer_norm"), "layer_norm")
     shape = _normalized_shape(normalized_shape, "layer_norm")
     if x.shape[max(x.ndim - len(shape), 0):] != shape or x.ndim < len(shape):
         raise ValueError(f"layer_norm: input of shape {x.shape} does not end in normalized_shape {shape}")
     for name, t in (("weight", weight), ("bias", bias)):
-        if t is not None and _tensor(t, "layer_norm", name).shape != shape:
+        if t is not None and floating(_tensor(t, "layer_norm", name), "layer_norm").shape != shape:
             raise ValueError(f"layer_norm: {name} of shape {t.shape} is not normalized_shape {shape}")
     if weight is None and bias is not None:
         weight = ones(shape, dtype=dtype_name(bias.dtype), device=bias.device)
@@ -214,7 +214,7 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask=None
     for name, t in (("q", q), ("k", k), ("v", v)):
         if _tensor(t, op, name).ndim < 2:
             raise ValueError(f"{op}: {name} must have at least 2 axes (..., length, features), got shape {t.shape}")
-    q, k, v = floating(q), floating(k), floating(v)
+    q, k, v = floating(q, op), floating(k, op), floating(v, op)
     shapes = f"q of shape {q.shape}, k of shape {k.shape} and v of shape {v.shape}"
     if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
         raise ValueError(f"{op}: {shapes} do not fit (..., L, E), (..., S, E), (..., S, Ev)")
@@ -273,7 +273,7 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
     ``running = (1 - momentum) * running + momentum * batch`` with the *unbiased*
     variance (``momentum`` may be a 0-d Tensor). Otherwise ``running_mean`` and
     ``running_var`` are used."""
-    _tensor(x, _op)
+    floating(_tensor(x, _op), _op)  # complex: refused, as PyTorch
     if x.ndim < 2:
         raise ValueError(f"{_op}: input must have at least 2 axes (N, C, ...), got shape {x.shape}")
     channels = x.shape[1]
@@ -450,7 +450,7 @@ def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bia
     eps)``, then multiplied by ``weight`` and shifted by ``bias`` (optional, shape
     ``(C,)``) per channel. One graph node, with a closed-form backward."""
     op = "group_norm"
-    x = floating(_tensor(input, op))
+    x = floating(_tensor(input, op), op)
     if x.ndim < 2:
         raise ValueError(f"{op}: input must have at least 2 axes (N, C, ...), got shape {x.shape}")
     if isinstance(num_groups, bool) or not isinstance(num_groups, numbers.Integral) or num_groups < 1:
@@ -462,7 +462,7 @@ def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bia
     for name, t in (("weight", weight), ("bias", bias)):
         if t is None:
             continue
-        if _tensor(t, op, name).shape != (channels,):
+        if floating(_tensor(t, op, name), op).shape != (channels,):
             raise ValueError(f"{op}: {name} of shape {t.shape} does not fit an input of shape {x.shape} "
                              f"({channels} channels on axis 1)")
         if t.device != x.device:

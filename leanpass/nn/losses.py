@@ -67,6 +67,7 @@ def mse_loss(prediction: Tensor, target, size_average=None, reduce=None, reducti
     "mean" divides by the sum of the weights, as PyTorch's). ``size_average`` and
     ``reduce`` are PyTorch's deprecated forms of ``reduction``."""
     _check_input(prediction, "mse_loss", "predictions")
+    floating(prediction, "mse_loss")  # complex: refused, as PyTorch's (d * d is not |d|**2)
     reduction = _reduction(reduction, size_average, reduce, "mse_loss")
     target = _target(prediction, target, "mse_loss")
     _same_shape(prediction, target, "mse_loss")
@@ -93,7 +94,7 @@ def cross_entropy_loss(logits: Tensor, target, axis: int = -1) -> Tensor:
     """
     if not isinstance(logits, Tensor):
         _check_input(logits, "cross_entropy_loss", "logits")
-    logits = floating(logits)
+    logits = floating(logits, "cross_entropy_loss")
     logits_shape = logits.shape
     ndim = len(logits_shape)
     if ndim == 0:
@@ -227,7 +228,7 @@ def binary_cross_entropy_loss(logits: Tensor, target, weight=None, size_average=
 def _bce(logits, target, weight, size_average, reduce, reduction, pos_weight, op):
     _check_input(logits, op, "logits")
     reduction = _reduction(reduction, size_average, reduce, op)
-    logits = floating(logits)
+    logits = floating(logits, op)
     target = _target(logits, target, op)
     _same_shape(logits, target, op)
     weight = _broadcast_weight(logits, weight, "weight", op)
@@ -345,7 +346,7 @@ def _number(value, name: str, op: str) -> float:
 
 def _pair(input, target, op: str):
     _check_input(input, op, "predictions")
-    input = floating(input)
+    input = floating(input, None if op == "l1_loss" else op)  # |d| is defined for complex d (PyTorch's too)
     target = _target(input, target, op)
     _same_shape(input, target, op)
     return input, target
@@ -489,7 +490,7 @@ def nll_loss(input: Tensor, target, weight=None, size_average=None, ignore_index
     _check_input(input, op, "log-probabilities")
     reduction = _reduction(reduction, size_average, reduce, op)
     ignore_index = _ignore_index(ignore_index, op)
-    input = floating(input)
+    input = floating(input, op)
     axis = _class_axis(input, None, op)
     classes = input.shape[axis]
     weight = _class_weight(input, weight, classes, op)
@@ -522,7 +523,7 @@ def cross_entropy(input: Tensor, target, weight=None, size_average=None, ignore_
     smoothing = _number(label_smoothing, "label_smoothing", op)
     if not 0.0 <= smoothing <= 1.0:
         raise ValueError(f"{op}: label_smoothing must be between 0.0 and 1.0, got {smoothing}")
-    input = floating(input)
+    input = floating(input, op)
     axis = _class_axis(input, axis, op)
     classes = input.shape[axis]
     weight = _class_weight(input, weight, classes, op)

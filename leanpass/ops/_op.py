@@ -28,7 +28,19 @@ The ``Op`` wrapping it *is* its name (a ``str``: ``t._op == "+"``) and carries:
   the node itself) where an input the rule does not read has changed in place since
   the forward, instead of running the forward again on the changed values (PyTorch's
   ``SavedVariable`` rule: a backward reads what the node saved, never a re-computed
-  value).
+  value). An op with several outputs (a decomposition: its forward returns the
+  outputs and one ``backward(*grads)`` for all of them, see
+  :func:`leanpass._node.several`) has ``rule(be, outs, *params) -> backward``, its
+  backward made from its outputs, which a ``create_graph`` backward runs on the
+  saved outputs as Tensors.
+- ``exact``: the op's gradients have its inputs' shapes and dtypes, so the engine
+  skips its broadcast and dtype checks (the element-wise ops of one tensor, marked by
+  their table, and the outputs of a multi-output op, which only hand on theirs).
+- ``complex``: how complex values are differentiated (PyTorch's convention:
+  ``dL/dRe + i dL/dIm``): ``"holomorphic"`` (a rule written for real numbers runs as
+  ``conj(rule(conj(g)))``), ``"own"`` (the rule handles complex values itself), or
+  ``None`` (the backward raises ``TypeError`` naming the op where a complex value
+  meets it).
 """
 
 from __future__ import annotations

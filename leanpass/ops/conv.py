@@ -65,7 +65,7 @@ def _col2im(be, cols, size, kernel, stride, dilation, axis=2):
     return out
 
 
-@op("unfold", saves=(), saves_out=False)
+@op("unfold", saves=(), saves_out=False, complex="holomorphic")
 def unfold(be, x, kernel, stride, padding, dilation):
     """``torch.nn.functional.unfold`` for any number of spatial axes: ``(N, C, *S)`` to
     ``(N, C * prod(kernel), L)``, ``L`` the number of output positions. Its backward is :func:`fold`."""
@@ -81,7 +81,7 @@ def unfold(be, x, kernel, stride, padding, dilation):
     return be.xp.reshape(cols, (n, c * k, math.prod(out_shape))), backward
 
 
-@op("fold", saves=(), saves_out=False)
+@op("fold", saves=(), saves_out=False, complex="holomorphic")
 def fold(be, cols, size, kernel, stride, padding, dilation):
     """``torch.nn.functional.fold``, the adjoint of :func:`unfold`: ``(N, C * prod(kernel),
     L)`` summed back into ``(N, C, *size)``. Its backward is :func:`unfold`."""
@@ -99,7 +99,7 @@ def fold(be, cols, size, kernel, stride, padding, dilation):
     return out, backward
 
 
-@op("conv", saves=(0, 1), saves_out=False, needs=True)
+@op("conv", saves=(0, 1), saves_out=False, needs=True, complex="holomorphic")
 def convolution(be, x, w, b=None, *, stride, padding, dilation, groups, needs=(True, True, True)):
     """A convolution layer in one node: ``x`` of shape ``(N, C, *S)``, ``w`` of
     ``(out, C / groups, *kernel)`` (PyTorch's layout), ``b`` of ``(out,)`` or absent.
@@ -154,7 +154,7 @@ def convolution(be, x, w, b=None, *, stride, padding, dilation, groups, needs=(T
     return xp.reshape(out, (n, channels, *out_shape)), backward
 
 
-@op("conv_transpose", saves=(0, 1), saves_out=False, needs=True)
+@op("conv_transpose", saves=(0, 1), saves_out=False, needs=True, complex="holomorphic")
 def conv_transpose(be, x, w, b=None, *, stride, padding, output_padding, dilation, groups,
                    needs=(True, True, True)):
     """A transposed convolution layer in one node (``torch.nn.functional.conv_transpose1d``

@@ -46,7 +46,9 @@ class Entry:
     # converted to the default float dtype first, as PyTorch does: NumPy would give
     # float16 for small integers), "numeric" (bool refused) or "any".
     accepts: str = "any"
-    complex: object = None  # ``fn(xp, z)``: the forward for complex input, where the library's misses cases
+    # the forward for complex input, where the library's misses cases: ``fn(xp, z)`` for
+    # a tensor outside the graph, or an ``Op`` for every complex tensor (its own rule)
+    complex: object = None
 
 
 UNARY: dict[str, Entry] = {}
@@ -84,7 +86,7 @@ def unary(name, forward, rule=None, *, uses=("x",), quiet=False, method=(), symb
             xp = be.xp
             return (be.quietly(forward, xp, a) if quiet else forward(xp, a)), lambda g: (xp.zeros_like(g),)
 
-        operation = Op(symbol or name, fn, saves=(), saves_out=False, rule=_zero_rule)
+        operation = Op(symbol or name, fn, saves=(), saves_out=False, rule=_zero_rule, complex="holomorphic")
     else:
 
         def fn(be, a):
@@ -219,9 +221,18 @@ def pow(be, a, b):
             b == 0.5 if not hasattr(b, "shape") else math.prod(b.shape) == 1 and float(xp.reshape(b, ())) == 0.5):
         out = _half_power_cases(xp, a, out)
 
-    def backward(g):
+    def backward(g):  # holomorphic in both operands (complex values: the engine conjugates around it)
         ga = xp.where(b == 0, xp.zeros_like(g), g * b * a ** (b - 1))
-        gb = xp.where((a == 0) & (b >= 0), xp.zeros_like(g), g * out * xp.log(a))
+        complex_out = xp.isdtype(out.dtype, "complex floating")
+        if complex_out and not xp.isdtype(a.dtype, "complex floating"):
+            log_a = xp.log(xp.astype(a, out.dtype))  # a real base below 0 has a complex log
+        else:
+            log_a = xp.log(a)
+        if xp.isdtype(b.dtype, "complex floating"):  # 0 ** b has no slope in b for real b >= 0 (PyTorch)
+            flat = (xp.imag(b) == 0) & (xp.real(b) >= 0)
+        else:
+            flat = b >= 0
+        gb = xp.where((a == 0) & flat, xp.zeros_like(g), g * out * log_a)
         return ga, gb
 
     return out, backward
@@ -424,8 +435,8 @@ def sgn(xp, a):
     """The sign of the real ``a`` as PyTorch's gradients take it (``sgn``): -1, 0 or 1,
     and 0 at NaN, where the standard's ``sign`` is nan. From two comparisons, so a NaN
     never enters the arithmetic; counted in int8, so the temporaries stay small (faster
-    than NumPy's ``sign`` on large float64 arrays). Only backward rules call it, and
-    complex tensors carry no gradients."""
+    than NumPy's ``sign`` on large float64 arrays). Only backward rules call it, on
+    real values (:func:`_complex_sign` is the complex one)."""
     return xp.astype(xp.astype(a > 0, xp.int8) - xp.astype(a < 0, xp.int8), a.dtype)
 
 
@@ -543,7 +554,27 @@ ceil = unary("ceil", lambda xp, x: xp.ceil(x), ZERO, method=("ceil",))
 floor = unary("floor", lambda xp, x: xp.floor(x), ZERO, method=("floor",))
 trunc = unary("trunc", lambda xp, x: xp.trunc(x), ZERO, method=("trunc",))
 round = unary("round", lambda xp, x: xp.round(x), ZERO, method=("round",))
-sign = unary("sign", lambda xp, x: xp.sign(x), ZERO, method=("sign",), accepts="numeric", complex=_complex_sign)
+
+
+@op("sign", saves=(0,), saves_out=False, complex="own")
+def complex_sign(be, a):
+    """``sign`` of a complex ``a``: ``a / |a|`` (0 at 0), with PyTorch's ``sgn``
+    gradient ``(g - Re(conj(s) g) s) / |a|`` (0 at 0). Every complex input takes it,
+    also one that requires grad; a real one takes ``sign``'s own op."""
+    xp = be.xp
+
+    def backward(g):
+        magnitude = xp.abs(a)
+        zero = magnitude == 0
+        inverse = xp.astype(xp.where(zero, xp.zeros_like(magnitude), 1.0 / xp.where(zero, 1.0, magnitude)), a.dtype)
+        phase = a * inverse
+        g = xp.astype(g, a.dtype)
+        return ((g - xp.astype(xp.real(xp.conj(phase) * g), a.dtype) * phase) * inverse,)
+
+    return _complex_sign(xp, a), backward
+
+
+sign = unary("sign", lambda xp, x: xp.sign(x), ZERO, method=("sign",), accepts="numeric", complex=complex_sign)
 signbit = unary("signbit", lambda xp, x: xp.signbit(x), method=("signbit",))
 isfinite = unary("isfinite", lambda xp, x: xp.isfinite(x), method=("isfinite",))
 isinf = unary("isinf", lambda xp, x: xp.isinf(x), method=("isinf",))
@@ -568,7 +599,7 @@ def _imag_rule(xp, x, g):
 # the engine runs them as conj(rule(conj(g))). abs, conj, real and imag have their own.
 for _op in (add, add_scalar, sub, sub_scalar, rsub_scalar, mul, mul_scalar, div, div_scalar, rdiv_scalar,
             pow_scalar, rpow_scalar, neg, exp, log, tanh, sqrt, positive, acos, acosh, asin, asinh, atan, atanh,
-            cos, cosh, sin, sinh, tan, expm1, log1p, log2, log10, reciprocal, square):
+            cos, cosh, sin, sinh, tan, expm1, log1p, log2, log10, reciprocal, square, pow):
     _op.complex = "holomorphic"
 for _op in (abs, conj, real, imag):
     _op.complex = "own"

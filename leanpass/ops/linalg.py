@@ -32,6 +32,16 @@ def _transpose(xp, m):
     return m.T if m.ndim == 2 else xp.matrix_transpose(m)
 
 
+def _summed(*parts):
+    """The gradient of the one input of a multi-output operation from its rules'
+    parts (each a 1-tuple, or None for an output that got no gradient)."""
+    total = None
+    for part in parts:
+        if part is not None and part[0] is not None:
+            total = part[0] if total is None else total + part[0]
+    return (total,)
+
+
 def _none(g):
     """The backward of an output that passes no gradient (``slogdet``'s sign, ``A ** 0``)."""
     return (None,)
@@ -245,16 +255,17 @@ def solve(be, a, b, batch, needs=(True, True)):
     return (x[..., 0] if vector else x), backward
 
 
-@op("pinv", saves=(0,), saves_out=True)
+@op("pinv", saves=(0,), saves_out=True, complex="own")
 def pinv(be, a, rtol):
     """Moore-Penrose pseudo-inverse (``rtol``: None, a number or an array broadcast
-    against the stack); PyTorch's gradient (for matrices of constant rank)."""
+    against the stack); PyTorch's gradient (for matrices of constant rank), complex
+    matrices too."""
     xp = be.xp
     p = be.linalg.pinv(a, rtol=rtol)
     m, n = a.shape[-2:]
 
     def backward(g):
-        t = lambda x: _transpose(xp, x)  # noqa: E731
+        t = lambda x: _adjoint(xp, x)  # noqa: E731 - the conjugate transpose (complex matrices too)
         pt, gt = t(p), t(g)
         if m <= n:
             k = gt @ p
@@ -348,16 +359,16 @@ def slogdet(be, a):
                             f"{a.shape}): {exc}") from None
         return _transpose(xp, xp.conj(inverse) if complex_input else inverse)
 
-    def backward(g):
-        return (g[..., None, None] * inverse_transposed(),)
-
-    def sign_backward(g):
-        if not complex_input:
+    def backward(g_sign, g_logabsdet):
+        total = None if g_logabsdet is None else g_logabsdet  # the gradient of log det, as a complex number
+        if g_sign is not None and complex_input:
+            turn = xp.imag(xp.conj(g_sign) * sign) * (-1j)
+            total = turn if total is None else total + turn
+        if total is None:  # a real sign passes nothing
             return (None,)
-        turn = xp.imag(xp.conj(g) * sign) * (-1j)
-        return (turn[..., None, None] * inverse_transposed(),)
+        return (total[..., None, None] * inverse_transposed(),)
 
-    return (sign, xp.asarray(logabsdet)), (sign_backward, backward)
+    return (sign, xp.asarray(logabsdet)), backward
 
 
 # ---- linalg: decompositions --------------------------------------------------------------------
@@ -428,12 +439,19 @@ def _eigen_values_backward(be, v):
     return backward
 
 
-@op("eigh", saves=(), saves_out=True, complex="own")
+def _eigh_rule(be, outs):
+    """eigh's backward from its outputs ``(w, v)``: ``backward(gw, gv)``."""
+    w, v = outs
+    values, vectors = _eigen_values_backward(be, v), _eigen_vectors_backward(be, w, v)
+    return lambda gw, gv: _summed(values(gw) if gw is not None else None, vectors(gv) if gv is not None else None)
+
+
+@op("eigh", saves=(), saves_out=True, complex="own", rule=_eigh_rule)
 def eigh(be, a):
     """``(eigenvalues, eigenvectors)`` of symmetric matrices, with PyTorch's gradients
     (symmetric, for distinct eigenvalues)."""
-    w, v = be.linalg.eigh(a)
-    return (w, v), (_eigen_values_backward(be, v), _eigen_vectors_backward(be, w, v))
+    outs = be.linalg.eigh(a)
+    return tuple(outs), _eigh_rule(be, outs)
 
 
 @op("eigvalsh", saves=(), saves_out=True, complex="own")
@@ -447,67 +465,102 @@ def eigvalsh(be, a, grad):
 
 
 def _svd_values_backward(be, u, vh):
-    """``gA = U diag(gS) Vh``."""
+    """``gA = U diag(gS) Vh`` (``gS`` real, also for complex matrices)."""
+    xp = be.xp
 
     def backward(g):
-        return ((u * g[..., None, :]) @ vh,)
+        return ((u * xp.astype(g, u.dtype)[..., None, :]) @ vh,)
 
     return backward
 
 
-def _svd_backwards(be, u, s, vh, m, n):
-    """PyTorch's ``svd_backward`` split into the part from ``gU`` and the part from
-    ``gVh`` (reduced ``U``, ``Vh``; distinct, non-zero singular values)."""
+def _diagonal_matrix(be, d, dtype):
+    """Matrices with the vectors ``d`` (a stack) on their diagonals."""
+    return d[..., None, :] * _eye_like(be, d.shape[-1], dtype)
+
+
+def _svd_backward(be, u, s, vh, m, n):
+    """PyTorch's ``svd_backward`` (reduced ``U``, ``Vh``; distinct, non-zero singular
+    values), given the gradients of all three outputs at once::
+
+        gA = U [(skew(U^H gU) / E) S + S (skew(V^H gV) / E) + diag(gS)] V^H
+             + (I - U U^H) gU S^-1 V^H + U S^-1 gV^H (I - V V^H)
+
+    with ``skew(X) = X - X^H`` and ``E_jk = s_k^2 - s_j^2`` (1 on the diagonal). The
+    columns of complex ``U`` and ``V`` are defined up to a phase each (``u_j e^{i phi}``,
+    ``v_j e^{i phi}``): a loss that depends on those phases (``Im (U^H gU)_jj + Im (V^H
+    gV)_jj`` not 0) is refused, as PyTorch refuses it; for one that does not, the
+    diagonal gets ``i Im (U^H gU)_jj / s_j`` (the phases moved to ``U``)."""
     xp = be.xp
-    t = lambda x: _transpose(xp, x)  # noqa: E731
     k = s.shape[-1]
+    complex_input = xp.isdtype(u.dtype, "complex floating")
+    values = _svd_values_backward(be, u, vh)
 
-    def gaps():
-        s2 = s * s  # E_jl = s_l^2 - s_j^2, 1 on the diagonal
-        return s2[..., None, :] - s2[..., :, None] + _eye_like(be, k, s.dtype)
+    def h(x):
+        return _adjoint(xp, x)
 
-    def backward_u(g):
+    def backward(gu, gs, gvh):
+        if gu is None and gvh is None:
+            return values(gs) if gs is not None else (None,)
         with be.quiet():  # repeated or zero singular values: inf/nan, as PyTorch
-            return _backward_u(g)
+            return (vectors(gu, gs, gvh),)
 
-    def backward_vh(g):
-        with be.quiet():
-            return _backward_vh(g)
+    def vectors(gu, gs, gvh):
+        s2 = s * s
+        gaps = s2[..., None, :] - s2[..., :, None] + _eye_like(be, k, s.dtype)
+        inner = 0.0
+        uhgu = vhgv = None
+        if gu is not None:
+            gu = gu[..., :k]  # full_matrices: the columns past k get no gradient (PyTorch)
+            uhgu = h(u) @ gu
+            inner = (uhgu - h(uhgu)) / gaps * s[..., None, :]
+        if gvh is not None:
+            gvh = gvh[..., :k, :]
+            vhgv = vh @ h(gvh)
+            inner = inner + s[..., :, None] * ((vhgv - h(vhgv)) / gaps)
+        if complex_input:
+            phases = [xp.imag(xp.linalg.diagonal(x)) for x in (uhgu, vhgv) if x is not None]
+            total = phases[0] if len(phases) == 1 else phases[0] + phases[1]
+            if bool(xp.any(xp.abs(total) > 1e-2 + 1e-2 * xp.abs(phases[-1]))):  # a read on the host, as eigh's
+                raise RuntimeError(
+                    "svd: the singular vectors of a complex matrix are defined up to a phase each (u_j e^{i phi}, "
+                    "v_j e^{i phi}), and the loss depends on those phases, so its gradient is not defined (PyTorch "
+                    "refuses it too); use quantities that do not depend on them (abs(U), U @ Vh, the singular values)"
+                )
+            if uhgu is not None:
+                inner = inner + _diagonal_matrix(be, xp.astype(xp.imag(xp.linalg.diagonal(uhgu)) / s, u.dtype) * 1j,
+                                                 u.dtype)
+        if gs is not None:
+            inner = inner + _diagonal_matrix(be, xp.astype(gs, u.dtype), u.dtype)
+        if m > k and gu is not None:
+            scaled = gu / xp.astype(s, u.dtype)[..., None, :]
+            return (u @ inner + scaled - u @ (h(u) @ scaled)) @ vh
+        if n > k and gvh is not None:
+            scaled = gvh / xp.astype(s, u.dtype)[..., :, None]
+            return u @ (inner @ vh + scaled - (scaled @ h(vh)) @ vh)
+        return u @ inner @ vh
 
-    def _backward_u(g):
-        g = g[..., :k]  # full_matrices: the columns past k get no gradient (PyTorch)
-        utg = t(u) @ g
-        inner = (utg - t(utg)) / gaps() * s[..., None, :]
-        if m > n:
-            scaled = g / s[..., None, :]
-            return ((u @ inner + scaled - u @ (t(u) @ scaled)) @ vh,)
-        return (u @ inner @ vh,)
-
-    def _backward_vh(g):
-        g = g[..., :k, :]
-        vgt = vh @ t(g)
-        inner = s[..., :, None] * ((vgt - t(vgt)) / gaps())
-        if m < n:
-            scaled = g / s[..., :, None]
-            return (u @ (inner @ vh + scaled - (scaled @ t(vh)) @ vh),)
-        return (u @ inner @ vh,)
-
-    return backward_u, _svd_values_backward(be, u, vh), backward_vh
+    return backward
 
 
-@op("svd", saves=(), saves_out=True)
-def svd(be, a, full_matrices):
-    """``(U, S, Vh)`` with PyTorch's gradients (distinct singular values; with
-    ``full_matrices`` the extra singular vectors get none)."""
-    u, s, vh = be.linalg.svd(a, full_matrices=full_matrices)
-    m, n = a.shape[-2:]
+def _svd_rule(be, outs, full_matrices):
+    """svd's backward from its outputs ``(U, S, Vh)``: ``backward(gU, gS, gVh)``."""
+    u, s, vh = outs
     k = s.shape[-1]
     ur = u[..., :k] if u.shape[-1] > k else u
     vhr = vh[..., :k, :] if vh.shape[-2] > k else vh
-    return (u, s, vh), _svd_backwards(be, ur, s, vhr, m, n)
+    return _svd_backward(be, ur, s, vhr, u.shape[-2], vh.shape[-1])
 
 
-@op("svdvals", saves=(), saves_out=True)
+@op("svd", saves=(), saves_out=True, complex="own", rule=_svd_rule)
+def svd(be, a, full_matrices):
+    """``(U, S, Vh)`` with PyTorch's gradients (distinct singular values; with
+    ``full_matrices`` the extra singular vectors get none; complex matrices too)."""
+    outs = tuple(be.linalg.svd(a, full_matrices=full_matrices))
+    return outs, _svd_rule(be, outs, full_matrices)
+
+
+@op("svdvals", saves=(), saves_out=True, complex="own")
 def svdvals(be, a, grad):
     """Singular values, largest first (``grad``: compute the singular vectors the
     gradient needs)."""
@@ -517,17 +570,19 @@ def svdvals(be, a, grad):
     return s, _svd_values_backward(be, u, vh)
 
 
-@op("qr", saves=(), saves_out=True)
-def qr(be, a, mode):
-    """``(Q, R)``; gradients for ``mode="reduced"`` (any shape) and for
-    ``mode="complete"`` when ``M <= N`` (the same factors), as PyTorch."""
+def _qr_rule(be, outs, mode):
+    """qr's backward from its outputs ``(Q, R)``: ``backward(gQ, gR)``."""
     xp = be.xp
-    t = lambda x: _transpose(xp, x)  # noqa: E731
-    q, r = be.linalg.qr(a, mode=mode)
-    m, n = a.shape[-2:]
+    t = lambda x: _adjoint(xp, x)  # noqa: E731 - the conjugate transpose (complex matrices too)
+    q, r = outs
+    m, n = q.shape[-2], r.shape[-1]
+    complex_input = xp.isdtype(q.dtype, "complex floating")
 
     def square(gq, gr, r):
-        """TensorFlow's ``_QrGradSquareAndDeepMatrices`` (M >= N); gq or gr may be None."""
+        """TensorFlow's ``_QrGradSquareAndDeepMatrices`` (M >= N): ``gA = [(I - QQ^H) gQ
+        + Q (gR R^H + N)] R^-H`` with ``M = Q^H gQ - gR R^H`` and ``N = tril(M - M^H)``
+        with half its diagonal (``i Im diag M``: R's diagonal is real, so only the
+        imaginary part of ``Q^H dQ``'s diagonal is free); gq or gr may be None."""
         inner = 0.0
         total = 0.0
         if gq is not None:
@@ -537,7 +592,10 @@ def qr(be, a, mode):
         if gr is not None:
             rgr = r @ t(gr)
             inner = inner + (rgr - t(rgr))
-        part = _right_solve(be, xp.tril(inner), t(r))
+        lower = xp.tril(inner)
+        if complex_input:  # the diagonal of inner is 2i Im(diag M): R's real diagonal takes half of it
+            lower = lower - 0.5 * _diagonal_matrix(be, xp.linalg.diagonal(inner), inner.dtype)
+        part = _right_solve(be, lower, t(r))
         if gr is not None:
             part = part + gr
         return q @ part + total
@@ -556,10 +614,19 @@ def qr(be, a, mode):
             return (xp.concat([square(gq, None, u), be.zeros(q.shape[:-2] + (m, n - m), q.dtype)], axis=-1),)
         gv = gr[..., m:]
         y = q @ v
-        gx = square(y @ t(gv), gr[..., :m], u)
+        gx = square(y @ t(gv) if gq is None else gq + y @ t(gv), gr[..., :m], u)
         return (xp.concat([gx, q @ gv], axis=-1),)
 
-    return (q, r), (lambda g: backward(g, None), lambda g: backward(None, g))
+    return backward
+
+
+@op("qr", saves=(), saves_out=True, complex="own", rule=_qr_rule)
+def qr(be, a, mode):
+    """``(Q, R)``; gradients for ``mode="reduced"`` (any shape) and for
+    ``mode="complete"`` when ``M <= N`` (the same factors), as PyTorch; complex
+    matrices too (with conjugate transposes)."""
+    outs = tuple(be.linalg.qr(a, mode=mode))
+    return outs, _qr_rule(be, outs, mode)
 
 
 # ---- linalg: norms -----------------------------------------------------------------------------

@@ -262,7 +262,7 @@ def cross_entropy_index(be, logits, index, axis, bad=None):
     return out, backward
 
 
-@op("linear", saves=(0, 1), saves_out=False, needs=True)
+@op("linear", saves=(0, 1), saves_out=False, needs=True, complex="holomorphic")
 def linear(be, x, w, b=None, needs=(True, True, True)):
     """``x @ w.T + b`` in one node (a layer's forward): ``x`` of shape ``(..., in)``,
     ``w`` of ``(out, in)`` (PyTorch's layout), ``b`` of ``(out,)`` or absent. The

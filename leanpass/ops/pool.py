@@ -160,7 +160,7 @@ def _avg_scale(be, size, kernel, stride, padding, out, count_include_pad, diviso
     return 1.0 / (be.xp.reshape(counts[0], (-1, 1)) * counts[1])
 
 
-@op("avg_pool2d", saves=(), saves_out=False)
+@op("avg_pool2d", saves=(), saves_out=False, complex="holomorphic")
 def avg_pool2d(be, a, kernel, stride, padding, out, count_include_pad, divisor_override):
     """The mean of each window over the last two axes, with PyTorch's divisors
     (``count_include_pad``, ``divisor_override``, ``ceil_mode``'s clipped windows)."""

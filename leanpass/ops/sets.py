@@ -23,7 +23,7 @@ unique_inverse = _unique("unique_inverse", 2)
 unique_values = _unique("unique_values", 1)
 
 
-@op("unique_values", saves=(), saves_out=False)
+@op("unique_values", saves=(), saves_out=False, complex="holomorphic")
 def gather_first(be, a, first, inverse):
     """The elements of the flattened ``a`` at the int64 indices ``first`` of the first
     occurrences of its unique values (``inverse``: the inverse indices of ``unique_all``).
