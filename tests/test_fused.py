@@ -59,7 +59,7 @@ def test_fused_path_matches_the_generic_path(activation, name):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
 
-ROW_KERNELS = ["affine_rows", "affine2_rows", "centered_squares"]
+ROW_KERNELS = ["affine_rows", "affine2_rows", "centered_squares", "centered_dot"]
 needs_numba = pytest.mark.skipif(not _numba.enabled(), reason="Numba (the fuse extra) is not installed")
 
 
@@ -104,11 +104,44 @@ def test_row_kernels_give_the_generic_arithmetic(dtype):
     g = rng.normal(size=(6, 80)).astype(dtype)[:, ::2]  # rows with a stride: copied to C order first
     a, c, d, m = (rng.normal(size=6).astype(dtype) for _ in range(4))
     tol = {"float32": 1e-5, "float64": 1e-13}[dtype]
-    for got, want in zip([fused[0](x, a, d), fused[1](g, a, x, c, d), fused[2](x, m)],
-                         [f(*args) for f, args in zip(_generic(dtype), [(x, a, d), (g, a, x, c, d), (x, m)])]):
+    dot = get_backend("cpu").fused.centered_dot
+    for got, want in zip([fused[0](x, a, d), fused[1](g, a, x, c, d), fused[2](x, m), dot(g, x, m)],
+                         [f(*args) for f, args in zip(_generic(dtype), [(x, a, d), (g, a, x, c, d), (x, m)])]
+                         + [np.sum(g * (x - m[:, None]), axis=1)]):
         assert got.dtype == want.dtype == np.dtype(dtype)
         np.testing.assert_allclose(got, want, rtol=tol)
     np.testing.assert_allclose(fused[2](x, m), ((x.astype("float64") - m[:, None]) ** 2).sum(1), rtol=tol)
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm_with_the_kernels_is_batch_norm_without(dtype, affine, monkeypatch):
+    """Training-mode batch norm of a (N, C, H, W) input: output, gradients and the
+    running statistics alike with and without the row kernels."""
+    rng = np.random.default_rng(2)
+    data = rng.normal(size=(4, 3, 5, 6)) * 2 + 7
+    g = rng.normal(size=data.shape).astype(dtype)
+
+    def run():
+        layer = nn.BatchNorm2d(3, affine=affine, dtype=dtype)
+        if affine:
+            layer.load_state_dict({**layer.state_dict(), "weight": rng_fixed(3, dtype), "bias": rng_fixed(3, dtype, 1)})
+        x = Tensor(data.astype(dtype), requires_grad=True)
+        y = layer(x)
+        y.backward(Tensor(g))
+        out = [y.numpy(), x.grad, layer.running_mean.numpy(), layer.running_var.numpy()]
+        return out + ([layer.weight.grad, layer.bias.grad] if affine else [])
+
+    fused = run()
+    monkeypatch.setattr(get_backend("cpu"), "fused", NO_FUSED)
+    tol = {"float32": 2e-4, "float64": 1e-11}[dtype]
+    for a, b in zip(fused, run()):
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+
+def rng_fixed(n, dtype, seed=0):
+    return np.random.default_rng(seed).normal(size=n).astype(dtype)
 
 
 @needs_numba

@@ -166,6 +166,7 @@ class FusedKernels:
     - ``affine_rows(x, a, b) -> x * a[:, None] + b[:, None]``
     - ``affine2_rows(g, a, x, c, d) -> g * a[:, None] + (x * c[:, None] + d[:, None])``
     - ``centered_squares(x, m) -> sum((x - m[:, None]) ** 2, axis=1)``
+    - ``centered_dot(g, x, m) -> sum(g * (x - m[:, None]), axis=1)``
     """
 
     relu_backward: object = None
@@ -177,6 +178,7 @@ class FusedKernels:
     affine_rows: object = None
     affine2_rows: object = None
     centered_squares: object = None
+    centered_dot: object = None
     row_dtypes: tuple = ()
 
     def names(self) -> list[str]:

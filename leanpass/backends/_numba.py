@@ -5,8 +5,8 @@ NumPy spends a pass over memory per operation, and twice that where a per-row va
 is broadcast along rows shorter than its buffer (``x * scale[:, None]`` with rows of
 a thousand elements costs two plain multiplies). Normalisation layers are made of
 such operations: GroupNorm's forward and backward are about twenty passes over the
-activations in NumPy, against eight in PyTorch's kernels. Each kernel here is one
-pass of a loop that LLVM vectorises.
+activations in NumPy, against eight in PyTorch's kernels; BatchNorm's are alike.
+Each kernel here is one pass of a loop that LLVM vectorises.
 
 Numba is imported, and a kernel compiled (once per dtype, then cached on disk),
 the first time a kernel runs, never at ``import leanpass``. The ``cpu`` backend
@@ -66,7 +66,16 @@ def _compiled():
                 total += d * d
             out[r] = total
 
-    return affine, affine2, centered_squares
+    @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
+    def centered_dot(g, x, mean, out):
+        for r in range(x.shape[0]):
+            m = np.float64(mean[r])
+            total = 0.0
+            for k in range(x.shape[1]):
+                total += np.float64(g[r, k]) * (np.float64(x[r, k]) - m)
+            out[r] = total
+
+    return affine, affine2, centered_squares, centered_dot
 
 
 def _rows(x):
@@ -96,8 +105,16 @@ def centered_squares(x, mean):
     return out.astype(x.dtype, copy=False)
 
 
+def centered_dot(g, x, mean):
+    """``sum(g * (x - mean[:, None]), axis=1)`` for ``g`` and ``x`` of shape ``(R, K)``,
+    summed in float64, returned in ``x``'s dtype: one pass, no centred copy."""
+    out = np.empty(x.shape[0], np.float64)
+    _compiled()[3](_rows(g), _rows(x), _rows(mean), out)
+    return out.astype(x.dtype, copy=False)
+
+
 def kernels() -> dict:
     """The kernels as :class:`~leanpass.backends._base.FusedKernels` fields (offer
     them only where :func:`enabled`)."""
     return {"affine_rows": affine_rows, "affine2_rows": affine2_rows, "centered_squares": centered_squares,
-            "row_dtypes": _FLOATS}
+            "centered_dot": centered_dot, "row_dtypes": _FLOATS}

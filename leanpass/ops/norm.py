@@ -8,7 +8,7 @@ import math
 from ._op import op
 
 
-@op("batch_norm", saves=(1,), saves_out=False, needs=True)
+@op("batch_norm", saves=(0, 1), saves_out=False, needs=True)
 def batch_norm(be, x, weight=None, bias=None, axes=(0,), eps=1e-5, stats=None, needs=(True, True, True)):
     """``(x - mean) / sqrt(var + eps) * weight + bias`` with the mean and the biased
     variance over ``axes`` (every axis but the channels, axis 1); ``weight`` and
@@ -23,6 +23,8 @@ def batch_norm(be, x, weight=None, bias=None, axes=(0,), eps=1e-5, stats=None, n
     inv_std**2 * s_gc / n)``.
     """
     xp = be.xp
+    if x.ndim > 2 and _fused_rows(be, x, weight, bias):
+        return _batch_norm_rows(be, x, weight, bias, eps, stats, needs)
     channels = x.shape[1]
     shape = (1, channels) + (1,) * (x.ndim - 2)  # one value per channel, broadcasting over x
     n = math.prod(x.shape[a] for a in axes)
@@ -56,6 +58,65 @@ def batch_norm(be, x, weight=None, bias=None, axes=(0,), eps=1e-5, stats=None, n
             grads.append(xp.reshape(sum_gc * inv_std, (channels,)) if need_w else None)
         if bias is not None:
             grads.append(xp.reshape(sum_g, (channels,)) if need_b else None)
+        return tuple(grads)
+
+    return out, backward
+
+
+def _fused_rows(be, x, *others) -> bool:
+    """Whether the backend has row kernels for ``x``'s dtype (and the other arrays, where
+    given, have it too)."""
+    fused = be.fused
+    return (fused.affine_rows is not None and x.dtype in fused.row_dtypes
+            and all(a is None or a.dtype == x.dtype for a in others))
+
+
+def _batch_norm_rows(be, x, weight, bias, eps, stats, needs):
+    """:func:`batch_norm` of ``x`` of shape ``(N, C, *S)`` on the backend's row kernels
+    (one pass each; rows of ``(sample, channel)``, as :func:`group_norm`'s): the row sums
+    and the centred squares give each channel's mean and variance, the output is ``x *
+    scale + shift`` per row, and the backward's sums (``sum(g)``, ``sum(g * (x - mean))``)
+    and the input's gradient, ``g * scale + x * c + d``, are one pass each."""
+    xp = be.xp
+    fused = be.fused
+    n, c = x.shape[0], x.shape[1]
+    size = math.prod(x.shape[2:])
+    count = n * size
+    rows = xp.reshape(x, (n * c, size))
+
+    def per_channel(per_row):  # (N * C,) -> (C,): summed over the samples
+        return xp.sum(xp.reshape(per_row, (n, c)), axis=0)
+
+    def per_row(per_channel):  # (C,) -> (N * C,): the channel's value on each of its rows
+        return xp.reshape(xp.broadcast_to(per_channel, (n, c)), (n * c,))
+
+    mean = per_channel(xp.matmul(rows, be.ones((size,), x.dtype))) / count
+    mean_rows = per_row(mean)
+    var = per_channel(fused.centered_squares(rows, mean_rows)) / count
+    inv_std = 1.0 / xp.sqrt(var + eps)
+    scale = inv_std if weight is None else inv_std * weight
+    shift = -mean * scale if bias is None else bias - mean * scale
+    scale_rows = per_row(scale)
+    out = xp.reshape(fused.affine_rows(rows, scale_rows, per_row(shift)), x.shape)
+    if stats is not None:
+        stats[:] = (mean, var)
+    need_x, need_w = needs[0], weight is not None and needs[1]
+    need_b = bias is not None and needs[2]
+
+    def backward(g):
+        g_rows = xp.reshape(g, (n * c, size))
+        sum_g = per_channel(xp.matmul(g_rows, be.ones((size,), g.dtype)))
+        sum_gxhat = per_channel(fused.centered_dot(g_rows, rows, mean_rows)) * inv_std if need_x or need_w else None
+        gx = None
+        if need_x:  # scale * (g - mean(g) - xhat * mean(g * xhat)) = g * scale + x * coef + offset
+            coef = -scale * inv_std * sum_gxhat / count
+            offset = -scale * sum_g / count - coef * mean
+            gx = xp.reshape(fused.affine2_rows(g_rows, scale_rows, rows, per_row(coef), per_row(offset)), x.shape)
+        grads = [gx]
+        if weight is not None:
+            grads.append(sum_gxhat if need_w else None)
+        if bias is not None:
+            grads.append(sum_g if need_b else None)
         return tuple(grads)
 
     return out, backward
