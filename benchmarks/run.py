@@ -92,7 +92,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from models import transformer_block  # noqa: E402
-from steps import HandStep, LeanPassStep, TorchStep, make_problem, model_steps  # noqa: E402
+from steps import CompiledLeanPassStep, HandStep, LeanPassStep, TorchStep, make_problem, model_steps  # noqa: E402
 
 import leanpass  # noqa: E402
 from leanpass import Tensor  # noqa: E402
@@ -171,7 +171,7 @@ def step_fn(step):
 
 
 def w1(dtype, rounds, n_threads):
-    classes = [HandStep, LeanPassStep] + ([TorchStep] if torch else [])
+    classes = [HandStep, LeanPassStep, CompiledLeanPassStep] + ([TorchStep] if torch else [])
     with threads(n_threads):
         steps = {cls.name: cls(SIZES, BATCH, dtype=dtype) for cls in classes}
         fns = {name: step_fn(s) for name, s in steps.items()}
@@ -221,6 +221,22 @@ def chain_leanpass(x0):
     return run
 
 
+def chain_compiled(x0):
+    """:func:`chain_leanpass` through ``leanpass.compile`` (traced once, then replayed)."""
+    def chain(x):
+        y = x
+        for _ in range(CHAIN // 4):
+            y = (y * x).tanh() * 0.5 + 0.25
+        y.sum().backward()
+
+    compiled = leanpass.compile(chain)
+
+    def run():
+        compiled(Tensor(x0, requires_grad=True))
+
+    return run
+
+
 def chain_torch(x0):
     t0 = torch.tensor(x0)
 
@@ -250,6 +266,7 @@ def w2(rounds, n_threads):
     if torch:
         fns["pytorch"] = chain_torch(x0)
     fns["leanpass"] = chain_leanpass(x0)
+    fns["leanpass compiled"] = chain_compiled(x0)
     fns["numpy (forward only)"] = chain_numpy(x0)
     with threads(n_threads):
         medians = interleaved(fns, rounds, repeat=20)
@@ -675,7 +692,7 @@ def main(argv=None):
           f"PyTorch {info['torch']}, LeanPass {info['leanpass']}; OPENBLAS_CORETYPE={info['OPENBLAS_CORETYPE']}\n")
 
     if "W1" in args.only:
-        names = ["by hand", "leanpass"] + (["pytorch"] if torch else [])
+        names = ["by hand", "leanpass", "leanpass compiled"] + (["pytorch"] if torch else [])
         rows = []
         if args.processes > 1:
             runs = results["W1 processes"] = w1_processes(args)

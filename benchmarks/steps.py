@@ -70,6 +70,30 @@ class LeanPassStep(_FrameworkStep):
         self.backend.synchronize()
 
 
+class CompiledLeanPassStep(LeanPassStep):
+    """:class:`LeanPassStep`'s step through ``leanpass.compile``: traced at the first
+    call, replayed after (the same kernels, without the graph)."""
+
+    name = "leanpass compiled"
+
+    def __init__(self, *args, **kwargs):
+        import leanpass
+
+        super().__init__(*args, **kwargs)
+
+        def step(x, labels):
+            self.optimizer.zero_grad()
+            loss = self._loss(self.model(x), labels)
+            loss.backward()
+            self.optimizer.step()
+            return loss
+
+        self._step = leanpass.compile(step)
+
+    def __call__(self):
+        return self._step(self.x, self.labels)
+
+
 class HandStep:
     """Forward, backward and SGD update written out with the array library."""
 

@@ -101,6 +101,8 @@ def arg_parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", default=None, metavar="NPZ", help="save model and optimizer here each epoch")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--compile", action="store_true",
+                   help="run the training step through leanpass.compile (traced once, then replayed)")
     p.add_argument("--distributed", action="store_true",
                    help="data parallel over the processes mpiexec started (MPI on cpu, NCCL on cuda)")
     return p
@@ -307,6 +309,15 @@ def train(args, build=build_mlp):
     n = len(data.y_train)
     if args.distributed:  # each epoch, every process takes its share of one shuffle
         sampler = leanpass.data.DistributedSampler(range(n), seed=args.seed, drop_last=True)
+    def train_step(x, y):
+        optimizer.zero_grad()
+        loss = nn.cross_entropy_loss(net(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    if args.compile:
+        train_step = leanpass.compile(train_step)
     for epoch in range(first_epoch, args.epochs + 1):
         model.train()
         if args.distributed:
@@ -322,10 +333,7 @@ def train(args, build=build_mlp):
             x_epoch, y_epoch = x_train[order], y_train[order]
         for step, rows in enumerate(batches(len(order), args.batch_size), start=1):
             size = rows.stop - rows.start
-            optimizer.zero_grad()
-            loss = nn.cross_entropy_loss(net(x_epoch[rows]), y_epoch[rows])
-            loss.backward()
-            optimizer.step()
+            loss = train_step(x_epoch[rows], y_epoch[rows])
             weighted = loss.detach() * float(size)
             running = weighted if running is None else running + weighted  # stays on the device
             seen += size

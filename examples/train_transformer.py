@@ -92,6 +92,8 @@ def parse_args(argv=None):
     p.add_argument("--checkpoint", default=None, metavar="NPZ", help="save model and optimizer here")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--compile", action="store_true",
+                   help="run the training step through leanpass.compile (traced once, then replayed)")
     p.add_argument("--distributed", action="store_true",
                    help="data parallel over the processes mpiexec started (MPI on cpu, NCCL on cuda)")
     args = p.parse_args(argv)
@@ -329,18 +331,24 @@ def train(args):
                            "vocab": vocab, "sizes": sizes, "dtype": args.dtype,
                            "running": loss_sum, "counted": steps_summed}, args.checkpoint)
 
-    timed, start = 0, time.perf_counter()
-    for step in range(done + 1, last + 1):
-        model.train()
-        rng = np.random.default_rng([args.seed, step, rank])  # per step and process: resumable, distinct
-        batch = Tensor(windows(train_ids, rng.integers(0, len(train_ids) - args.context, args.batch_size),
-                               args.context + 1), device=device, dtype="int64")
+    def train_step(batch):
         optimizer.zero_grad()
         loss = nn.cross_entropy_loss(net(batch[:, :-1]), batch[:, 1:])
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         scheduler.step()
+        return loss
+
+    if args.compile:
+        train_step = leanpass.compile(train_step)
+    timed, start = 0, time.perf_counter()
+    for step in range(done + 1, last + 1):
+        model.train()
+        rng = np.random.default_rng([args.seed, step, rank])  # per step and process: resumable, distinct
+        batch = Tensor(windows(train_ids, rng.integers(0, len(train_ids) - args.context, args.batch_size),
+                               args.context + 1), device=device, dtype="int64")
+        loss = train_step(batch)
         running = loss.detach() if running is None else running + loss.detach()  # stays on the device
         counted += 1
         timed += 1

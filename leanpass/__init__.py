@@ -12,6 +12,7 @@ import math as _math
 
 from . import backends, data, distributed, fft, func, linalg, nn, optim, special
 from ._after_import import after_import as _after_import
+from ._compile import compile  # noqa: A004 - PyTorch's name (lp.compile); Python's compile stays builtins.compile
 from ._dtypes import DTYPES as _DTYPES
 from ._namespace import *  # noqa: F401,F403 - the array API functions
 from ._namespace import __all__ as _namespace_all
@@ -85,6 +86,7 @@ __all__ = [
     "inference_mode",
     "is_grad_enabled",
     "gradcheck",
+    "compile",
     "gradgradcheck",
     "grad",
     "value_and_grad",

@@ -18,6 +18,8 @@ from ._graph.above import above
 from ._graph.modes import _state as _grad_state
 from ._graph.modes import sequence as _sequence
 from ._graph.node import COMPLEX, Node, note_complex
+from ._graph.trace import TRACER
+from ._graph.trace import note as _trace_note
 from ._graph.versions import version_of
 from .backends import GRAD_DTYPES, backend_of_array, get_backend, get_default_dtype, host_array, transfer
 from .ops import Op
@@ -31,8 +33,9 @@ _new = object.__new__
 # ---- graph nodes ----------------------------------------------------------------------------
 
 
-def fill_leaf(t, data, backend, requires_grad, name, grad=None) -> None:
-    """Make the new Tensor ``t`` a leaf holding ``data`` on ``backend``."""
+def fill_leaf(t, data, backend, requires_grad, name, grad=None, python=False) -> None:
+    """Make the new Tensor ``t`` a leaf holding ``data`` on ``backend`` (``python``: made
+    from Python numbers, for lp.compile's record)."""
     t._data = data
     t._backend = backend
     t._grad = grad
@@ -43,6 +46,9 @@ def fill_leaf(t, data, backend, requires_grad, name, grad=None) -> None:
     t.name = name
     if requires_grad and dtype_name(data.dtype).startswith("complex"):
         note_complex()
+    tracer = TRACER[0]
+    if tracer is not None:  # a tensor made from data inside a traced call: a constant of the trace
+        tracer.born(t, python)
 
 
 def make(data, backend, op, prev, backward, requires_grad, replay=None):
@@ -87,6 +93,9 @@ def make(data, backend, op, prev, backward, requires_grad, replay=None):
     else:
         t._rg = False
         t._node = None
+    tracer = TRACER[0]
+    if tracer is not None:  # lp.compile records the operation (replay: how to run it again)
+        tracer.made(t, op, prev, replay)
     return t
 
 
@@ -164,7 +173,7 @@ class Parts:
         self.grads = grads
         self.dtype = dtype
 
-    def __add__(self, other: Parts) -> Parts:
+    def __add__(self, other: Parts) -> Parts:  # one output may reach the op twice (a second derivative's graph)
         return Parts(tuple(b if a is None else a if b is None else a + b for a, b in zip(self.grads, other.grads)),
                      self.dtype)
 
@@ -232,6 +241,7 @@ def several(op: Op, x, *params) -> list:
     output, whose backward passes its gradient on to it as :class:`Parts`. The
     outputs share one version counter: the rule reads all of them, so an in-place
     change of any one refuses the backward."""
+    _trace_note(f"{op} (a decomposition: its outputs are not replayed yet)")
     backend = x._backend
     outs, backward = _guarded(op.fn, backend, x._data, *params)
     record = x._rg and _grad_state.enabled
@@ -256,7 +266,7 @@ def run1(op: Op, a, *params):
     else:
         out, backward = _guarded(op.fn, backend, a._data, *params)
     rg = a._rg and op.differentiable
-    t = make(out, backend, op, (a,), backward, rg, params if rg else None)
+    t = make(out, backend, op, (a,), backward, rg, params if rg or TRACER[0] is not None else None)
     if op.view and (not op.copies or backend.shares_memory(out, a._data)):
         mark_view(t, a, None, (op, params))
     return t
@@ -306,7 +316,8 @@ def run2(op: Op, a, b, *params):
     if requires_grad and da is not db and da != db:
         note_complex_mix((a, b), out.dtype)
         backward = _cast_back(backward, backend.xp, (da, db))
-    return make(out, backend, op, (a, b), backward, requires_grad, params if requires_grad else None)
+    return make(out, backend, op, (a, b), backward, requires_grad,
+                params if requires_grad or TRACER[0] is not None else None)
 
 
 def run(op: Op, args, *params, **kw):
@@ -351,7 +362,7 @@ def run(op: Op, args, *params, **kw):
             if isinstance(out, backend.array_type):
                 backward = _cast_back(backward, backend.xp, dtypes)
 
-    def replay(gb, prev):
+    def replay(gb, prev):  # on Tensors with a GraphBackend, or on arrays with the backend (lp.compile)
         full = list(args)
         for i, p in zip(positions, prev):
             full[i] = p
@@ -360,9 +371,12 @@ def run(op: Op, args, *params, **kw):
             return out, backward
         return out, lambda g: tuple(backward(g)[i] for i in positions)
 
+    replay.on_arrays = True
+
     if requires_grad and len(tensors) == len(args) and kw.keys() <= {"needs"}:
         replay = params  # every argument a tensor: the parameters are the whole replay (and an Op.rule's)
-    t = make(out, backend, op, tuple(tensors), backward, requires_grad, replay if requires_grad else None)
+    t = make(out, backend, op, tuple(tensors), backward, requires_grad,
+             replay if requires_grad or TRACER[0] is not None else None)
     if op.view and tensors:
         mark_view(t, tensors[0], op=op)  # no remake: a recorded change of its memory raises (_view_bases)
     return t
@@ -419,11 +433,11 @@ def apply(fn, *inputs, op: str | None = None, **params):
     if rg and _grad_state.enabled and any(out.dtype != a.dtype for a in arrays):  # mixed: real into complex?
         note_complex_mix(inputs, out.dtype)
     if not user:
-        return make(out, backend, operation, inputs, backward, rg, params if rg else None)
+        return make(out, backend, operation, inputs, backward, rg, params if rg or TRACER[0] is not None else None)
     # a plain function: integer and bool results never require grad, and a result that
     # is an input's memory (the input itself, a view of it) counts changes with it
     rg = rg and dtype_name(out.dtype) in GRAD_DTYPES
-    t = make(out, backend, operation, inputs, backward, rg, params if rg else None)
+    t = make(out, backend, operation, inputs, backward, rg, params if rg or TRACER[0] is not None else None)
     for x in inputs:
         if backend.shares_memory(t._data, x._data):
             mark_view(t, x, op=operation)  # no remake: a recorded change of it raises (_view_bases)
@@ -515,6 +529,9 @@ def inplace(t, op: Op, others, *params, name: str | None = None, write=None, _ou
     and PyTorch). Either way ``t``'s version counter is bumped, so backward through
     a graph that saved the old values raises.
     """
+    tracer = TRACER[0]
+    if tracer is not None and _outer and tracer.records():  # lp.compile records the change, then makes it
+        return tracer.inplace(t, op, others, params, name, write)
     label = name or op
     backend = t._backend
     if backend.read_only(t._data):  # NumPy's flag would refuse below; CuPy has none, and its writes would race
@@ -868,7 +885,8 @@ def init_tensor(self, data, requires_grad, name, device, dtype, copy, infer="flo
         elif copy and array is given:  # nothing converted it: take a copy the tensor owns
             array = backend.copy(array)
     _check_grad_dtype(dtype_name(array.dtype), requires_grad)
-    fill_leaf(self, array, backend, requires_grad, name)
+    fill_leaf(self, array, backend, requires_grad, name,
+              python=TRACER[0] is not None and isinstance(data, (bool, int, float, complex, list, tuple)))
 
 
 def _infer(data, host, infer):

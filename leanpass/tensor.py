@@ -20,6 +20,8 @@ from ._graph.engine import backprop, zero_graph_grads
 from ._graph.hooks import add_grad_hook, add_post_accumulate_grad_hook
 from ._graph.modes import enable_grad, grad_lock
 from ._graph.node import note_complex
+from ._graph.trace import TRACER
+from ._graph.trace import note as _trace_note
 from ._graph.versions import version_of
 from ._indexing import getitem, setitem
 from ._node import _check_grad_dtype as check_grad_dtype
@@ -61,10 +63,14 @@ class Tensor:
 
         Writing into it (``t.data[...] = x``) is not tracked by the version counter:
         it is the escape hatch, as in PyTorch."""
+        if TRACER[0] is not None:
+            _trace_note("Tensor.data (the array itself leaves the recorded operations)")
         return self._data
 
     @data.setter
     def data(self, value):
+        if TRACER[0] is not None:
+            _trace_note("Tensor.data = ... (a tensor's array replaced)")
         self._set_data(value)
 
     def _set_data(self, value, changed: bool = True) -> None:
@@ -101,6 +107,8 @@ class Tensor:
         zeros are allocated only when read. A non-leaf has a gradient only after
         :meth:`retain_grad`.
         """
+        if TRACER[0] is not None:
+            _trace_note("Tensor.grad (the gradient array leaves the recorded operations)")
         g = self._grad
         if g is None and self._rg and (self._node is None or getattr(self, "_retain", False)):
             with grad_lock:  # a backward call on another thread may be storing one now
@@ -112,6 +120,9 @@ class Tensor:
 
     @grad.setter
     def grad(self, value):
+        tracer = TRACER[0]
+        if tracer is not None and tracer.records():
+            return tracer.set_grad(self, value)  # recorded: a replay resets it too
         if value is not None:
             value = Tensor(value, device=self.device, dtype=self.dtype)._data
             if value.shape != self._data.shape:
@@ -226,6 +237,8 @@ class Tensor:
 
     # ---- Python scalars -----------------------------------------------------------
     def _scalar(self, op):
+        if TRACER[0] is not None:
+            _trace_note(f"{op}() of a tensor (its value read on the host)")
         data = self._data
         if math.prod(data.shape) != 1:
             raise TypeError(f"{op}: only a tensor of one element converts to a Python scalar, got shape {self.shape}")
@@ -271,6 +284,8 @@ class Tensor:
     # ---- conversions ------------------------------------------------------------
     def item(self):
         """The value of a one-element tensor as a Python number."""
+        if TRACER[0] is not None:
+            _trace_note("Tensor.item() (a value read on the host)")
         data = self._data
         if math.prod(data.shape) != 1:
             raise ValueError(f"item: only a tensor of one element converts to a number, got shape {self.shape}")
@@ -279,6 +294,8 @@ class Tensor:
 
     def numpy(self):
         """A NumPy copy of the data on the host."""
+        if TRACER[0] is not None:
+            _trace_note("Tensor.numpy() (values read on the host)")
         return self._backend.to_host(self._data)
 
     def tolist(self):
@@ -293,6 +310,8 @@ class Tensor:
         would drop its term from the gradient without a word. ``t.detach()`` says
         that the values alone are wanted; ``.numpy()`` and ``.data`` copy or give
         them explicitly."""
+        if TRACER[0] is not None:
+            _trace_note("numpy.asarray(tensor) (values read on the host)")
         if self._rg:
             raise TypeError(
                 f"a tensor that requires grad ({self!r}) cannot be turned into a NumPy array implicitly: "
@@ -363,6 +382,8 @@ class Tensor:
         if device is not None:
             target = get_backend(device)
             if target is not out._backend:
+                if TRACER[0] is not None:
+                    _trace_note(f"Tensor.to({target.device!r}) (a move between devices)")
                 moved, backward = ops.to.fn(out._backend, out._data, target)
                 out = make(moved, target, ops.to, (out,), backward, out._rg, _replay_to(target.device))
         return out

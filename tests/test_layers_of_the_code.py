@@ -28,7 +28,8 @@ LAYERS = [
                    "leanpass.special", "leanpass.serialization", "leanpass.distributed"]),
     ("autograd", ["leanpass.autograd"]),
     ("library", ["leanpass.nn", "leanpass.nn.*", "leanpass.optim", "leanpass.optim.*", "leanpass.data",
-                 "leanpass.func", "leanpass.gradcheck", "leanpass._einops", "leanpass._after_import"]),
+                 "leanpass.func", "leanpass.gradcheck", "leanpass._einops", "leanpass._after_import",
+                 "leanpass._compile"]),
     ("face", ["leanpass"]),
 ]
 

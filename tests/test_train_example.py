@@ -6,6 +6,7 @@ import gzip
 import runpy
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -113,6 +114,17 @@ def test_same_seed_same_numbers_and_resume(tmp_path):
     resumed = run("--epochs", "4", "--dtype", "float64", "--checkpoint", checkpoint, "--resume")
     assert resumed["train_loss"] == straight["train_loss"]
     assert resumed["test_accuracy"] == straight["test_accuracy"]
+
+
+@pytest.mark.parametrize("device", ["cpu", "strict"])
+def test_compile_trains_the_same_numbers(device):
+    """--compile: the training step traced once and replayed gives eager's numbers."""
+    pytest.importorskip("sklearn", reason="the default data set needs scikit-learn")
+    eager = run("--device", device, "--epochs", "2", "--dtype", "float64")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # it compiles: no fallback warning
+        compiled = run("--device", device, "--epochs", "2", "--dtype", "float64", "--compile")
+    assert compiled["train_loss"] == eager["train_loss"] and compiled["test_accuracy"] == eager["test_accuracy"]
 
 
 def test_mnist_files_and_plot(tmp_path):

@@ -41,6 +41,7 @@ from .above import above
 from .hooks import _has_grad_hooks, _run_post_hooks, _with_grad_hooks
 from .modes import enable_grad, grad_lock, no_grad
 from .node import COMPLEX, Node, edge
+from .trace import TRACER
 from .versions import latest_change
 
 __all__ = ["backprop", "Released", "zero_graph_grads"]
@@ -234,6 +235,9 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
     everything as it was. The graph is released unless ``retain_graph``. The rules run
     with floating-point warnings off (the first root's ``backend.quiet()``).
     """
+    tracer = TRACER[0]
+    if tracer is not None:  # lp.compile records the pass (its schedule, read from the graph now)
+        tracer.backprop(roots, grads, create_graph, targets)
     wanted = needed = None
     if targets is not None:
         wanted = {id(edge(t)) for t in targets}

@@ -15,6 +15,7 @@ import builtins
 from .. import ops
 from .._checks import broadcast_shapes, device_message
 from .._dtypes import DTYPES, dtype_name, iinfo
+from .._graph.trace import TRACER
 from .._node import _guarded, leaf, make, run, run1, run2
 from ..backends import get_default_dtype
 from ..ops import Op
@@ -82,7 +83,7 @@ def _unary_function(entry):
                     out, backward = _guarded(forward, backend, x._data)
             except TypeError as exc:
                 raise TypeError(f"{name}: not defined for a tensor of dtype {x.dtype}: {exc}") from None
-            return make(out, backend, op, (x,), backward, x._rg, () if x._rg else None)
+            return make(out, backend, op, (x,), backward, x._rg, () if x._rg or TRACER[0] is not None else None)
 
     else:
 
@@ -97,7 +98,7 @@ def _unary_function(entry):
                 out = _guarded(forward, x._backend, x._data)[0]
             except TypeError as exc:
                 raise TypeError(f"{name}: not defined for a tensor of dtype {x.dtype}: {exc}") from None
-            return leaf(out, x._backend, op)
+            return make(out, x._backend, op, (x,), None, False, () if TRACER[0] is not None else None)
 
     function.__name__ = function.__qualname__ = name
     function.__doc__ = op.__doc__

@@ -13,6 +13,7 @@ import operator
 from .. import ops
 from .._checks import broadcast_shapes, check_reshape, device_message, is_bool, normalize_axes, normalize_axis
 from .._dtypes import dtype_name, promote
+from .._graph.trace import note
 from .._node import run, run1
 from ..tensor import Tensor
 from ._util import asarray_like, flag, tensors
@@ -246,6 +247,7 @@ def repeat(x, repeats, /, *, axis=None):
         raise ValueError(
             f"repeat: repeats of shape {counts.shape} do not match axis {axis} of size {n} (need shape (1,) or ({n},))"
         )
+    note("repeat with a tensor of counts (a shape read from values)")
     xp = x._backend.xp
     if counts.shape[0] and int(xp.min(counts._data)) < 0:
         raise ValueError("repeat: repeats must be non-negative")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import operator
 
 from .. import ops
+from .._graph.trace import TRACER
 from .._node import _guarded, inplace, make, run2
 from ..ops import elementwise as table
 from ..tensor import Tensor
@@ -36,7 +37,8 @@ def _operator(entry, reflected=False):
                     out, backward = _guarded(fast.fn, backend, self._data, other)
             except (TypeError, ValueError, OverflowError) as exc:  # int tensor with a float on strict, int8 + 300
                 return scalar_refused(entry, self, other, reflected, exc)
-            return make(out, backend, fast, (self,), backward, self._rg, (other,) if self._rg else None)
+            return make(out, backend, fast, (self,), backward, self._rg,
+                        (other,) if self._rg or TRACER[0] is not None else None)
         if kind is not Tensor:
             other = operand(self, other)
             if other is NotImplemented:
@@ -127,7 +129,7 @@ del _name, _dunder, _forward, _reflected, _inplace, _write, _entry, _forward_met
 def _neg(self):
     backend = self._backend
     out, backward = _guarded(ops.neg.fn, backend, self._data)
-    return make(out, backend, ops.neg, (self,), backward, self._rg, () if self._rg else None)
+    return make(out, backend, ops.neg, (self,), backward, self._rg, () if self._rg or TRACER[0] is not None else None)
 
 
 Tensor.__neg__ = _neg

@@ -151,7 +151,7 @@ def _index_tensor(indices, weight: Tensor, op: str):
     elif indices.device != weight.device:
         raise ValueError(f"{op}: indices are on {indices.device} but the weight is on {weight.device}")
     else:
-        data, dtype = indices.data, indices.dtype
+        data, dtype = indices._data, indices.dtype
     if dtype.kind not in "iu":
         raise TypeError(f"{op}: indices must have an integer dtype, got {dtype}")
     backend = get_backend(weight.device)

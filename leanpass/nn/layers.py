@@ -246,12 +246,14 @@ class Sequential(Module):
         module = _callable(module)
         try:
             self.layers[i] = module
+            _CHANGES[0] += 1
         except IndexError:
             raise IndexError(f"Sequential: index {i} is out of range for {len(self.layers)} layers") from None
 
     def __delitem__(self, i):
         try:
             del self.layers[i]
+            _CHANGES[0] += 1
         except IndexError:
             raise IndexError(f"Sequential: index {i} is out of range for {len(self.layers)} layers") from None
 
@@ -263,22 +265,27 @@ class Sequential(Module):
 
     def append(self, module) -> Sequential:
         self.layers.append(_callable(module))
+        _CHANGES[0] += 1
         return self
 
     def insert(self, index: int, module) -> None:
         if not -len(self.layers) <= index <= len(self.layers):  # list.insert would clamp it
             raise IndexError(f"Sequential.insert: index {index} is out of range for {len(self.layers)} layers")
         self.layers.insert(index, _callable(module))
+        _CHANGES[0] += 1
 
     def extend(self, modules) -> Sequential:
         modules = [_callable(m) for m in modules]  # every one checked before any is added
         self.layers.extend(modules)
+        _CHANGES[0] += 1
         return self
 
     def pop(self, index: int = -1):
         if not -len(self.layers) <= index < len(self.layers):
             raise IndexError(f"Sequential.pop: index {index} is out of range for {len(self.layers)} layers")
-        return self.layers.pop(index)
+        module = self.layers.pop(index)
+        _CHANGES[0] += 1
+        return module
 
     def __add__(self, other) -> Sequential:
         if not isinstance(other, Sequential):

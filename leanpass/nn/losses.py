@@ -135,7 +135,7 @@ def _class_indices(logits: Tensor, target, classes: int, ignore_index=None, op: 
                 f"{op}: logits are on {logits.device} but the class indices are on "
                 f"{device}; move one with .to({logits.device!r})"
             )
-        backend, data = get_backend(device), target.data
+        backend, data = get_backend(device), target._data
         kind = as_dtype(data.dtype).kind
     else:  # host data: checked here, for free, before it moves
         backend, data = None, host_array(target, op)
@@ -156,7 +156,11 @@ def _class_indices(logits: Tensor, target, classes: int, ignore_index=None, op: 
     if backend.syncs_cheaply:
         with backend.context():
             index = _checked(backend, data, kind, classes, op)
-        return (target if index is data and ignored is None else _index_tensor(logits, index)), None, ignored
+        if ignored is None and index is data:
+            return target, None, None
+        if ignored is None and kind == "f":  # whole floats: the same cast as an operation (lp.compile records it)
+            return target.astype("int64"), None, None
+        return _index_tensor(logits, index), None, ignored
     xp = backend.xp
     with backend.context():  # a GPU: no check (it would wait for the device), but NaN for an invalid index
         ignored = None if ignore_index is None else _equal_to(xp, data, ignore_index)
@@ -305,7 +309,7 @@ def _operand(like: Tensor, value, name: str, op: str) -> Tensor:
         raise type(exc)(f"{op}: {name} cannot be read: {exc}") from None
     if data.dtype.kind not in "iufb":
         raise TypeError(f"{op}: {name} must be real numbers, got dtype {data.dtype}")
-    return as_tensor(data, device=like.device, dtype=dtype_name(like.data.dtype))
+    return as_tensor(data, device=like.device, dtype=dtype_name(like._data.dtype))
 
 
 def _elementwise_weight(prediction: Tensor, weight, op: str):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .._dtypes import as_dtype
+from .._graph.trace import action
 from ..backends import dtype_name, get_backend
 from ..serialization import TORCH_LAYOUTS, note_transposed, transposed_copy, was_transposed
 from ..tensor import Tensor, as_tensor, clear_gradients
@@ -65,9 +66,11 @@ def _check_layout(layout, op: str) -> None:
         raise ValueError(f"{op}: unknown layout {layout!r}; choose 'leanpass', 'torch' or 'leanpass-0.3'")
 
 
-# How many attribute sets and deletes any Module has seen. A module that caches what it
-# found among its members (MLP: whether it can run as one graph node, and with which
-# parameters) keeps the count it saw; an unchanged count means no member was replaced.
+# How many attribute sets and deletes any Module has seen, and changes of the members of
+# containers (Sequential, ModuleList, ModuleDict). A module that caches what it found
+# among its members (MLP: whether it can run as one graph node, and with which
+# parameters) keeps the count it saw, and so does a compiled function's trace: an
+# unchanged count means no member was replaced.
 _CHANGES = [0]
 
 
@@ -98,6 +101,8 @@ class Module:
             elif not isinstance(value, Tensor):
                 raise TypeError(f"{type(self).__name__}: cannot assign a {type(value).__name__} as buffer {name!r} "
                                 "(a Tensor, a Module or None is expected)")
+        if self.__dict__.get(name, _CHANGES) is value:  # the same object again (train() of a module in training)
+            return
         object.__setattr__(self, name, value)
         _CHANGES[0] += 1  # after the change: a check that sees the new count sees the new member
 
@@ -261,6 +266,7 @@ class Module:
         setattr(self, name, tensor)
 
     # ---- modes and devices -------------------------------------------------------
+    @action
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Reset every parameter's gradient (it reads as zeros until the next backward);
         ``set_to_none=False`` sets gradients that exist to zeros in place, as PyTorch."""
@@ -493,12 +499,14 @@ class ModuleList(Module):
 
     def __setitem__(self, index, module) -> None:
         self._list[self._index(index, "ModuleList")] = _module(module, "ModuleList")
+        _CHANGES[0] += 1
 
     def __delitem__(self, index) -> None:
         if isinstance(index, slice):
             del self._list[index]
         else:
             del self._list[self._index(index, "ModuleList")]
+        _CHANGES[0] += 1
 
     def __len__(self) -> int:
         return len(self._list)
@@ -511,18 +519,23 @@ class ModuleList(Module):
 
     def append(self, module) -> ModuleList:
         self._list.append(_module(module, "ModuleList.append"))
+        _CHANGES[0] += 1
         return self
 
     def extend(self, modules) -> ModuleList:
         new = [_module(m, "ModuleList.extend") for m in modules]  # all checked before any is added
         self._list.extend(new)
+        _CHANGES[0] += 1
         return self
 
     def insert(self, index: int, module) -> None:
         self._list.insert(index, _module(module, "ModuleList.insert"))
+        _CHANGES[0] += 1
 
     def pop(self, index: int = -1) -> Module:
-        return self._list.pop(self._index(index, "ModuleList.pop"))
+        module = self._list.pop(self._index(index, "ModuleList.pop"))
+        _CHANGES[0] += 1
+        return module
 
     def __add__(self, other) -> ModuleList:
         if not isinstance(other, ModuleList):
@@ -557,9 +570,11 @@ class ModuleDict(Module):
 
     def __setitem__(self, key, module) -> None:
         self._dict[self._key(key)] = _module(module, f"ModuleDict[{key!r}]")
+        _CHANGES[0] += 1
 
     def __delitem__(self, key) -> None:
         del self._dict[key]
+        _CHANGES[0] += 1
 
     def __contains__(self, key) -> bool:
         return key in self._dict

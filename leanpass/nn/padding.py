@@ -163,7 +163,7 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
         raise ValueError(f"one_hot: num_classes must be -1 (inferred) or at least 0, got {num_classes}")
     backend = get_backend(x.device)
     xp = backend.xp
-    data = x.data
+    data = x._data
     if num_classes == -1 or backend.syncs_cheaply:
         with backend.context():
             if num_classes == -1 and not x.size:

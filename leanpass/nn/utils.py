@@ -7,6 +7,7 @@ no gradient since it was last reset (``has_grad`` is False).
 
 from __future__ import annotations
 
+from .._graph.trace import action
 from .._namespace import clip, isfinite, stack
 from ..autograd import no_grad
 from ..linalg import vector_norm
@@ -32,6 +33,7 @@ def _grads(parameters, op: str) -> list[Tensor]:
     return grads
 
 
+@action
 def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
                     error_if_nonfinite: bool = False) -> Tensor:
     """Scale the gradients of ``parameters`` so that their joint ``norm_type``-norm
@@ -71,6 +73,7 @@ def clip_grad_norm_(parameters, max_norm: float, norm_type: float = 2.0,
     return total
 
 
+@action
 def clip_grad_value_(parameters, clip_value: float) -> None:
     """Clip every gradient of ``parameters`` to ``[-clip_value, clip_value]`` in place."""
     clip_value = float(clip_value)

@@ -24,6 +24,7 @@ import warnings
 from bisect import bisect_right
 from collections import Counter
 
+from .._graph.trace import action
 from .optimizers import Optimizer
 
 __all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "LinearLR", "ExponentialLR", "SequentialLR",
@@ -153,6 +154,7 @@ class LRScheduler:
             "return the next rate of each parameter group"
         )
 
+    @action
     def step(self, epoch=None) -> None:
         """Advance one step (call it after ``optimizer.step()``) and set each group's ``lr``.
         ``step(epoch)`` is deprecated (as in PyTorch): it jumps to ``epoch``, with the
@@ -484,6 +486,7 @@ class SequentialLR(LRScheduler):
         else:
             scheduler.last_epoch -= 1
 
+    @action
     def step(self) -> None:
         """Advance one step: the scheduler of the current stretch steps (or starts)."""
         self.last_epoch += 1

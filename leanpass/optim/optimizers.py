@@ -21,6 +21,7 @@ import math
 import numbers
 
 from .._graph.modes import enable_grad
+from .._graph.trace import action
 from .._graph.versions import increment_versions
 from ..backends import FLOAT_DTYPES, backend_of_array, dtype_name, get_backend
 from ..backends._base import NO_FUSED
@@ -177,6 +178,7 @@ class Optimizer:
         for group in self.param_groups:
             yield from group["params"]
 
+    @action
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Reset every parameter's gradient; it reads as zeros until the next backward.
         With ``set_to_none=False`` (PyTorch's option), gradients that exist are set to
@@ -185,6 +187,7 @@ class Optimizer:
             clear_gradients(group["params"], set_to_none)
 
     # ---- step -----------------------------------------------------------------------
+    @action
     def step(self, closure=None):
         """One update of every parameter that has a gradient; with ``closure`` (a
         function that zeroes the gradients, computes the loss, calls ``backward`` and

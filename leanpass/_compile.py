@@ -1,0 +1,771 @@
+"""``lp.compile``: trace a function once, then replay what it did without the Python
+around it.
+
+The first call with a given kind of arguments runs the function eagerly and records,
+through the hooks of :mod:`leanpass._graph.trace`, what it did: each operation (the
+op record and how to run it again: its parameters), where each operation's inputs
+come from (an argument, an earlier operation, a tensor that existed before the call:
+a parameter, a buffer, a constant), the in-place changes, each backward pass (its
+schedule, read from the graph), and the steps that change state as a whole (an
+optimizer's ``step`` and ``zero_grad``). Later calls with arguments of the same
+shapes, dtypes, devices and ``requires_grad`` flags (and equal Python values) replay
+the record: each operation's forward on arrays, each backward pass as a fixed
+schedule of the saved backward rules, each step called again. No Tensor, no graph
+node, no argument check and no engine walk is made on the way, and every result is
+the one the eager call gives, bit for bit: the same kernels run in the same order.
+
+What a replay could not reproduce makes the function run eagerly for those
+arguments, with one warning naming what and where: a value read on the host
+(``.item()``, ``bool(t)``, ``float(t)``, ``.numpy()``), an array that leaves the
+recorded operations (``.data``, ``.grad``), a shape that depends on values, a random
+draw, a recorded in-place change of a tensor in the graph, ``create_graph`` or
+``autograd.grad`` inside the function, complex values, a decomposition. See
+docs/compile.md.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import os
+import sys
+import threading
+import warnings
+
+from ._graph import hooks
+from ._graph.engine import _store, _unbroadcast
+from ._graph.modes import grad_lock, is_grad_enabled
+from ._graph.node import COMPLEX, Node
+from ._graph.trace import TRACER
+from ._node import inplace, leaf
+from .backends import _base as _backends_base
+from .backends import get_default_device, get_default_dtype
+from .nn.module import _CHANGES as _MODULE_CHANGES
+from .ops.conversion import gradient_as
+from .tensor import Tensor
+
+__all__ = ["compile", "Compiled"]
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _disabled() -> bool:
+    return os.environ.get("LEANPASS_COMPILE", "1") == "0"
+
+
+def _where() -> str:
+    """``file:line`` of the innermost frame outside LeanPass: the user's line."""
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
+        frame = frame.f_back
+    if frame is None:
+        return "?"
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+# The modules through which a tensor is made from an array (Tensor(...), as_tensor, leaf),
+# and those whose functions make one from their arguments alone (lp.zeros, lp.eye...).
+_WRAPPERS = {os.path.join(_PACKAGE, name) for name in ("_node.py", "tensor.py", "_compile.py",
+                                                         os.path.join("_graph", "trace.py"))}
+_CREATORS = {os.path.join(_PACKAGE, "_namespace", name) for name in ("creation.py", "torch_names.py")}
+
+
+def _internal_maker():
+    """Who made a tensor from an array no recorded operation gave: None where a
+    creation function (``lp.zeros``...) or the caller's own code did (a constant of
+    the trace), else the name of the LeanPass function that did (an array it computed
+    itself, such as batch norm's statistics: a value the replay would not compute)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if path not in _WRAPPERS:
+            return None if path in _CREATORS or not path.startswith(_PACKAGE) else frame.f_code.co_name
+        frame = frame.f_back
+    return None
+
+
+def _names_seen(fn) -> tuple:
+    """What ``fn`` (a plain function) reads by name: its closure cells and the globals
+    its code names, as ``(cells, globals)``: a replay checks that each still holds the
+    same object (or an equal number or string) as when the trace was made, since a
+    name bound to another model or tensor would take the function elsewhere."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return (), ()
+    cells = tuple(fn.__closure__ or ())
+    namespace = fn.__globals__
+    names = tuple(name for name in code.co_names if name in namespace)
+    return cells, tuple((namespace, name) for name in names)
+
+
+def _same(a, b) -> bool:
+    if a is b:
+        return True
+    return type(a) is type(b) and isinstance(a, (bool, int, float, complex, str)) and a == b
+
+
+def _values(names) -> tuple:
+    cells, globals_ = names
+    out = []
+    for cell in cells:
+        try:
+            out.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            out.append(_NOT_KEYED)
+    out.extend(namespace.get(name, _NOT_KEYED) for namespace, name in globals_)
+    return tuple(out)
+
+
+# ---- the key of a call -----------------------------------------------------------------------
+
+_NOT_KEYED = object()
+
+
+def _key_of(value, tensors: list):
+    """A hashable description of ``value``: a Tensor by its kind (and collected in
+    ``tensors``), containers item by item, Python scalars and strings by value, any
+    other object by identity (a module passed in: the same module)."""
+    if isinstance(value, Tensor):
+        tensors.append(value)
+        return ("T", tuple(value._data.shape), str(value._data.dtype), value._backend.device, value._rg)
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(_key_of(v, tensors) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((k, _key_of(v, tensors)) for k, v in sorted(value.items(), key=lambda kv: repr(kv[0]))))
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
+        return (type(value).__name__, value)
+    return ("id", id(value))
+
+
+def _call_key(args, kwargs):
+    tensors: list = []
+    key = (_key_of(args, tensors), _key_of(kwargs, tensors), is_grad_enabled(), get_default_dtype(),
+           get_default_device())
+    first: dict = {}
+    aliasing = tuple(first.setdefault(id(t), i) for i, t in enumerate(tensors))  # f(a, a) is not f(a, b)
+    return key + (aliasing,), tensors
+
+
+# ---- the record ----------------------------------------------------------------------------------
+
+ARG, VAL, EXT = 0, 1, 2  # where an array comes from: an argument, an event's output, a tensor from outside
+
+
+class _Stale(Exception):
+    """A replay met something the trace did not see (a shape): the call runs eagerly."""
+
+
+class _Recipe:
+    """Parameters of an operation among which are arrays of the call (an index tensor's
+    array): ``fill(get)`` gives them with the replay's arrays in those places."""
+
+    __slots__ = ("params", "arrays", "kind")
+
+    def __init__(self, params, arrays):
+        self.params, self.arrays, self.kind = params, arrays, type(params)
+
+    def fill(self, get):
+        params = dict(self.params) if self.kind is dict else list(self.params)
+        for position, src in self.arrays:
+            params[position] = get(src)
+        return params if self.kind is dict else tuple(params)
+
+
+class Tracer:
+    """Records one eager call (see the module's doc). Reports from the hooks arrive as
+    method calls; the first thing a replay could not reproduce sets :attr:`reason`
+    and stops the recording (the call itself goes on eagerly)."""
+
+    def __init__(self, args: list):
+        self.thread = threading.get_ident()  # other threads (a data loader's workers) are not recorded
+        self.reason = None  # (what, where) of the first thing that cannot be replayed
+        self.events: list = []
+        self.slots = 0
+        self.source: dict = {}  # id(tensor) -> (kind, ref)
+        self.arrays: dict = {}  # id(array) -> (kind, ref): where an array the call has seen comes from
+        self.keep: list = []  # what the ids above refer to, alive for the trace
+        self.poisoned: dict = {}  # id(tensor) -> the step that made it (its value is not replayed)
+        self.node_slot: dict = {}  # id(node) -> slot of its output
+        self.externals: dict = {}  # id(tensor) -> (tensor, shape, dtype, backend, rg): checked before a replay
+        self.constants = 0
+        self.backwards = 0
+        self.actions: list = []
+        for i, t in enumerate(args):
+            if id(t) not in self.source:
+                self._register(t, (ARG, i))
+
+    # ---- bookkeeping
+    def _register(self, t, src):
+        self.source[id(t)] = src
+        self.arrays[id(t._data)] = src
+        self.keep.append(t)
+
+    def _new_slot(self, t) -> int:
+        slot = self.slots
+        self.slots += 1
+        self._register(t, (VAL, slot))
+        return slot
+
+    def source_of(self, t):
+        src = self.source.get(id(t))
+        if src is not None:
+            return src
+        if id(t) in self.poisoned:
+            self.unsupported(f"a tensor returned by {self.poisoned[id(t)]} used by an operation")
+            return None
+        src = self.arrays.get(id(t._data))  # another tensor on an array the call has seen (as_tensor)
+        if src is None:
+            src = (EXT, t)
+            self.externals[id(t)] = (t, tuple(t._data.shape), t._data.dtype, t._backend, t._rg)
+        self._register(t, src)
+        return src
+
+    def records(self) -> bool:
+        """Whether the calling thread is the traced call's."""
+        return threading.get_ident() == self.thread
+
+    def unsupported(self, what: str) -> None:
+        if self.reason is None and self.records():
+            self.reason = (what, _where())
+
+    # ---- reports from the hooks
+    def made(self, t, op, prev, recipe) -> None:
+        if self.reason is not None or not self.records():
+            return
+        backend = t._backend
+        if backend.guard is not None:
+            return self.unsupported(f"{op} on {backend.device} (a machine of several GPUs)")
+        if not prev:  # a tensor on an array: one the call has seen (detach), a constant, or a value computed apart
+            return self.born(t)
+        if recipe is None or (callable(recipe) and not getattr(recipe, "on_arrays", False)):
+            return self.unsupported(f"{op}: it cannot be run again on arrays")
+        sources = []
+        for p in prev:
+            src = self.source_of(p)
+            if src is None:
+                return
+            sources.append(src)
+        params = recipe.items() if type(recipe) is dict else enumerate(recipe) if type(recipe) is tuple else ()
+        arrays = []  # (position, source) of the parameters that are arrays the call has seen (an index tensor's)
+        for position, value in params:
+            if backend.is_array(value) and getattr(value, "shape", None) is not None:
+                src = self.arrays.get(id(value))
+                if src is None:
+                    return self.unsupported(f"{op}: an array among its parameters computed outside the recorded "
+                                            "operations (an index computed from values)")
+                arrays.append((position, src))
+        if arrays:
+            recipe = _Recipe(recipe, tuple(arrays))
+        slot = self._new_slot(t)
+        node = t._node
+        if node is not None:
+            self.node_slot[id(node)] = slot
+        positional = type(recipe) is tuple or (type(recipe) is _Recipe and recipe.kind is tuple)
+        needs = tuple(p._rg for p in prev) if op.needs and positional else None
+        self.events.append(("op", op, tuple(sources), recipe, needs, slot, tuple(t._data.shape), backend))
+
+    def born(self, t, python: bool = False) -> None:
+        """A tensor made from data during the call: a second tensor on an array the call
+        has seen, or, made by the caller's own code (``Tensor(...)``, ``lp.zeros(...)``),
+        a constant of the trace. One LeanPass makes inside a function from an array
+        of its own (batch norm's statistics) is a value the replay would not compute."""
+        if self.reason is not None or not self.records():
+            return
+        src = self.arrays.get(id(t._data))
+        if src is None:
+            maker = None if python else _internal_maker()  # Python numbers make a constant wherever
+            if maker is not None:
+                return self.unsupported(f"{maker}: a value computed outside the recorded operations")
+            src = (EXT, t)
+            self.constants += 1
+        self._register(t, src)
+
+    def inplace(self, t, op, others, params, name, write):
+        label = name or op
+        if self.reason is None:
+            if is_grad_enabled() and (t._rg or any(isinstance(o, Tensor) and o._rg for o in others)):
+                self.unsupported(f"{label}: an in-place change recorded in the graph")
+            else:
+                target = self.source_of(t)
+                sources = [self.source_of(o) if isinstance(o, Tensor) else (None, o) for o in others]
+                if target is not None and all(s is not None for s in sources):
+                    self.events.append(("inplace", target, op, tuple(sources), params, name, write))
+        return self._untraced(inplace, t, op, others, *params, name=name, write=write)
+
+    def set_grad(self, t, value) -> None:
+        if value is not None:
+            self.unsupported("Tensor.grad = an array")
+        elif self.reason is None:
+            self.events.append(("grad", t))
+        TRACER[0] = None
+        try:
+            t.grad = value
+        finally:
+            TRACER[0] = self
+
+    def action(self, method, args, kwargs):
+        args = tuple(list(a) if isinstance(a, collections.abc.Iterator) else a for a in args)  # params() twice
+        for value in (*args, *kwargs.values()):
+            for t in (value if isinstance(value, (list, tuple)) else (value,)):
+                if isinstance(t, Tensor) and self.source.get(id(t), (EXT,))[0] != EXT:
+                    self.unsupported(f"{method.__qualname__} given a tensor computed in the call")
+        if self.reason is None:
+            self.events.append(("action", method, args, kwargs))
+            self.actions.append(method.__qualname__)
+        result = self._untraced(method, *args, **kwargs)
+        if isinstance(result, Tensor):
+            self.poisoned[id(result)] = method.__qualname__
+            self.keep.append(result)
+        return result
+
+    def _untraced(self, fn, *args, **kwargs):
+        TRACER[0] = None
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            TRACER[0] = self
+
+    def backprop(self, roots, grads, create_graph, targets) -> None:
+        if self.reason is not None or not self.records():
+            return
+        if create_graph or targets is not None:
+            return self.unsupported("autograd.grad or backward(create_graph=True) inside the function")
+        if hooks._grad_hooks_registered or hooks._hooks_registered:
+            return self.unsupported("a backward pass with gradient hooks registered")
+        seeds = []
+        for root, g in zip(roots, grads):
+            node = root._node
+            slot = self.node_slot.get(id(node)) if node is not None else None
+            if slot is None:
+                return self.unsupported("backward from a tensor made outside the recorded operations")
+            src = self.arrays.get(id(g))
+            if src is None:
+                xp = root._backend.xp
+                if tuple(g.shape) != tuple(root._data.shape) or not bool(xp.all(g == 1)):
+                    return self.unsupported("backward(gradient) with a gradient made outside the recorded operations")
+                src = ("ones", (tuple(g.shape), g.dtype))
+            seeds.append((slot, src))
+        schedule = self._schedule([r._node for r in roots])
+        if schedule is None:
+            return
+        self.backwards += 1
+        self.events.append(("backward", tuple(seeds), schedule, roots[0]._backend))
+
+    def _schedule(self, starts):
+        """The nodes below ``starts`` in the engine's order (newest first), each with its
+        parents: ``(slot, parents, fresh, exact)``, a parent ``(VAL, slot, shape,
+        dtype)``, ``(EXT, leaf, shape, dtype)`` for a leaf that takes a gradient, or None."""
+        seen, stack, nodes = set(), list(starts), []
+        while stack:
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if type(node._prev) is not tuple:
+                self.unsupported("backward through a graph an earlier backward released")
+                return None
+            owner = node._tensor
+            if owner is not None and owner() is not None and getattr(owner(), "_retain", False):
+                self.unsupported("a tensor that retains its gradient (retain_grad)")
+                return None
+            if COMPLEX[0] and any("complex" in str(p._data.dtype) for p in (node, *node._prev)):
+                self.unsupported("complex values in a graph")
+                return None
+            nodes.append(node)
+            stack.extend(p for p in node._prev if type(p) is Node)
+        schedule = []
+        for node in sorted(nodes, key=lambda n: -n._seq):
+            slot = self.node_slot.get(id(node))
+            if slot is None:
+                self.unsupported("backward through a graph made before the call")
+                return None
+            parents = []
+            for p in node._prev:
+                shape, dtype = tuple(p._data.shape), p._data.dtype
+                if type(p) is Node:
+                    parent_slot = self.node_slot.get(id(p))
+                    if parent_slot is None:
+                        self.unsupported("backward through a graph made before the call")
+                        return None
+                    parents.append((VAL, parent_slot, shape, dtype))
+                elif p._rg and p._node is None:
+                    kind, ref = self.source_of(p)  # an argument, or a tensor from outside (checked before a replay)
+                    if kind == VAL:
+                        self.unsupported("backward into a tensor made in the call from an array")
+                        return None
+                    parents.append((kind, ref, shape, dtype))
+                else:
+                    parents.append(None)
+            schedule.append((slot, tuple(parents), node._op.fresh, node._op.exact))
+        return tuple(schedule)
+
+    # ---- the plan
+    def plan(self, result, n_args):
+        outputs = self._outputs(result)
+        if self.reason is not None:
+            return None
+        return Plan(self, outputs, n_args, _MODULE_CHANGES[0])
+
+    def _outputs(self, value):
+        if isinstance(value, Tensor):
+            src = self.source_of(value)
+            if src is None:
+                return None
+            if value._rg and value._node is not None and self.backwards == 0:
+                self.unsupported("a result that requires grad (its graph is not replayed: call backward inside "
+                                 "the function)")
+            return ("T", src, value._backend)
+        if isinstance(value, (tuple, list)):
+            return (type(value), [self._outputs(v) for v in value])
+        if isinstance(value, dict):
+            return (dict, {k: self._outputs(v) for k, v in value.items()})
+        if value is None or isinstance(value, (bool, int, float, complex, str)):
+            return ("py", value)
+        self.unsupported(f"a result of type {type(value).__name__}")
+        return None
+
+
+class Plan:
+    """A recorded call, ready to replay (see the module's doc)."""
+
+    def __init__(self, tracer: Tracer, outputs, n_args: int, modules: int):
+        self.modules = modules  # the modules' change count when the trace ended
+        self.events = tracer.events
+        self.slots = tracer.slots
+        self.outputs = outputs
+        self.externals = list(tracer.externals.values())
+        self.n_args = n_args
+        needed = set()  # the slots whose backward a pass runs
+        for event in self.events:
+            if event[0] == "backward":
+                needed.update(entry[0] for entry in event[2])
+        self.keeps_backward = needed
+        self.counts = collections.Counter(e[0] for e in self.events)
+        self.slot_backend = {e[5]: e[7] for e in self.events if e[0] == "op"}
+        self.constants = tracer.constants
+        self.actions = tracer.actions
+        self._free = self._liveness()
+
+    def _liveness(self) -> dict:
+        """{event index: slots no later event, backward pass or result reads}: the replay
+        drops its references to them there, as eager code drops its temporaries."""
+        last = {}
+        for i, event in enumerate(self.events):
+            kind = event[0]
+            if kind == "op":
+                for kind_, ref in event[2]:
+                    if kind_ == VAL:
+                        last[ref] = i
+            elif kind == "inplace":
+                for src in (event[1], *event[3]):
+                    if src[0] == VAL:
+                        last[src[1]] = i
+            elif kind == "backward":
+                for _, src in event[1]:
+                    if src[0] == VAL:
+                        last[src[1]] = i
+        for slot in self._output_slots(self.outputs):
+            last[slot] = len(self.events)
+        free = collections.defaultdict(list)
+        for slot, i in last.items():
+            free[i].append(slot)
+        return dict(free)
+
+    def _output_slots(self, spec):
+        if spec is None:
+            return []
+        kind = spec[0]
+        if kind == "T":
+            return [spec[1][1]] if spec[1][0] == VAL else []
+        if kind in (list, tuple):
+            return [s for item in spec[1] for s in self._output_slots(item)]
+        if kind is dict:
+            return [s for item in spec[1].values() for s in self._output_slots(item)]
+        return []
+
+    def fits(self) -> bool:
+        """Whether every tensor from outside still has the shape, dtype, device and flag
+        the trace saw (a parameter moved: trace again), and no module had a member
+        replaced or an attribute set since (a layer replaced, ``.eval()``: the function
+        may reach other tensors, or take another path)."""
+        if _MODULE_CHANGES[0] != self.modules:
+            return False
+        for t, shape, dtype, backend, rg in self.externals:
+            data = t._data
+            if data.dtype != dtype or tuple(data.shape) != shape or t._backend is not backend or t._rg != rg:
+                return False
+        return True
+
+    def replay(self, args: list):
+        slots = [None] * self.slots
+        backwards = {}
+        keeps = self.keeps_backward
+        free = self._free
+
+        def get(src):
+            kind, ref = src
+            if kind == VAL:
+                return slots[ref]
+            if kind == ARG:
+                return args[ref]._data
+            return ref._data
+
+        changed = False  # whether state has changed in this replay (a stale shape after that cannot fall back)
+        for i, event in enumerate(self.events):
+            kind = event[0]
+            if kind == "op":
+                _, op, sources, recipe, needs, slot, shape, backend = event
+                arrays = [get(s) for s in sources]
+                if type(recipe) is _Recipe:
+                    recipe = recipe.fill(get)
+                if type(recipe) is tuple:
+                    if needs is not None:
+                        out, backward = op.fn(backend, *arrays, *recipe, needs=needs)
+                    else:
+                        out, backward = op.fn(backend, *arrays, *recipe)
+                elif type(recipe) is dict:
+                    out, backward = op.fn(backend, *arrays, **recipe)
+                else:
+                    out, backward = recipe(backend, arrays)
+                if type(out) is not backend.array_type:
+                    out = backend.as_array(out)
+                if tuple(out.shape) != shape:
+                    if changed:
+                        raise RuntimeError(
+                            f"lp.compile: a replay met {op} of shape {tuple(out.shape)} where the trace saw {shape}, "
+                            "after it had changed state (a backward pass, a step): it cannot fall back to an eager "
+                            "call; a shape that depends on values has no place in a compiled step"
+                        )
+                    raise _Stale(f"{op} gave shape {tuple(out.shape)}, the trace {shape}")
+                slots[slot] = out
+                if slot in keeps:
+                    backwards[slot] = backward
+            elif kind == "backward":
+                changed = True
+                self._backward(event, slots, backwards, args)
+            elif kind == "action":
+                changed = True
+                _, method, a, kw = event
+                method(*a, **kw)
+            elif kind == "inplace":
+                changed = True
+                self._inplace(event, slots, get, args)
+            else:  # "grad": .grad = None
+                changed = True
+                t = event[1]
+                t._grad = None
+                t._read_zeros = False
+            for slot in free.get(i, ()):
+                if slot not in self._result_slots:
+                    slots[slot] = None
+        return self._result(self.outputs, slots, args)
+
+    @functools.cached_property
+    def _result_slots(self) -> frozenset:
+        return frozenset(self._output_slots(self.outputs))
+
+    def _inplace(self, event, slots, get, args):
+        _, target, op, others, params, name, write = event
+
+        def tensor(src):
+            kind, ref = src
+            if kind == EXT:
+                return ref
+            if kind == ARG:
+                return args[ref]
+            return leaf(get(src), self.slot_backend[ref])
+
+        t = tensor(target)
+        operands = [o[1] if o[0] is None else tensor(o) for o in others]
+        inplace(t, op, operands, *params, name=name, write=write)
+        if target[0] == VAL:
+            slots[target[1]] = t._data
+
+    @staticmethod
+    def _backward(event, slots, backwards, args):
+        _, seeds, schedule, backend = event
+        xp = backend.xp
+        pending = {}
+        for slot, src in seeds:
+            if src[0] == "ones":
+                g = backend.ones(*src[1])
+            else:
+                kind, ref = src
+                g = slots[ref] if kind == VAL else args[ref]._data if kind == ARG else ref._data
+            old = pending.get(slot)
+            pending[slot] = g if old is None else old + g
+        leaves = {}
+        with backend.quiet():
+            for slot, parents, fresh_op, exact in schedule:
+                g = pending.pop(slot, None)
+                if g is None:
+                    continue
+                grads = backwards.pop(slot)(g)
+                for parent, pg in zip(parents, grads):
+                    if pg is None or parent is None:
+                        continue
+                    kind, ref, shape, dtype = parent
+                    fresh = fresh_op
+                    if not exact:
+                        if tuple(pg.shape) != shape:
+                            pg = _unbroadcast(xp, pg, shape)
+                            fresh = True
+                        if pg.dtype != dtype:
+                            pg = gradient_as(xp, pg, dtype)
+                            fresh = True
+                    if kind == VAL:
+                        old = pending.get(ref)
+                        pending[ref] = pg if old is None else old + pg
+                    else:
+                        if kind == ARG:
+                            ref = args[ref]
+                        old = leaves.get(ref)
+                        leaves[ref] = (pg, fresh) if old is None else (old[0] + pg, True)
+        with grad_lock:
+            for t, (g, fresh) in leaves.items():
+                _store(t, g, fresh)
+
+    def _result(self, spec, slots, args):
+        kind = spec[0]
+        if kind == "T":
+            src, backend = spec[1], spec[2]
+            k, ref = src
+            if k == EXT:
+                return ref
+            if k == ARG:
+                return args[ref]
+            return leaf(slots[ref], backend)
+        if kind == "py":
+            return spec[1]
+        if kind is dict:
+            return {key: self._result(v, slots, args) for key, v in spec[1].items()}
+        return kind(self._result(v, slots, args) for v in spec[1])
+
+
+# ---- the compiled function -------------------------------------------------------------------
+
+
+class Compiled:
+    """``fn`` traced at its first call with each kind of arguments, replayed at the
+    next (see :func:`compile`). ``explain()`` says what was traced."""
+
+    def __init__(self, fn, cache_size: int):
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self._names = _names_seen(fn)
+        self.cache_size = cache_size
+        self._entries: collections.OrderedDict = collections.OrderedDict()
+        self._warned: set = set()
+        self.calls = {"traced": 0, "replayed": 0, "eager": 0}
+
+    def __call__(self, *args, **kwargs):
+        if _disabled() or TRACER[0] is not None:  # turned off, or called inside a traced call: eagerly
+            self.calls["eager"] += 1
+            return self.fn(*args, **kwargs)
+        try:
+            key, tensors = _call_key(args, kwargs)
+            hash(key)
+        except TypeError:  # an argument that cannot be a key (a NumPy array): every call is eager
+            self.calls["eager"] += 1
+            return self.fn(*args, **kwargs)
+        entry = self._entries.get(key)
+        if entry is None:
+            return self._trace(key, tensors, args, kwargs)
+        self._entries.move_to_end(key)
+        if isinstance(entry, str):  # it could not be traced: eagerly
+            self.calls["eager"] += 1
+            return self.fn(*args, **kwargs)
+        if not entry.fits() or not all(map(_same, _values(self._names), entry.names)):
+            return self._trace(key, tensors, args, kwargs)
+        try:
+            out = entry.replay(tensors)
+        except _Stale as exc:  # a shape the trace did not see: eagerly from now on
+            self._fall_back(key, (f"a replay met {exc}", "replay"))
+            self.calls["eager"] += 1
+            return self.fn(*args, **kwargs)
+        self.calls["replayed"] += 1
+        return out
+
+    def _trace(self, key, tensors, args, kwargs):
+        self._entries.pop(key, None)
+        tracer = Tracer(tensors)
+        rng = _backends_base._host_rng
+        state = rng.bit_generator.state
+        TRACER[0] = tracer
+        try:
+            result = self.fn(*args, **kwargs)
+        finally:
+            TRACER[0] = None
+        if _backends_base._host_rng is not rng or rng.bit_generator.state != state:
+            tracer.unsupported("a random draw (dropout, lp.randn...): draws are not replayed yet")
+        plan = tracer.plan(result, len(tensors))
+        self.calls["traced"] += 1
+        if plan is not None:
+            plan.names = _values(self._names)
+        if plan is None:
+            self._fall_back(key, tracer.reason)
+        else:
+            self._entries[key] = plan
+            while len(self._entries) > self.cache_size:
+                self._entries.popitem(last=False)
+        return result
+
+    def _fall_back(self, key, reason) -> None:
+        what, where = reason
+        self._entries[key] = f"{what} ({where})"
+        while len(self._entries) > self.cache_size:
+            self._entries.popitem(last=False)
+        if what not in self._warned:
+            self._warned.add(what)
+            warnings.warn(f"lp.compile: {self.__name__} runs eagerly for these arguments: {what} at {where}",
+                          RuntimeWarning, stacklevel=3)
+
+    def explain(self) -> str:
+        """What was traced: per cache entry, the operations, backward passes, in-place
+        changes, steps and constants it replays, or why it runs eagerly; and the calls
+        so far."""
+        lines = [f"lp.compile({getattr(self.fn, '__qualname__', self.fn)!s}): {len(self._entries)} cache "
+                 f"entr{'y' if len(self._entries) == 1 else 'ies'} (at most {self.cache_size}); calls: "
+                 + ", ".join(f"{n} {k}" for k, n in self.calls.items())
+                 + (" (LEANPASS_COMPILE=0: compilation is off)" if _disabled() else "")]
+        for i, (key, entry) in enumerate(self._entries.items()):
+            shapes = [k for k in _flat_tensor_keys(key[:2])]
+            head = f"  [{i}] arguments {', '.join(shapes) or '(no tensors)'}:"
+            if isinstance(entry, str):
+                lines.append(f"{head} eager: {entry}")
+                continue
+            c = entry.counts
+            lines.append(f"{head} replays {c['op']} operations, {c['backward']} backward pass"
+                         f"{'es' * (c['backward'] != 1)}, {c['inplace']} in-place changes, "
+                         f"{c['action']} steps ({', '.join(entry.actions) or 'none'}), {entry.constants} constants; "
+                         f"{len(entry.externals)} tensors from outside, checked before each replay; "
+                         "fusion: none (each operation is its own kernels)")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"<lp.compile of {self.fn!r}>"
+
+
+def _flat_tensor_keys(key):
+    if isinstance(key, tuple) and key and key[0] == "T":
+        yield f"{key[2]}{list(key[1])}{'(requires grad)' if key[4] else ''} on {key[3]}"
+        return
+    if isinstance(key, tuple):
+        for item in key:
+            yield from _flat_tensor_keys(item)
+
+
+def compile(fn=None, *, cache_size: int = 8):  # noqa: A001 - PyTorch's and MLX's name
+    """``fn`` traced at its first call with each kind of arguments (shapes, dtypes,
+    devices, ``requires_grad`` flags, Python values), replayed at the next without
+    building the graph: the same results, bit for bit. Usable as ``@lp.compile`` and
+    ``@lp.compile(cache_size=...)``. ``cache_size`` bounds the traces kept (the least
+    recently used goes). ``LEANPASS_COMPILE=0`` turns compilation off everywhere.
+    What cannot be replayed runs eagerly, with a warning (see docs/compile.md)."""
+    if fn is None:
+        return lambda f: compile(f, cache_size=cache_size)
+    if not callable(fn):
+        raise TypeError(f"compile: fn must be callable, got {type(fn).__name__}")
+    if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 1:
+        raise ValueError(f"compile: cache_size must be a positive integer, got {cache_size!r}")
+    return Compiled(fn, cache_size)

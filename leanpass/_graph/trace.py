@@ -1,0 +1,43 @@
+"""The hooks through which :func:`leanpass.compile` records a call of a function.
+
+While a call is traced, :data:`TRACER` holds the tracer (``leanpass.compile``'s); the
+layers below report to it what they do: the tensors made from operations (with how to
+run each again), the in-place changes, the backward passes, the methods that change
+state as a whole (an optimizer's ``step``: :func:`action`), and everything a replay
+could not reproduce (a value read on the host, an array from outside the recorded
+operations: :func:`note`). Only the traced call's thread is recorded (the tracer's
+``records()``). Outside a trace each hook is one test of ``TRACER[0]``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+__all__ = ["TRACER", "action", "note"]
+
+TRACER = [None]  # [the active tracer, or None]
+
+
+def action(method):
+    """Mark ``method`` as one step of a compiled function's replay: traced, it runs as
+    it is and is recorded whole (with its arguments), and a replay calls it again
+    (an optimizer's ``step`` and ``zero_grad``: they change state tensors in place,
+    outside any operation)."""
+
+    @functools.wraps(method)
+    def traced(*args, **kwargs):
+        tracer = TRACER[0]
+        if tracer is None or not tracer.records():
+            return method(*args, **kwargs)
+        return tracer.action(method, args, kwargs)
+
+    return traced
+
+
+def note(what: str) -> None:
+    """Tell the tracer, if a call is traced, that ``what`` happened, which a replay
+    cannot reproduce (a host read of a value, a shape that depends on values): the
+    call then runs eagerly from now on, with a warning naming ``what``."""
+    tracer = TRACER[0]
+    if tracer is not None:
+        tracer.unsupported(what)

@@ -1,0 +1,316 @@
+"""``lp.compile`` (issue 29, first slice): a function traced at its first call with each
+kind of arguments and replayed at the next gives what the eager calls give, bit for
+bit (results, ``.grad``, parameters, optimizer state); what a replay could not
+reproduce runs eagerly, with one warning naming it; new shapes, a replaced layer, a
+Python value trace again; an exception leaves no cache entry."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import numpy as np
+import pytest
+from helpers import host
+
+import leanpass as lp
+from leanpass import Tensor, nn
+
+RNG = np.random.default_rng(29)
+
+
+def mlp(device, dtype="float64", seed=0):
+    lp.manual_seed(seed)
+    return nn.Sequential(nn.Linear(6, 16, device=device, dtype=dtype), nn.ReLU(),
+                         nn.Linear(16, 8, device=device, dtype=dtype), nn.Tanh(),
+                         nn.Linear(8, 3, device=device, dtype=dtype))
+
+
+OPTIMIZERS = {
+    "sgd": lambda ps: lp.optim.SGD(ps, lr=0.1),
+    "momentum": lambda ps: lp.optim.SGD(ps, lr=0.05, momentum=0.9, weight_decay=1e-3),
+    "adam": lambda ps: lp.optim.Adam(ps, lr=1e-2),
+    "adamw": lambda ps: lp.optim.AdamW(ps, lr=1e-2, weight_decay=0.1),
+}
+
+
+def training_step(model, opt):
+    def step(x, y):
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def same(a, b):
+    np.testing.assert_array_equal(host(a), host(b))
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_a_compiled_training_step_is_the_eager_step_bit_for_bit(device, name):
+    models = [mlp(device), mlp(device)]
+    opts = [OPTIMIZERS[name](m.parameters()) for m in models]
+    eager, compiled = training_step(models[0], opts[0]), lp.compile(training_step(models[1], opts[1]))
+    for _ in range(5):
+        x = Tensor(RNG.normal(size=(10, 6)), device=device)
+        y = lp.asarray(RNG.integers(0, 3, size=10), device=device)
+        same(eager(x, y), compiled(x, y))
+        for p, q in zip(models[0].parameters(), models[1].parameters()):
+            same(p, q)
+            same(p.grad, q.grad)
+    for a, b in zip(opts[0].state.values(), opts[1].state.values()):
+        for key in a:
+            same(a[key], b[key])
+    assert compiled.calls == {"traced": 1, "replayed": 4, "eager": 0}
+    text = compiled.explain()
+    assert "replays" in text and "1 backward pass" in text and "Optimizer.step" in text
+
+
+def test_a_chain_of_small_operations_and_its_gradient(device):
+    """W2's chain: forward and backward replayed, the argument's .grad written."""
+    def chain(x):
+        y = x
+        for _ in range(10):
+            y = (y * x).tanh() * 0.5 + 0.25
+        s = y.sum()
+        s.backward()
+        return s
+
+    compiled = lp.compile(chain)
+    data = RNG.uniform(0.1, 0.9, size=16)
+    for _ in range(3):
+        x, z = Tensor(data, requires_grad=True, device=device), Tensor(data, requires_grad=True, device=device)
+        same(chain(x), compiled(z))
+        same(x.grad, z.grad)
+    assert compiled.calls["replayed"] == 2
+
+
+def test_broadcast_gradients_are_summed_back_as_eager(device):
+    w = Tensor(np.array([0.5, -1.0, 2.0]), requires_grad=True, device=device)
+    b = Tensor(np.array(0.25), requires_grad=True, device=device)
+
+    def f(x):
+        w.grad = b.grad = None
+        loss = ((x * w + b) ** 2).sum()
+        loss.backward()
+        return loss
+
+    g = lp.compile(f)
+    for _ in range(3):
+        x = Tensor(RNG.normal(size=(4, 3)), device=device)
+        loss = g(x)
+        grads = [host(w.grad), host(b.grad)]
+        same(f(x), loss)
+        same(w.grad, grads[0])
+        same(b.grad, grads[1])
+    assert g.calls["replayed"] == 2
+
+
+def test_inference_under_no_grad_and_new_shapes_trace_again(device):
+    model = mlp(device)
+
+    @lp.compile
+    def predict(x):
+        with lp.no_grad():
+            return model(x).softmax(axis=-1)
+
+    for rows in (4, 4, 7, 7, 4):
+        x = Tensor(RNG.normal(size=(rows, 6)), device=device)
+        with lp.no_grad():
+            expected = model(x).softmax(axis=-1)
+        same(predict(x), expected)
+    assert predict.calls == {"traced": 2, "replayed": 3, "eager": 0}
+    assert predict.explain().count("replays") == 2
+
+
+def test_the_cache_keeps_at_most_cache_size_traces():
+    f = lp.compile(lambda x: x * 2.0 + 1.0, cache_size=2)
+    for n in (1, 2, 3, 1):
+        same(f(Tensor(np.ones(n))), np.full(n, 3.0))
+    assert f.calls["traced"] == 4 and len(f._entries) == 2  # 1 was evicted by 3, then traced again
+
+
+def test_python_values_and_aliasing_are_part_of_the_key():
+    f = lp.compile(lambda x, y, s: x * s + y)
+    a, b = Tensor(np.array([1.0, 2.0])), Tensor(np.array([10.0, 20.0]))
+    same(f(a, a, 2.0), [3.0, 6.0])
+    same(f(a, b, 2.0), [12.0, 24.0])  # same kinds of tensors, but two of them: traced again
+    same(f(a, b, 3.0), [13.0, 26.0])
+    same(f(a, b, 3.0), [13.0, 26.0])
+    assert f.calls == {"traced": 3, "replayed": 1, "eager": 0}
+
+
+def test_a_replaced_layer_traces_again():
+    model = mlp("cpu")
+    f = lp.compile(lambda x: model(x).sum().detach())
+    x = Tensor(RNG.normal(size=(2, 6)))
+    f(x)
+    f(x)
+    model[4] = nn.Linear(8, 5, dtype="float64")  # a state tensor of another shape
+    same(f(x), model(x).sum())
+    assert f.calls == {"traced": 2, "replayed": 1, "eager": 0}
+
+
+def test_a_name_bound_to_another_tensor_or_model_traces_again():
+    """The closure cells and globals the function names are checked before a replay:
+    another object there (a new model, another tensor) traces again."""
+    w = Tensor(np.array([1.0, 2.0]))
+    f = lp.compile(lambda x: x * w)
+    same(f(Tensor(np.ones(2))), [1.0, 2.0])
+    same(f(Tensor(np.ones(2))), [1.0, 2.0])
+    w = Tensor(np.array([5.0, 6.0]))  # noqa: F841 - read by the lambda
+    same(f(Tensor(np.ones(2))), [5.0, 6.0])
+    assert f.calls == {"traced": 2, "replayed": 1, "eager": 0}
+
+
+def test_state_changed_in_place_outside_the_graph_is_replayed(device):
+    """A buffer updated under no_grad (as a running statistic) and .grad reset inside
+    the function: each replay does it again."""
+    buf = Tensor(np.zeros(3), device=device)
+    w = Tensor(np.ones(3), requires_grad=True, device=device)
+
+    def step(x):
+        w.grad = None
+        with lp.no_grad():
+            buf.__imul__(0.5)
+            buf.__iadd__(x * 0.5)
+        loss = (w * x).sum()
+        loss.backward()
+        return loss
+
+    f = lp.compile(step)
+    for k in range(1, 4):
+        x = Tensor(np.full(3, float(k)), device=device)
+        f(x)
+        same(w.grad, np.full(3, float(k)))
+    same(buf, np.full(3, 0.125 * 1 + 0.25 * 2 + 0.5 * 3))
+    assert f.calls["replayed"] == 2
+
+
+@pytest.mark.parametrize("what, body", [
+    ("item()", lambda x: x.sum() * x.sum().item()),
+    ("float()", lambda x: x * float(x.sum())),
+    ("bool()", lambda x: x * 2.0 if bool(x.sum() > 0) else x),
+    ("random draw", lambda x: nn.functional.dropout(x, 0.5)),
+    ("Tensor.data", lambda x: Tensor(x.data * 2.0)),
+    ("decomposition", lambda x: lp.linalg.svd(x.reshape(2, 2))[1]),
+])
+def test_what_a_replay_cannot_reproduce_runs_eagerly_with_one_warning(what, body):
+    f = lp.compile(body)
+    lp.manual_seed(0)
+    x = Tensor(np.array([0.5, 1.5, -2.0, 3.0]))
+    with pytest.warns(RuntimeWarning, match="runs eagerly for these arguments"):
+        first = f(x)
+    lp.manual_seed(0)
+    expected = body(x)
+    same(first, expected)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per function and reason
+        lp.manual_seed(0)
+        same(f(x), expected)
+    assert f.calls == {"traced": 1, "replayed": 0, "eager": 1}
+    assert "eager:" in f.explain()
+
+
+def test_complex_values_in_a_graph_run_eagerly():
+    z = Tensor(np.array([1 + 2j, 3 - 1j]), requires_grad=True)
+
+    def f(x):
+        z.grad = None
+        loss = lp.real(z * x).sum()
+        loss.backward()
+        return loss
+
+    g = lp.compile(f)
+    with pytest.warns(RuntimeWarning, match="complex values in a graph"):
+        g(Tensor(np.array([1.0, 2.0])))
+    same(z.grad, [1.0, 2.0])
+
+
+def test_batch_norm_in_training_falls_back_and_stays_right():
+    """Batch norm's running statistics are arrays its op computes itself: not replayed
+    yet, so a step with it runs eagerly (and updates them as eager does)."""
+    layers = [nn.BatchNorm1d(3, dtype="float64") for _ in range(2)]
+    f = lp.compile(lambda x: layers[1](x).sum())
+    x = Tensor(RNG.normal(size=(5, 3)))
+    with pytest.warns(RuntimeWarning, match="runs eagerly"):
+        f(x)
+    layers[0](x)
+    same(layers[0].running_mean, layers[1].running_mean)
+
+
+def test_other_threads_are_not_recorded():
+    """A data loader's worker making tensors while a call is traced: only the traced
+    call's thread is recorded."""
+    go, done = threading.Event(), threading.Event()
+
+    def worker():
+        go.wait(10)
+        for _ in range(20):
+            (Tensor(np.ones(3)) * 2.0).sum().item()  # operations and a host read, on another thread
+        done.set()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+
+    def f(x):
+        go.set()
+        done.wait(10)
+        return x * 3.0
+
+    g = lp.compile(f)
+    same(g(Tensor(np.ones(2))), [3.0, 3.0])
+    thread.join()
+    same(g(Tensor(np.ones(2))), [3.0, 3.0])
+    assert g.calls == {"traced": 1, "replayed": 1, "eager": 0}
+    assert "replays 1 operations" in g.explain()
+
+
+def test_an_exception_propagates_and_leaves_no_cache_entry():
+    calls = []
+
+    def f(x):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyError("boom")
+        return x + 1.0
+
+    g = lp.compile(f)
+    with pytest.raises(KeyError, match="boom"):
+        g(Tensor(np.ones(2)))
+    assert not g._entries
+    same(g(Tensor(np.ones(2))), [2.0, 2.0])
+    same(g(Tensor(np.ones(2))), [2.0, 2.0])
+    assert g.calls == {"traced": 1, "replayed": 1, "eager": 0}
+
+
+def test_leanpass_compile_0_turns_it_off(monkeypatch):
+    monkeypatch.setenv("LEANPASS_COMPILE", "0")
+    f = lp.compile(lambda x: x * 3.0)
+    same(f(Tensor(np.ones(2))), [3.0, 3.0])
+    same(f(Tensor(np.ones(2))), [3.0, 3.0])
+    assert f.calls == {"traced": 0, "replayed": 0, "eager": 2}
+    assert "compilation is off" in f.explain()
+
+
+def test_bad_arguments():
+    with pytest.raises(TypeError, match="compile: fn must be callable"):
+        lp.compile(3)
+    with pytest.raises(ValueError, match="cache_size must be a positive integer"):
+        lp.compile(lambda x: x, cache_size=0)
+    decorated = lp.compile(cache_size=2)(lambda x: x + 1.0)
+    assert decorated.cache_size == 2
+
+
+def test_results_are_detached_and_a_result_that_needs_its_graph_runs_eagerly():
+    w = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    f = lp.compile(lambda x: (w * x).sum())  # the caller would call backward on it: not replayed
+    with pytest.warns(RuntimeWarning, match="a result that requires grad"):
+        out = f(Tensor(np.ones(2)))
+    out.backward()
+    same(w.grad, [1.0, 1.0])
+    out = f(Tensor(np.ones(2)))
+    assert out.requires_grad  # eager: its graph is there
