@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import math
 import os
 import sys
 import threading
@@ -101,7 +102,9 @@ def _names_seen(fn) -> tuple:
 def _same(a, b) -> bool:
     if a is b:
         return True
-    return type(a) is type(b) and isinstance(a, (bool, int, float, complex, str)) and a == b
+    if type(a) is float and type(b) is float:
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    return type(a) is type(b) and isinstance(a, (bool, int, complex, str)) and a == b
 
 
 def _values(names) -> tuple:
@@ -121,7 +124,7 @@ def _values(names) -> tuple:
 _NOT_KEYED = object()
 
 
-def _key_of(value, tensors: list):
+def _key_of(value, tensors: list, objects: list | None = None):
     """A hashable description of ``value``: a Tensor by its kind (and collected in
     ``tensors``), containers item by item, Python scalars and strings by value, any
     other object by identity (a module passed in: the same module)."""
@@ -129,21 +132,29 @@ def _key_of(value, tensors: list):
         tensors.append(value)
         return ("T", tuple(value._data.shape), str(value._data.dtype), value._backend.device, value._rg)
     if isinstance(value, (tuple, list)):
-        return (type(value).__name__, tuple(_key_of(v, tensors) for v in value))
+        return (type(value).__name__, tuple(_key_of(v, tensors, objects) for v in value))
     if isinstance(value, dict):
-        return ("dict", tuple((k, _key_of(v, tensors)) for k, v in sorted(value.items(), key=lambda kv: repr(kv[0]))))
-    if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
+        return ("dict", tuple((k, _key_of(v, tensors, objects)) for k, v in sorted(value.items(),
+                                                                                  key=lambda kv: repr(kv[0]))))
+    if isinstance(value, float):  # -0.0 is not 0.0 (1 / s)
+        return ("float", value, math.copysign(1.0, value))
+    if value is None or isinstance(value, (bool, int, complex, str, bytes)):
         return (type(value).__name__, value)
+    if getattr(value, "shape", None) == () and hasattr(value, "item") and hasattr(value, "dtype"):  # np.float32(2)
+        return ("scalar", str(value.dtype), _key_of(value.item(), tensors, objects))
+    if objects is not None:
+        objects.append(value)  # kept by the trace: its id is not reused while the entry lives
     return ("id", id(value))
 
 
 def _call_key(args, kwargs):
     tensors: list = []
-    key = (_key_of(args, tensors), _key_of(kwargs, tensors), is_grad_enabled(), get_default_dtype(),
-           get_default_device())
+    objects: list = []
+    key = (_key_of(args, tensors, objects), _key_of(kwargs, tensors, objects), is_grad_enabled(),
+           get_default_dtype(), get_default_device())
     first: dict = {}
     aliasing = tuple(first.setdefault(id(t), i) for i, t in enumerate(tensors))  # f(a, a) is not f(a, b)
-    return key + (aliasing,), tensors
+    return key + (aliasing,), tensors, objects
 
 
 # ---- the record ----------------------------------------------------------------------------------
@@ -153,6 +164,15 @@ ARG, VAL, EXT = 0, 1, 2  # where an array comes from: an argument, an event's ou
 
 class _Stale(Exception):
     """A replay met something the trace did not see (a shape): the call runs eagerly."""
+
+
+def _has_array(backend, value) -> bool:
+    """Whether ``value`` is, or holds (in tuples, lists, dicts), an array of ``backend``."""
+    if isinstance(value, (tuple, list)):
+        return any(_has_array(backend, v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_array(backend, v) for v in value.values())
+    return backend.is_array(value) and getattr(value, "shape", None) is not None
 
 
 class _Recipe:
@@ -189,7 +209,9 @@ class Tracer:
         self.externals: dict = {}  # id(tensor) -> (tensor, shape, dtype, backend, rg): checked before a replay
         self.constants = 0
         self.backwards = 0
+        self.implicit: set = set()  # ids of the ones arrays backward() made as seeds
         self.actions: list = []
+        self.keep_args = list(args)
         for i, t in enumerate(args):
             if id(t) not in self.source:
                 self._register(t, (ARG, i))
@@ -254,6 +276,9 @@ class Tracer:
                     return self.unsupported(f"{op}: an array among its parameters computed outside the recorded "
                                             "operations (an index computed from values)")
                 arrays.append((position, src))
+        if any(isinstance(v, (tuple, list, dict)) and _has_array(backend, v)
+               for v in (recipe.values() if type(recipe) is dict else recipe if type(recipe) is tuple else ())):
+            return self.unsupported(f"{op}: arrays inside its parameters (an index), which a replay would not follow")
         if arrays:
             recipe = _Recipe(recipe, tuple(arrays))
         slot = self._new_slot(t)
@@ -272,19 +297,26 @@ class Tracer:
         if self.reason is not None or not self.records():
             return
         src = self.arrays.get(id(t._data))
-        if src is None:
-            maker = None if python else _internal_maker()  # Python numbers make a constant wherever
-            if maker is not None:
-                return self.unsupported(f"{maker}: a value computed outside the recorded operations")
-            src = (EXT, t)
-            self.constants += 1
-        self._register(t, src)
+        if src is not None:  # another tensor on an array the call has seen (detach, as_tensor)
+            self._register(t, src)
+            return
+        maker = None if python else _internal_maker()  # Python numbers make a constant wherever
+        if maker is not None:
+            return self.unsupported(f"{maker}: a value computed outside the recorded operations")
+        if t._rg:
+            return self.unsupported("a tensor that requires grad made inside the function")
+        # a new tensor at each call, as eagerly: a replay starts from a copy of the values made now
+        slot = self._new_slot(t)
+        self.events.append(("const", t._backend.copy(t._data), slot, t._backend))
+        self.constants += 1
 
     def inplace(self, t, op, others, params, name, write):
         label = name or op
         if self.reason is None:
             if is_grad_enabled() and (t._rg or any(isinstance(o, Tensor) and o._rg for o in others)):
                 self.unsupported(f"{label}: an in-place change recorded in the graph")
+            elif _has_array(t._backend, (params, [o for o in others if not isinstance(o, Tensor)])):
+                self.unsupported(f"{label}: an array among its operands (an index), which a replay would not follow")
             else:
                 target = self.source_of(t)
                 sources = [self.source_of(o) if isinstance(o, Tensor) else (None, o) for o in others]
@@ -296,7 +328,11 @@ class Tracer:
         if value is not None:
             self.unsupported("Tensor.grad = an array")
         elif self.reason is None:
-            self.events.append(("grad", t))
+            src = self.source_of(t)
+            if src is not None and src[0] == VAL:
+                self.unsupported("Tensor.grad = None of a tensor made in the call")
+            elif src is not None:
+                self.events.append(("grad", src))
         TRACER[0] = None
         try:
             t.grad = value
@@ -305,6 +341,8 @@ class Tracer:
 
     def action(self, method, args, kwargs):
         args = tuple(list(a) if isinstance(a, collections.abc.Iterator) else a for a in args)  # params() twice
+        if any(callable(v) for v in (*args[1:], *kwargs.values())):
+            self.unsupported(f"{method.__qualname__} given a function (a closure would run with the trace's values)")
         for value in (*args, *kwargs.values()):
             for t in (value if isinstance(value, (list, tuple)) else (value,)):
                 if isinstance(t, Tensor) and self.source.get(id(t), (EXT,))[0] != EXT:
@@ -317,6 +355,13 @@ class Tracer:
             self.poisoned[id(result)] = method.__qualname__
             self.keep.append(result)
         return result
+
+    def check(self, fn, tensors) -> None:
+        if self.reason is not None:
+            return
+        sources = [self.source_of(t) for t in tensors]
+        if all(s is not None for s in sources):
+            self.events.append(("check", fn, tuple(sources)))
 
     def _untraced(self, fn, *args, **kwargs):
         TRACER[0] = None
@@ -340,8 +385,7 @@ class Tracer:
                 return self.unsupported("backward from a tensor made outside the recorded operations")
             src = self.arrays.get(id(g))
             if src is None:
-                xp = root._backend.xp
-                if tuple(g.shape) != tuple(root._data.shape) or not bool(xp.all(g == 1)):
+                if id(g) not in self.implicit:
                     return self.unsupported("backward(gradient) with a gradient made outside the recorded operations")
                 src = ("ones", (tuple(g.shape), g.dtype))
             seeds.append((slot, src))
@@ -414,6 +458,8 @@ class Tracer:
             if value._rg and value._node is not None and self.backwards == 0:
                 self.unsupported("a result that requires grad (its graph is not replayed: call backward inside "
                                  "the function)")
+            if src[0] != VAL and value is not (self.keep_args[src[1]] if src[0] == ARG else src[1]):
+                return ("T", src, value._backend, "view")  # another tensor on its array (x.detach())
             return ("T", src, value._backend)
         if isinstance(value, (tuple, list)):
             return (type(value), [self._outputs(v) for v in value])
@@ -442,6 +488,7 @@ class Plan:
         self.keeps_backward = needed
         self.counts = collections.Counter(e[0] for e in self.events)
         self.slot_backend = {e[5]: e[7] for e in self.events if e[0] == "op"}
+        self.slot_backend.update({e[2]: e[3] for e in self.events if e[0] == "const"})
         self.constants = tracer.constants
         self.actions = tracer.actions
         self._free = self._liveness()
@@ -462,6 +509,10 @@ class Plan:
                         last[src[1]] = i
             elif kind == "backward":
                 for _, src in event[1]:
+                    if src[0] == VAL:
+                        last[src[1]] = i
+            elif kind == "check":
+                for src in event[2]:
                     if src[0] == VAL:
                         last[src[1]] = i
         for slot in self._output_slots(self.outputs):
@@ -490,6 +541,8 @@ class Plan:
         may reach other tensors, or take another path)."""
         if _MODULE_CHANGES[0] != self.modules:
             return False
+        if self.counts["backward"] and (hooks._grad_hooks_registered or hooks._hooks_registered):
+            return False  # hooks registered since: a trace now runs eagerly (not replayed yet)
         for t, shape, dtype, backend, rg in self.externals:
             data = t._data
             if data.dtype != dtype or tuple(data.shape) != shape or t._backend is not backend or t._rg != rg:
@@ -540,6 +593,10 @@ class Plan:
                 slots[slot] = out
                 if slot in keeps:
                     backwards[slot] = backward
+            elif kind == "const":  # a tensor made in the call: a new one each time, as eagerly
+                slots[event[2]] = event[3].copy(event[1])
+            elif kind == "check":
+                event[1](*[get(src) for src in event[2]])
             elif kind == "backward":
                 changed = True
                 self._backward(event, slots, backwards, args)
@@ -552,7 +609,8 @@ class Plan:
                 self._inplace(event, slots, get, args)
             else:  # "grad": .grad = None
                 changed = True
-                t = event[1]
+                kind_, ref = event[1]
+                t = args[ref] if kind_ == ARG else ref
                 t._grad = None
                 t._read_zeros = False
             for slot in free.get(i, ()):
@@ -600,7 +658,7 @@ class Plan:
                 g = pending.pop(slot, None)
                 if g is None:
                     continue
-                grads = backwards.pop(slot)(g)
+                grads = backwards[slot](g)  # kept: a second pass (retain_graph=True) runs it again
                 for parent, pg in zip(parents, grads):
                     if pg is None or parent is None:
                         continue
@@ -630,6 +688,8 @@ class Plan:
         if kind == "T":
             src, backend = spec[1], spec[2]
             k, ref = src
+            if len(spec) == 4:  # another tensor on an argument's or a state tensor's array
+                return leaf(args[ref]._data if k == ARG else ref._data, backend)
             if k == EXT:
                 return ref
             if k == ARG:
@@ -639,7 +699,8 @@ class Plan:
             return spec[1]
         if kind is dict:
             return {key: self._result(v, slots, args) for key, v in spec[1].items()}
-        return kind(self._result(v, slots, args) for v in spec[1])
+        items = [self._result(v, slots, args) for v in spec[1]]
+        return kind(*items) if hasattr(kind, "_fields") else kind(items)  # a named tuple takes its fields
 
 
 # ---- the compiled function -------------------------------------------------------------------
@@ -663,20 +724,20 @@ class Compiled:
             self.calls["eager"] += 1
             return self.fn(*args, **kwargs)
         try:
-            key, tensors = _call_key(args, kwargs)
+            key, tensors, objects = _call_key(args, kwargs)
             hash(key)
         except TypeError:  # an argument that cannot be a key (a NumPy array): every call is eager
             self.calls["eager"] += 1
             return self.fn(*args, **kwargs)
         entry = self._entries.get(key)
         if entry is None:
-            return self._trace(key, tensors, args, kwargs)
+            return self._trace(key, tensors, objects, args, kwargs)
         self._entries.move_to_end(key)
         if isinstance(entry, str):  # it could not be traced: eagerly
             self.calls["eager"] += 1
             return self.fn(*args, **kwargs)
         if not entry.fits() or not all(map(_same, _values(self._names), entry.names)):
-            return self._trace(key, tensors, args, kwargs)
+            return self._trace(key, tensors, objects, args, kwargs)
         try:
             out = entry.replay(tensors)
         except _Stale as exc:  # a shape the trace did not see: eagerly from now on
@@ -686,22 +747,31 @@ class Compiled:
         self.calls["replayed"] += 1
         return out
 
-    def _trace(self, key, tensors, args, kwargs):
+    def _trace(self, key, tensors, objects, args, kwargs):
         self._entries.pop(key, None)
         tracer = Tracer(tensors)
         rng = _backends_base._host_rng
         state = rng.bit_generator.state
+        modules, names = _MODULE_CHANGES[0], _values(self._names)
         TRACER[0] = tracer
         try:
             result = self.fn(*args, **kwargs)
         finally:
             TRACER[0] = None
+        self.calls["traced"] += 1
         if _backends_base._host_rng is not rng or rng.bit_generator.state != state:
             tracer.unsupported("a random draw (dropout, lp.randn...): draws are not replayed yet")
+        if any(value is t for value in names for t in tensors):  # one object, two roles: a replay would merge them
+            tracer.unsupported("an argument the function also reads by name (a global or closure variable)")
+        retrace = _MODULE_CHANGES[0] != modules or not all(map(_same, _values(self._names), names))
+        if retrace and tracer.reason is None:  # the call changed Python state a replay would not change
+            self._warn("the function changed a module's attributes or members, or rebound a name it reads "
+                       "(a replay would not); it is traced again at the next call", "trace")
+            return result  # no entry: the next call traces again (a module's first call may set up a cache)
         plan = tracer.plan(result, len(tensors))
-        self.calls["traced"] += 1
         if plan is not None:
-            plan.names = _values(self._names)
+            plan.names = names
+            plan.objects = objects
         if plan is None:
             self._fall_back(key, tracer.reason)
         else:
@@ -715,10 +785,12 @@ class Compiled:
         self._entries[key] = f"{what} ({where})"
         while len(self._entries) > self.cache_size:
             self._entries.popitem(last=False)
-        if what not in self._warned:
+        self._warn(f"runs eagerly for these arguments: {what}", where)
+
+    def _warn(self, what: str, where: str) -> None:
+        if what not in self._warned:  # once per function and reason
             self._warned.add(what)
-            warnings.warn(f"lp.compile: {self.__name__} runs eagerly for these arguments: {what} at {where}",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(f"lp.compile: {self.__name__} {what} at {where}", RuntimeWarning, stacklevel=4)
 
     def explain(self) -> str:
         """What was traced: per cache entry, the operations, backward passes, in-place

@@ -375,6 +375,9 @@ def run(op: Op, args, *params, **kw):
 
     if requires_grad and len(tensors) == len(args) and kw.keys() <= {"needs"}:
         replay = params  # every argument a tensor: the parameters are the whole replay (and an Op.rule's)
+    elif TRACER[0] is not None and any(backend.is_array(x) and hasattr(x, "shape")
+                                       for x in (*args, *params, *kw.values())):
+        replay = None  # an array among the arguments, which lp.compile cannot follow: it falls back
     t = make(out, backend, op, tuple(tensors), backward, requires_grad,
              replay if requires_grad or TRACER[0] is not None else None)
     if op.view and tensors:
@@ -834,6 +837,7 @@ def init_tensor(self, data, requires_grad, name, device, dtype, copy, infer="flo
     if dtype is not None:
         dtype = as_dtype(dtype, "Tensor" if infer == "float" else "asarray").name
     if isinstance(data, above.tensor):
+        _trace_note("Tensor(t) or asarray(t, copy=True) of a tensor (a copy made apart from the recorded operations)")
         src, array = data._backend, data._data
     else:
         src, array = backend_of_array(data), data

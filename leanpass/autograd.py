@@ -24,6 +24,7 @@ from ._graph.engine import Released, _needed, backprop, zero_graph_grads
 from ._graph.hooks import RemovableHandle, hook_round, queue_callback
 from ._graph.modes import enable_grad, grad_lock, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from ._graph.node import edge
+from ._graph.trace import implicit_seed
 from ._graph.versions import Version, increment_version, increment_versions, version_of
 from ._node import Outputs, as_graph_tensor, as_tensor, leaf, run1
 from .backends._base import NO_FUSED, Backend
@@ -215,6 +216,7 @@ def _seeds(name, what, given, outputs, grads, create_graph):
                     f"{out.dtype}: take a real part (lp.real, abs) or pass {given}"
                 )
             g = backend.ones(out._data.shape, out._data.dtype)
+            implicit_seed(g)
             seeds.append(leaf(g, backend) if create_graph else g)
             continue
         g = g if isinstance(g, Tensor) else as_tensor(g, device=out.device, dtype=str(out.dtype))

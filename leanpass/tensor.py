@@ -21,6 +21,7 @@ from ._graph.hooks import add_grad_hook, add_post_accumulate_grad_hook
 from ._graph.modes import enable_grad, grad_lock
 from ._graph.node import note_complex
 from ._graph.trace import TRACER
+from ._graph.trace import implicit_seed as _trace_implicit_seed
 from ._graph.trace import note as _trace_note
 from ._graph.versions import version_of
 from ._indexing import getitem, setitem
@@ -151,6 +152,8 @@ class Tensor:
 
     @requires_grad.setter
     def requires_grad(self, value):
+        if TRACER[0] is not None:
+            _trace_note("requires_grad set inside the function")
         value = bool(value)
         if value == self._rg:
             return
@@ -450,6 +453,8 @@ class Tensor:
                     "take a real part first (lp.real(t), abs(t)) or pass a gradient (t.backward(gradient))"
                 )
             grad = backend.ones(data.shape, data.dtype)
+            if TRACER[0] is not None:
+                _trace_implicit_seed(grad)
         elif create_graph and isinstance(gradient, Tensor):  # kept in the graph: d/d(gradient) too
             if gradient.shape != self.shape:
                 raise ValueError(

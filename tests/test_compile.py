@@ -314,3 +314,138 @@ def test_results_are_detached_and_a_result_that_needs_its_graph_runs_eagerly():
     same(w.grad, [1.0, 1.0])
     out = f(Tensor(np.ones(2)))
     assert out.requires_grad  # eager: its graph is there
+
+
+# ---- found by a review: each of these used to replay a wrong or stale result -----------------
+
+
+def test_a_tensor_made_inside_is_a_new_one_at_every_call():
+    def f(x):
+        acc = lp.zeros(2)
+        for _ in range(2):
+            acc += x  # an in-place change outside the graph, of a tensor made in the call
+        return acc
+
+    g = lp.compile(f)
+    outs = [g(Tensor(np.array([1.0, 2.0]))) for _ in range(3)]
+    for out in outs:
+        same(out, [2.0, 4.0])
+    assert outs[1] is not outs[2] and g.calls["replayed"] == 2
+
+
+def test_state_the_function_changes_in_python_is_never_replayed():
+    """A module attribute rebound inside the call, or a global it rebinds: traced again
+    at every call (with a warning), so each call does what eager does."""
+    class Average(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.avg = Tensor(np.zeros(2))
+
+        def forward(self, x):
+            out = self.avg * 1.0
+            self.avg = self.avg * 0.5 + x
+            return out
+
+    ours, theirs = Average(), Average()
+    g = lp.compile(lambda x: ours(x))
+    with pytest.warns(RuntimeWarning, match="changed a module's attributes"):
+        for _ in range(3):
+            x = Tensor(np.array([1.0, 2.0]))
+            same(g(x), theirs(x))
+    same(ours.avg, theirs.avg)
+
+
+def test_an_argument_also_read_as_a_global_runs_eagerly():
+    g = lp.compile(lambda x: x + SHARED)
+    with pytest.warns(RuntimeWarning, match="also reads by name"):
+        same(g(SHARED), [2.0, 4.0])
+    same(g(Tensor(np.array([10.0, 20.0]))), [11.0, 22.0])
+
+
+SHARED = Tensor(np.array([1.0, 2.0]))
+
+
+def test_keys_tell_minus_zero_and_numpy_scalars_apart():
+    g = lp.compile(lambda x, s: 1.0 / (x * s))
+    x = Tensor(np.array([1.0, 2.0]))
+    same(g(x, 0.0), [np.inf, np.inf])
+    same(g(x, -0.0), [-np.inf, -np.inf])
+    h = lp.compile(lambda x, s: x * s)
+    for v in (1, 2, 3):
+        same(h(x, np.float64(v)), [v, 2.0 * v])
+
+
+def test_a_step_given_a_closure_runs_eagerly():
+    w = Tensor(np.ones((1, 3)), requires_grad=True)
+    opt = lp.optim.SGD([w], lr=0.1)
+
+    def step(x):
+        def closure():
+            opt.zero_grad()
+            loss = (w * x).sum()
+            loss.backward()
+            return loss
+        return opt.step(closure)
+
+    g = lp.compile(step)
+    with pytest.warns(RuntimeWarning, match="given a function"):
+        for k in range(3):
+            g(Tensor(np.full((1, 3), float(k + 1))))
+    same(w, np.ones((1, 3)) - 0.1 * (1 + 2 + 3))
+
+
+def test_grad_reset_of_an_argument_and_a_second_backward_pass():
+    def f(x):
+        x.grad = None
+        loss = (x * x).sum()
+        loss.backward(retain_graph=True)
+        loss.backward()
+        return loss
+
+    g = lp.compile(f)
+    for _ in range(3):
+        x = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+        x.grad = np.array([5.0, 5.0])
+        g(x)
+        same(x.grad, [4.0, 8.0])
+    assert g.calls["replayed"] == 2
+
+
+def test_class_indices_are_checked_again_in_a_replay():
+    w = Tensor(np.ones((3, 4)) * 0.1, requires_grad=True)
+    g = lp.compile(lambda x, y: nn.functional.cross_entropy(x @ w.T, y).detach())
+    x = Tensor(RNG.normal(size=(4, 4)))
+    g(x, lp.asarray(np.array([1, 2, 1, 2])))
+    with pytest.raises(ValueError, match="class indices"):
+        g(x, lp.asarray(np.array([1, 3, 1, 2])))  # out of range: eager raises, and so does the replay
+    with pytest.raises(ValueError, match="ignore_index"):
+        g(x, lp.asarray(np.array([1, -100, 1, 2])))  # an ignored target the trace never saw
+
+
+def test_results_keep_their_kind():
+    P = __import__("collections").namedtuple("P", "a b")
+    a = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    g = lp.compile(lambda x: P(x.detach(), x.detach() * 2.0))
+    for _ in range(2):
+        out = g(a)
+        assert isinstance(out, P) and not out.a.requires_grad and out.a is not a
+        same(out.b, [2.0, 4.0])
+
+
+def test_hooks_registered_after_the_trace_trace_again():
+    w = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+
+    def f(x):
+        w.grad = None
+        (w * x).sum().backward()
+
+    g = lp.compile(f)
+    g(Tensor(np.ones(2)))
+    g(Tensor(np.ones(2)))
+    handle = w.register_hook(lambda grad: grad * 100)
+    try:
+        with pytest.warns(RuntimeWarning, match="hooks"):
+            g(Tensor(np.ones(2)))
+        same(w.grad, [100.0, 100.0])
+    finally:
+        handle.remove()

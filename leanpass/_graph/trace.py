@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 
-__all__ = ["TRACER", "action", "note"]
+__all__ = ["TRACER", "action", "note", "check", "implicit_seed"]
 
 TRACER = [None]  # [the active tracer, or None]
 
@@ -32,6 +32,23 @@ def action(method):
         return tracer.action(method, args, kwargs)
 
     return traced
+
+
+def check(fn, *tensors) -> None:
+    """A check of values (class indices in range) that a replay must make again:
+    ``fn(*arrays)`` raises on bad values; the tracer records it with where each
+    tensor's array comes from."""
+    tracer = TRACER[0]
+    if tracer is not None and tracer.records():
+        tracer.check(fn, tensors)
+
+
+def implicit_seed(array) -> None:
+    """``array`` is the ones a backward pass starts from when no gradient is given."""
+    tracer = TRACER[0]
+    if tracer is not None and tracer.records():
+        tracer.implicit.add(id(array))
+        tracer.keep.append(array)
 
 
 def note(what: str) -> None:

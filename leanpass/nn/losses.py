@@ -14,6 +14,7 @@ import numbers
 from .. import ops
 from .._checks import broadcast_shapes
 from .._dtypes import as_dtype, dtype_name
+from .._graph.trace import check, note
 from .._namespace import abs as _abs
 from .._namespace import expand_dims, minimum, reshape, squeeze, take, take_along_axis, where
 from .._namespace import sum as _sum
@@ -150,12 +151,16 @@ def _class_indices(logits: Tensor, target, classes: int, ignore_index=None, op: 
             with (backend or get_backend("cpu")).context():
                 data, ignored = _without_ignored(backend or get_backend("cpu"), data, ignore_index)
             if ignored is not None:
+                note(f"{op}: targets equal to ignore_index (read on the host)")
                 ignored = as_tensor(ignored, device=logits.device, dtype="bool")
+            elif isinstance(target, Tensor):  # a replay of a trace that saw none must see none either
+                check(lambda values: _none_ignored(backend.xp, values, ignore_index, op), target)
     if backend is None:
         return _index_tensor(logits, _checked(get_backend("cpu"), data, kind, classes, op)), None, ignored
     if backend.syncs_cheaply:
         with backend.context():
             index = _checked(backend, data, kind, classes, op)
+        check(lambda values: _checked(backend, values, kind, classes, op), target)  # a replay checks again
         if ignored is None and index is data:
             return target, None, None
         if ignored is None and kind == "f":  # whole floats: the same cast as an operation (lp.compile records it)
@@ -172,6 +177,16 @@ def _class_indices(logits: Tensor, target, classes: int, ignore_index=None, op: 
             index = xp.astype(data, xp.int64)
             bad = bad | xp.any(xp.astype(index, data.dtype) != data)
         return _index_tensor(logits, xp.clip(index if kind == "f" else data, 0, classes - 1)), bad, ignored
+
+
+def _none_ignored(xp, values, ignore_index, op) -> None:
+    """lp.compile's check, in a replay of a trace whose targets had no ``ignore_index``."""
+    if bool(xp.any(values == ignore_index)):
+        raise ValueError(
+            f"lp.compile: {op}: targets equal to ignore_index ({ignore_index}) in a replay of a call traced "
+            "without any; nothing is ignored in a compiled step that never saw one (call it eagerly, or set "
+            "LEANPASS_COMPILE=0)"
+        )
 
 
 def _without_ignored(backend, data, ignore_index):

@@ -228,7 +228,9 @@ def pow(be, a, b):
             log_a = xp.log(xp.astype(a, out.dtype))  # a real base below 0 has a complex log
         else:
             log_a = xp.log(a)
-        if xp.isdtype(b.dtype, "complex floating"):  # 0 ** b has no slope in b for real b >= 0 (PyTorch)
+        if not hasattr(b, "dtype"):  # a Python number (a complex exponent comes this way)
+            flat = b.imag == 0 and b.real >= 0 if isinstance(b, complex) else b >= 0
+        elif xp.isdtype(b.dtype, "complex floating"):  # 0 ** b has no slope in b for real b >= 0 (PyTorch)
             flat = (xp.imag(b) == 0) & (xp.real(b) >= 0)
         else:
             flat = b >= 0

@@ -162,7 +162,7 @@ def group_norm(be, x, weight=None, bias=None, groups=1, eps=1e-5, needs=(True, T
     size = math.prod(x.shape[2:])
     members = c // groups
     per = members * size
-    affine, affine2, squares = _row_maps(be, dtype)
+    affine, affine2, squares, centered_dot = _row_maps(be, dtype)
     x_rows = xp.reshape(x, (n * c, size))  # one row per (sample, channel)
     x_groups = xp.reshape(x, (n * groups, per))  # one row per (sample, group)
     mean = xp.matmul(x_groups, be.ones((per,), dtype)) / per
@@ -183,9 +183,10 @@ def group_norm(be, x, weight=None, bias=None, groups=1, eps=1e-5, needs=(True, T
     def backward(g):
         g_rows = xp.reshape(g, (n * c, size))
         sum_g = xp.reshape(xp.matmul(g_rows, be.ones((size,), dtype)), (n, groups, members))  # sum(g) per row
-        sum_gxhat = None  # sum(g * xhat) per row
+        sum_gxhat = None  # sum(g * xhat) per row, from the centred values (no precision lost to a large mean)
         if need_x or need_w:
-            sum_gxhat = (xp.reshape(xp.vecdot(g_rows, x_rows), (n, groups, members)) - sum_g * mean3) * inv3
+            mean_rows = xp.reshape(xp.broadcast_to(mean3, (n, groups, members)), (n * c,))
+            sum_gxhat = xp.reshape(centered_dot(g_rows, x_rows, mean_rows), (n, groups, members)) * inv3
         grads = [None]
         if need_x:
             m1 = group_mean(sum_g if w is None else sum_g * w)
@@ -206,13 +207,14 @@ def group_norm(be, x, weight=None, bias=None, groups=1, eps=1e-5, needs=(True, T
 
 
 def _row_maps(be, dtype):
-    """``(affine, affine2, squares)`` on rows of a 2-D array, with per-row vectors:
-    ``affine(x, a, b) = x * a + b``, ``affine2(g, a, x, c, d) = g * a + (x * c + d)``
-    and ``squares(x, m) = sum((x - m) ** 2)`` per row. The backend's fused kernels
-    where it offers them for ``dtype``, else the same arithmetic in ``xp``."""
+    """``(affine, affine2, squares, centered_dot)`` on rows of a 2-D array, with per-row
+    vectors: ``affine(x, a, b) = x * a + b``, ``affine2(g, a, x, c, d) = g * a + (x * c
+    + d)``, ``squares(x, m) = sum((x - m) ** 2)`` and ``centered_dot(g, x, m) = sum(g *
+    (x - m))`` per row. The backend's fused kernels where it offers them for ``dtype``,
+    else the same arithmetic in ``xp``."""
     fused = be.fused
     if fused.affine_rows is not None and dtype in fused.row_dtypes:
-        return fused.affine_rows, fused.affine2_rows, fused.centered_squares
+        return fused.affine_rows, fused.affine2_rows, fused.centered_squares, fused.centered_dot
     xp = be.xp
 
 
@@ -235,4 +237,7 @@ def _row_maps(be, dtype):
         centered = x - column(m)
         return xp.vecdot(centered, centered)
 
-    return affine, affine2, squares
+    def centered_dot(g, x, m):
+        return xp.vecdot(g, x - column(m))
+
+    return affine, affine2, squares, centered_dot
