@@ -168,8 +168,8 @@ class _Stale(Exception):
 
 def _has_array(backend, value) -> bool:
     """Whether ``value`` is, or holds (in tuples, lists, dicts), an array of ``backend``."""
-    if isinstance(value, (tuple, list)):
-        return any(_has_array(backend, v) for v in value)
+    if isinstance(value, (tuple, list)):  # a list the op fills (ops.norm.Outputs) holds no input
+        return not getattr(value, "filled_by_the_op", False) and any(_has_array(backend, v) for v in value)
     if isinstance(value, dict):
         return any(_has_array(backend, v) for v in value.values())
     return backend.is_array(value) and getattr(value, "shape", None) is not None
@@ -356,12 +356,15 @@ class Tracer:
             self.keep.append(result)
         return result
 
-    def check(self, fn, tensors) -> None:
+    def check(self, fn, values) -> None:
+        """``fn(*arrays)`` checks the values of ``values`` (tensors, or arrays the call has
+        seen): a replay checks again."""
         if self.reason is not None:
             return
-        sources = [self.source_of(t) for t in tensors]
-        if all(s is not None for s in sources):
-            self.events.append(("check", fn, tuple(sources)))
+        sources = [self.source_of(v) if isinstance(v, Tensor) else self.arrays.get(id(v)) for v in values]
+        if any(s is None for s in sources):
+            return self.unsupported("a check of values computed outside the recorded operations")
+        self.events.append(("check", fn, tuple(sources)))
 
     def _untraced(self, fn, *args, **kwargs):
         TRACER[0] = None
@@ -500,7 +503,9 @@ class Plan:
         for i, event in enumerate(self.events):
             kind = event[0]
             if kind == "op":
-                for kind_, ref in event[2]:
+                recipe = event[3]
+                reads = (*event[2], *(src for _, src in recipe.arrays)) if type(recipe) is _Recipe else event[2]
+                for kind_, ref in reads:
                     if kind_ == VAL:
                         last[ref] = i
             elif kind == "inplace":

@@ -24,6 +24,7 @@ from . import ops
 from ._checks import broadcast_shapes, device_message
 from ._dtypes import DTYPES, dtype_name, iinfo
 from ._graph.above import above
+from ._graph.trace import check
 from ._node import as_tensor, inplace, run1
 from .backends import backend_of_array, host_array
 
@@ -213,14 +214,32 @@ def getitem(t, index):
 
 
 def _checked_positions(t, array, axis, op):
-    """``array`` of indices into ``axis`` of ``t``, range-checked, negatives wrapped."""
+    """``array`` of indices into ``axis`` of ``t``, range-checked, negatives wrapped
+    (``array`` itself where none is negative: a replay of lp.compile's follows it, and
+    makes the same check again)."""
     xp = t._backend.xp
     n = t.shape[axis]
     if math.prod(array.shape):
         low, high = int(xp.min(array)), int(xp.max(array))
         if low < -n or high >= n:
             raise _out_of_range(op, high if high >= n else low, axis, n, t.shape)
+        if low >= 0:
+            check(lambda values: _in_range(xp, values, n, axis, t.shape, op), array)
+            return array
     return xp.where(array < 0, array + n, array)
+
+
+def _in_range(xp, values, n, axis, shape, op) -> None:
+    """lp.compile's check of indices in a replay of a trace whose indices were all in
+    ``[0, n)``: out of range raises as eagerly; a negative one, which the trace never
+    wrapped, raises too."""
+    if math.prod(values.shape):
+        low, high = int(xp.min(values)), int(xp.max(values))
+        if low < -n or high >= n:
+            raise _out_of_range(op, high if high >= n else low, axis, n, shape)
+        if low < 0:
+            raise IndexError(f"lp.compile: {op}: a negative index in a replay of a call traced without any; call "
+                             "it eagerly, or pass indices of one sign")
 
 
 def _integer_block(t, parsed, op):

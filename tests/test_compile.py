@@ -69,6 +69,75 @@ def test_a_compiled_training_step_is_the_eager_step_bit_for_bit(device, name):
     assert "replays" in text and "1 backward pass" in text and "Optimizer.step" in text
 
 
+def test_a_compiled_cnn_step_with_batch_norm_is_the_eager_step(device):
+    def cnn():
+        lp.manual_seed(1)
+        return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1, device=device, dtype="float64"),
+                             nn.BatchNorm2d(4, device=device, dtype="float64"), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Flatten(), nn.Linear(4 * 4 * 4, 3, device=device, dtype="float64"))
+
+    models = [cnn(), cnn()]
+    opts = [lp.optim.Adam(m.parameters(), lr=1e-2) for m in models]
+    eager, compiled = training_step(models[0], opts[0]), lp.compile(training_step(models[1], opts[1]))
+    for _ in range(4):
+        x = Tensor(RNG.normal(size=(5, 1, 8, 8)), device=device)
+        y = lp.asarray(RNG.integers(0, 3, size=5), device=device)
+        same(eager(x, y), compiled(x, y))
+    for a, b in zip(models[0].state_dict().values(), models[1].state_dict().values()):
+        same(a, b)  # parameters and batch norm's running statistics
+    assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}
+
+
+class TinyLM(nn.Module):
+    def __init__(self, device):
+        super().__init__()
+        kw = dict(device=device, dtype="float64")
+        self.tokens, self.positions = nn.Embedding(11, 8, **kw), nn.Embedding(6, 8, **kw)
+        self.norm = nn.LayerNorm(8, **kw)
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True, **kw)
+        self.mlp = nn.Sequential(nn.Linear(8, 16, **kw), nn.GELU(approximate="tanh"), nn.Linear(16, 11, **kw))
+
+    def forward(self, ids):
+        x = self.tokens(ids) + self.positions(np.arange(ids.shape[-1]))  # host indices: a constant
+        h = self.norm(x)
+        x = x + self.attn(h, h, h, need_weights=False, is_causal=True,
+                          attn_mask=np.triu(np.ones((6, 6), dtype=bool), 1))[0]
+        return self.mlp(x)
+
+
+def test_a_compiled_transformer_step_with_clipping_and_a_schedule(device):
+    """Embeddings (index tensors checked again at each replay), causal attention,
+    AdamW, clip_grad_norm_ and a learning-rate schedule: eager's numbers."""
+    def setup():
+        lp.manual_seed(2)
+        model = TinyLM(device)
+        opt = lp.optim.AdamW(model.parameters(), lr=1e-2)
+        return model, opt, lp.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+
+    def stepper(model, opt, schedule):
+        def step(ids, targets):
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(ids).reshape(-1, 11), targets.reshape(-1))
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+            opt.step()
+            schedule.step()
+            return loss
+        return step
+
+    a, b = setup(), setup()
+    eager, compiled = stepper(*a), lp.compile(stepper(*b))
+    for _ in range(4):
+        ids = lp.asarray(RNG.integers(0, 11, size=(3, 6)), device=device)
+        targets = lp.asarray(RNG.integers(0, 11, size=(3, 6)), device=device)
+        same(eager(ids, targets), compiled(ids, targets))
+    for p, q in zip(a[0].parameters(), b[0].parameters()):
+        same(p, q)
+    assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}
+    with pytest.raises(IndexError):
+        compiled(lp.asarray(np.full((3, 6), 11), device=device), targets)  # out of range, as eagerly
+
+
 def test_a_chain_of_small_operations_and_its_gradient(device):
     """W2's chain: forward and backward replayed, the argument's .grad written."""
     def chain(x):
@@ -230,16 +299,17 @@ def test_complex_values_in_a_graph_run_eagerly():
     same(z.grad, [1.0, 2.0])
 
 
-def test_batch_norm_in_training_falls_back_and_stays_right():
-    """Batch norm's running statistics are arrays its op computes itself: not replayed
-    yet, so a step with it runs eagerly (and updates them as eager does)."""
-    layers = [nn.BatchNorm1d(3, dtype="float64") for _ in range(2)]
-    f = lp.compile(lambda x: layers[1](x).sum())
-    x = Tensor(RNG.normal(size=(5, 3)))
-    with pytest.warns(RuntimeWarning, match="runs eagerly"):
-        f(x)
-    layers[0](x)
+def test_batch_norm_in_training_with_its_running_statistics(device):
+    """Batch norm's running statistics are updated by a step of their own, replayed
+    after the op has put the replay's batch statistics in its list."""
+    layers = [nn.BatchNorm2d(3, dtype="float64", device=device) for _ in range(2)]
+    g = lp.compile(lambda x: layers[1](x).sum().detach())
+    for _ in range(3):
+        x = Tensor(RNG.normal(size=(4, 3, 2, 2)) * 3 + 1, device=device)
+        same(g(x), layers[0](x).sum())
     same(layers[0].running_mean, layers[1].running_mean)
+    same(layers[0].running_var, layers[1].running_var)
+    assert g.calls == {"traced": 1, "replayed": 2, "eager": 0}
 
 
 def test_other_threads_are_not_recorded():

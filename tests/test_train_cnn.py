@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,17 @@ def test_learns_digits(device, capsys):
     assert history["train_loss"][-1] < history["train_loss"][0]
     out = capsys.readouterr().out
     assert "CNN 8x8 -> channels [16, 32] -> 10" in out and "final held-out accuracy" in out
+
+
+def test_compile_trains_the_same_numbers():
+    """--compile: the step (convolutions, batch norm and its running statistics, Adam)
+    traced once and replayed gives eager's numbers, without falling back."""
+    pytest.importorskip("sklearn", reason="the default data set needs scikit-learn")
+    eager = run("--epochs", "1", "--dtype", "float64", "--channels", "4,8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compiled = run("--epochs", "1", "--dtype", "float64", "--channels", "4,8", "--compile")
+    assert compiled["train_loss"] == eager["train_loss"] and compiled["test_accuracy"] == eager["test_accuracy"]
 
 
 def test_resume_continues_the_same_run(tmp_path):

@@ -34,13 +34,13 @@ def action(method):
     return traced
 
 
-def check(fn, *tensors) -> None:
+def check(fn, *values) -> None:
     """A check of values (class indices in range) that a replay must make again:
     ``fn(*arrays)`` raises on bad values; the tracer records it with where each
-    tensor's array comes from."""
+    value (a tensor, or a tensor's array) comes from."""
     tracer = TRACER[0]
     if tracer is not None and tracer.records():
-        tracer.check(fn, tensors)
+        tracer.check(fn, values)
 
 
 def implicit_seed(array) -> None:

@@ -14,7 +14,8 @@ import numbers
 from .. import ops
 from .._checks import broadcast_shapes
 from .._dtypes import dtype_name
-from .._namespace import ones, permute_dims, positive, reshape, sqrt, take, tril, unstack, where, zeros
+from .._graph.trace import action
+from .._namespace import asarray, ones, permute_dims, positive, reshape, sqrt, take, tril, unstack, where, zeros
 from .._namespace._util import floating
 from ..autograd import no_grad
 from ..backends import get_backend, host_array
@@ -162,8 +163,8 @@ def _index_tensor(indices, weight: Tensor, op: str):
             if low < 0 or high >= rows:
                 raise IndexError(f"{op}: indices must be in [0, {rows}) for a table of {rows} rows "
                                  f"(shape {weight.shape}), got values from {low} to {high}")
-        if host:
-            indices = as_tensor(data, device=weight.device, dtype=dtype_name(data.dtype))
+        if host:  # host data the caller gave: a constant of a compiled call, as lp.asarray's
+            indices = asarray(data, device=weight.device, dtype=dtype_name(data.dtype))
         return indices, None
     with backend.context():
         bad = (data < 0) | (data >= rows)
@@ -308,19 +309,27 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
     if count == 0:  # an empty batch: nothing to normalise, and the running statistics stay (PyTorch)
         y = positive(x) if weight is None else x * reshape(weight, shape)
         return y if bias is None else y + reshape(bias, shape)
-    stats = [] if running_mean is not None or running_var is not None else None
+    stats = ops.norm.Outputs() if running_mean is not None or running_var is not None else None
     inputs = (x,) if weight is None else (x, weight) if bias is None else (x, weight, bias)
     y = apply(ops.batch_norm, *inputs, axes=axes, eps=float(eps), stats=stats)
     if stats:
-        with no_grad():
-            mean, var = (as_tensor(a, device=x.device) for a in stats)
-            if running_mean is not None:
-                running_mean *= 1 - momentum
-                running_mean += mean * momentum
-            if running_var is not None:
-                running_var *= 1 - momentum
-                running_var += var * (momentum * (count / (count - 1)))
+        _update_running(stats, running_mean, running_var, momentum, count, x.device)
     return y
+
+
+@action
+def _update_running(stats, running_mean, running_var, momentum, count, device) -> None:
+    """The running statistics moved toward the batch's (``stats``: the mean and the biased
+    variance the op put in it), in place, outside the graph. A step of its own, so that
+    lp.compile replays it after the op has put the replay's statistics in ``stats``."""
+    with no_grad():
+        mean, var = (as_tensor(a, device=device) for a in stats)
+        if running_mean is not None:
+            running_mean *= 1 - momentum
+            running_mean += mean * momentum
+        if running_var is not None:
+            running_var *= 1 - momentum
+            running_var += var * (momentum * (count / (count - 1)))
 
 
 def multi_head_attention_forward(query: Tensor, key: Tensor, value: Tensor, embed_dim_to_check: int, num_heads: int,
@@ -424,7 +433,7 @@ def _mask(mask, shape, what, query, target, shape3=None, target3=None, *, op):
         return None
     if not isinstance(mask, Tensor):
         data = host_array(mask, f"{op} {what}")
-        mask = as_tensor(data, device=query.device, dtype=dtype_name(data.dtype))
+        mask = asarray(data, device=query.device, dtype=dtype_name(data.dtype))  # a constant (lp.compile)
     if mask.device != query.device:
         raise ValueError(f"{op}: {what} is on {mask.device} but the query is on {query.device}")
     if mask.dtype != "bool" and mask.dtype.kind != "f":

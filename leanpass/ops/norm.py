@@ -8,6 +8,14 @@ import math
 from ._op import op
 
 
+class Outputs(list):
+    """A list an op fills with arrays it computes besides its output (batch norm's
+    statistics), passed among its parameters. A replay of lp.compile's runs the op
+    again, which fills it again: the tracer reads nothing in it as an input."""
+
+    filled_by_the_op = True
+
+
 @op("batch_norm", saves=(0, 1), saves_out=False, needs=True)
 def batch_norm(be, x, weight=None, bias=None, axes=(0,), eps=1e-5, stats=None, needs=(True, True, True)):
     """``(x - mean) / sqrt(var + eps) * weight + bias`` with the mean and the biased
