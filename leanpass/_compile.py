@@ -140,7 +140,7 @@ def _key_of(value, tensors: list, objects: list | None = None):
         return ("float", value, math.copysign(1.0, value))
     if value is None or isinstance(value, (bool, int, complex, str, bytes)):
         return (type(value).__name__, value)
-    if getattr(value, "shape", None) == () and hasattr(value, "item") and hasattr(value, "dtype"):  # np.float32(2)
+    if getattr(value, "shape", None) == () and hasattr(value, "item") and hasattr(value, "dtype"):  # a NumPy scalar
         return ("scalar", str(value.dtype), _key_of(value.item(), tensors, objects))
     if objects is not None:
         objects.append(value)  # kept by the trace: its id is not reused while the entry lives
@@ -168,7 +168,7 @@ class _Stale(Exception):
 
 def _has_array(backend, value) -> bool:
     """Whether ``value`` is, or holds (in tuples, lists, dicts), an array of ``backend``."""
-    if isinstance(value, (tuple, list)):  # a list the op fills (ops.norm.Outputs) holds no input
+    if isinstance(value, (tuple, list)):  # a list the op fills (ops.norm.Statistics) holds no input
         return not getattr(value, "filled_by_the_op", False) and any(_has_array(backend, v) for v in value)
     if isinstance(value, dict):
         return any(_has_array(backend, v) for v in value.values())
@@ -447,11 +447,11 @@ class Tracer:
         return tuple(schedule)
 
     # ---- the plan
-    def plan(self, result, n_args):
+    def plan(self, result):
         outputs = self._outputs(result)
         if self.reason is not None:
             return None
-        return Plan(self, outputs, n_args, _MODULE_CHANGES[0])
+        return Plan(self, outputs, _MODULE_CHANGES[0])
 
     def _outputs(self, value):
         if isinstance(value, Tensor):
@@ -477,13 +477,12 @@ class Tracer:
 class Plan:
     """A recorded call, ready to replay (see the module's doc)."""
 
-    def __init__(self, tracer: Tracer, outputs, n_args: int, modules: int):
+    def __init__(self, tracer: Tracer, outputs, modules: int):
         self.modules = modules  # the modules' change count when the trace ended
         self.events = tracer.events
         self.slots = tracer.slots
         self.outputs = outputs
         self.externals = list(tracer.externals.values())
-        self.n_args = n_args
         needed = set()  # the slots whose backward a pass runs
         for event in self.events:
             if event[0] == "backward":
@@ -618,14 +617,9 @@ class Plan:
                 t = args[ref] if kind_ == ARG else ref
                 t._grad = None
                 t._read_zeros = False
-            for slot in free.get(i, ()):
-                if slot not in self._result_slots:
-                    slots[slot] = None
+            for slot in free.get(i, ()):  # never a result's: those are read after the last event
+                slots[slot] = None
         return self._result(self.outputs, slots, args)
-
-    @functools.cached_property
-    def _result_slots(self) -> frozenset:
-        return frozenset(self._output_slots(self.outputs))
 
     def _inplace(self, event, slots, get, args):
         _, target, op, others, params, name, write = event
@@ -773,7 +767,7 @@ class Compiled:
             self._warn("the function changed a module's attributes or members, or rebound a name it reads "
                        "(a replay would not); it is traced again at the next call", "trace")
             return result  # no entry: the next call traces again (a module's first call may set up a cache)
-        plan = tracer.plan(result, len(tensors))
+        plan = tracer.plan(result)
         if plan is not None:
             plan.names = names
             plan.objects = objects

@@ -309,7 +309,7 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
     if count == 0:  # an empty batch: nothing to normalise, and the running statistics stay (PyTorch)
         y = positive(x) if weight is None else x * reshape(weight, shape)
         return y if bias is None else y + reshape(bias, shape)
-    stats = ops.norm.Outputs() if running_mean is not None or running_var is not None else None
+    stats = ops.norm.Statistics() if running_mean is not None or running_var is not None else None
     inputs = (x,) if weight is None else (x, weight) if bias is None else (x, weight, bias)
     y = apply(ops.batch_norm, *inputs, axes=axes, eps=float(eps), stats=stats)
     if stats:

@@ -8,7 +8,7 @@ import math
 from ._op import op
 
 
-class Outputs(list):
+class Statistics(list):
     """A list an op fills with arrays it computes besides its output (batch norm's
     statistics), passed among its parameters. A replay of lp.compile's runs the op
     again, which fills it again: the tracer reads nothing in it as an input."""
