@@ -506,6 +506,12 @@ MUTANTS = [
            "    padded = tuple((m - 1) * s + d * (kk - 1) + 1 + extra\n",
            "    padded = tuple((m - 1) * s + d * (kk - 1) + 1 + 0 * extra\n", ("tests/test_conv_transpose.py",),
            "output_padding adds entries after the last of each axis (they get only the bias)"),
+    Mutant("conv-transpose-scatter-band-start", "leanpass/backends/_numba.py",
+           "\n                    y = (start + b) * s0 - p0 + k0 * d0", "\n                    y = b * s0 - p0 + k0 * d0",
+           ("tests/test_fused.py",), "each band of the forward's product adds into its own output rows"),
+    Mutant("conv-transpose-patches-outside-not-zero", "leanpass/backends/_numba.py",
+           "out[b, j, n, k0, k1, c] = 0", "out[b, j, n, k0, k1, c] = 1", ("tests/test_fused.py",),
+           "the gradient's patches are zero outside the gradient (the output's padding)"),
 ]
 
 

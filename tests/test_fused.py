@@ -10,6 +10,7 @@ real kernels with the generic path.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -59,7 +60,7 @@ def test_fused_path_matches_the_generic_path(activation, name):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
 
-ROW_KERNELS = ["affine_rows", "affine2_rows", "centered_squares", "centered_dot"]
+ROW_KERNELS = ["affine_rows", "affine2_rows", "centered_squares", "centered_dot", "patches2d", "scatter_add2d"]
 needs_numba = pytest.mark.skipif(not _numba.enabled(), reason="Numba (the fuse extra) is not installed")
 
 
@@ -161,6 +162,47 @@ def test_group_norm_with_the_kernels_is_group_norm_without(dtype, monkeypatch):
     monkeypatch.setattr(get_backend("cpu"), "fused", NO_FUSED)
     tol = {"float32": 2e-4, "float64": 1e-11}[dtype]
     for a, b in zip(fused, run()):
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+
+CONV_TRANSPOSE_CASES = [  # x shape, out channels, kernel, keywords; bias or not; gradient channels-last
+    ((2, 3, 5, 4), 4, 3, dict(stride=2, padding=1, output_padding=1), True, False),
+    ((2, 3, 5, 4), 4, (2, 3), dict(stride=(1, 2), padding=(0, 2), dilation=(2, 1)), False, True),
+    ((4, 8, 16, 16), 64, 4, dict(stride=2, padding=1), True, True),  # several bands of rows
+    ((3, 2, 7), 5, 4, dict(stride=3, padding=2, output_padding=2), True, False),  # one spatial axis
+]
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape, out, kernel, kw, with_bias, channels_last", CONV_TRANSPOSE_CASES)
+def test_conv_transpose_with_the_patch_kernels_is_conv_transpose_without(
+        dtype, shape, out, kernel, kw, with_bias, channels_last, monkeypatch):
+    rng = np.random.default_rng(3)
+    dims = len(shape) - 2
+    ks = (kernel,) * dims if isinstance(kernel, int) else kernel
+    arrays = [rng.normal(size=shape), rng.normal(size=(shape[1], out, *ks))] + ([rng.normal(size=out)] if with_bias else [])
+    f = nn.functional.conv_transpose2d if dims == 2 else nn.functional.conv_transpose1d
+    calls = []
+
+    def run():
+        ts = [Tensor(a.astype(dtype), requires_grad=True) for a in arrays]
+        y = f(*ts, **kw)
+        g = rng_fixed(y.size, dtype, 4).reshape(y.shape)
+        if channels_last:  # the layout of an element-wise op's gradient on the output
+            g = np.moveaxis(np.ascontiguousarray(np.moveaxis(g, 1, -1)), -1, 1)
+        y.backward(Tensor(g))
+        return [y.numpy()] + [t.grad for t in ts]
+
+    fused = get_backend("cpu").fused
+    monkeypatch.setattr(get_backend("cpu"), "fused", dataclasses.replace(
+        fused, patches2d=lambda *a: calls.append("patches") or fused.patches2d(*a),
+        scatter_add2d=lambda *a: calls.append("scatter") or fused.scatter_add2d(*a)))
+    with_kernels = run()
+    assert "patches" in calls and "scatter" in calls
+    monkeypatch.setattr(get_backend("cpu"), "fused", NO_FUSED)
+    tol = {"float32": 1e-5, "float64": 1e-12}[dtype]
+    for a, b in zip(with_kernels, run()):
         np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
 
 

@@ -167,6 +167,16 @@ class FusedKernels:
     - ``affine2_rows(g, a, x, c, d) -> g * a[:, None] + (x * c[:, None] + d[:, None])``
     - ``centered_squares(x, m) -> sum((x - m[:, None]) ** 2, axis=1)``
     - ``centered_dot(g, x, m) -> sum(g * (x - m[:, None]), axis=1)``
+
+    Patch kernels of a two-dimensional convolution (a transposed convolution's
+    forward and backward are made of them), ``stride``, ``padding`` and ``dilation``
+    pairs, arrays of one of ``row_dtypes``:
+
+    - ``patches2d(g, start, (rows, width, k0, k1), stride, padding, dilation)``: the
+      patches of ``g`` (``(N, C, H, W)``) for the output rows from ``start``,
+      pixel-major, ``(rows, width, N, k0, k1, C)``, zeros outside ``g``
+    - ``scatter_add2d(cols, start, stride, padding, dilation, out)``: its adjoint, added
+      into ``out`` (``(H, W, N, C)``) in place
     """
 
     relu_backward: object = None
@@ -179,6 +189,8 @@ class FusedKernels:
     affine2_rows: object = None
     centered_squares: object = None
     centered_dot: object = None
+    patches2d: object = None
+    scatter_add2d: object = None
     row_dtypes: tuple = ()
 
     def names(self) -> list[str]:

@@ -1,5 +1,5 @@
-"""Row kernels for NumPy arrays, compiled by Numba: the optional ``fuse`` extra
-(``pip install "leanpass[fuse]"``).
+"""Row and patch kernels for NumPy arrays, compiled by Numba: the optional ``fuse``
+extra (``pip install "leanpass[fuse]"``).
 
 NumPy spends a pass over memory per operation, and twice that where a per-row value
 is broadcast along rows shorter than its buffer (``x * scale[:, None]`` with rows of
@@ -7,6 +7,12 @@ a thousand elements costs two plain multiplies). Normalisation layers are made o
 such operations: GroupNorm's forward and backward are about twenty passes over the
 activations in NumPy, against eight in PyTorch's kernels; BatchNorm's are alike.
 Each kernel here is one pass of a loop that LLVM vectorises.
+
+A transposed convolution's patches are the other case: gathering them from an
+``(N, C, H, W)`` gradient, or adding them back into an output, is a strided copy per
+kernel offset whose innermost runs are one or two values in NumPy (or a transposed
+copy first, itself slow through NumPy's strided loops). The two patch kernels move
+each sample's values through a small pixel-major buffer that stays in the cache.
 
 Numba is imported, and a kernel compiled (once per dtype, then cached on disk),
 the first time a kernel runs, never at ``import leanpass``. The ``cpu`` backend
@@ -75,7 +81,50 @@ def _compiled():
                 total += np.float64(g[r, k]) * (np.float64(x[r, k]) - m)
             out[r] = total
 
-    return affine, affine2, centered_squares, centered_dot
+    @jit
+    def patches2d(g, start, s0, s1, p0, p1, d0, d1, out):
+        n_, c_, h_, w_ = g.shape
+        b_, j_, _, k0_, k1_, _ = out.shape
+        lo = max(0, start * s0 - p0)
+        hi = min(h_, (start + b_ - 1) * s0 - p0 + (k0_ - 1) * d0 + 1)
+        here = np.empty((max(hi - lo, 0), w_, c_), g.dtype)  # one sample's rows, pixel-major
+        for n in range(n_):
+            for c in range(c_):
+                for y in range(lo, hi):
+                    for x in range(w_):
+                        here[y - lo, x, c] = g[n, c, y, x]
+            for b in range(b_):
+                for j in range(j_):
+                    for k0 in range(k0_):
+                        y = (start + b) * s0 - p0 + k0 * d0
+                        for k1 in range(k1_):
+                            x = j * s1 - p1 + k1 * d1
+                            if 0 <= y < h_ and 0 <= x < w_:
+                                for c in range(c_):
+                                    out[b, j, n, k0, k1, c] = here[y - lo, x, c]
+                            else:
+                                for c in range(c_):
+                                    out[b, j, n, k0, k1, c] = 0
+
+    @jit
+    def scatter_add2d(cols, start, s0, s1, p0, p1, d0, d1, out):
+        b_, j_, n_, k0_, k1_, c_ = cols.shape
+        h_, w_ = out.shape[:2]
+        for b in range(b_):
+            for j in range(j_):
+                for k0 in range(k0_):
+                    y = (start + b) * s0 - p0 + k0 * d0
+                    if y < 0 or y >= h_:
+                        continue
+                    for k1 in range(k1_):
+                        x = j * s1 - p1 + k1 * d1
+                        if x < 0 or x >= w_:
+                            continue
+                        for n in range(n_):
+                            for c in range(c_):
+                                out[y, x, n, c] += cols[b, j, n, k0, k1, c]
+
+    return affine, affine2, centered_squares, centered_dot, patches2d, scatter_add2d
 
 
 def _rows(x):
@@ -113,8 +162,27 @@ def centered_dot(g, x, mean):
     return out.astype(x.dtype, copy=False)
 
 
+def patches2d(g, start, shape, stride, padding, dilation):
+    """The patches of ``g`` (``(N, C, H, W)``, any strides) for the output rows
+    ``start, start + 1, ...`` of a convolution, pixel-major: ``out[b, j, n, k0, k1, c]
+    = g[n, c, (start + b) * s0 - p0 + k0 * d0, j * s1 - p1 + k1 * d1]``, 0 outside
+    ``g``; ``shape`` is ``(rows, width, k0, k1)``."""
+    rows, width, k0, k1 = shape
+    out = np.empty((rows, width, g.shape[0], k0, k1, g.shape[1]), g.dtype)
+    _compiled()[4](g, start, *stride, *padding, *dilation, out)
+    return out
+
+
+def scatter_add2d(cols, start, stride, padding, dilation, out):
+    """The adjoint of :func:`patches2d`, into ``out`` in place: ``out[y, x, n, c] +=
+    cols[b, j, n, k0, k1, c]`` for ``y = (start + b) * s0 - p0 + k0 * d0`` and ``x = j *
+    s1 - p1 + k1 * d1`` inside ``out`` (``(H, W, N, C)``, C-contiguous)."""
+    _compiled()[5](cols, start, *stride, *padding, *dilation, out)
+
+
 def kernels() -> dict:
     """The kernels as :class:`~leanpass.backends._base.FusedKernels` fields (offer
     them only where :func:`enabled`)."""
     return {"affine_rows": affine_rows, "affine2_rows": affine2_rows, "centered_squares": centered_squares,
-            "centered_dot": centered_dot, "row_dtypes": _FLOATS}
+            "centered_dot": centered_dot, "patches2d": patches2d, "scatter_add2d": scatter_add2d,
+            "row_dtypes": _FLOATS}

@@ -180,7 +180,13 @@ def conv_transpose(be, x, w, b=None, *, stride, padding, output_padding, dilatio
       ``(groups, S * N, K * out / groups)``; the input's gradient (a convolution of
       the gradient, seen as ``(N, C, *S)`` in the patches' pixel-major layout) and the
       weight's are one product each; the bias's is the gradient summed over samples
-      and pixels."""
+      and pixels.
+
+    Where the backend offers patch kernels (NumPy with Numba) and the layer has one
+    group and one or two spatial axes, :class:`_Planar` replaces both strided-slice
+    loops: the forward is then one product for all kernel offsets (a band of input
+    rows at a time) and a scatter, the backward's patches are gathered from the
+    gradient as it is laid out."""
     xp = be.xp
     kernel, dims = tuple(w.shape[2:]), x.ndim - 2
     n, c = x.shape[:2]
@@ -199,21 +205,26 @@ def conv_transpose(be, x, w, b=None, *, stride, padding, output_padding, dilatio
     w4 = xp.reshape(w, (groups, per_in, per_out, k))
     offsets = list(itertools.product(*(range(kk) for kk in kernel)))
     windows = [window[2:] for window in _slices(kernel, stride, dilation, size)]  # the spatial slices
-    spread = (*(a + 1 for a in spatial), dims + 1, 0, dims + 2)  # (groups, *S, N, out/g) -> (*S, N, groups, out/g)
-    per_offset = xp.stack([w4[..., offset] for offset in range(k)])  # (K, groups, C / groups, out / groups)
-    out = None
-    for offset, window in enumerate(windows):  # each offset's block added while it is in the cache
-        block = xp.permute_dims(xp.reshape(rows @ per_offset[offset, ...], (groups, *size, n, per_out)), spread)
-        if out is None:
-            out = be.zeros((*padded, n, groups, per_out), block.dtype)
-        out[(*window, ...)] += block
-    inside = out[(*(slice(lo, lo + m) for m, (lo, _) in zip(out_size, padding)), ...)]  # (*O, N, groups, out/g)
-    if b is not None:  # in place where the dtypes agree: the buffer is this node's own
-        bias = xp.reshape(b, (groups, per_out))
-        if b.dtype == inside.dtype:
-            inside += bias
-        else:
-            inside = inside + bias
+    planar = _planar(be, x, w, b, groups)
+    if planar is not None:  # the backend's patch kernels, on the layer seen as two-dimensional
+        planar = _Planar(planar, size, kernel, stride, padding, dilation, n, channels)
+        inside = planar.forward(be, rows, w4, b, out_size)
+    else:
+        spread = (*(a + 1 for a in spatial), dims + 1, 0, dims + 2)  # (groups, *S, N, out/g) -> (*S, N, groups, out/g)
+        per_offset = xp.stack([w4[..., offset] for offset in range(k)])  # (K, groups, C / groups, out / groups)
+        out = None
+        for offset, window in enumerate(windows):  # each offset's block added while it is in the cache
+            block = xp.permute_dims(xp.reshape(rows @ per_offset[offset, ...], (groups, *size, n, per_out)), spread)
+            if out is None:
+                out = be.zeros((*padded, n, groups, per_out), block.dtype)
+            out[(*window, ...)] += block
+        inside = out[(*(slice(lo, lo + m) for m, (lo, _) in zip(out_size, padding)), ...)]  # (*O, N, groups, out/g)
+        if b is not None:  # in place where the dtypes agree: the buffer is this node's own
+            bias = xp.reshape(b, (groups, per_out))
+            if b.dtype == inside.dtype:
+                inside += bias
+            else:
+                inside = inside + bias
     result = xp.reshape(xp.permute_dims(inside, (dims, dims + 1, dims + 2, *spatial)), (n, channels, *out_size))
     need_x, need_w = needs[0], needs[1]
     need_b = b is not None and needs[2]
@@ -223,12 +234,10 @@ def conv_transpose(be, x, w, b=None, *, stride, padding, output_padding, dilatio
     reached = tuple(m - extra for m, extra in zip(padded, output_padding))
     kept = tuple(min(m, r - lo) for m, r, (lo, _) in zip(out_size, reached, padding))
     inner = tuple(slice(lo, lo + m) for m, (lo, _) in zip(kept, padding))
-    first, rest = size[0], pixels // size[0]  # bands of the first spatial axis: patches of about 2**18 values
-    band = max(1, min(first, (1 << 18) // max(1, rest * n * channels * k)))
 
     def backward(g):
         gx = gw = None
-        if need_x or need_w:
+        if planar is None and (need_x or need_w):
             gp = xp.permute_dims(xp.reshape(g, (n, groups, per_out, *out_size)), (*(a + 3 for a in spatial), 0, 1, 2))
             gp = gp[(*(slice(0, m) for m in kept), ...)]
             buf = be.zeros((*reached, n, groups, per_out), g.dtype)
@@ -240,21 +249,26 @@ def conv_transpose(be, x, w, b=None, *, stride, padding, output_padding, dilatio
         if need_x:
             w6 = xp.reshape(xp.permute_dims(w4, (0, 3, 2, 1)), (groups, k * per_out, per_in))
         parts = []
+        first, rest = (size[0], pixels // size[0]) if planar is None else planar.size
+        band = max(1, min(first, (1 << 18) // max(1, rest * n * channels * k)))  # patches of about 2**18 values
         for start in range(0, first if need_x or need_w else 0, band):  # the patches of a band of input rows
             stop = min(first, start + band)
             here = (stop - start) * rest * n
-            patches = xp.stack([buf[(slice(o[0] * dilation[0] + stride[0] * start,
-                                           o[0] * dilation[0] + stride[0] * (stop - 1) + 1, stride[0]),
-                                     *window[1:], ...)] for o, window in zip(offsets, windows)], axis=dims + 2)
+            if planar is not None:
+                patches = planar.patches(g, start, stop)
+            else:
+                patches = xp.stack([buf[(slice(o[0] * dilation[0] + stride[0] * start,
+                                               o[0] * dilation[0] + stride[0] * (stop - 1) + 1, stride[0]),
+                                         *window[1:], ...)] for o, window in zip(offsets, windows)], axis=dims + 2)
             patches = xp.reshape(xp.permute_dims(xp.reshape(patches, (here, groups, k * per_out)), (1, 0, 2)),
                                  (groups, here, k * per_out))  # (groups, rows, K * out/g): a view where groups == 1
             if need_x:  # a convolution of the gradient: (groups, rows, C / groups)
-                parts.append(xp.reshape(patches @ w6, (groups, stop - start, *size[1:], n, per_in)))
+                parts.append(patches @ w6)
             if need_w:  # rows.T @ patches: (groups, C / groups, K * out / groups)
                 part = xp.matrix_transpose(rows[:, start * rest * n:stop * rest * n, :]) @ patches
                 gw = part if gw is None else gw + part
         if need_x:  # (groups, *S, N, C / groups), seen as (N, C, *S) (a view where groups == 1)
-            gx = parts[0] if len(parts) == 1 else xp.concat(parts, axis=1)
+            gx = xp.reshape(parts[0] if len(parts) == 1 else xp.concat(parts, axis=1), (groups, *size, n, per_in))
             gx = xp.reshape(xp.permute_dims(gx, (dims + 1, 0, dims + 2, *(a + 1 for a in spatial))), x.shape)
         if need_w:
             gw = xp.reshape(xp.permute_dims(xp.reshape(gw, (groups, per_in, k, per_out)), (0, 1, 3, 2)), w.shape)
@@ -263,3 +277,51 @@ def conv_transpose(be, x, w, b=None, *, stride, padding, output_padding, dilatio
         return gx, gw, (xp.sum(g, axis=(0, *(a + 2 for a in spatial))) if need_b else None)
 
     return result, backward
+
+
+def _planar(be, x, w, b, groups):
+    """The backend's patch kernels where they serve this transposed convolution (one
+    group, one or two spatial axes, one of their dtypes for every array), else ``None``."""
+    fused = be.fused
+    if fused.patches2d is None or groups != 1 or x.ndim not in (3, 4):
+        return None
+    if any(a is not None and a.dtype not in fused.row_dtypes or a is not None and a.dtype != x.dtype
+           for a in (x, w, b)):
+        return None
+    return fused
+
+
+class _Planar:
+    """A transposed convolution with one or two spatial axes seen as two-dimensional
+    (a unit first axis in front of one) and run through the backend's patch kernels:
+    the forward's product one band of input rows at a time, each band's patches added
+    into the output by ``scatter_add2d``; the backward's patches of the gradient by
+    ``patches2d``, straight from its layout (no padded, transposed copy)."""
+
+    def __init__(self, fused, size, kernel, stride, padding, dilation, n, channels):
+        lift = (1,) * (2 - len(size))
+        self.fused, self.n, self.channels = fused, n, channels
+        self.size, self.kernel = lift + tuple(size), lift + tuple(kernel)
+        self.stride, self.dilation = lift + tuple(stride), lift + tuple(dilation)
+        self.padding = (0,) * (2 - len(size)) + tuple(lo for lo, _ in padding)
+
+    def forward(self, be, rows, w4, b, out_size):
+        """The output ``(*out_size, N, 1, out)`` (bias included) from the input's rows ``(1, S * N, C)``."""
+        xp, n, channels = be.xp, self.n, self.channels
+        (first, rest), k = self.size, math.prod(self.kernel)
+        wm = xp.reshape(xp.permute_dims(w4[0], (0, 2, 1)), (w4.shape[1], k * channels))  # (C, K * out)
+        out = xp.empty(((1,) * (2 - len(out_size))) + tuple(out_size) + (n, channels), dtype=rows.dtype)
+        out[...] = 0 if b is None else b
+        band = max(1, min(first, (1 << 18) // max(1, rest * n * channels * k)))
+        for start in range(0, first, band):
+            stop = min(first, start + band)
+            cols = rows[0, start * rest * n:stop * rest * n] @ wm
+            cols = xp.reshape(cols, (stop - start, rest, n, *self.kernel, channels))
+            self.fused.scatter_add2d(cols, start, self.stride, self.padding, self.dilation, out)
+        return xp.reshape(out, (*out_size, n, 1, channels))
+
+    def patches(self, g, start, stop):
+        """The gradient's patches for the input rows ``start:stop``, ``(rows, width, N, *kernel, out)``."""
+        g4 = g if g.ndim == 4 else g[:, :, None, :]
+        return self.fused.patches2d(g4, start, (stop - start, self.size[1], *self.kernel),
+                                    self.stride, self.padding, self.dilation)
