@@ -33,6 +33,7 @@ import sys
 import threading
 import warnings
 
+from ._fusion import ARG, COMPILE_AFTER, EXT, VAL, BackwardRun, compile_runs, fuse, fusion_enabled
 from ._graph import hooks
 from ._graph.engine import _store, _unbroadcast
 from ._graph.modes import grad_lock, is_grad_enabled
@@ -159,7 +160,6 @@ def _call_key(args, kwargs):
 
 # ---- the record ----------------------------------------------------------------------------------
 
-ARG, VAL, EXT = 0, 1, 2  # where an array comes from: an argument, an event's output, a tensor from outside
 
 
 class _Stale(Exception):
@@ -201,6 +201,7 @@ class Tracer:
         self.reason = None  # (what, where) of the first thing that cannot be replayed
         self.events: list = []
         self.slots = 0
+        self.meta: dict = {}  # slot -> (shape, dtype) of its value
         self.source: dict = {}  # id(tensor) -> (kind, ref)
         self.arrays: dict = {}  # id(array) -> (kind, ref): where an array the call has seen comes from
         self.keep: list = []  # what the ids above refer to, alive for the trace
@@ -225,6 +226,7 @@ class Tracer:
     def _new_slot(self, t) -> int:
         slot = self.slots
         self.slots += 1
+        self.meta[slot] = (tuple(t._data.shape), t._data.dtype)
         self._register(t, (VAL, slot))
         return slot
 
@@ -447,11 +449,19 @@ class Tracer:
         return tuple(schedule)
 
     # ---- the plan
-    def plan(self, result):
+    def plan(self, result, fuse: bool = True):
         outputs = self._outputs(result)
         if self.reason is not None:
             return None
-        return Plan(self, outputs, _MODULE_CHANGES[0])
+        return Plan(self, outputs, _MODULE_CHANGES[0], fuse)
+
+    def meta_of(self, src):
+        """``(shape, dtype)`` of the value a source gives (at every replay: checked)."""
+        kind, ref = src
+        if kind == VAL:
+            return self.meta[ref]
+        data = (self.keep_args[ref] if kind == ARG else ref)._data
+        return tuple(data.shape), data.dtype
 
     def _outputs(self, value):
         if isinstance(value, Tensor):
@@ -477,20 +487,24 @@ class Tracer:
 class Plan:
     """A recorded call, ready to replay (see the module's doc)."""
 
-    def __init__(self, tracer: Tracer, outputs, modules: int):
+    def __init__(self, tracer: Tracer, outputs, modules: int, fuse_runs: bool = True):
         self.modules = modules  # the modules' change count when the trace ended
         self.events = tracer.events
         self.slots = tracer.slots
         self.outputs = outputs
         self.externals = list(tracer.externals.values())
-        needed = set()  # the slots whose backward a pass runs
-        for event in self.events:
-            if event[0] == "backward":
-                needed.update(entry[0] for entry in event[2])
-        self.keeps_backward = needed
         self.counts = collections.Counter(e[0] for e in self.events)
         self.slot_backend = {e[5]: e[7] for e in self.events if e[0] == "op"}
         self.slot_backend.update({e[2]: e[3] for e in self.events if e[0] == "const"})
+        self.runs = self.replays = self.kernels = 0
+        if fuse_runs and fusion_enabled():
+            self.events, self.runs = fuse(self.events, tracer.meta_of, self._output_slots(outputs))
+        self.fused_ops = sum(len(e[4].lines) for e in self.events if e[0] == "fused")
+        needed = set()  # the slots whose backward a pass runs
+        for event in self.events:
+            if event[0] == "backward":
+                needed.update(entry[0] for entry in event[2] if type(entry) is tuple)
+        self.keeps_backward = needed
         self.constants = tracer.constants
         self.actions = tracer.actions
         self._free = self._liveness()
@@ -515,6 +529,14 @@ class Plan:
                 for _, src in event[1]:
                     if src[0] == VAL:
                         last[src[1]] = i
+                for entry in event[2]:  # the forward values a fused stretch of it reads
+                    if type(entry) is BackwardRun:
+                        for slot in entry.reads:
+                            last[slot] = i
+            elif kind == "fused":
+                for kind_, ref in event[2]:
+                    if kind_ == VAL:
+                        last[ref] = i
             elif kind == "check":
                 for src in event[2]:
                     if src[0] == VAL:
@@ -538,6 +560,18 @@ class Plan:
             return [s for item in spec[1].values() for s in self._output_slots(item)]
         return []
 
+    def fusion(self) -> str:
+        """What fusion made of the plan, for ``explain()``."""
+        if not self.runs:
+            return "none (each operation is its own kernels)"
+        backward = sum(len(r.programs) for e in self.events if e[0] == "backward" for r in e[2]
+                       if type(r) is BackwardRun)
+        fused = self.counts["op"] - sum(1 for e in self.events if e[0] == "op")
+        state = (f"{self.kernels} compiled into one loop each" if self.kernels else
+                 f"flat (compiled after {COMPILE_AFTER} replays where the backend can)")
+        return (f"{fused} of {self.counts['op']} operations in {self.runs} forward runs and "
+                f"{backward} backward programs; {state}")
+
     def fits(self) -> bool:
         """Whether every tensor from outside still has the shape, dtype, device and flag
         the trace saw (a parameter moved: trace again), and no module had a member
@@ -554,6 +588,9 @@ class Plan:
         return True
 
     def replay(self, args: list):
+        self.replays += 1
+        if self.replays == COMPILE_AFTER and self.runs:  # a plan replayed again: worth compiling its runs
+            self.kernels = compile_runs(self.events)
         slots = [None] * self.slots
         backwards = {}
         keeps = self.keeps_backward
@@ -597,6 +634,14 @@ class Plan:
                 slots[slot] = out
                 if slot in keeps:
                     backwards[slot] = backward
+            elif kind == "fused":  # a run of element-wise operations: one program
+                fn = event[1]
+                if fn is None:  # its first replay: the program as Python
+                    fn = event[4].flat(event[4].backend.xp)
+                    self.events[i] = ("fused", fn, *event[2:])
+                with event[4].backend.quiet():
+                    for slot, out in zip(event[3], fn(*[get(s) for s in event[2]])):
+                        slots[slot] = out
             elif kind == "const":  # a tensor made in the call: a new one each time, as eagerly
                 slots[event[2]] = event[3].copy(event[1])
             elif kind == "check":
@@ -642,6 +687,14 @@ class Plan:
     def _backward(event, slots, backwards, args):
         _, seeds, schedule, backend = event
         xp = backend.xp
+
+        def get(src):
+            kind, ref = src
+            return slots[ref] if kind == VAL else args[ref]._data if kind == ARG else ref._data
+
+        def leaf_tensor(kind, ref):
+            return args[ref] if kind == ARG else ref
+
         pending = {}
         for slot, src in seeds:
             if src[0] == "ones":
@@ -653,7 +706,11 @@ class Plan:
             pending[slot] = g if old is None else old + g
         leaves = {}
         with backend.quiet():
-            for slot, parents, fresh_op, exact in schedule:
+            for entry in schedule:
+                if type(entry) is BackwardRun:  # a stretch over fused nodes: one program
+                    entry.run(pending, leaves, get, leaf_tensor)
+                    continue
+                slot, parents, fresh_op, exact = entry
                 g = pending.pop(slot, None)
                 if g is None:
                     continue
@@ -709,9 +766,10 @@ class Compiled:
     """``fn`` traced at its first call with each kind of arguments, replayed at the
     next (see :func:`compile`). ``explain()`` says what was traced."""
 
-    def __init__(self, fn, cache_size: int):
+    def __init__(self, fn, cache_size: int, fuse: bool = True):
         functools.update_wrapper(self, fn)
         self.fn = fn
+        self.fuse = fuse
         self._names = _names_seen(fn)
         self.cache_size = cache_size
         self._entries: collections.OrderedDict = collections.OrderedDict()
@@ -767,7 +825,7 @@ class Compiled:
             self._warn("the function changed a module's attributes or members, or rebound a name it reads "
                        "(a replay would not); it is traced again at the next call", "trace")
             return result  # no entry: the next call traces again (a module's first call may set up a cache)
-        plan = tracer.plan(result)
+        plan = tracer.plan(result, self.fuse)
         if plan is not None:
             plan.names = names
             plan.objects = objects
@@ -810,7 +868,7 @@ class Compiled:
                          f"{'es' * (c['backward'] != 1)}, {c['inplace']} in-place changes, "
                          f"{c['action']} steps ({', '.join(entry.actions) or 'none'}), {entry.constants} constants; "
                          f"{len(entry.externals)} tensors from outside, checked before each replay; "
-                         "fusion: none (each operation is its own kernels)")
+                         f"fusion: {entry.fusion()}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -826,17 +884,26 @@ def _flat_tensor_keys(key):
             yield from _flat_tensor_keys(item)
 
 
-def compile(fn=None, *, cache_size: int = 8):  # noqa: A001 - PyTorch's and MLX's name
+def compile(fn=None, *, cache_size: int = 8, fuse: bool = True):  # noqa: A001 - PyTorch's and MLX's name
     """``fn`` traced at its first call with each kind of arguments (shapes, dtypes,
     devices, ``requires_grad`` flags, Python values), replayed at the next without
-    building the graph: the same results, bit for bit. Usable as ``@lp.compile`` and
-    ``@lp.compile(cache_size=...)``. ``cache_size`` bounds the traces kept (the least
-    recently used goes). ``LEANPASS_COMPILE=0`` turns compilation off everywhere.
-    What cannot be replayed runs eagerly, with a warning (see docs/compile.md)."""
+    building the graph. Usable as ``@lp.compile`` and ``@lp.compile(cache_size=...,
+    fuse=...)``. ``cache_size`` bounds the traces kept (the least recently used goes).
+
+    With ``fuse`` (the default), runs of element-wise operations, and their backward
+    rules, replay as one program each (:mod:`leanpass._fusion`): the same kernels
+    without the Python between them, the same results bit for bit; on ``cpu`` with
+    Numba, from the second replay on, one compiled loop each, whose rounding may
+    differ from eager's by a few ulp. ``fuse=False`` replays every operation as it
+    ran: eager's results, bit for bit, always. ``LEANPASS_COMPILE=0`` turns
+    compilation off everywhere, ``LEANPASS_FUSE=0`` fusion. What cannot be replayed
+    runs eagerly, with a warning (see docs/compile.md)."""
     if fn is None:
-        return lambda f: compile(f, cache_size=cache_size)
+        return lambda f: compile(f, cache_size=cache_size, fuse=fuse)
     if not callable(fn):
         raise TypeError(f"compile: fn must be callable, got {type(fn).__name__}")
     if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 1:
         raise ValueError(f"compile: cache_size must be a positive integer, got {cache_size!r}")
-    return Compiled(fn, cache_size)
+    if not isinstance(fuse, bool):
+        raise TypeError(f"compile: fuse must be True or False, got {fuse!r}")
+    return Compiled(fn, cache_size, fuse)

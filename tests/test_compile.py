@@ -2,7 +2,9 @@
 kind of arguments and replayed at the next gives what the eager calls give, bit for
 bit (results, ``.grad``, parameters, optimizer state); what a replay could not
 reproduce runs eagerly, with one warning naming it; new shapes, a replaced layer, a
-Python value trace again; an exception leaves no cache entry."""
+Python value trace again; an exception leaves no cache entry. (Fusion, on by default,
+is tested in tests/test_fusion.py; the steps here have no run of element-wise
+operations that Numba would compile, or say ``fuse=False``.)"""
 
 from __future__ import annotations
 
@@ -139,7 +141,8 @@ def test_a_compiled_transformer_step_with_clipping_and_a_schedule(device):
 
 
 def test_a_chain_of_small_operations_and_its_gradient(device):
-    """W2's chain: forward and backward replayed, the argument's .grad written."""
+    """W2's chain: forward and backward replayed, the argument's .grad written (each
+    operation on its own: tests/test_fusion.py fuses it)."""
     def chain(x):
         y = x
         for _ in range(10):
@@ -148,7 +151,7 @@ def test_a_chain_of_small_operations_and_its_gradient(device):
         s.backward()
         return s
 
-    compiled = lp.compile(chain)
+    compiled = lp.compile(chain, fuse=False)
     data = RNG.uniform(0.1, 0.9, size=16)
     for _ in range(3):
         x, z = Tensor(data, requires_grad=True, device=device), Tensor(data, requires_grad=True, device=device)

@@ -140,6 +140,8 @@ def with_scalar(entry, t: Tensor, s, reflected: bool):
     if not (op.differentiable and t._rg):
         backend = t._backend
         try:
+            if TRACER[0] is not None:  # lp.compile records it: an operation with the number as a parameter
+                return run(op, [s, t] if reflected else [t, s])
             out = _guarded(op.fn, backend, *((s, t._data) if reflected else (t._data, s)))[0]
         except (TypeError, ValueError, OverflowError) as exc:
             return scalar_refused(entry, t, s, reflected, exc)

@@ -55,7 +55,7 @@ def reduce(op, x, name, out_dtype, *params):
     when it is floating point, real or complex (an integer result, e.g.
     ``sum(x, dtype=int64)``, never requires grad)."""
     try:
-        if x._rg and out_dtype.name in GRAD_DTYPES:
+        if not x._rg or out_dtype.name in GRAD_DTYPES:  # (lp.compile records it either way)
             return run1(op, x, *params)
         return leaf(_guarded(op.fn, x._backend, x._data, *params)[0], x._backend, op)
     except TypeError as exc:

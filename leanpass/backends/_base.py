@@ -177,6 +177,12 @@ class FusedKernels:
       pixel-major, ``(rows, width, N, k0, k1, C)``, zeros outside ``g``
     - ``scatter_add2d(cols, start, stride, padding, dilation, out)``: its adjoint, added
       into ``out`` (``(H, W, N, C)``) in place
+
+    ``elementwise(program)``: a run of element-wise operations that ``lp.compile``
+    fused (:class:`leanpass._fusion.Program`) compiled into one loop over the
+    elements, a function of its input arrays giving its outputs, or None where the
+    backend cannot spell one of its functions (the run then stays flat); the rounding
+    may differ from the operations' by a few ulp.
     """
 
     relu_backward: object = None
@@ -191,6 +197,7 @@ class FusedKernels:
     centered_dot: object = None
     patches2d: object = None
     scatter_add2d: object = None
+    elementwise: object = None
     row_dtypes: tuple = ()
 
     def names(self) -> list[str]:

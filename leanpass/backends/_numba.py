@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import math
 import os
+import sys
 
 import numpy as np
 
@@ -180,9 +182,133 @@ def scatter_add2d(cols, start, stride, padding, dilation, out):
     _compiled()[5](cols, start, *stride, *padding, *dilation, out)
 
 
+# ---- element-wise programs (lp.compile's fused runs) --------------------------------------
+
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "pow": "**", "lt": "<", "le": "<=", "gt": ">",
+          "ge": ">=", "eq": "==", "ne": "!=", "and_": "&", "or_": "|", "xor": "^"}
+_UFUNCS = frozenset({
+    "acos", "acosh", "asin", "asinh", "atan", "atanh", "ceil", "cos", "cosh", "exp", "expm1", "floor", "log",
+    "log1p", "log2", "log10", "sign", "sin", "sinh", "sqrt", "tan", "tanh", "trunc", "isnan", "isinf",
+    "isfinite", "signbit", "atan2", "copysign", "hypot", "logaddexp", "maximum", "minimum",
+})
+_SPELLED = {"acos": "arccos", "acosh": "arccosh", "asin": "arcsin", "asinh": "arcsinh", "atan": "arctan",
+            "atanh": "arctanh", "atan2": "arctan2"}
+
+
+def _scalar_source(program) -> str | None:
+    """The loop over elements that computes ``program`` (see
+    :class:`leanpass._fusion.Program`), or None for a function it has no spelling of."""
+    used = sorted({a[1] for _, fn, args in program.lines if fn != "full" for a in args if isinstance(a, tuple)}
+                  | {o[1] for o in program.outputs if isinstance(o, tuple)})
+
+    def arg(a):
+        if isinstance(a, tuple):
+            return f"a{a[1]}"
+        if isinstance(a, str):
+            return a
+        return repr(bool(a)) if type(a) is bool else f"T({a!r})"
+
+    body = [f"        a{k} = i{k}[j]" for k in used]
+    for name, fn, args in program.lines:
+        a = [arg(x) for x in args] if fn != "full" else []
+        if fn in _INFIX:
+            expr = f"{a[0]} {_INFIX[fn]} {a[1]}"
+        elif fn == "neg" or fn == "negative":
+            expr = f"-{a[0]}"
+        elif fn == "positive":
+            expr = f"+{a[0]}"
+        elif fn == "not":
+            expr = f"not {a[0]}"
+        elif fn == "where":
+            expr = f"{a[1]} if {a[0]} else {a[2]}"
+        elif fn == "full":
+            expr = f"T({args[0]!r})"
+        elif fn == "abs":
+            expr = f"abs({a[0]})"
+        elif fn == "square":
+            expr = f"{a[0]} * {a[0]}"
+        elif fn == "reciprocal":
+            expr = f"T(1) / {a[0]}"
+        elif fn == "round":
+            expr = f"np.rint({a[0]})"
+        elif fn in _UFUNCS:
+            expr = f"np.{_SPELLED.get(fn, fn)}({', '.join(a)})"
+        else:
+            return None
+        body.append(f"        {name} = {expr}")
+    outs = [o for o in program.outputs if not isinstance(o, tuple)]
+    body += [f"        o{k}[j] = {o}" for k, o in enumerate(outs)]
+    params = [f"i{k}" for k in range(program.n_inputs)] + [f"o{k}" for k in range(len(outs))]
+    return (f"import numpy as np\nfrom numpy import {np.dtype(program.dtype).name} as T\n\n\n"
+            f"def kernel({', '.join(params)}):\n    for j in range({params[-1]}.shape[0]):\n" + "\n".join(body) + "\n")
+
+
+def _kernel_module(source: str):
+    """The module of ``source``, written once into LeanPass's cache folder (so that
+    Numba caches its compiled code beside it, for the next process), or run from
+    memory where that folder cannot be written."""
+    import hashlib
+    import importlib.util
+    import tempfile
+
+    digest = hashlib.sha1(source.encode()).hexdigest()[:20]
+    folder = os.path.join(os.environ.get("LEANPASS_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                                                "leanpass"), "kernels")
+    path = os.path.join(folder, f"k{digest}.py")
+    try:
+        if not os.path.exists(path):
+            os.makedirs(folder, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+            with os.fdopen(fd, "w") as f:
+                f.write(source)
+            os.replace(tmp, path)  # whole or not at all, for a process beside this one
+        name = f"leanpass_kernel_{digest}"
+        module = sys.modules.get(name)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            sys.modules[name] = module  # Numba's disk cache finds a kernel's module by its name
+        return module, True
+    except OSError:
+        namespace: dict = {}
+        exec(compile(source, f"<lp.compile kernel {digest}>", "exec"), namespace)  # noqa: S102
+        return type("Module", (), namespace), False
+
+
+def elementwise(program):
+    """``program`` (a fused run of :mod:`leanpass._fusion`, float32 or float64) as one
+    compiled loop over the elements: a function of its input arrays (all of the
+    program's shape) giving its outputs; None where a function has no spelling here."""
+    dtype = np.dtype(program.dtype)
+    if dtype not in _FLOATS:
+        return None
+    source = _scalar_source(program)
+    if source is None:
+        return None
+    import numba
+
+    module, on_disk = _kernel_module(source)
+    loop = numba.njit(module.kernel, cache=on_disk, nogil=True, error_model="numpy")
+    outputs, shape = program.outputs, tuple(program.shape)
+    computed = [k for k, o in enumerate(outputs) if not isinstance(o, tuple)]
+
+    def run(*arrays):
+        flat = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
+        made = [np.empty(flat[0].shape if flat else math.prod(shape), dtype) for _ in computed]
+        loop(*flat, *made)
+        out = list(arrays[o[1]] if isinstance(o, tuple) else None for o in outputs)
+        for k, array in zip(computed, made):
+            out[k] = array.reshape(shape)
+        return tuple(out)
+
+    run.source = source
+    return run
+
+
 def kernels() -> dict:
     """The kernels as :class:`~leanpass.backends._base.FusedKernels` fields (offer
     them only where :func:`enabled`)."""
     return {"affine_rows": affine_rows, "affine2_rows": affine2_rows, "centered_squares": centered_squares,
             "centered_dot": centered_dot, "patches2d": patches2d, "scatter_add2d": scatter_add2d,
-            "row_dtypes": _FLOATS}
+            "elementwise": elementwise, "row_dtypes": _FLOATS}

@@ -1,0 +1,225 @@
+"""``lp.compile``'s fusion (issue 29): runs of element-wise operations, and the backward
+rules of those operations, replay as one program each.
+
+Flat programs (every device, and the cpu before its runs are compiled) call the same
+kernels in the same order as eager: bit for bit. Compiled ones (cpu with Numba, from
+the second replay on) are one loop over the elements each: within a few ulp. What is
+not element-wise, or broadcasts, stays an operation of its own.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers import host
+
+import leanpass as lp
+from leanpass import Tensor, _compile, nn
+from leanpass.backends import _numba, get_backend
+
+RNG = np.random.default_rng(31)
+needs_numba = pytest.mark.skipif(not _numba.enabled(), reason="Numba (the fuse extra) is not installed")
+TOL = {"float32": dict(rtol=2e-6, atol=1e-6), "float64": dict(rtol=1e-13, atol=1e-15)}
+
+
+@pytest.fixture
+def flat(monkeypatch):
+    """Runs never compiled: flat programs only (what every backend without a compiler runs)."""
+    monkeypatch.setattr(_compile, "COMPILE_AFTER", 10**9)
+
+
+def chain(x):
+    y = x
+    for _ in range(10):
+        y = (y * x).tanh() * 0.5 + 0.25
+    s = y.sum()
+    s.backward()
+    return s
+
+
+def compare(fn, make_args, calls=4, exact=True, dtype="float64", **compile_kw):
+    """``fn`` eagerly and compiled on equal arguments ``calls`` times: results and the
+    arguments' gradients equal (bit for bit, or within TOL); the compiled function."""
+    compiled = lp.compile(fn, **compile_kw)
+    for _ in range(calls):
+        seed = int(RNG.integers(1 << 30))
+        eager_args, compiled_args = make_args(seed), make_args(seed)
+        results = fn(*eager_args), compiled(*compiled_args)
+        pairs = [results] + [(a.grad, b.grad) for a, b in zip(eager_args, compiled_args)
+                             if isinstance(a, Tensor) and a.requires_grad]
+        for a, b in pairs:
+            if exact:
+                np.testing.assert_array_equal(host(b), host(a))
+            else:
+                np.testing.assert_allclose(host(b), host(a), **TOL[dtype])
+    return compiled
+
+
+def tensors(device, *shapes, dtype="float64", low=0.1, high=0.9):
+    def make(seed):
+        rng = np.random.default_rng(seed)
+        return [Tensor(rng.uniform(low, high, size=s).astype(dtype), requires_grad=True, device=device)
+                for s in shapes]
+
+    return make
+
+
+def plan_of(compiled):
+    (plan,) = compiled._entries.values()
+    return plan
+
+
+def test_a_chain_fuses_into_one_forward_run_and_one_backward_program_bit_for_bit(device, flat):
+    compiled = compare(chain, tensors(device, (16,)))
+    plan = plan_of(compiled)
+    assert plan.runs == 1 and [e[0] for e in plan.events] == ["fused", "op", "backward"]  # the sum stays
+    text = compiled.explain()
+    assert "fusion: 40 of 41 operations in 1 forward runs and 1 backward programs; flat" in text
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_compiled_runs_are_within_a_few_ulp_of_eager(dtype):
+    compiled = compare(chain, tensors("cpu", (3, 5), dtype=dtype), calls=5, exact=False, dtype=dtype)
+    plan = plan_of(compiled)
+    assert plan.kernels == 2  # the forward run and the backward program
+    assert "2 compiled into one loop each" in compiled.explain()
+    assert "i0[j]" in plan.events[0][1].source  # one loop over the elements
+
+
+def test_fuse_false_and_leanpass_fuse_0_replay_each_operation():
+    compiled = compare(chain, tensors("cpu", (16,)), fuse=False)
+    assert plan_of(compiled).runs == 0 and "fusion: none" in compiled.explain()
+    script = ("import leanpass as lp, numpy as np\n"
+              "def f(x):\n    return ((x * 2).exp() + 1).sum()\n"
+              "c = lp.compile(f)\nx = lp.Tensor(np.ones(3))\nc(x); c(x)\n"
+              "print(next(iter(c._entries.values())).runs)")
+    out = subprocess.run([sys.executable, "-c", script], env={"LEANPASS_FUSE": "0", "PATH": ""},
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "0"
+
+
+UNARY = {  # element-wise functions and activations, each with its backward rule
+    "exp": lambda x: x.exp(), "log": lambda x: x.log(), "sqrt": lambda x: x.sqrt(), "sin": lp.sin,
+    "cos": lp.cos, "tanh": lp.tanh, "abs": lambda x: abs(x - 0.5), "square": lp.square,
+    "expm1": lp.expm1, "log1p": lp.log1p, "reciprocal": lambda x: 1 / x, "sigmoid": nn.functional.sigmoid,
+    "relu": nn.functional.relu, "gelu": nn.functional.gelu,
+    "gelu_tanh": lambda x: nn.functional.gelu(x, approximate="tanh"), "silu": nn.functional.silu,
+    "softplus": nn.functional.softplus, "elu": nn.functional.elu, "leaky_relu": nn.functional.leaky_relu,
+    "pow": lambda x: x ** 3, "pow_half": lambda x: x ** 0.5, "maximum": lambda x: lp.maximum(x, 0.5),
+    "clip": lambda x: lp.clip(x, 0.3, 0.7), "where": lambda x: lp.where(x > 0.5, x * 2, x - 1),
+    "div": lambda x: x / (x + 1), "sub": lambda x: 1 - x * x, "neg": lambda x: -x * x,
+}
+
+
+@pytest.mark.parametrize("name", list(UNARY))
+def test_element_wise_functions_fuse_with_their_backward(name, device, flat):
+    if name == "gelu" and device.startswith("strict"):
+        pytest.skip("strict has no erf (exact GELU)")
+    f = UNARY[name]
+
+    def fn(x, w):
+        y = f(x * w) * w + x
+        y.sum().backward()
+        return y
+
+    compiled = compare(fn, tensors(device, (4, 3), (4, 3)), calls=3)
+    assert plan_of(compiled).runs >= 1, compiled.explain()
+
+
+@needs_numba
+@pytest.mark.parametrize("name", list(UNARY))
+def test_element_wise_functions_compile_within_a_few_ulp(name):
+    f = UNARY[name]
+
+    def fn(x, w):
+        y = f(x * w) * w + x
+        y.sum().backward()
+        return y
+
+    compiled = compare(fn, tensors("cpu", (4, 3), (4, 3)), calls=4, exact=False)
+    assert plan_of(compiled).kernels >= 1, compiled.explain()
+
+
+def test_a_value_from_inside_a_run_read_later_and_gradients_into_a_leaf_used_elsewhere(device, flat):
+    """The run's middle value feeds a product outside it (so the run hands it out), and
+    the leaf w takes gradients from the run and from the product (added as eagerly)."""
+    def fn(x, w):
+        h = (x * w).tanh()
+        z = h * 2.0 + 1.0
+        out = (z @ w.mT).sum() + (h @ w.mT).sum()
+        out.backward()
+        return out
+
+    compiled = compare(fn, tensors(device, (3, 4), (3, 4)))
+    assert plan_of(compiled).runs >= 1
+
+
+def test_broadcasting_and_other_dtypes_stay_operations_of_their_own(device, flat):
+    def fn(x, b):
+        y = ((x + b) * 2.0).exp()  # x + b broadcasts: not in a run
+        z = (y * y).sin().cos()
+        z.sum().backward()
+        return z
+
+    compiled = compare(fn, tensors(device, (4, 3), (3,)))
+    plan = plan_of(compiled)
+    assert [e[0] for e in plan.events][:2] == ["op", "fused"]
+
+
+def test_a_training_step_with_gelu_and_adamw_fuses_and_matches_eager_bit_for_bit(device, flat):
+    def setup():
+        lp.manual_seed(3)
+        model = nn.Sequential(nn.Linear(6, 16, device=device), nn.GELU(approximate="tanh"),
+                              nn.Linear(16, 3, device=device))
+        return model, lp.optim.AdamW(model.parameters(), lr=1e-2)
+
+    (m1, o1), (m2, o2) = setup(), setup()
+
+    def step_of(model, opt):
+        def step(x, y):
+            opt.zero_grad()
+            loss = nn.functional.mse_loss((model(x) * 0.5).tanh(), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        return step
+
+    eager, compiled = step_of(m1, o1), lp.compile(step_of(m2, o2))
+    for _ in range(4):
+        x, y = RNG.normal(size=(8, 6)), RNG.normal(size=(8, 3))
+        np.testing.assert_array_equal(host(compiled(Tensor(x, device=device), Tensor(y, device=device))),
+                                      host(eager(Tensor(x, device=device), Tensor(y, device=device))))
+    for p, q in zip(m1.parameters(), m2.parameters()):
+        np.testing.assert_array_equal(host(q), host(p))
+    assert plan_of(compiled).runs >= 1
+
+
+@needs_numba
+def test_kernels_are_cached_on_disk_for_the_next_process(tmp_path):
+    script = ("import leanpass as lp, numpy as np\n"
+              "def f(x):\n    y = ((x * 1.5).sin() * x).sum()\n    y.backward()\n    return y\n"
+              "c = lp.compile(f)\n"
+              "for _ in range(3): c(lp.Tensor(np.ones(5), requires_grad=True))\n"
+              "print(next(iter(c._entries.values())).kernels)")
+    env = {"LEANPASS_CACHE_DIR": str(tmp_path), "PATH": ""}
+    for _ in range(2):  # the second process loads what the first compiled
+        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == "2"
+    assert len(list((tmp_path / "kernels").glob("k*.py"))) == 2
+    assert list((tmp_path / "kernels" / "__pycache__").glob("*.nbi"))  # Numba's index of compiled code
+
+
+def test_the_symbolic_backend_refuses_what_is_not_element_wise():
+    from leanpass._fusion import NotFusible, Sym, SymBackend
+
+    sb = SymBackend(get_backend("cpu"))
+    x = Sym("in", (0,), get_backend("cpu").xp.float64, (3,))
+    for attempt in (lambda: bool(x), lambda: x[0], lambda: sb.xp.sum(x), lambda: sb.matmul(x, x),
+                    lambda: float(x), lambda: sb.xp.astype(x, sb.xp.bool)):
+        with pytest.raises(NotFusible):
+            attempt()
