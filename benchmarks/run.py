@@ -343,17 +343,19 @@ def conv_step(case, dtype, framework):
     return step, result
 
 
-def compared(make, case, dtype, rounds, n_threads, repeat=5):
+def compared(make, case, dtype, rounds, n_threads, repeat=5, compiled=False):
     """Milliseconds per step of PyTorch's (when installed) and LeanPass's ``make(framework)``
     = (step, result), interleaved (``repeat`` steps per round), after checking that
-    their results agree."""
-    names = (["pytorch"] if torch else []) + ["leanpass"]
+    their results agree; with ``compiled``, also ``make("leanpass compiled")``'s."""
+    names = (["pytorch"] if torch else []) + ["leanpass"] + ["leanpass compiled"] * compiled
     with threads(n_threads):
         steps = {name: make(name) for name in names}
         if torch:
-            for got, ref in zip(steps["leanpass"][1](), steps["pytorch"][1]()):
-                if not np.allclose(got, ref, rtol=CONV_RTOL[dtype], atol=CONV_RTOL[dtype] * np.abs(ref).max()):
-                    raise RuntimeError(f"{case}: leanpass disagrees with pytorch, max error {np.abs(got - ref).max()}")
+            for name in names[1:]:
+                for got, ref in zip(steps[name][1](), steps["pytorch"][1]()):
+                    if not np.allclose(got, ref, rtol=CONV_RTOL[dtype], atol=CONV_RTOL[dtype] * np.abs(ref).max()):
+                        error = np.abs(got - ref).max()
+                        raise RuntimeError(f"{case}: {name} disagrees with pytorch, max error {error}")
         medians = interleaved({name: s[0] for name, s in steps.items()}, rounds, repeat=repeat)
     return {name: t * 1e3 for name, t in medians.items()}
 
@@ -380,12 +382,11 @@ def block_step(dtype, framework):
     reference = transformer_block(torch.nn, width, heads, dtype=getattr(torch, dtype))
     if framework == "pytorch":
         block, x, g, mask = reference, torch.tensor(x, requires_grad=True), torch.tensor(g), torch.tensor(above)
-    else:
+    else:  # "leanpass", "leanpass compiled"
         block = transformer_block(leanpass.nn, width, heads, dtype=dtype)
         block.load_state_dict({k: v.detach().numpy() for k, v in reference.state_dict().items()}, layout="torch")
         x, g, mask = Tensor(x, requires_grad=True), Tensor(g), leanpass.asarray(above)
     params = list(block.parameters())
-    out = []
 
     def step():
         x.grad = None
@@ -393,17 +394,22 @@ def block_step(dtype, framework):
             p.grad = None
         y = block(x, mask)
         y.backward(g)
-        out[:] = [y]
+        return y
+
+    if framework == "leanpass compiled":
+        step = leanpass.compile(step)
+        for _ in range(3):  # traced, replayed, its fused runs compiled
+            step()
 
     def result():
-        step()
-        return [np.asarray(t.detach().numpy() if framework == "pytorch" else t.data) for t in (out[0], x.grad)]
+        out = step()
+        return [np.asarray(t.detach().numpy() if framework == "pytorch" else t.data) for t in (out, x.grad)]
 
     return step, result
 
 
 def w6(dtype, rounds, n_threads):
-    return compared(lambda name: block_step(dtype, name), "W6", dtype, rounds, n_threads)
+    return compared(lambda name: block_step(dtype, name), "W6", dtype, rounds, n_threads, compiled=True)
 
 
 # ---- W8: a GroupNorm layer's forward and backward ------------------------------------------
@@ -452,10 +458,11 @@ def w5c(dtype, rounds, n_threads):
     """ms per training step of ``benchmarks/models.py``'s CNN (``steps.model_steps``),
     after checking that the first step's losses agree."""
     with threads(n_threads):
-        steps = model_steps("cnn", 64, dtype=dtype, width=32)
+        steps = model_steps("cnn", 64, dtype=dtype, width=32, compiled=True)
         losses = {name: step.loss_value(step()) for name, step in steps.items()}
-        if not np.isclose(losses["leanpass"], losses["pytorch"], rtol=CONV_RTOL[dtype]):
-            raise RuntimeError(f"W5c: leanpass's loss {losses['leanpass']} is not pytorch's {losses['pytorch']}")
+        for name in ("leanpass", "leanpass compiled"):  # (the compiled one has taken three steps more)
+            if name == "leanpass" and not np.isclose(losses[name], losses["pytorch"], rtol=CONV_RTOL[dtype]):
+                raise RuntimeError(f"W5c: {name}'s loss {losses[name]} is not pytorch's {losses['pytorch']}")
         medians = interleaved(steps, rounds, repeat=3)
     return {name: t * 1e3 for name, t in medians.items()}
 

@@ -195,12 +195,30 @@ class ModelStep(_FrameworkStep):
         return loss
 
 
-def model_steps(kind, batch, device="cpu", dtype="float32", lr=0.01, seed=0, width=32, depth=2, frameworks=None):
+class CompiledModelStep(ModelStep):
+    """:class:`ModelStep`'s step through ``leanpass.compile``, replayed (and its fused
+    runs compiled) three times before it is timed."""
+
+    def __init__(self, *args):
+        import leanpass
+
+        super().__init__(*args)
+        self._step = leanpass.compile(lambda inputs, labels: ModelStep.__call__(self))
+        for _ in range(3):
+            self()
+
+    def __call__(self):
+        return self._step(self.inputs, self.labels)
+
+
+def model_steps(kind, batch, device="cpu", dtype="float32", lr=0.01, seed=0, width=32, depth=2, frameworks=None,
+                compiled=False):
     """``{framework: ModelStep}`` for ``kind`` "cnn" (``benchmarks/models.py``'s CNN
     on ``(batch, 1, 28, 28)`` images, channels ``width`` and ``2 * width``) or
     "transformer" (``depth`` blocks of ``width`` with 4 heads on sequences of 128,
     one label per position), LeanPass and PyTorch (where installed), from the same
-    weights and data."""
+    weights and data; with ``compiled``, "leanpass compiled" too (a model of its own,
+    the same weights)."""
     import models
 
     import leanpass
@@ -241,17 +259,18 @@ def model_steps(kind, batch, device="cpu", dtype="float32", lr=0.01, seed=0, wid
                                      torch.nn.functional.cross_entropy,
                                      torch.optim.SGD(reference.parameters(), lr=lr),
                                      torch.cuda.synchronize if cuda else (lambda: None))
-    model = build(leanpass.nn, device=device, dtype=dtype)
-    if reference is not None:
-        model.load_state_dict({k: v.detach().cpu().numpy() for k, v in reference.state_dict().items()},
-                              layout="torch")
-    inputs = [leanpass.Tensor(x, device=device, dtype=dtype)]
-    if kind == "transformer":
-        inputs.append(leanpass.asarray(above, device=device))
     backend = leanpass.backends.get_backend(device)
-    steps["leanpass"] = ModelStep("leanpass", model, inputs, leanpass.asarray(labels, device=device),
-                                  leanpass.nn.cross_entropy_loss,
-                                  leanpass.optim.SGD(model.parameters(), lr=lr), backend.synchronize)
+    for name, kind_of_step in [("leanpass", ModelStep)] + ([("leanpass compiled", CompiledModelStep)] * compiled):
+        model = build(leanpass.nn, device=device, dtype=dtype)
+        if reference is not None:
+            model.load_state_dict({k: v.detach().cpu().numpy() for k, v in reference.state_dict().items()},
+                                  layout="torch")
+        inputs = [leanpass.Tensor(x, device=device, dtype=dtype)]
+        if kind == "transformer":
+            inputs.append(leanpass.asarray(above, device=device))
+        steps[name] = kind_of_step(name, model, inputs, leanpass.asarray(labels, device=device),
+                                   leanpass.nn.cross_entropy_loss,
+                                   leanpass.optim.SGD(model.parameters(), lr=lr), backend.synchronize)
     return {name: steps[name] for name in (frameworks or steps) if name in steps}
 
 

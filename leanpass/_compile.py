@@ -131,7 +131,8 @@ def _key_of(value, tensors: list, objects: list | None = None):
     other object by identity (a module passed in: the same module)."""
     if isinstance(value, Tensor):
         tensors.append(value)
-        return ("T", tuple(value._data.shape), str(value._data.dtype), value._backend.device, value._rg)
+        data = value._data  # (the dtype itself: its str() is slow in NumPy)
+        return ("T", tuple(data.shape), data.dtype, value._backend.device, value._rg)
     if isinstance(value, (tuple, list)):
         return (type(value).__name__, tuple(_key_of(v, tensors, objects) for v in value))
     if isinstance(value, dict):
@@ -637,7 +638,7 @@ class Plan:
             elif kind == "fused":  # a run of element-wise operations: one program
                 fn = event[1]
                 if fn is None:  # its first replay: the program as Python
-                    fn = event[4].flat(event[4].backend.xp)
+                    fn = event[4].flat(event[4].backend)
                     self.events[i] = ("fused", fn, *event[2:])
                 with event[4].backend.quiet():
                     for slot, out in zip(event[3], fn(*[get(s) for s in event[2]])):

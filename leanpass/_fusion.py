@@ -29,6 +29,7 @@ and leaves after it, are the schedule's own, added in the engine's order.
 
 from __future__ import annotations
 
+import math
 import os
 
 from .backends._base import NO_FUSED
@@ -50,6 +51,14 @@ _FLOAT_FUNCTIONS = frozenset({
 })
 _FLOAT_BINARY = frozenset({"atan2", "copysign", "hypot", "logaddexp", "maximum", "minimum"})
 _PREDICATES = frozenset({"isnan", "isinf", "isfinite", "signbit"})
+SPECIAL = frozenset({"erf", "erfc"})  # the backend's special functions a run may call
+# functions a compiled loop calls one element at a time (a library's scalar routine): on
+# long arrays the library's own vectorised kernels (NumPy's SIMD tanh, exp) beat such a loop
+_SCALAR_CALLS = frozenset({
+    "acos", "acosh", "asin", "asinh", "atan", "atan2", "atanh", "cos", "cosh", "erf", "erfc", "exp", "expm1",
+    "hypot", "log", "log1p", "log2", "log10", "logaddexp", "pow", "sin", "sinh", "tan", "tanh",
+})
+SMALL = 512  # elements: below, a run is worth compiling whatever it calls (the calls cost more than the work)
 
 
 class Sym:
@@ -58,9 +67,13 @@ class Sym:
     ``"in"`` for an input (``args``: its number in the run)."""
 
     __slots__ = ("fn", "args", "dtype", "shape")
+    made = [0]  # how many were made: an operation's size
+    kinds: set = set()  # the functions made since it was last cleared
 
     def __init__(self, fn, args, dtype, shape):
         self.fn, self.args, self.dtype, self.shape = fn, args, dtype, shape
+        Sym.made[0] += 1
+        Sym.kinds.add(fn)
 
     @property
     def ndim(self):
@@ -242,8 +255,27 @@ class SymBackend:
     def is_array(value):
         return isinstance(value, Sym)
 
+    @property
+    def special(self):
+        return _SymSpecial()
+
     def __getattr__(self, name):
         raise NotFusible(f"backend.{name}")
+
+
+class _SymSpecial:
+    """``SymBackend.special``: the special functions of :data:`SPECIAL` build expressions."""
+
+    def __getattr__(self, name):
+        if name not in SPECIAL:
+            raise NotFusible(f"special.{name}")
+
+        def function(x, /):
+            x = _sym(x, name)
+            _floating(x)
+            return Sym(name, (x,), x.dtype, x.shape)
+
+        return function
 
 
 def symbolic(sb, op, inputs, recipe, needs):
@@ -274,7 +306,7 @@ class Program:
     """Expressions over numbered inputs, with the ones wanted as outputs: ``lines``
     (``(name, fn, args)`` in an order where each comes after its arguments, an
     argument a name, an ``("in", k)`` input or a Python number) and ``outputs``
-    (names, or inputs passed through). ``flat(xp)`` gives the function that runs it
+    (names, or inputs passed through). ``flat(backend)`` gives the function that runs it
     on arrays, one call of ``xp`` per line."""
 
     def __init__(self, n_inputs, dtype, shape):
@@ -315,8 +347,8 @@ class Program:
             self._keep.append(s)
         return self._names[id(sym)]
 
-    def flat(self, xp):
-        """The program as a Python function of arrays on ``xp``'s library."""
+    def flat(self, backend):
+        """The program as a Python function of arrays on ``backend``'s library."""
         constants = {}
 
         def arg(a):
@@ -346,13 +378,17 @@ class Program:
             elif fn == "full":
                 template = next(f"i{k}" for k in range(self.n_inputs)) if self.n_inputs else None
                 expr = f"xp.{'zeros' if args[0] == 0 else 'ones'}_like({template})"
+            elif fn in SPECIAL:
+                expr = f"special.{fn}({a[0]})"
             else:
                 expr = f"xp.{fn}({', '.join(a)})"
             body.append(f"    {name} = {expr}")
         outs = ", ".join(arg(o) for o in self.outputs)
         source = (f"def program({', '.join(f'i{k}' for k in range(self.n_inputs))}):\n"
                   + "\n".join(body) + f"\n    return ({outs}{',' if len(self.outputs) == 1 else ''})\n")
-        namespace = {"xp": xp, **constants}
+        namespace = {"xp": backend.xp, **constants}
+        if any(fn in SPECIAL for _, fn, _ in self.lines):
+            namespace["special"] = backend.special
         exec(compile(source, f"<lp.compile fused program, {len(self.lines)} lines>", "exec"), namespace)  # noqa: S102
         program = namespace["program"]
         program.source = source
@@ -401,6 +437,8 @@ class _Forward:
         self.key = (shape, dtype, backend)
         self.shape, self.dtype, self.backend = shape, dtype, backend
         self.start = self.stop = start
+        self.size = 0  # the expressions its forward is made of
+        self.kinds: set = set()  # the functions its forward and backward call
         self.syms: dict = {}  # slot -> Sym
         self.inputs: dict = {}  # source -> Sym("in")
         self.backward: dict = {}  # slot -> (rule, parents' Syms)
@@ -480,9 +518,13 @@ def fuse(events, meta, result_slots, min_length=2):
     runs: list = []
     current = None
 
-    def close():
-        if current is not None and len(current.syms) >= min_length:
-            runs.append(current)
+    def close():  # a run of one operation is worth it where that operation is several expressions (GELU)
+        if current is None or (len(current.syms) < min_length and current.size < min_length):
+            return
+        if (current.backend.fused.elementwise is not None and math.prod(current.shape) > SMALL
+                and current.kinds & _SCALAR_CALLS):
+            return  # a long run of tanh, exp...: the library's kernels, one by one, are faster
+        runs.append(current)
 
     for i, event in enumerate(events):
         if event[0] != "op":
@@ -506,7 +548,10 @@ def fuse(events, meta, result_slots, min_length=2):
             sb = backends[backend] = SymBackend(backend)
         try:
             syms, new = current.operands(sources, meta)
+            before = Sym.made[0]
+            Sym.kinds.clear()
             out, rule = symbolic(sb, op, syms, recipe, needs)
+            size = Sym.made[0] - before
             if out.dtype != dtype or out.shape != shape:
                 raise NotFusible("a result of another dtype or shape than eager's")
             # its backward must be symbolic too: it has no other once the forward is fused
@@ -519,6 +564,8 @@ def fuse(events, meta, result_slots, min_length=2):
             current = None
             continue
         current.add(i, slot, out, rule, syms, new)
+        current.size += size
+        current.kinds |= Sym.kinds  # the forward's and the backward's functions
         if backend.fused.elementwise is None:  # (with a compiler, the backward computes them again)
             current.reads_of[slot] = current.reads(grads)
     close()
@@ -565,7 +612,7 @@ def _rewrite(events, runs, meta, result_slots):
                  if last_read.get(slot, -1) >= run.stop or slot in backward or slot in results]
         program = Program(len(run.inputs), run.dtype, run.shape)
         inputs = {id(sym): k for k, sym in enumerate(run.inputs.values())}
-        program.outputs = [program.ref(run.syms[slot], lambda s: inputs.get(id(s))) for slot in slots]
+        program.outputs = [program.ref(run.syms[slot], lambda s, inputs=inputs: inputs.get(id(s))) for slot in slots]
         program.backend = run.backend
         new_events.append(("fused", None, tuple(run.inputs), tuple(slots), program))  # made at its first replay
         index = run.stop
@@ -694,7 +741,7 @@ class BackwardRun:
         program.n_inputs = len(sources)  # the forward values read are among them
         # a gradient handed on as it came in (``+``'s) is not the program's own array
         fresh = tuple(not isinstance(ref, tuple) for ref in program.outputs)
-        fn = program.flat(self.backend.xp)
+        fn = program.flat(self.backend)
         kernel = self.compiler(program) if self.compiler is not None else None
         if kernel is not None:
             fn, fresh = kernel, tuple(not isinstance(ref, tuple) for ref in program.outputs)
@@ -707,7 +754,7 @@ class BackwardRun:
         backend's ``fused.elementwise``): the number compiled."""
         self.compiler = compiler
         done = 0
-        for signature, (fn, sources, outputs, fresh, program) in list(self.programs.items()):
+        for signature, (_, sources, outputs, fresh, program) in list(self.programs.items()):
             kernel = compiler(program)
             if kernel is not None:
                 self.programs[signature] = (kernel, sources, outputs, fresh, program)

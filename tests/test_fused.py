@@ -182,7 +182,8 @@ def test_conv_transpose_with_the_patch_kernels_is_conv_transpose_without(
     rng = np.random.default_rng(3)
     dims = len(shape) - 2
     ks = (kernel,) * dims if isinstance(kernel, int) else kernel
-    arrays = [rng.normal(size=shape), rng.normal(size=(shape[1], out, *ks))] + ([rng.normal(size=out)] if with_bias else [])
+    arrays = [rng.normal(size=shape), rng.normal(size=(shape[1], out, *ks))]
+    arrays += [rng.normal(size=out)] if with_bias else []
     f = nn.functional.conv_transpose2d if dims == 2 else nn.functional.conv_transpose1d
     calls = []
 

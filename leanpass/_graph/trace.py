@@ -51,6 +51,14 @@ def implicit_seed(array) -> None:
         tracer.keep.append(array)
 
 
+def seed(t) -> None:
+    """The Tensor ``t``'s array is the gradient a backward pass starts from: the tracer
+    records where it comes from (an argument, an operation, a tensor from outside)."""
+    tracer = TRACER[0]
+    if tracer is not None and tracer.records() and tracer.reason is None:
+        tracer.source_of(t)
+
+
 def note(what: str) -> None:
     """Tell the tracer, if a call is traced, that ``what`` happened, which a replay
     cannot reproduce (a host read of a value, a shape that depends on values): the

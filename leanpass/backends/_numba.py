@@ -231,6 +231,8 @@ def _scalar_source(program) -> str | None:
             expr = f"T(1) / {a[0]}"
         elif fn == "round":
             expr = f"np.rint({a[0]})"
+        elif fn in ("erf", "erfc"):
+            expr = f"T(math.{fn}({a[0]}))"
         elif fn in _UFUNCS:
             expr = f"np.{_SPELLED.get(fn, fn)}({', '.join(a)})"
         else:
@@ -239,7 +241,7 @@ def _scalar_source(program) -> str | None:
     outs = [o for o in program.outputs if not isinstance(o, tuple)]
     body += [f"        o{k}[j] = {o}" for k, o in enumerate(outs)]
     params = [f"i{k}" for k in range(program.n_inputs)] + [f"o{k}" for k in range(len(outs))]
-    return (f"import numpy as np\nfrom numpy import {np.dtype(program.dtype).name} as T\n\n\n"
+    return (f"import math\n\nimport numpy as np\nfrom numpy import {np.dtype(program.dtype).name} as T\n\n\n"
             f"def kernel({', '.join(params)}):\n    for j in range({params[-1]}.shape[0]):\n" + "\n".join(body) + "\n")
 
 
