@@ -12,7 +12,8 @@ scalar expressions per run, which a :class:`Program` runs:
 - **flat**: generated Python that calls the backend's namespace once per
   expression, with no Tensor, closure, graph or promotion check in between; the
   same kernels in the same order as eagerly, so the results are the same bit for
-  bit, on every device;
+  bit (on ``cuda``, where the eager ``tanh`` and ``sigmoid`` backward rules are
+  CuPy kernels of their own, up to that compiler's rounding);
 - **fused**: one loop over the elements that computes every expression of the run
   in registers, compiled by the backend (Numba on ``cpu``, the ``fuse`` extra): one
   pass over memory for the whole run; the rounding may differ from eager's by a few
@@ -566,8 +567,7 @@ def fuse(events, meta, result_slots, min_length=2):
         current.add(i, slot, out, rule, syms, new)
         current.size += size
         current.kinds |= Sym.kinds  # the forward's and the backward's functions
-        if backend.fused.elementwise is None:  # (with a compiler, the backward computes them again)
-            current.reads_of[slot] = current.reads(grads)
+        current.reads_of[slot] = current.reads(grads)
     close()
     if not runs:
         return events, 0
@@ -581,9 +581,13 @@ def _rewrite(events, runs, meta, result_slots):
     backward_runs = []
     new_events = []
     schedules = {}
+    changes = [i for i, event in enumerate(events) if event[0] in ("inplace", "action")]  # of state, in place
     for index, event in enumerate(events):
         if event[0] == "backward":
-            schedules[index] = _split_schedule(event[2], by_slot)
+            def unchanged(run, index=index):  # nothing changed in place between the run and this backward pass
+                return not any(run.stop <= i < index for i in changes)
+
+            schedules[index] = _split_schedule(event[2], by_slot, unchanged)
             for item in schedules[index]:
                 if isinstance(item, BackwardRun):
                     backward_runs.append(item)
@@ -610,6 +614,9 @@ def _rewrite(events, runs, meta, result_slots):
         backward = needed_by_backward[id(run)]
         slots = [slot for slot in run.syms
                  if last_read.get(slot, -1) >= run.stop or slot in backward or slot in results]
+        if not slots:  # nothing reads what it computes (nor does its backward): nothing to run
+            index = run.stop
+            continue
         program = Program(len(run.inputs), run.dtype, run.shape)
         inputs = {id(sym): k for k, sym in enumerate(run.inputs.values())}
         program.outputs = [program.ref(run.syms[slot], lambda s, inputs=inputs: inputs.get(id(s))) for slot in slots]
@@ -619,9 +626,10 @@ def _rewrite(events, runs, meta, result_slots):
     return new_events
 
 
-def _split_schedule(schedule, by_slot):
+def _split_schedule(schedule, by_slot, unchanged):
     """The schedule with each stretch of entries over nodes of fused runs (one shape,
-    dtype and backend) as one :class:`BackwardRun`."""
+    dtype and backend) as one :class:`BackwardRun` (which computes the forward values
+    again where ``unchanged(run)`` for each of its runs)."""
     out, stretch, key = [], [], None
     for entry in schedule:
         run = by_slot.get(entry[0])
@@ -631,7 +639,7 @@ def _split_schedule(schedule, by_slot):
             key = run.key
             continue
         if stretch:
-            out.append(BackwardRun(stretch))
+            out.append(BackwardRun(stretch, all(unchanged(run) for _, run in stretch)))
             stretch, key = [], None
         if run is not None and all(p is None or (p[2], p[3]) == (run.shape, run.dtype) for p in entry[1]):
             stretch.append((entry, run))
@@ -639,37 +647,52 @@ def _split_schedule(schedule, by_slot):
         else:
             out.append(entry)
     if stretch:
-        out.append(BackwardRun(stretch))
+        out.append(BackwardRun(stretch, all(unchanged(run) for _, run in stretch)))
     return out
+
+
+def _fresh(refs, distinct: bool) -> tuple:
+    """Which outputs of a program are its own new arrays: not an input handed on (``+``'s
+    gradient); in a flat program, only the first output of a name (two leaves given one
+    array would share it), in a compiled one each (each output is an array of its own)."""
+    seen, fresh = set(), []
+    for ref in refs:
+        fresh.append(not isinstance(ref, tuple) and (distinct or ref not in seen))
+        seen.add(ref)
+    return tuple(fresh)
 
 
 class BackwardRun:
     """A stretch of a backward schedule over nodes of fused runs, replayed as one
     program per pattern of gradients present when it starts (which nodes and leaves
-    have gradients already: the same at every replay of a call, in practice)."""
+    have gradients already: the same at every replay of a call, in practice).
 
-    def __init__(self, stretch):
+    Where the backend compiles runs into one loop and nothing can have changed the
+    forward runs' inputs since they ran (no in-place change, no step in between:
+    ``recompute``), the forward values are computed again inside the loop from those
+    inputs (cheaper than a pass over memory each); otherwise the rules read the values
+    the forward runs computed, as eager rules read what they saved."""
+
+    def __init__(self, stretch, recompute):
         self.entries = [(entry[0], entry[1], run) for entry, run in stretch]
         run = stretch[0][1]
         self.shape, self.dtype, self.backend = run.shape, run.dtype, run.backend
-        own = {slot for slot, _, _ in self.entries}
+        self.own = frozenset(slot for slot, _, _ in self.entries)
         self.outside = []  # the nodes after the stretch it hands gradients to
-        self.leaves = []  # the leaves it hands gradients to: (kind, ref)
+        self.leaves = []  # the leaves it hands gradients to: (kind, ref), each once (by identity)
+        self.leaf_of = {}  # _identity(kind, ref) -> its number in leaves
         for _, parents, _ in self.entries:
             for p in parents:
                 if p is None:
                     continue
-                if p[0] == VAL and p[1] not in own and p[1] not in self.outside:
+                if p[0] == VAL and p[1] not in self.own and p[1] not in self.outside:
                     self.outside.append(p[1])
-                elif p[0] != VAL and (p[0], p[1]) not in self.leaves:
+                elif p[0] != VAL and _identity(p[0], p[1]) not in self.leaf_of:
+                    self.leaf_of[_identity(p[0], p[1])] = len(self.leaves)
                     self.leaves.append((p[0], p[1]))
         self.programs: dict = {}
         self.compiler = None  # the backend's, once the plan is compiled
-        # where the backend compiles runs into one loop, the forward values are computed
-        # again inside it from the forward runs' inputs (cheaper than a pass over memory
-        # each); elsewhere the values the forward runs computed are read
-        self.recompute = self.backend.fused.elementwise is not None
-        self.own = frozenset(slot for slot, _, _ in self.entries)
+        self.recompute = recompute and self.backend.fused.elementwise is not None
         self.values = {}  # id(Sym) of a forward value the rules may read -> its source
         runs = {id(run): run for _, _, run in self.entries}.values()
         for run in runs:
@@ -685,17 +708,17 @@ class BackwardRun:
 
     def _build(self, signature):
         """The program for ``signature``: the nodes of its own, the nodes after it and the
-        leaves that have gradients when it starts."""
+        leaves (by number) that have gradients when it starts."""
         program = Program(0, self.dtype, self.shape)
-        sources = []  # ("own", slot) | ("pending", slot) | ("leaf", key) | ("value", source)
-        memo: dict = {}
-        syms: dict = {}
+        sources = []  # ("own", slot) | ("pending", slot) | ("leaf", number) | ("value", source)
+        memo: dict = {}  # id(Sym) -> input number
+        alive = []  # the Syms of memo: an id is only theirs while they live (a rule may drop its g)
 
         def new_input(what):
             sym = Sym("in", (len(sources),), self.dtype, self.shape)
             sources.append(what)
             memo[id(sym)] = len(sources) - 1
-            syms[id(sym)] = sym
+            alive.append(sym)
             return sym
 
         def resolve(sym):
@@ -711,7 +734,7 @@ class BackwardRun:
 
         grads = {slot: new_input(("own", slot)) for slot, _, _ in self.entries if slot in signature[0]}
         outside = {slot: new_input(("pending", slot)) for slot in self.outside if slot in signature[1]}
-        leaves = {key: new_input(("leaf", key)) for key in self.leaves if key in signature[2]}
+        leaves = {k: new_input(("leaf", k)) for k in signature[2]}
         touched_outside, touched_leaves = [], []
         for slot, parents, run in self.entries:
             g = grads.pop(slot, None)
@@ -730,21 +753,19 @@ class BackwardRun:
                     if parent[1] not in touched_outside:
                         touched_outside.append(parent[1])
                 else:
-                    key = (parent[0], parent[1])
-                    old = leaves.get(key)
-                    leaves[key] = pg if old is None else old + pg
-                    if key not in touched_leaves:
-                        touched_leaves.append(key)
-        outputs = [("pending", slot) for slot in touched_outside] + [("leaf", key) for key in touched_leaves]
-        exprs = [outside[slot] for slot in touched_outside] + [leaves[key] for key in touched_leaves]
+                    k = self.leaf_of[_identity(parent[0], parent[1])]
+                    old = leaves.get(k)
+                    leaves[k] = pg if old is None else old + pg
+                    if k not in touched_leaves:
+                        touched_leaves.append(k)
+        outputs = [("pending", slot) for slot in touched_outside] + [("leaf", k) for k in touched_leaves]
+        exprs = [outside[slot] for slot in touched_outside] + [leaves[k] for k in touched_leaves]
         program.outputs = [program.ref(e, resolve) for e in exprs]
         program.n_inputs = len(sources)  # the forward values read are among them
-        # a gradient handed on as it came in (``+``'s) is not the program's own array
-        fresh = tuple(not isinstance(ref, tuple) for ref in program.outputs)
-        fn = program.flat(self.backend)
+        fn, fresh = program.flat(self.backend), _fresh(program.outputs, distinct=False)
         kernel = self.compiler(program) if self.compiler is not None else None
         if kernel is not None:
-            fn, fresh = kernel, tuple(not isinstance(ref, tuple) for ref in program.outputs)
+            fn, fresh = kernel, _fresh(program.outputs, distinct=True)
         built = (fn, tuple(sources), tuple(outputs), fresh, program)
         self.programs[signature] = built
         return built
@@ -754,25 +775,24 @@ class BackwardRun:
         backend's ``fused.elementwise``): the number compiled."""
         self.compiler = compiler
         done = 0
-        for signature, (_, sources, outputs, fresh, program) in list(self.programs.items()):
+        for signature, (_, sources, outputs, _, program) in list(self.programs.items()):
             kernel = compiler(program)
             if kernel is not None:
-                self.programs[signature] = (kernel, sources, outputs, fresh, program)
+                self.programs[signature] = (kernel, sources, outputs, _fresh(program.outputs, True), program)
                 done += 1
         return done
 
     def run(self, pending, leaves, get, leaf_tensor):
         """Replays the stretch: reads and updates the backward pass's ``pending``
         gradients and ``leaves`` (``leaf_tensor(kind, ref)`` the tensor of a leaf)."""
-        keys = [leaf_tensor(*key) for key in self.leaves]
+        tensors = [leaf_tensor(*key) for key in self.leaves]
         own, outside = self.own, self.outside
         signature = (tuple(sorted(k for k in pending if k in own)), tuple(k for k in outside if k in pending),
-                     tuple(key for key, t in zip(self.leaves, keys) if t in leaves))
+                     tuple(k for k, t in enumerate(tensors) if t in leaves))
         built = self.programs.get(signature)
         if built is None:
             built = self._build(signature)
         fn, sources, outputs, fresh, _ = built
-        tensors = dict(zip(self.leaves, keys))
         arrays = []
         for kind, ref in sources:
             if kind == "own":
@@ -790,3 +810,8 @@ class BackwardRun:
                 t = tensors[ref]
                 old = leaves.get(t)
                 leaves[t] = (value, own if old is None else True)
+
+
+def _identity(kind, ref):
+    """A leaf's key by identity (a Tensor's ``==`` compares values)."""
+    return (kind, ref if kind == ARG else id(ref))

@@ -513,6 +513,24 @@ MUTANTS = [
     Mutant("conv-transpose-patches-outside-not-zero", "leanpass/backends/_numba.py",
            "out[b, j, n, k0, k1, c] = 0", "out[b, j, n, k0, k1, c] = 1", ("tests/test_fused.py",),
            "the gradient's patches are zero outside the gradient (the output's padding)"),
+    Mutant("fusion-flat-neg-drops-sign", "leanpass/_fusion.py",
+           '            elif fn == "neg":\n                expr = f"-{a[0]}"',
+           '            elif fn == "neg":\n                expr = f"{a[0]}"', ("tests/test_fusion.py",),
+           "a fused program's negation (flat: the backend's own operator)"),
+    Mutant("fusion-kernel-where-branches-swapped", "leanpass/backends/_numba.py",
+           'expr = f"{a[1]} if {a[0]} else {a[2]}"', 'expr = f"{a[2]} if {a[0]} else {a[1]}"',
+           ("tests/test_fusion.py",), "a compiled loop's where: the first value where the condition holds"),
+    Mutant("fusion-run-hands-out-too-little", "leanpass/_fusion.py",
+           "if last_read.get(slot, -1) >= run.stop", "if last_read.get(slot, -1) > run.stop",
+           ("tests/test_fusion.py",), "a run keeps every value an event after it reads, the next one included"),
+    Mutant("fusion-liveness-ignores-runs", "leanpass/_compile.py",
+           '            elif kind == "fused":\n                for kind_, ref in event[2]:\n'
+           '                    if kind_ == VAL:\n                        last[ref] = i',
+           '            elif kind == "fused":\n                pass', ("tests/test_fusion.py",),
+           "a replay keeps the values a fused run reads until it runs"),
+    Mutant("fusion-admits-broadcasting", "leanpass/_fusion.py",
+           "if meta(src) != (self.shape, self.dtype):", "if meta(src)[1] != self.dtype:",
+           ("tests/test_fusion.py",), "a run's inputs have its shape: no gradient is summed back to a smaller one"),
 ]
 
 

@@ -188,7 +188,7 @@ _INFIX = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "pow": "**", "lt":
           "ge": ">=", "eq": "==", "ne": "!=", "and_": "&", "or_": "|", "xor": "^"}
 _UFUNCS = frozenset({
     "acos", "acosh", "asin", "asinh", "atan", "atanh", "ceil", "cos", "cosh", "exp", "expm1", "floor", "log",
-    "log1p", "log2", "log10", "sign", "sin", "sinh", "sqrt", "tan", "tanh", "trunc", "isnan", "isinf",
+    "log1p", "log2", "log10", "sin", "sinh", "sqrt", "tan", "tanh", "trunc", "isnan", "isinf",
     "isfinite", "signbit", "atan2", "copysign", "hypot", "logaddexp", "maximum", "minimum",
 })
 _SPELLED = {"acos": "arccos", "acosh": "arccosh", "asin": "arcsin", "asinh": "arcsinh", "atan": "arctan",
@@ -206,7 +206,7 @@ def _scalar_source(program) -> str | None:
             return f"a{a[1]}"
         if isinstance(a, str):
             return a
-        return repr(bool(a)) if type(a) is bool else f"T({a!r})"
+        return repr(a) if type(a) is bool else _constant(a)
 
     body = [f"        a{k} = i{k}[j]" for k in used]
     for name, fn, args in program.lines:
@@ -222,7 +222,9 @@ def _scalar_source(program) -> str | None:
         elif fn == "where":
             expr = f"{a[1]} if {a[0]} else {a[2]}"
         elif fn == "full":
-            expr = f"T({args[0]!r})"
+            expr = _constant(args[0])
+        elif fn == "sign":  # NumPy's: +0.0 at -0.0, NaN at NaN
+            expr = f"T(1) if {a[0]} > 0 else (T(-1) if {a[0]} < 0 else ({a[0]} if {a[0]} != {a[0]} else T(0)))"
         elif fn == "abs":
             expr = f"abs({a[0]})"
         elif fn == "square":
@@ -239,10 +241,22 @@ def _scalar_source(program) -> str | None:
             return None
         body.append(f"        {name} = {expr}")
     outs = [o for o in program.outputs if not isinstance(o, tuple)]
+    if not outs:
+        return None
     body += [f"        o{k}[j] = {o}" for k, o in enumerate(outs)]
     params = [f"i{k}" for k in range(program.n_inputs)] + [f"o{k}" for k in range(len(outs))]
     return (f"import math\n\nimport numpy as np\nfrom numpy import {np.dtype(program.dtype).name} as T\n\n\n"
             f"def kernel({', '.join(params)}):\n    for j in range({params[-1]}.shape[0]):\n" + "\n".join(body) + "\n")
+
+
+def _constant(value) -> str:
+    """A Python number as a constant of the kernel's dtype ``T`` (inf and NaN included)."""
+    value = float(value)  # an int beyond 64 bits too: NumPy rounds it to the dtype so
+    if value != value:
+        return "T(np.nan)"
+    if value in (math.inf, -math.inf):
+        return "T(np.inf)" if value > 0 else "T(-np.inf)"
+    return f"T({value!r})"
 
 
 def _kernel_module(source: str):
