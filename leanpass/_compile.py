@@ -18,7 +18,8 @@ What a replay could not reproduce makes the function run eagerly for those
 arguments, with one warning naming what and where: a value read on the host
 (``.item()``, ``bool(t)``, ``float(t)``, ``.numpy()``), an array that leaves the
 recorded operations (``.data``, ``.grad``), a shape that depends on values, a random
-draw, a recorded in-place change of a tensor in the graph, ``create_graph`` or
+draw other than dropout's, ``lp.rand``'s and ``lp.randn``'s (those are drawn again
+at each replay), a recorded in-place change of a tensor in the graph, ``create_graph`` or
 ``autograd.grad`` inside the function, complex values, a decomposition. See
 docs/compile.md.
 """
@@ -212,6 +213,9 @@ class Tracer:
         self.constants = 0
         self.backwards = 0
         self.implicit: set = set()  # ids of the ones arrays backward() made as seeds
+        self.draws = 0
+        self.rng = _backends_base._host_rng  # the host generator, and its state after the last recorded draw
+        self.rng_state = self.rng.bit_generator.state
         self.actions: list = []
         self.keep_args = list(args)
         for i, t in enumerate(args):
@@ -326,6 +330,24 @@ class Tracer:
                 if target is not None and all(s is not None for s in sources):
                     self.events.append(("inplace", target, op, tuple(sources), params, name, write))
         return self._untraced(inplace, t, op, others, *params, name=name, write=write)
+
+    def draw(self, fn, args):
+        """A random draw ``fn(*args)`` (an array): recorded as a value of its own, drawn
+        again at each replay; a draw the trace did not record before it (from the
+        host generator) makes the call run eagerly."""
+        if self.reason is None and _backends_base._host_rng.bit_generator.state != self.rng_state:
+            self.unsupported("a random draw the trace does not record (lp.randn, nn.init...)")
+        array = self._untraced(fn, *args)
+        if self.reason is None:
+            slot = self.slots
+            self.slots += 1
+            self.meta[slot] = (tuple(array.shape), array.dtype)
+            self.arrays[id(array)] = (VAL, slot)
+            self.keep.append(array)
+            self.events.append(("draw", fn, args, slot, args[0]))
+            self.draws += 1
+        self.rng_state = _backends_base._host_rng.bit_generator.state
+        return array
 
     def set_grad(self, t, value) -> None:
         if value is not None:
@@ -497,6 +519,7 @@ class Plan:
         self.counts = collections.Counter(e[0] for e in self.events)
         self.slot_backend = {e[5]: e[7] for e in self.events if e[0] == "op"}
         self.slot_backend.update({e[2]: e[3] for e in self.events if e[0] == "const"})
+        self.slot_backend.update({e[3]: e[4] for e in self.events if e[0] == "draw"})
         self.runs = self.replays = self.kernels = 0
         if fuse_runs and fusion_enabled():
             self.events, self.runs = fuse(self.events, tracer.meta_of, self._output_slots(outputs))
@@ -643,6 +666,8 @@ class Plan:
                 with event[4].backend.quiet():
                     for slot, out in zip(event[3], fn(*[get(s) for s in event[2]])):
                         slots[slot] = out
+            elif kind == "draw":  # a random draw: a new one each time, from the generator, as eagerly
+                slots[event[3]] = event[1](*event[2])
             elif kind == "const":  # a tensor made in the call: a new one each time, as eagerly
                 slots[event[2]] = event[3].copy(event[1])
             elif kind == "check":
@@ -809,7 +834,6 @@ class Compiled:
         self._entries.pop(key, None)
         tracer = Tracer(tensors)
         rng = _backends_base._host_rng
-        state = rng.bit_generator.state
         modules, names = _MODULE_CHANGES[0], _values(self._names)
         TRACER[0] = tracer
         try:
@@ -817,8 +841,8 @@ class Compiled:
         finally:
             TRACER[0] = None
         self.calls["traced"] += 1
-        if _backends_base._host_rng is not rng or rng.bit_generator.state != state:
-            tracer.unsupported("a random draw (dropout, lp.randn...): draws are not replayed yet")
+        if _backends_base._host_rng is not rng or rng.bit_generator.state != tracer.rng_state:
+            tracer.unsupported("a random draw the trace does not record (lp.randn, nn.init, lp.manual_seed...)")
         if any(value is t for value in names for t in tensors):  # one object, two roles: a replay would merge them
             tracer.unsupported("an argument the function also reads by name (a global or closure variable)")
         retrace = _MODULE_CHANGES[0] != modules or not all(map(_same, _values(self._names), names))
@@ -867,7 +891,8 @@ class Compiled:
             c = entry.counts
             lines.append(f"{head} replays {c['op']} operations, {c['backward']} backward pass"
                          f"{'es' * (c['backward'] != 1)}, {c['inplace']} in-place changes, "
-                         f"{c['action']} steps ({', '.join(entry.actions) or 'none'}), {entry.constants} constants; "
+                         f"{c['action']} steps ({', '.join(entry.actions) or 'none'}), {entry.constants} constants, "
+                         f"{c['draw']} random draws; "
                          f"{len(entry.externals)} tensors from outside, checked before each replay; "
                          f"fusion: {entry.fusion()}")
         return "\n".join(lines)

@@ -266,7 +266,7 @@ def test_state_changed_in_place_outside_the_graph_is_replayed(device):
     ("item()", lambda x: x.sum() * x.sum().item()),
     ("float()", lambda x: x * float(x.sum())),
     ("bool()", lambda x: x * 2.0 if bool(x.sum() > 0) else x),
-    ("random draw", lambda x: nn.functional.dropout(x, 0.5)),
+    ("random draw", lambda x: x * lp.randint(0, 2, (4,))),  # (dropout and randn are drawn again: below)
     ("Tensor.data", lambda x: Tensor(x.data * 2.0)),
     ("decomposition", lambda x: lp.linalg.svd(x.reshape(2, 2))[1]),
 ])
@@ -285,6 +285,49 @@ def test_what_a_replay_cannot_reproduce_runs_eagerly_with_one_warning(what, body
         same(f(x), expected)
     assert f.calls == {"traced": 1, "replayed": 0, "eager": 1}
     assert "eager:" in f.explain()
+
+
+def test_dropout_and_randn_draw_again_at_each_replay_and_follow_the_seed(device):
+    """A draw is replayed as a draw: fresh masks at each call, from lp.manual_seed's
+    stream in eager's order (a seeded compiled run equals a seeded eager run)."""
+    def setup():
+        lp.manual_seed(4)
+        model = nn.Sequential(nn.Linear(6, 16, device=device), nn.ReLU(), nn.Dropout(0.3),
+                              nn.Linear(16, 3, device=device))
+        return model, lp.optim.SGD(model.parameters(), lr=0.1)
+
+    def stepper(model, opt):
+        def step(x, y):
+            opt.zero_grad()
+            noise = lp.randn(8, 6, device=device) * 0.01
+            loss = nn.functional.cross_entropy(nn.functional.dropout(model(x + noise), 0.2), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        return step
+
+    (m1, o1), (m2, o2) = setup(), setup()
+    eager, compiled = stepper(m1, o1), lp.compile(stepper(m2, o2), fuse=False)
+    losses = []
+    for i in range(4):
+        x = Tensor(RNG.normal(size=(8, 6)), device=device)
+        y = lp.asarray(RNG.integers(0, 3, size=8), device=device)
+        lp.manual_seed(10 + i)
+        expected = eager(x, y)
+        lp.manual_seed(10 + i)
+        losses.append(compiled(x, y))
+        same(losses[-1], expected)
+    for p, q in zip(m1.parameters(), m2.parameters()):
+        same(p, q)
+    assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}
+    assert "3 random draws" in compiled.explain()
+
+
+def test_a_replay_draws_anew_without_a_seed():
+    f = lp.compile(lambda x: nn.functional.dropout(x, 0.5))
+    outs = [host(f(Tensor(np.ones(256)))) for _ in range(4)]
+    assert f.calls["replayed"] == 3 and all(not np.array_equal(outs[0], o) for o in outs[1:])
 
 
 def test_complex_values_in_a_graph_run_eagerly():

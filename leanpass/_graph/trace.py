@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 
-__all__ = ["TRACER", "action", "note", "check", "implicit_seed"]
+__all__ = ["TRACER", "action", "note", "check", "implicit_seed", "draw"]
 
 TRACER = [None]  # [the active tracer, or None]
 
@@ -49,6 +49,17 @@ def implicit_seed(array) -> None:
     if tracer is not None and tracer.records():
         tracer.implicit.add(id(array))
         tracer.keep.append(array)
+
+
+def draw(fn, *args):
+    """``fn(*args)``: a random draw (dropout's mask: an array, ``args[0]`` the backend),
+    made as it is. A traced call records it, and each replay draws again, from the same
+    generator in the same order: a seeded compiled run draws what a seeded eager run
+    draws."""
+    tracer = TRACER[0]
+    if tracer is None or not tracer.records():
+        return fn(*args)
+    return tracer.draw(fn, args)
 
 
 def seed(t) -> None:

@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 from .._checks import broadcast_shapes, integer, is_bool, normalize_axis
 from .._dtypes import as_dtype, iinfo, promote
+from .._graph.trace import draw
 from .._indexing import setitem
 from .._node import leaf
 from ..backends import get_backend, get_default_dtype, host_rng
@@ -85,6 +86,16 @@ def _made(host, name, device, requires_grad, op):
     return requiring_grad(leaf(backend.from_host(host, name, op), backend), requires_grad, op)
 
 
+def _drawn(backend, kind, shape, name, op):
+    """``_draw``'s numbers on ``backend``'s device (a compiled call draws them again at each replay)."""
+    return backend.from_host(_draw(kind, shape, name), name, op)
+
+
+def _made_drawn(kind, shape, name, device, requires_grad, op):
+    backend = get_backend(device)
+    return requiring_grad(leaf(draw(_drawn, backend, kind, shape, name, op), backend), requires_grad, op)
+
+
 def rand(*size, dtype=None, device=None, requires_grad=False):
     """Numbers drawn uniformly from ``[0, 1)``: ``rand(2, 3)`` or ``rand((2, 3))``, as
     ``torch.rand`` (seeded by :func:`leanpass.manual_seed`; drawn on the host)."""
@@ -92,7 +103,7 @@ def rand(*size, dtype=None, device=None, requires_grad=False):
         raise TypeError("rand: give the size, rand(2, 3) or rand((2, 3))")
     shape = sizes(size[0], size[1:], "rand")
     name = _float_dtype(dtype, "rand")
-    return _made(_draw("uniform", shape, name), name, device, requires_grad, "rand")
+    return _made_drawn("uniform", shape, name, device, requires_grad, "rand")
 
 
 def randn(*size, dtype=None, device=None, requires_grad=False):
@@ -102,7 +113,7 @@ def randn(*size, dtype=None, device=None, requires_grad=False):
         raise TypeError("randn: give the size, randn(2, 3) or randn((2, 3))")
     shape = sizes(size[0], size[1:], "randn")
     name = _float_dtype(dtype, "randn")
-    return _made(_draw("normal", shape, name), name, device, requires_grad, "randn")
+    return _made_drawn("normal", shape, name, device, requires_grad, "randn")
 
 
 def _bound(value, op, what):

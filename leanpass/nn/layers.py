@@ -7,6 +7,7 @@ import numbers
 
 from .. import ops
 from .._dtypes import as_dtype
+from .._graph.trace import draw
 from ..backends import get_backend, get_default_dtype
 from ..serialization import transposed_copy
 from ..tensor import Tensor, apply, as_tensor
@@ -398,6 +399,21 @@ class MLP(Module):
         return f"{self.layer_sizes}"
 
 
+def dropped(x: Tensor, p: float) -> Tensor:
+    """``x`` times inverted dropout's mask of probability ``p`` (:class:`Dropout` in
+    training, :func:`leanpass.nn.functional.dropout`, an RNN's dropout between layers)."""
+    return x * as_tensor(draw(_dropout_mask, get_backend(x.device), x.shape, 1.0 - p, x.dtype), device=x.device)
+
+
+def _dropout_mask(backend, shape, keep, dtype):
+    """Inverted dropout's mask: ``1 / keep`` with probability ``keep``, else 0 (all 0 for
+    ``keep`` 0: an RNN's dropout 1), drawn from the device's generator (a compiled call
+    draws it again at each replay)."""
+    with backend.context():
+        mask = backend.bernoulli(shape, keep, dtype)
+        return mask * (1.0 / keep) if keep else mask
+
+
 class Dropout(Module):
     """Inverted dropout: in training, zero each element with probability ``p`` and
     scale the rest by ``1 / (1 - p)``; the identity in eval mode. ``training=``
@@ -418,11 +434,7 @@ class Dropout(Module):
         training = self.training if training is None else training
         if not training or self.p == 0.0:
             return x
-        keep = 1.0 - self.p
-        backend = get_backend(x.device)
-        with backend.context():
-            mask = backend.bernoulli(x.shape, keep, x.dtype) * (1.0 / keep)
-        return x * as_tensor(mask, device=x.device)
+        return dropped(x, self.p)
 
     def extra_repr(self):
         return f"p={self.p}" + (", inplace=True" if getattr(self, "inplace", False) else "")

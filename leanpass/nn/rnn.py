@@ -18,7 +18,7 @@ from .. import ops
 from .._namespace import concat, permute_dims, stack
 from ..backends import get_backend
 from ..tensor import Tensor, apply, as_tensor
-from .layers import _parameter_dtype
+from .layers import _parameter_dtype, dropped
 from .module import Module, Parameter
 
 __all__ = ["RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell", "RNNBase", "RNNCellBase"]
@@ -74,13 +74,7 @@ def _zeros(like: Tensor, shape) -> Tensor:
 
 def _dropout(x: Tensor, p: float) -> Tensor:
     """Inverted dropout (``F.dropout``'s), drawn from the device's seeded generator."""
-    backend = get_backend(x.device)
-    keep = 1.0 - p
-    with backend.context():
-        mask = backend.bernoulli(x.shape, keep, x.dtype)
-        if keep:
-            mask = mask * (1.0 / keep)
-    return x * as_tensor(mask, device=x.device)
+    return dropped(x, p)
 
 
 class RNNBase(Module):
