@@ -18,8 +18,11 @@ scalar expressions per run, which a :class:`Program` runs:
   in registers, compiled by the backend (Numba on ``cpu``, the ``fuse`` extra): one
   pass over memory for the whole run; the rounding may differ from eager's by a few
   ulp (a library's ``tanh`` against NumPy's). A run is compiled after its plan has
-  been replayed a few times (compiling costs about a second, once; Numba caches it
-  on disk), and runs flat until then.
+  been replayed :data:`COMPILE_AFTER` times (compiling costs about a second, once;
+  Numba caches it on disk), and runs flat until then. On such a backend a run of
+  more than :data:`SMALL` elements that calls ``tanh``, ``exp``... is not formed:
+  the loop would call them one element at a time, slower than the library's
+  vectorised kernels.
 
 A run holds operations of one shape and one real floating dtype, whose inputs all
 have that shape: no broadcasting, so no gradient is summed back to a smaller shape.
@@ -423,7 +426,6 @@ def fusion_enabled() -> bool:
     return os.environ.get("LEANPASS_FUSE", "1") != "0"
 
 
-
 # ---- a recorded call's runs ---------------------------------------------------------------
 
 ARG, VAL, EXT = 0, 1, 2  # where an array comes from: an argument, an event's output, a tensor from outside
@@ -442,7 +444,7 @@ class _Forward:
         self.kinds: set = set()  # the functions its forward and backward call
         self.syms: dict = {}  # slot -> Sym
         self.inputs: dict = {}  # source -> Sym("in")
-        self.backward: dict = {}  # slot -> (rule, parents' Syms)
+        self.backward: dict = {}  # slot -> its symbolic backward rule
         self.slot_of: dict = {}  # id(Sym) -> slot
         self.source_of: dict = {}  # id(Sym("in")) -> source
         self.reads_of: dict = {}  # slot -> the sources of the forward values its backward reads
@@ -482,13 +484,15 @@ class _Forward:
             syms.append(known)
         return syms, new
 
-    def add(self, index, slot, out, rule, syms, new):
+    def add(self, index, slot, out, rule, new):
+        """The operation of event ``index`` joins: its output ``out`` (slot ``slot``),
+        its symbolic backward ``rule``, the ``new`` inputs it reads."""
         for src, sym in new.items():
             self.inputs[src] = sym
             self.source_of[id(sym)] = src
         self.syms[slot] = out
         self.slot_of[id(out)] = slot
-        self.backward[slot] = (rule, syms)
+        self.backward[slot] = rule
         self.stop = index + 1
 
 
@@ -564,7 +568,7 @@ def fuse(events, meta, result_slots, min_length=2):
                 close()
             current = None
             continue
-        current.add(i, slot, out, rule, syms, new)
+        current.add(i, slot, out, rule, new)
         current.size += size
         current.kinds |= Sym.kinds  # the forward's and the backward's functions
         current.reads_of[slot] = current.reads(grads)
@@ -740,7 +744,7 @@ class BackwardRun:
             g = grads.pop(slot, None)
             if g is None:
                 continue
-            rule, _ = run.backward[slot]
+            rule = run.backward[slot]
             for parent, pg in zip(parents, rule(g)):
                 if pg is None or parent is None:
                     continue
