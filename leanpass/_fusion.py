@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 import os
 
-from .backends._base import NO_FUSED
+from .backends._base import INFIX, NO_FUSED
 
 __all__ = ["NotFusible", "Sym", "SymBackend", "Program", "symbolic"]
 
@@ -45,9 +45,9 @@ class NotFusible(Exception):
     """An operation's code did something a symbol cannot stand for."""
 
 
-_ARITHMETIC = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "pow": "**"}
-_COMPARISON = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
-_LOGICAL = {"and_": "&", "or_": "|", "xor": "^"}
+_ARITHMETIC = ("add", "sub", "mul", "truediv", "pow")  # (INFIX spells each, and the rest)
+_COMPARISON = ("lt", "le", "gt", "ge", "eq", "ne")
+_LOGICAL = ("and_", "or_", "xor")
 _FLOAT_FUNCTIONS = frozenset({
     "abs", "acos", "acosh", "asin", "asinh", "atan", "atanh", "ceil", "cos", "cosh", "exp", "expm1", "floor",
     "log", "log1p", "log2", "log10", "negative", "positive", "reciprocal", "round", "sign", "sin", "sinh",
@@ -367,12 +367,8 @@ class Program:
         body = []
         for name, fn, args in self.lines:
             a = [arg(x) for x in args] if fn != "full" else []
-            if fn in _ARITHMETIC:
-                expr = f"{a[0]} {_ARITHMETIC[fn]} {a[1]}"
-            elif fn in _COMPARISON:
-                expr = f"{a[0]} {_COMPARISON[fn]} {a[1]}"
-            elif fn in _LOGICAL:
-                expr = f"{a[0]} {_LOGICAL[fn]} {a[1]}"
+            if fn in INFIX:
+                expr = f"{a[0]} {INFIX[fn]} {a[1]}"
             elif fn == "neg":
                 expr = f"-{a[0]}"
             elif fn == "not":

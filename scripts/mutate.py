@@ -531,6 +531,12 @@ MUTANTS = [
     Mutant("fusion-admits-broadcasting", "leanpass/_fusion.py",
            "if meta(src) != (self.shape, self.dtype):", "if meta(src)[1] != self.dtype:",
            ("tests/test_fusion.py",), "a run's inputs have its shape: no gradient is summed back to a smaller one"),
+    Mutant("cpu-adam-kernel-moment-sign", "leanpass/backends/_numba.py",
+           "mk = m[k] + one_minus_b1 * (g - m[k])", "mk = m[k] + one_minus_b1 * (m[k] - g)",
+           ("tests/test_fused.py",), "Adam's first moment moves toward the gradient (PyTorch's lerp)"),
+    Mutant("cpu-momentum-kernel-drops-nesterov", "leanpass/backends/_numba.py",
+           "(g + momentum * b if nesterov else b)", "(b)",
+           ("tests/test_fused.py",), "Nesterov's step looks ahead along the momentum"),
 ]
 
 

@@ -11,7 +11,7 @@ import pytest
 from test_optim import ref_adagrad, ref_adam, ref_rmsprop, ref_sgd, run_steps  # (tests/ is on sys.path)
 
 from leanpass import optim
-from leanpass.backends import _blas, numpy_backend
+from leanpass.backends import _blas, _numba, numpy_backend
 
 N = _blas.MIN_SIZE  # the smallest length that goes to BLAS
 
@@ -156,7 +156,10 @@ def test_optimizers_on_large_parameters_use_blas_and_match_the_written_out_rules
     w0 = rng.normal(size=(N // 128 + 1, 128))
     grads = [rng.normal(size=w0.shape) for _ in range(4)]
     w, _ = run_steps("cpu", make, grads=grads, w0=w0)
-    assert calls and all(calls)  # every update went to BLAS
+    if name == "adam" and _numba.enabled():  # one Numba pass for the whole update (tests/test_fused.py)
+        assert not calls
+    else:
+        assert calls and all(calls)  # every update went to BLAS
     np.testing.assert_allclose(w.numpy(), reference(w0, grads), rtol=1e-12, atol=1e-14)
 
 

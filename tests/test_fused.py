@@ -60,8 +60,8 @@ def test_fused_path_matches_the_generic_path(activation, name):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
 
-ROW_KERNELS = ["affine_rows", "affine2_rows", "centered_squares", "centered_dot", "patches2d", "scatter_add2d",
-               "elementwise"]
+ROW_KERNELS = ["sgd_momentum", "adam", "affine_rows", "affine2_rows", "centered_squares", "centered_dot", "patches2d",
+               "scatter_add2d", "elementwise"]
 needs_numba = pytest.mark.skipif(not _numba.enabled(), reason="Numba (the fuse extra) is not installed")
 
 
@@ -206,6 +206,63 @@ def test_conv_transpose_with_the_patch_kernels_is_conv_transpose_without(
     tol = {"float32": 1e-5, "float64": 1e-12}[dtype]
     for a, b in zip(with_kernels, run()):
         np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+
+CPU_OPTIMIZERS = {
+    "momentum": lambda ps: leanpass.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=1e-3),
+    "nesterov": lambda ps: leanpass.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
+    "adam": lambda ps: leanpass.optim.Adam(ps, lr=1e-2, weight_decay=1e-3),
+    "adamw": lambda ps: leanpass.optim.AdamW(ps, lr=1e-2),
+}
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", list(CPU_OPTIMIZERS))
+def test_cpus_optimizer_kernels_give_the_generic_updates(name, dtype, monkeypatch):
+    """One pass per parameter, the generic code's operations in its order: the same
+    values. A kernel that declines (False: an array not C-contiguous) leaves the
+    update to the generic code."""
+    calls = []
+
+    def run():
+        leanpass.manual_seed(0)
+        model = nn.Sequential(nn.Linear(5, 8, dtype=dtype), nn.Tanh(), nn.Linear(8, 3, dtype=dtype))
+        opt = CPU_OPTIMIZERS[name](model.parameters())
+        rng = np.random.default_rng(0)
+        x, y = Tensor(rng.normal(size=(6, 5)).astype(dtype)), leanpass.asarray(rng.integers(0, 3, 6))
+        for _ in range(4):
+            opt.zero_grad()
+            nn.cross_entropy_loss(model(x), y).backward()
+            opt.step()
+        return [p.numpy() for p in model.parameters()]
+
+    cpu = get_backend("cpu")
+    fused = cpu.fused
+    kernel = "adam" if name.startswith("adam") else "sgd_momentum"
+    monkeypatch.setattr(cpu, "fused", dataclasses.replace(
+        fused, **{kernel: lambda *a: calls.append(getattr(fused, kernel)(*a)) or calls[-1]}))
+    with_kernels = run()
+    assert calls == [True] * 4 * 4  # four parameters, four steps
+    monkeypatch.setattr(cpu, "fused", dataclasses.replace(fused, **{kernel: lambda *a: False}))
+    declined = run()
+    monkeypatch.setattr(cpu, "fused", dataclasses.replace(fused, adam=None, sgd_momentum=None))
+    generic = run()
+    for a, b, c in zip(with_kernels, declined, generic):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, c)
+
+
+@needs_numba
+def test_cpus_optimizer_kernels_decline_strided_arrays_and_change_nothing():
+    fused = get_backend("cpu").fused
+    param, grad = np.linspace(-1, 1, 16)[::2], np.ones(8)
+    m, v, buf = np.zeros(8), np.zeros(8), np.zeros(8)
+    before = param.copy()
+    assert fused.adam(grad, 0.1, 0.1, 0.999, 0.001, 1e-8, 0.5, 0.0, 1.0, param, m, v) is False
+    assert fused.sgd_momentum(grad, 0.1, 0.9, 0.0, False, True, param, buf) is False
+    np.testing.assert_array_equal(param, before)
+    assert not m.any() and not v.any() and not buf.any()
 
 
 def test_fused_kernels_are_a_typed_record():

@@ -158,6 +158,9 @@ class FusedKernels:
     - ``adam(grad, step_size, one_minus_b1, b2, one_minus_b2, eps, bc2_sqrt, wd, decay,
       param, m, v)``: one Adam/AdamW step, ``param``, ``m`` and ``v`` in place
 
+    An optimizer kernel may return False for arrays it does not take (the CPU's: one
+    not C-contiguous): nothing is done, and the optimizer runs its generic code.
+
     Row kernels, on a 2-D array ``x`` of rows and vectors of one value per row, each
     one pass (GroupNorm's forward and backward are made of them); they take arrays of
     the dtypes in ``row_dtypes``, all of one dtype, and give the generic arithmetic's
@@ -206,6 +209,13 @@ class FusedKernels:
 
 
 NO_FUSED = FusedKernels()
+
+# The operators of an element-wise program (``leanpass._fusion.Program``'s lines), by
+# the name of their Python method, and how Python spells each: what a backend's
+# ``fused.elementwise`` compiles, and what lp.compile's flat programs call.
+INFIX = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "pow": "**",  # arithmetic
+         "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=",  # comparisons
+         "and_": "&", "or_": "|", "xor": "^"}  # of booleans
 
 # The linalg functions that raise numpy.linalg.LinAlgError (a ValueError) for a
 # singular matrix (cholesky: one that is not positive-definite) on every device.

@@ -31,6 +31,8 @@ import sys
 
 import numpy as np
 
+from ._base import INFIX
+
 __all__ = ["kernels", "enabled"]
 
 _FLOATS = (np.dtype("float32"), np.dtype("float64"))
@@ -126,7 +128,26 @@ def _compiled():
                             for c in range(c_):
                                 out[y, x, n, c] += cols[b, j, n, k0, k1, c]
 
-    return affine, affine2, centered_squares, centered_dot, patches2d, scatter_add2d
+    # optimizer updates, in place, in the generic path's operations and order
+    @jit
+    def sgd_momentum(grad, lr, momentum, wd, nesterov, first, param, buf):
+        for k in range(param.shape[0]):
+            g = grad[k] + wd * param[k] if wd != 0 else grad[k]
+            b = g if first else buf[k] * momentum + g
+            buf[k] = b
+            param[k] = param[k] + -lr * (g + momentum * b if nesterov else b)
+
+    @jit
+    def adam(grad, step_size, one_minus_b1, b2, one_minus_b2, eps, bc2_sqrt, wd, decay, param, m, v):
+        for k in range(param.shape[0]):
+            g = grad[k] + wd * param[k] if wd != 0 else grad[k]
+            p = param[k] * decay if decay != 1 else param[k]
+            mk = m[k] + one_minus_b1 * (g - m[k])
+            vk = v[k] * b2 + (one_minus_b2 * g) * g
+            m[k], v[k] = mk, vk
+            param[k] = p + -step_size * (mk / (np.sqrt(vk) / bc2_sqrt + eps))
+
+    return affine, affine2, centered_squares, centered_dot, patches2d, scatter_add2d, sgd_momentum, adam
 
 
 def _rows(x):
@@ -184,8 +205,6 @@ def scatter_add2d(cols, start, stride, padding, dilation, out):
 
 # ---- element-wise programs (lp.compile's fused runs) --------------------------------------
 
-_INFIX = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "pow": "**", "lt": "<", "le": "<=", "gt": ">",
-          "ge": ">=", "eq": "==", "ne": "!=", "and_": "&", "or_": "|", "xor": "^"}
 _UFUNCS = frozenset({
     "acos", "acosh", "asin", "asinh", "atan", "atanh", "ceil", "cos", "cosh", "exp", "expm1", "floor", "log",
     "log1p", "log2", "log10", "sin", "sinh", "sqrt", "tan", "tanh", "trunc", "isnan", "isinf",
@@ -211,8 +230,8 @@ def _scalar_source(program) -> str | None:
     body = [f"        a{k} = i{k}[j]" for k in used]
     for name, fn, args in program.lines:
         a = [arg(x) for x in args] if fn != "full" else []
-        if fn in _INFIX:
-            expr = f"{a[0]} {_INFIX[fn]} {a[1]}"
+        if fn in INFIX:
+            expr = f"{a[0]} {INFIX[fn]} {a[1]}"
         elif fn == "neg" or fn == "negative":
             expr = f"-{a[0]}"
         elif fn == "positive":
@@ -322,9 +341,42 @@ def elementwise(program):
     return run
 
 
+def _flat(*arrays):
+    """The arrays as 1-D views, or None where one is not C-contiguous or the dtypes differ
+    (the optimizer then runs its generic code)."""
+    dtype = arrays[0].dtype
+    if dtype not in _FLOATS or any(a.dtype != dtype or not a.flags.c_contiguous for a in arrays):
+        return None
+    return [a.reshape(-1) for a in arrays]
+
+
+def sgd_momentum(grad, lr, momentum, wd, nesterov, first, param, buf):
+    """PyTorch's SGD with momentum (dampening 0), ``param`` and ``buf`` in place, one
+    pass; False (nothing done) for arrays it does not take."""
+    return _in_place(6, grad, (lr, momentum, wd), (bool(nesterov), bool(first)), param, buf)
+
+
+def adam(grad, step_size, one_minus_b1, b2, one_minus_b2, eps, bc2_sqrt, wd, decay, param, m, v):
+    """One Adam/AdamW step, ``param``, ``m`` and ``v`` in place, one pass; False
+    (nothing done) for arrays it does not take."""
+    return _in_place(7, grad, (step_size, one_minus_b1, b2, one_minus_b2, eps, bc2_sqrt, wd, decay), (), param, m, v)
+
+
+def _in_place(kernel, grad, numbers, flags, *state):
+    """The update loop ``kernel`` on the gradient, its numbers (in the state's dtype),
+    its flags and the state arrays it changes in place: True, or False where an array
+    is not C-contiguous or the dtypes differ."""
+    flat = _flat(grad, *state)
+    if flat is None:
+        return False
+    t = state[0].dtype.type
+    _compiled()[kernel](flat[0], *(t(c) for c in numbers), *flags, *flat[1:])
+    return True
+
+
 def kernels() -> dict:
     """The kernels as :class:`~leanpass.backends._base.FusedKernels` fields (offer
     them only where :func:`enabled`)."""
     return {"affine_rows": affine_rows, "affine2_rows": affine2_rows, "centered_squares": centered_squares,
             "centered_dot": centered_dot, "patches2d": patches2d, "scatter_add2d": scatter_add2d,
-            "elementwise": elementwise, "row_dtypes": _FLOATS}
+            "elementwise": elementwise, "sgd_momentum": sgd_momentum, "adam": adam, "row_dtypes": _FLOATS}

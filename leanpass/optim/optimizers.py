@@ -435,9 +435,11 @@ class SGD(Optimizer):
             first = "momentum_buffer" not in state
             if first:
                 state["momentum_buffer"] = backend.xp.zeros_like(data)
-            fused.sgd_momentum(grad, group["lr"], momentum, wd, group["nesterov"], first,
-                               data, state["momentum_buffer"])
-            return
+            if fused.sgd_momentum(grad, group["lr"], momentum, wd, group["nesterov"], first,
+                                  data, state["momentum_buffer"]) is not False:  # False: arrays it does not take
+                return
+            if first:
+                del state["momentum_buffer"]
         if not momentum and fused.sgd is not None:
             fused.sgd(grad, group["lr"], wd, data)
             return
@@ -509,8 +511,8 @@ class Adam(Optimizer):
         l2, decay = (0.0, 1.0 - lr * wd) if self._decoupled else (wd, 1.0)
         # the kernel has neither amsgrad's maximum nor maximize's sign: those take the generic path
         fused = None if amsgrad or group["maximize"] else backend.fused.adam
-        if fused is not None:  # one kernel for the whole update
-            fused(grad, step_size, 1.0 - b1, b2, 1.0 - b2, eps, bc2_sqrt, l2, decay, data, m, v)
+        if fused is not None and fused(grad, step_size, 1.0 - b1, b2, 1.0 - b2, eps, bc2_sqrt, l2, decay,
+                                       data, m, v) is not False:  # one kernel (False: arrays it does not take)
             return
         if l2:
             grad = grad + l2 * data
