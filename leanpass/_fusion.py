@@ -56,6 +56,7 @@ _FLOAT_FUNCTIONS = frozenset({
 _FLOAT_BINARY = frozenset({"atan2", "copysign", "hypot", "logaddexp", "maximum", "minimum"})
 _PREDICATES = frozenset({"isnan", "isinf", "isfinite", "signbit"})
 SPECIAL = frozenset({"erf", "erfc"})  # the backend's special functions a run may call
+_FLAT = {"neg": "-{0}", "not": "xp.logical_not({0})", "where": "xp.where({0}, {1}, {2})"}  # a flat program's spellings
 # functions a compiled loop calls one element at a time (a library's scalar routine): on
 # long arrays the library's own vectorised kernels (NumPy's SIMD tanh, exp) beat such a loop
 _SCALAR_CALLS = frozenset({
@@ -369,12 +370,8 @@ class Program:
             a = [arg(x) for x in args] if fn != "full" else []
             if fn in INFIX:
                 expr = f"{a[0]} {INFIX[fn]} {a[1]}"
-            elif fn == "neg":
-                expr = f"-{a[0]}"
-            elif fn == "not":
-                expr = f"xp.logical_not({a[0]})"
-            elif fn == "where":
-                expr = f"xp.where({a[0]}, {a[1]}, {a[2]})"
+            elif fn in _FLAT:
+                expr = _FLAT[fn].format(*a)
             elif fn == "full":
                 template = next(f"i{k}" for k in range(self.n_inputs)) if self.n_inputs else None
                 expr = f"xp.{'zeros' if args[0] == 0 else 'ones'}_like({template})"

@@ -143,13 +143,7 @@ def test_a_compiled_transformer_step_with_clipping_and_a_schedule(device):
 def test_a_chain_of_small_operations_and_its_gradient(device):
     """W2's chain: forward and backward replayed, the argument's .grad written (each
     operation on its own: tests/test_fusion.py fuses it)."""
-    def chain(x):
-        y = x
-        for _ in range(10):
-            y = (y * x).tanh() * 0.5 + 0.25
-        s = y.sum()
-        s.backward()
-        return s
+    from test_fusion import chain  # (tests/ is on sys.path)
 
     compiled = lp.compile(chain, fuse=False)
     data = RNG.uniform(0.1, 0.9, size=16)

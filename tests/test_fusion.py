@@ -35,6 +35,7 @@ def flat(monkeypatch):
 
 
 def chain(x):
+    """W2's chain, ten rounds: forward, backward, the sum returned."""
     y = x
     for _ in range(10):
         y = (y * x).tanh() * 0.5 + 0.25

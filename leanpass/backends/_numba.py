@@ -212,6 +212,13 @@ _UFUNCS = frozenset({
 })
 _SPELLED = {"acos": "arccos", "acosh": "arccosh", "asin": "arcsin", "asinh": "arcsinh", "atan": "arctan",
             "atanh": "arctanh", "atan2": "arctan2"}
+# the other functions, as templates of their arguments ({0}, {1}...) in the loop's dtype T
+_TEMPLATES = {
+    "neg": "-{0}", "negative": "-{0}", "positive": "+{0}", "not": "not {0}", "where": "{1} if {0} else {2}",
+    "sign": "T(1) if {0} > 0 else (T(-1) if {0} < 0 else ({0} if {0} != {0} else T(0)))",  # NumPy's: +0 at -0
+    "abs": "abs({0})", "square": "{0} * {0}", "reciprocal": "T(1) / {0}", "round": "np.rint({0})",
+    "erf": "T(math.erf({0}))", "erfc": "T(math.erfc({0}))",
+}
 
 
 def _scalar_source(program) -> str | None:
@@ -232,28 +239,10 @@ def _scalar_source(program) -> str | None:
         a = [arg(x) for x in args] if fn != "full" else []
         if fn in INFIX:
             expr = f"{a[0]} {INFIX[fn]} {a[1]}"
-        elif fn == "neg" or fn == "negative":
-            expr = f"-{a[0]}"
-        elif fn == "positive":
-            expr = f"+{a[0]}"
-        elif fn == "not":
-            expr = f"not {a[0]}"
-        elif fn == "where":
-            expr = f"{a[1]} if {a[0]} else {a[2]}"
         elif fn == "full":
             expr = _constant(args[0])
-        elif fn == "sign":  # NumPy's: +0.0 at -0.0, NaN at NaN
-            expr = f"T(1) if {a[0]} > 0 else (T(-1) if {a[0]} < 0 else ({a[0]} if {a[0]} != {a[0]} else T(0)))"
-        elif fn == "abs":
-            expr = f"abs({a[0]})"
-        elif fn == "square":
-            expr = f"{a[0]} * {a[0]}"
-        elif fn == "reciprocal":
-            expr = f"T(1) / {a[0]}"
-        elif fn == "round":
-            expr = f"np.rint({a[0]})"
-        elif fn in ("erf", "erfc"):
-            expr = f"T(math.{fn}({a[0]}))"
+        elif fn in _TEMPLATES:
+            expr = _TEMPLATES[fn].format(*a)
         elif fn in _UFUNCS:
             expr = f"np.{_SPELLED.get(fn, fn)}({', '.join(a)})"
         else:
