@@ -163,7 +163,6 @@ def _call_key(args, kwargs):
 # ---- the record ----------------------------------------------------------------------------------
 
 
-
 class _Stale(Exception):
     """A replay met something the trace did not see (a shape): the call runs eagerly."""
 
@@ -214,8 +213,7 @@ class Tracer:
         self.backwards = 0
         self.implicit: set = set()  # ids of the ones arrays backward() made as seeds
         self.draws = 0
-        self.rng = _backends_base._host_rng  # the host generator, and its state after the last recorded draw
-        self.rng_state = self.rng.bit_generator.state
+        self.rng_state = _backends_base._host_rng.bit_generator.state  # the host generator's, after the last draw
         self.actions: list = []
         self.keep_args = list(args)
         for i, t in enumerate(args):
@@ -523,7 +521,6 @@ class Plan:
         self.runs = self.replays = self.kernels = 0
         if fuse_runs and fusion_enabled():
             self.events, self.runs = fuse(self.events, tracer.meta_of, self._output_slots(outputs))
-        self.fused_ops = sum(len(e[4].lines) for e in self.events if e[0] == "fused")
         needed = set()  # the slots whose backward a pass runs
         for event in self.events:
             if event[0] == "backward":
