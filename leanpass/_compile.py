@@ -519,16 +519,30 @@ class Plan:
         self.slot_backend.update({e[2]: e[3] for e in self.events if e[0] == "const"})
         self.slot_backend.update({e[3]: e[4] for e in self.events if e[0] == "draw"})
         self.runs = self.replays = self.kernels = 0
+        # fusion plans at the first replay (the trace, and a call made once, do not pay for it),
+        # from the shapes and dtypes of what the operations read
+        self._to_fuse = None
         if fuse_runs and fusion_enabled():
-            self.events, self.runs = fuse(self.events, tracer.meta_of, self._output_slots(outputs))
-        needed = set()  # the slots whose backward a pass runs
+            ops = [e for e in self.events if e[0] == "op"]
+            self._to_fuse = {src: tracer.meta_of(src) for e in ops for src in (*e[2], (VAL, e[5]))}
+        self.constants = tracer.constants
+        self.actions = tracer.actions
+        self._prepare()
+
+    def _prepare(self) -> None:
+        """What a replay reads of the events: the nodes whose backward rule a pass runs,
+        and where each value is last read."""
+        needed = set()
         for event in self.events:
             if event[0] == "backward":
                 needed.update(entry[0] for entry in event[2] if type(entry) is tuple)
         self.keeps_backward = needed
-        self.constants = tracer.constants
-        self.actions = tracer.actions
         self._free = self._liveness()
+
+    def _fuse(self) -> None:
+        meta, self._to_fuse = self._to_fuse, None
+        self.events, self.runs = fuse(self.events, meta.__getitem__, self._output_slots(self.outputs))
+        self._prepare()
 
     def _liveness(self) -> dict:
         """{event index: slots no later event, backward pass or result reads}: the replay
@@ -583,6 +597,8 @@ class Plan:
 
     def fusion(self) -> str:
         """What fusion made of the plan, for ``explain()``."""
+        if self._to_fuse is not None:
+            return "planned at the first replay"
         if not self.runs:
             return "none (each operation is its own kernels)"
         backward = sum(len(r.programs) for e in self.events if e[0] == "backward" for r in e[2]
@@ -610,6 +626,8 @@ class Plan:
 
     def replay(self, args: list):
         self.replays += 1
+        if self._to_fuse is not None:
+            self._fuse()
         if self.replays == COMPILE_AFTER and self.runs:  # a plan replayed again: worth compiling its runs
             self.kernels = compile_runs(self.events)
         slots = [None] * self.slots

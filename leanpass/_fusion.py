@@ -316,10 +316,33 @@ class Program:
 
     def __init__(self, n_inputs, dtype, shape):
         self.n_inputs, self.dtype, self.shape = n_inputs, dtype, shape
-        self.lines: list = []
-        self.outputs: list = []
+        self._lines: list = []
+        self._outputs: list = []
+        self.later = None  # (forward run, its slots wanted): lines made when first asked for
         self._names: dict = {}  # id(Sym) -> its reference
         self._keep: list = []  # the Syms the ids refer to
+
+    @property
+    def lines(self) -> list:
+        self._made()
+        return self._lines
+
+    @property
+    def outputs(self) -> list:
+        self._made()
+        return self._outputs
+
+    @outputs.setter
+    def outputs(self, refs):
+        self._outputs = refs
+
+    def _made(self):
+        """A forward run's lines, made now: its wanted slots' expressions from its inputs."""
+        if self.later is not None:
+            run, slots = self.later
+            self.later = None
+            inputs = {id(sym): k for k, sym in enumerate(run.inputs.values())}
+            self._outputs = [self.ref(run.syms[slot], lambda s: inputs.get(id(s))) for slot in slots]
 
     def ref(self, sym, resolve):
         """The reference of ``sym`` (a line made for it and its arguments where new);
@@ -344,10 +367,10 @@ class Program:
                 if s.fn != "full":
                     stack.extend((a, False) for a in s.args if isinstance(a, Sym) and id(a) not in self._names)
                 continue
-            name = f"v{len(self.lines)}"
+            name = f"v{len(self._lines)}"
             refs = s.args if s.fn == "full" else tuple(self._names[id(a)] if isinstance(a, Sym) else a
                                                        for a in s.args)
-            self.lines.append((name, s.fn, refs))
+            self._lines.append((name, s.fn, refs))
             self._names[id(s)] = name
             self._keep.append(s)
         return self._names[id(sym)]
@@ -440,11 +463,11 @@ class _Forward:
         self.backward: dict = {}  # slot -> its symbolic backward rule
         self.slot_of: dict = {}  # id(Sym) -> slot
         self.source_of: dict = {}  # id(Sym("in")) -> source
-        self.reads_of: dict = {}  # slot -> the sources of the forward values its backward reads
 
-    def reads(self, grads):
+    def reads(self, slot):
         """The sources of the forward values (this run's slots and inputs) that the
-        expressions ``grads`` read."""
+        backward rule of ``slot`` reads."""
+        grads = self.backward[slot](Sym("in", (-1,), self.dtype, self.shape))
         found, seen, stack = set(), set(), [g for g in grads if g is not None]
         while stack:
             sym = stack.pop()
@@ -512,7 +535,8 @@ def fuse(events, meta, result_slots, min_length=2):
     one ``("fused", program, sources, slots, run)`` event, and each stretch of a backward
     schedule over their nodes by one :class:`BackwardRun`; and the number of runs.
     ``meta(source) -> (shape, dtype)``; ``result_slots`` the slots the call returns."""
-    backends: dict = {}
+    backends: dict = {}  # backend -> its SymBackend
+    floating: dict = {}  # (backend, dtype) -> whether a run may hold it
     runs: list = []
     current = None
 
@@ -531,7 +555,10 @@ def fuse(events, meta, result_slots, min_length=2):
             continue
         _, op, sources, recipe, needs, slot, shape, backend = event
         dtype = meta((VAL, slot))[1]
-        if not backend.xp.isdtype(dtype, "real floating") or not op.differentiable:
+        real = floating.get((backend, dtype))
+        if real is None:
+            real = floating[backend, dtype] = backend.xp.isdtype(dtype, "real floating")
+        if not real or not op.differentiable:
             close()
             current = None
             continue
@@ -564,7 +591,6 @@ def fuse(events, meta, result_slots, min_length=2):
         current.add(i, slot, out, rule, new)
         current.size += size
         current.kinds |= Sym.kinds  # the forward's and the backward's functions
-        current.reads_of[slot] = current.reads(grads)
     close()
     if not runs:
         return events, 0
@@ -615,10 +641,9 @@ def _rewrite(events, runs, meta, result_slots):
             index = run.stop
             continue
         program = Program(len(run.inputs), run.dtype, run.shape)
-        inputs = {id(sym): k for k, sym in enumerate(run.inputs.values())}
-        program.outputs = [program.ref(run.syms[slot], lambda s, inputs=inputs: inputs.get(id(s))) for slot in slots]
         program.backend = run.backend
-        new_events.append(("fused", None, tuple(run.inputs), tuple(slots), program))  # made at its first replay
+        program.later = (run, slots)  # its lines are made at its first replay (the trace's cost stays low)
+        new_events.append(("fused", None, tuple(run.inputs), tuple(slots), program))
         index = run.stop
     return new_events
 
@@ -701,7 +726,7 @@ class BackwardRun:
         if self.recompute:
             self.reads = {src[1] for run in runs for src in run.inputs if src[0] == VAL}
         else:
-            self.reads = {src[1] for slot, _, run in self.entries for src in run.reads_of[slot] if src[0] == VAL}
+            self.reads = {src[1] for slot, _, run in self.entries for src in run.reads(slot) if src[0] == VAL}
 
     def _build(self, signature):
         """The program for ``signature``: the nodes of its own, the nodes after it and the

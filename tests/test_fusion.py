@@ -84,6 +84,15 @@ def test_a_chain_fuses_into_one_forward_run_and_one_backward_program_bit_for_bit
     assert "fusion: 40 of 41 operations in 1 forward runs and 1 backward programs; flat" in text
 
 
+def test_fusion_plans_at_the_first_replay_not_at_the_trace():
+    compiled = lp.compile(chain)
+    compiled(Tensor(np.linspace(0.1, 0.9, 16), requires_grad=True))
+    assert "fusion: planned at the first replay" in compiled.explain()
+    assert [e[0] for e in plan_of(compiled).events].count("op") == 41  # the trace's operations, as recorded
+    compiled(Tensor(np.linspace(0.1, 0.9, 16), requires_grad=True))
+    assert "40 of 41 operations in 1 forward runs" in compiled.explain()
+
+
 @needs_numba
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_compiled_runs_are_within_a_few_ulp_of_eager(dtype):
