@@ -317,6 +317,15 @@ def test_functional_linear_bad_shapes(device):
         F.linear(x, Tensor(np.ones((2, 4)), device=device), Tensor(np.ones(4), device=device))
     with pytest.raises(ValueError, match=r"dropout: p must be in \[0, 1\)"):
         F.dropout(x, 1.0)
+    with pytest.raises(ValueError, match=r"dropout: p must be in \[0, 1\)"):
+        F.dropout(x, True)
+    with pytest.raises(TypeError, match="Dropout: p must be a number"):
+        F.dropout(x, False)
+    for p in (np.array(0.25), Tensor(np.array(0.25)), np.float32(0.25)):  # as nn.Dropout takes them
+        leanpass.manual_seed(3)
+        a = F.dropout(x, p)
+        leanpass.manual_seed(3)
+        np.testing.assert_array_equal(host(a), host(F.dropout(x, 0.25)))
     with pytest.raises(TypeError, match="relu: expected a Tensor"):
         F.relu([1.0])
 

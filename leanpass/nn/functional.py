@@ -22,7 +22,7 @@ from ..backends import get_backend, host_array
 from ..tensor import Tensor, apply, as_tensor
 from .activations import elu, hardtanh, leaky_relu, mish, silu, softplus
 from .conv import conv1d, conv2d, conv_transpose1d, conv_transpose2d, fold, unfold
-from .layers import _gelu_form, dropped
+from .layers import _gelu_form, dropout_probability, dropped
 from .losses import (
     binary_cross_entropy_with_logits,
     cross_entropy,
@@ -106,13 +106,12 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     """Inverted dropout (:class:`leanpass.nn.Dropout`'s masks, seeded by
     ``leanpass.manual_seed``); ``x`` itself when not ``training`` or ``p == 0``."""
     _tensor(x, "dropout")
-    if isinstance(p, bool) or not isinstance(p, numbers.Real):
-        raise TypeError(f"dropout: p must be a number in [0, 1), got {p!r}")
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout: p must be in [0, 1), got {p}")
+    p = dropout_probability(p)  # Dropout's own checks (a 0-d array or tensor becomes a float)
     if not training or p == 0.0:
         return x
-    return dropped(x, float(p))
+    return dropped(x, p)
 
 
 def _normalized_shape(normalized_shape, op: str) -> tuple:

@@ -399,6 +399,17 @@ class MLP(Module):
         return f"{self.layer_sizes}"
 
 
+def dropout_probability(p) -> float:
+    """Dropout's ``p`` as a float in [0, 1) (a 0-d array or tensor too); TypeError or ValueError naming Dropout."""
+    if getattr(p, "shape", None) == () and getattr(getattr(p, "dtype", None), "kind", "") in "iuf":
+        p = float(p)  # a 0-d array or tensor
+    if isinstance(p, bool) or not isinstance(p, numbers.Real):
+        raise TypeError(f"Dropout: p must be a number in [0, 1), got {p!r}")
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"Dropout: p must be in [0, 1), got {p}")
+    return float(p)
+
+
 def dropped(x: Tensor, p: float) -> Tensor:
     """``x`` times inverted dropout's mask of probability ``p`` (:class:`Dropout` in
     training, :func:`leanpass.nn.functional.dropout`, an RNN's dropout between layers)."""
@@ -420,13 +431,7 @@ class Dropout(Module):
     in the call overrides the module's mode (as in LeanPass 0.1)."""
 
     def __init__(self, p: float = 0.5, inplace: bool = False):
-        if getattr(p, "shape", None) == () and getattr(getattr(p, "dtype", None), "kind", "") in "iuf":
-            p = float(p)  # a 0-d array or tensor
-        if isinstance(p, bool) or not isinstance(p, numbers.Real):
-            raise TypeError(f"Dropout: p must be a number in [0, 1), got {p!r}")
-        if not 0.0 <= p < 1.0:
-            raise ValueError(f"Dropout: p must be in [0, 1), got {p}")
-        self.p = float(p)
+        self.p = dropout_probability(p)
         self.inplace = _inplace("Dropout", inplace)
 
     def forward(self, x: Tensor, training: bool | None = None) -> Tensor:

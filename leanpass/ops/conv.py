@@ -293,24 +293,25 @@ def _planar(be, x, w, b, groups):
 
 class _Planar:
     """A transposed convolution with one or two spatial axes seen as two-dimensional
-    (a unit first axis in front of one) and run through the backend's patch kernels:
-    the forward's product one band of input rows at a time, each band's patches added
-    into the output by ``scatter_add2d``; the backward's patches of the gradient by
-    ``patches2d``, straight from its layout (no padded, transposed copy)."""
+    (a unit axis after a single one: its rows are then the bands) and run through the
+    backend's patch kernels: the forward's product one band of input rows at a time,
+    each band's patches added into the output by ``scatter_add2d``; the backward's
+    patches of the gradient by ``patches2d``, straight from its layout (no padded,
+    transposed copy)."""
 
     def __init__(self, fused, size, kernel, stride, padding, dilation, n, channels):
         lift = (1,) * (2 - len(size))
         self.fused, self.n, self.channels = fused, n, channels
-        self.size, self.kernel = lift + tuple(size), lift + tuple(kernel)
-        self.stride, self.dilation = lift + tuple(stride), lift + tuple(dilation)
-        self.padding = (0,) * (2 - len(size)) + tuple(lo for lo, _ in padding)
+        self.size, self.kernel = tuple(size) + lift, tuple(kernel) + lift
+        self.stride, self.dilation = tuple(stride) + lift, tuple(dilation) + lift
+        self.padding = tuple(lo for lo, _ in padding) + (0,) * (2 - len(size))
 
     def forward(self, be, rows, w4, b, out_size):
         """The output ``(*out_size, N, 1, out)`` (bias included) from the input's rows ``(1, S * N, C)``."""
         xp, n, channels = be.xp, self.n, self.channels
         (first, rest), k = self.size, math.prod(self.kernel)
         wm = xp.reshape(xp.permute_dims(w4[0], (0, 2, 1)), (w4.shape[1], k * channels))  # (C, K * out)
-        out = xp.empty(((1,) * (2 - len(out_size))) + tuple(out_size) + (n, channels), dtype=rows.dtype)
+        out = xp.empty(tuple(out_size) + (1,) * (2 - len(out_size)) + (n, channels), dtype=rows.dtype)
         out[...] = 0 if b is None else b
         band = max(1, min(first, (1 << 18) // max(1, rest * n * channels * k)))
         for start in range(0, first, band):
@@ -322,6 +323,6 @@ class _Planar:
 
     def patches(self, g, start, stop):
         """The gradient's patches for the input rows ``start:stop``, ``(rows, width, N, *kernel, out)``."""
-        g4 = g if g.ndim == 4 else g[:, :, None, :]
+        g4 = g if g.ndim == 4 else g[:, :, :, None]
         return self.fused.patches2d(g4, start, (stop - start, self.size[1], *self.kernel),
                                     self.stride, self.padding, self.dilation)
