@@ -689,7 +689,7 @@ class Plan:
                 event[1](*[get(src) for src in event[2]])
             elif kind == "backward":
                 changed = True
-                self._backward(event, slots, backwards, args)
+                self._backward(event, get, backwards, args)
             elif kind == "action":
                 changed = True
                 _, method, a, kw = event
@@ -725,24 +725,17 @@ class Plan:
             slots[target[1]] = t._data
 
     @staticmethod
-    def _backward(event, slots, backwards, args):
+    def _backward(event, get, backwards, args):
+        """One backward pass: ``get(source)`` reads the replay's arrays."""
         _, seeds, schedule, backend = event
         xp = backend.xp
-
-        def get(src):
-            kind, ref = src
-            return slots[ref] if kind == VAL else args[ref]._data if kind == ARG else ref._data
 
         def leaf_tensor(kind, ref):
             return args[ref] if kind == ARG else ref
 
         pending = {}
         for slot, src in seeds:
-            if src[0] == "ones":
-                g = backend.ones(*src[1])
-            else:
-                kind, ref = src
-                g = slots[ref] if kind == VAL else args[ref]._data if kind == ARG else ref._data
+            g = backend.ones(*src[1]) if src[0] == "ones" else get(src)
             old = pending.get(slot)
             pending[slot] = g if old is None else old + g
         leaves = {}
@@ -772,10 +765,9 @@ class Plan:
                         old = pending.get(ref)
                         pending[ref] = pg if old is None else old + pg
                     else:
-                        if kind == ARG:
-                            ref = args[ref]
-                        old = leaves.get(ref)
-                        leaves[ref] = (pg, fresh) if old is None else (old[0] + pg, True)
+                        t = leaf_tensor(kind, ref)
+                        old = leaves.get(t)
+                        leaves[t] = (pg, fresh) if old is None else (old[0] + pg, True)
         with grad_lock:
             for t, (g, fresh) in leaves.items():
                 _store(t, g, fresh)
