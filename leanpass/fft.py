@@ -19,6 +19,7 @@ from __future__ import annotations
 from . import ops, tensor  # tensor before the graph layer (_node), which imports it
 from ._checks import integer, normalize_axes, normalize_axis
 from ._dtypes import as_dtype
+from ._namespace._records import recorded
 from ._namespace._util import tensors
 from ._namespace.elementwise import positive
 from ._node import leaf, run
@@ -163,7 +164,7 @@ def _shift(name, op):
     return shift
 
 
-fftshift = _shift("fftshift", ops.fftshift)
-ifftshift = _shift("ifftshift", ops.ifftshift)
+fftshift = recorded(ops.fftshift, "fft", axes="many")(_shift("fftshift", ops.fftshift))
+ifftshift = recorded(ops.ifftshift, "fft", axes="many")(_shift("ifftshift", ops.ifftshift))
 
 del tensor

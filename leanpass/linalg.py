@@ -36,6 +36,7 @@ from ._checks import broadcast_shapes, integer, is_bool, normalize_axes, normali
 from ._dtypes import as_dtype
 from ._graph.modes import is_grad_enabled
 from ._namespace import elementwise, statistical
+from ._namespace._records import attach, methods_of, recorded
 from ._namespace._util import flag, pair, python_number, tensors
 from ._namespace.linalg import call as _apply
 from ._namespace.linalg import matrix_transpose, tensordot, vecdot
@@ -128,6 +129,7 @@ def _rtol(x, rtol, name):
 # ---- products and parts of matrices -----------------------------------------------------------
 
 
+@recorded(ops.cross, "linalg", dtype="promote", axes="last")
 def cross(x1, x2, /, *, axis=-1):
     """Cross products of the 3-element vectors along ``axis`` (negative, counted from
     the end; that axis must have size 3 in both and does not broadcast, the others do)."""
@@ -145,6 +147,7 @@ def cross(x1, x2, /, *, axis=-1):
     return _apply("cross", ops.cross, [x1, x2], axis)
 
 
+@recorded(ops.outer, "linalg", dtype="promote")
 def outer(x1, x2, /):
     """The outer product ``x1[:, None] * x2[None, :]`` of two 1-D tensors."""
     x1, x2 = pair("outer", x1, x2)
@@ -155,6 +158,7 @@ def outer(x1, x2, /):
     return _apply("outer", ops.outer, [x1, x2])
 
 
+@recorded(ops.diagonal, "linalg")
 def diagonal(x, /, *, offset=0):
     """The diagonal ``offset`` (above the main one if positive, below if negative) of
     each matrix of the last two axes: shape ``(..., size of that diagonal)``."""
@@ -162,6 +166,7 @@ def diagonal(x, /, *, offset=0):
     return _apply("diagonal", ops.diagonal, [x], integer(offset, "diagonal", "offset"))
 
 
+@recorded(ops.trace, "linalg", dtype="own", methods={"trace": "*, offset=0, dtype=None"})
 def trace(x, /, *, offset=0, dtype=None):
     """The sum of diagonal ``offset`` of each matrix of the last two axes. Integers sum
     in int64 (unsigned ones in uint64) unless ``dtype`` says otherwise."""
@@ -182,6 +187,7 @@ def trace(x, /, *, offset=0, dtype=None):
 # ---- inverses, solves and determinants --------------------------------------------------------
 
 
+@recorded(ops.inv, "linalg", dtype="floating")
 def inv(x, /):
     """The inverse of a square matrix (or of each in a stack); ``gA = -Y^T g Y^T``.
     A singular matrix raises ``LinAlgError`` (a ``ValueError``) on every device; on
@@ -190,6 +196,7 @@ def inv(x, /):
     return _apply("inv", ops.inv, [x])
 
 
+@recorded(ops.solve, "linalg", dtype="promote")
 def solve(x1, x2, /):
     """``X`` with ``x1 @ X == x2``: ``x1`` of shape ``(..., M, M)``; ``x2`` of shape
     ``(M,)`` (one right-hand side for every matrix; result ``(..., M)``) or
@@ -212,6 +219,7 @@ def solve(x1, x2, /):
     return _apply("solve", ops.solve, [x1, x2], batch)
 
 
+@recorded(ops.pinv, "linalg", dtype="floating")
 def pinv(x, /, *, rtol=None):
     """The Moore-Penrose pseudo-inverse, shape ``(..., N, M)``; singular values up to
     ``rtol`` times the largest count as zero (default ``max(M, N) * eps``)."""
@@ -219,12 +227,14 @@ def pinv(x, /, *, rtol=None):
     return _apply("pinv", ops.pinv, [x, _rtol(x, rtol, "pinv")])
 
 
+@recorded(ops.det, "linalg", dtype="floating", methods={"det": ""})
 def det(x, /):
     """The determinant of each square matrix."""
     x = _matrix(x, "det", square=True)
     return _apply("det", ops.det, [x])
 
 
+@recorded(ops.slogdet, "linalg", dtype="floating")
 def slogdet(x, /):
     """``SlogdetResult(sign, logabsdet)``: the sign and the log of the absolute value of
     each determinant (``sign`` 0 and ``logabsdet`` -inf for singular matrices)."""
@@ -232,6 +242,7 @@ def slogdet(x, /):
     return SlogdetResult(*_several("slogdet", ops.slogdet, x))
 
 
+@recorded(None, "linalg", methods={"matrix_power": "n"})
 def matrix_power(x, n, /):
     """``x`` raised to the integer power ``n`` (matrix products; ``n < 0`` inverts
     first; ``n == 0`` gives identity matrices)."""
@@ -256,6 +267,7 @@ def matrix_power(x, n, /):
         x = x @ x
 
 
+@recorded(ops.matrix_rank, "linalg", dtype="index")
 def matrix_rank(x, /, *, rtol=None):
     """The rank of each matrix (int64): the number of singular values above ``rtol``
     times the largest (default ``max(M, N) * eps``)."""
@@ -266,6 +278,7 @@ def matrix_rank(x, /, *, rtol=None):
 # ---- decompositions ---------------------------------------------------------------------------
 
 
+@recorded(ops.cholesky, "linalg", dtype="floating", methods={"cholesky": "upper=False"})
 def cholesky(x, /, *, upper=False):
     """The lower Cholesky factor ``L`` of each symmetric positive-definite matrix
     (``x = L L^T``), or the upper one ``U = L^T`` when ``upper``. A matrix that is not
@@ -274,6 +287,7 @@ def cholesky(x, /, *, upper=False):
     return _apply("cholesky", ops.cholesky, [x], flag("cholesky", "upper", upper))
 
 
+@recorded(ops.eigh, "linalg", dtype="floating")
 def eigh(x, /):
     """``EighResult(eigenvalues, eigenvectors)`` of symmetric (Hermitian) matrices:
     eigenvalues in ascending order, eigenvectors in the columns."""
@@ -281,12 +295,14 @@ def eigh(x, /):
     return EighResult(*_several("eigh", ops.eigh, x))
 
 
+@recorded(ops.eigvalsh, "linalg", dtype="floating")
 def eigvalsh(x, /):
     """The eigenvalues of symmetric (Hermitian) matrices, ascending."""
     x = _matrix(x, "eigvalsh", square=True)
     return _apply("eigvalsh", ops.eigvalsh, [x], _recording(x))
 
 
+@recorded(ops.qr, "linalg", dtype="floating")
 def qr(x, /, *, mode="reduced"):
     """``QRResult(Q, R)``: ``Q`` with orthonormal columns, ``R`` upper triangular;
     ``mode="reduced"`` gives shapes ``(..., M, K)`` and ``(..., K, N)`` (``K = min(M, N)``),
@@ -297,6 +313,7 @@ def qr(x, /, *, mode="reduced"):
     return QRResult(*_several("qr", ops.qr, x, mode))
 
 
+@recorded(ops.svd, "linalg", dtype="floating")
 def svd(x, /, *, full_matrices=True):
     """``SVDResult(U, S, Vh)`` with ``x = U diag(S) Vh`` and ``S`` descending;
     ``full_matrices=False`` keeps only ``K = min(M, N)`` singular vectors."""
@@ -304,6 +321,7 @@ def svd(x, /, *, full_matrices=True):
     return SVDResult(*_several("svd", ops.svd, x, flag("svd", "full_matrices", full_matrices)))
 
 
+@recorded(ops.svdvals, "linalg", dtype="floating")
 def svdvals(x, /):
     """The singular values of each matrix, descending (shape ``(..., min(M, N))``)."""
     x = _matrix(x, "svdvals")
@@ -320,6 +338,7 @@ def _real_number(ord, name):  # noqa: A002
     return ord
 
 
+@recorded(ops.vector_norm, "linalg", dtype="floating", axes="many")
 def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):  # noqa: A002 - the standard's name
     """The ``ord``-norm over ``axis`` (an int, a tuple, or None: all values):
     ``sum(abs(x) ** ord) ** (1 / ord)``; ``inf``/``-inf`` the largest/smallest
@@ -331,6 +350,7 @@ def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):  # noqa: A002 - the 
     return _apply("vector_norm", ops.vector_norm, [x], axes, flag("vector_norm", "keepdims", keepdims), ord)
 
 
+@recorded(None, "linalg", dtype="floating")
 def matrix_norm(x, /, *, keepdims=False, ord="fro"):  # noqa: A002 - the standard's name
     """The matrix norm of each matrix: ``"fro"`` (Frobenius), ``"nuc"`` (the sum of the
     singular values), ``2``/``-2`` (the largest/smallest singular value), ``1``/``-1``
@@ -362,6 +382,7 @@ def matrix_norm(x, /, *, keepdims=False, ord="fro"):  # noqa: A002 - the standar
     return out if keepdims else reshape(out, x.shape[:-2])
 
 
+@recorded(None, "linalg", dtype="floating")
 def norm(x, /, ord=None, dim=None, keepdim=False):  # noqa: A002 - PyTorch's names
     """PyTorch's ``torch.linalg.norm``: a vector or a matrix norm, as ``ord`` and ``dim``
     say. ``dim`` an int (or one axis): :func:`vector_norm` of order ``ord`` (2 by
@@ -390,3 +411,6 @@ def norm(x, /, ord=None, dim=None, keepdim=False):  # noqa: A002 - PyTorch's nam
                          f"{x.shape})")
     out = matrix_norm(moveaxis(x, dims, (-2, -1)), keepdims=keepdim, ord="fro" if ord is None else ord)
     return moveaxis(out, (-2, -1), dims) if keepdim else out
+
+
+attach(methods_of("linalg"))  # t.det(), t.matrix_power(n), t.cholesky(), t.trace(), as PyTorch's

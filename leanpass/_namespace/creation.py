@@ -16,6 +16,7 @@ from .._node import _check_grad_dtype as check_grad_dtype
 from .._node import init_tensor, leaf, run1
 from ..backends import backend_of_array, get_backend, get_default_dtype
 from ..tensor import Tensor
+from ._records import methods_of, recorded
 from ._util import asarray_like, flag, python_number
 
 __all__ = [
@@ -315,10 +316,11 @@ def _triangle(name, op):
     return function
 
 
-tril = _triangle("tril", ops.tril)
-triu = _triangle("triu", ops.triu)
+tril = recorded(ops.tril, "creation", methods={"tril": "k=0"})(_triangle("tril", ops.tril))
+triu = recorded(ops.triu, "creation", methods={"triu": "k=0"})(_triangle("triu", ops.triu))
 
 
+@recorded(ops.meshgrid_part, "creation")
 def meshgrid(*arrays, indexing="xy"):
     """Coordinate grids from 1-D coordinate tensors, as a list of tensors of the
     grid's shape: ``(len(a0), len(a1), ...)`` for ``indexing="ij"``, the first two
@@ -338,3 +340,7 @@ def meshgrid(*arrays, indexing="xy"):
         shape[0], shape[1] = shape[1], shape[0]
         axes[0], axes[1] = 1, 0
     return [run1(ops.meshgrid_part, t, axis, tuple(shape)) for t, axis in zip(ts, axes)]
+
+
+# Tensor methods for these functions: {method name: function} (``t.tril()``, PyTorch's).
+METHODS: dict = methods_of("creation")

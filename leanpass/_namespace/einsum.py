@@ -21,6 +21,7 @@ from __future__ import annotations
 from .. import ops
 from .._node import run
 from ..tensor import Tensor
+from ._records import recorded
 from ._util import tensors
 from .manipulation import broadcast_to, permute_dims, reshape
 from .operators import matmul
@@ -142,6 +143,7 @@ def _product(values):
     return out
 
 
+@recorded(None, "linear algebra", dtype="promote")
 def einsum(equation, *operands):
     """Einstein summation over ``operands`` as ``equation`` says (``"ij,jk->ik"``,
     ``"bij,bjk->bik"``, ``"ii->i"``, ``"...ij->...ji"``, ``"i,j"``...), as

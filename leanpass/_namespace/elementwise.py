@@ -21,6 +21,7 @@ from ..backends import get_default_dtype
 from ..ops import Op
 from ..ops import elementwise as table
 from ..tensor import Tensor
+from ._records import recorded
 from ._util import SCALARS, asarray_like, operand
 
 __all__ = ["clip"]
@@ -196,6 +197,7 @@ for _entry in table.BINARY.values():
 del _entry
 
 
+@recorded(table.clip, "element-wise")
 def clip(x, /, min=None, max=None):  # noqa: A002 - the standard's names
     """Clamp ``x`` to ``[min, max]``; either bound may be ``None``, a number or a
     Tensor (the three broadcast together). Gradients: to ``x`` inside the range, to

@@ -11,6 +11,7 @@ from .. import ops
 from .._checks import broadcast_shapes, device_message, normalize_axis
 from .._indexing import _checked_positions
 from .._node import run1
+from ._records import recorded
 from ._util import asarray_like
 
 __all__ = ["take", "take_along_axis"]
@@ -28,6 +29,7 @@ def _indices(x, indices, op):
     return data if indices.dtype == "int64" else xp.astype(data, xp.int64)
 
 
+@recorded(ops.take, "indexing", axes="one")
 def take(x, indices, /, *, axis=None):
     """The elements of ``x`` at the 1-D integer ``indices`` along ``axis`` (which
     may be left out for a 1-D ``x``): ``x[..., indices, ...]``."""
@@ -43,6 +45,7 @@ def take(x, indices, /, *, axis=None):
     return run1(ops.take, x, _checked_positions(x, index, axis, "take"), axis)
 
 
+@recorded(ops.take_along_axis, "indexing", axes="one")
 def take_along_axis(x, indices, /, *, axis=-1):
     """The elements of ``x`` at ``indices`` along ``axis``: ``out[..., j, ...] =
     x[..., indices[..., j, ...], ...]``, ``indices`` of ``x``'s rank, the other axes

@@ -9,6 +9,7 @@ from .. import ops
 from .._checks import broadcast_shapes, is_bool, normalize_axis
 from .._node import run
 from ..tensor import Tensor
+from ._records import methods_of, recorded
 from ._util import pair, tensors
 from .manipulation import permute_dims
 from .operators import matmul
@@ -16,6 +17,7 @@ from .operators import matmul
 __all__ = ["matmul", "matrix_transpose", "tensordot", "vecdot"]
 
 
+@recorded(ops.permute_dims, "linear algebra", methods={})
 def matrix_transpose(x, /):
     """A stack of matrices with each one transposed (the last two axes swapped)."""
     (x,) = tensors("matrix_transpose", x)
@@ -39,6 +41,7 @@ def call(name, op, args, *params):
                         f"{' and '.join(described)})") from None
 
 
+@recorded(ops.tensordot, "linear algebra", dtype="promote")
 def tensordot(x1, x2, /, *, axes=2):
     """Contract ``x1`` and ``x2`` over ``axes``: an int ``N`` (the last ``N`` axes of
     ``x1`` with the first ``N`` of ``x2``) or two sequences of axes, paired in order.
@@ -82,6 +85,7 @@ def tensordot(x1, x2, /, *, axes=2):
     return call("tensordot", ops.tensordot, [x1, x2], first, second)
 
 
+@recorded(ops.vecdot, "linear algebra", dtype="promote", axes="last")
 def vecdot(x1, x2, /, *, axis=-1):
     """Dot products ``sum(conj(x1) * x2)`` along ``axis`` (negative, counted from the end
     of the broadcast shape); the other axes broadcast, the contracted axis must have
@@ -98,3 +102,7 @@ def vecdot(x1, x2, /, *, axis=-1):
         )
     broadcast_shapes("vecdot", x1.shape, x2.shape)
     return call("vecdot", ops.vecdot, [x1, x2], axis)
+
+
+# Tensor methods for these functions: {method name: function} (``t.matmul(other)``).
+METHODS: dict = methods_of("linear algebra")

@@ -16,6 +16,7 @@ from .._dtypes import dtype_name, promote
 from .._graph.trace import note
 from .._node import run, run1
 from ..tensor import Tensor
+from ._records import methods_of, recorded
 from ._util import asarray_like, flag, tensors
 
 __all__ = [
@@ -42,6 +43,7 @@ def _shape(shape, op):
     raise TypeError(f"{op}: shape must be a tuple of integers, got {shape!r}")
 
 
+@recorded(ops.reshape, "manipulation", methods={"reshape": "*shape", "view": "*shape"})
 def reshape(x, /, shape, *, copy=None):
     """The same data in another ``shape`` (one entry may be -1): a view where the
     data allows it, else a copy; ``copy=True`` always copies, ``copy=False`` raises
@@ -69,6 +71,7 @@ def reshape(x, /, shape, *, copy=None):
     return run1(ops.copy, out) if copy else out
 
 
+@recorded(ops.permute_dims, "manipulation", methods={"permute": "*axes"})
 def permute_dims(x, /, axes):
     """The axes of ``x`` in the order ``axes`` (a permutation of ``range(x.ndim)``)."""
     x = asarray_like(x, "permute_dims")
@@ -78,6 +81,8 @@ def permute_dims(x, /, axes):
     return run1(ops.permute_dims, x, axes)
 
 
+@recorded(ops.moveaxis, "manipulation", axes="pair",
+          methods={"moveaxis": "source, destination", "movedim": "source, destination"})
 def moveaxis(x, source, destination, /):
     """``x`` with the axes ``source`` moved to the positions ``destination`` (ints or
     tuples of equal length); the other axes keep their order."""
@@ -95,6 +100,7 @@ def moveaxis(x, source, destination, /):
     return run1(ops.moveaxis, x, tuple(order))
 
 
+@recorded(ops.expand_dims, "manipulation", axes="new", methods={"expand_dims": "axis", "unsqueeze": "axis"})
 def expand_dims(x, /, axis):
     """``x`` with a new axis of size one at ``axis`` (in ``[-N-1, N]`` for ``N = x.ndim``)."""
     x = asarray_like(x, "expand_dims")
@@ -103,6 +109,7 @@ def expand_dims(x, /, axis):
     return run1(ops.expand_dims, x, shape[:axis] + (1,) + shape[axis:])
 
 
+@recorded(ops.squeeze, "manipulation", axes="many", methods={"squeeze": "axis=None"})
 def squeeze(x, /, axis):
     """``x`` without the size-one ``axis`` (an int or a tuple); ``ValueError`` if one
     of them is not of size one. ``axis=None`` removes every size-one axis."""
@@ -118,6 +125,7 @@ def squeeze(x, /, axis):
     return run1(ops.squeeze, x, tuple(n for i, n in enumerate(shape) if i not in axes))
 
 
+@recorded(ops.broadcast_to, "manipulation", methods={"broadcast_to": "shape"})
 def broadcast_to(x, /, shape):
     """``x`` broadcast to ``shape`` (a view: writing into it is not allowed on NumPy);
     the gradient is summed back over the broadcast axes."""
@@ -134,6 +142,7 @@ def broadcast_to(x, /, shape):
     return run1(ops.broadcast_to, x, shape)
 
 
+@recorded(ops.broadcast_to, "manipulation", dtype="own")
 def broadcast_arrays(*arrays):
     """The tensors broadcast against one another, as a list (views)."""
     ts = tensors("broadcast_arrays", *arrays)
@@ -141,12 +150,14 @@ def broadcast_arrays(*arrays):
     return [t if t.shape == shape else run1(ops.broadcast_to, t, shape) for t in ts]
 
 
+@recorded(ops.flip, "manipulation", axes="many", methods={"flip": "axis=None"})
 def flip(x, /, *, axis=None):
     """``x`` reversed along ``axis`` (an int, a tuple, or ``None`` for every axis)."""
     x = asarray_like(x, "flip")
     return run1(ops.flip, x, normalize_axes(axis, x.ndim, "flip"))
 
 
+@recorded(ops.roll, "manipulation", axes="flat", methods={"roll": "shift, axis=None"})
 def roll(x, /, shift, *, axis=None):
     """``x`` shifted by ``shift`` places along ``axis``, elements leaving one end
     coming back at the other. ``axis=None`` rolls the flattened tensor; a tuple
@@ -177,6 +188,7 @@ def _joined(op, arrays):
     return [t if dtype_name(t._data.dtype) == dtype.name else t.astype(dtype) for t in ts]
 
 
+@recorded(ops.concat, "manipulation", dtype="promote", axes="flat")
 def concat(arrays, /, *, axis=0):
     """The tensors joined along an existing ``axis`` (their shapes agree elsewhere);
     ``axis=None`` joins them flattened. Dtypes promote as the standard says."""
@@ -200,6 +212,7 @@ def concat(arrays, /, *, axis=0):
     return run(ops.concat, ts, axis=axis)
 
 
+@recorded(ops.stack, "manipulation", dtype="promote", axes="new")
 def stack(arrays, /, *, axis=0):
     """The tensors (of one shape) joined along a new ``axis`` (in ``[-N-1, N]``)."""
     ts = _joined("stack", arrays)
@@ -211,6 +224,7 @@ def stack(arrays, /, *, axis=0):
     return run(ops.stack, ts, axis=axis)
 
 
+@recorded(ops.unstack_part, "manipulation", axes="one", methods={"unbind": "axis=0"})
 def unstack(x, /, *, axis=0):
     """The slices of ``x`` along ``axis``, as a tuple of views (each carries the
     gradient of its own part)."""
@@ -219,6 +233,7 @@ def unstack(x, /, *, axis=0):
     return tuple(run1(ops.unstack_part, x, axis, i) for i in range(x.shape[axis]))
 
 
+@recorded(ops.repeat, "manipulation", axes="flat")
 def repeat(x, repeats, /, *, axis=None):
     """Each element of ``x`` repeated ``repeats`` times along ``axis`` (``None``:
     of the flattened tensor, giving a 1-D result). ``repeats`` is an int or a 1-D
@@ -256,6 +271,7 @@ def repeat(x, repeats, /, *, axis=None):
     return run1(ops.repeat, x, counts._data, axis)
 
 
+@recorded(ops.tile, "manipulation", methods={"tile": "*repetitions"})
 def tile(x, repetitions, /):
     """``x`` repeated ``repetitions[i]`` times along each axis ``i`` (the shorter of
     ``x.shape`` and ``repetitions`` is padded with leading ones)."""
@@ -269,43 +285,10 @@ def tile(x, repetitions, /):
     return run1(ops.tile, x, reps)
 
 
-# ---- Tensor methods --------------------------------------------------------------------------
+# ---- Tensor methods of their own (PyTorch's), beside the records' --------------------------------
 
 
-def _squeeze(self, axis=None):
-    """``x`` without size-one axes: ``axis`` (an int or a tuple), or all of them
-    (``None``, as NumPy and PyTorch)."""
-    return squeeze(self, axis)
-
-
-def _expand_dims(self, axis):
-    """``x`` with a new axis of size one at ``axis`` (PyTorch's ``unsqueeze``)."""
-    return expand_dims(self, axis)
-
-
-def _flip(self, axis=None):
-    """``x`` reversed along ``axis`` (all axes by default)."""
-    return flip(self, axis=axis)
-
-
-def _roll(self, shift, axis=None):
-    """``x`` rolled by ``shift`` places along ``axis`` (the flattened tensor by default)."""
-    return roll(self, shift, axis=axis)
-
-
-def _tile(self, *reps):
-    """``x`` tiled: ``t.tile((2, 3))`` or ``t.tile(2, 3)``."""
-    if len(reps) == 1 and isinstance(reps[0], (tuple, list)):
-        reps = tuple(reps[0])
-    return tile(self, reps)
-
-
-def _broadcast_to(self, shape):
-    """``x`` broadcast to ``shape`` (a view)."""
-    return broadcast_to(self, shape)
-
-
-def _expand(self, *shape):
+def expand(self, *shape):
     """PyTorch's ``t.expand(*sizes)``: ``x`` broadcast to ``sizes``, where -1 keeps
     the size of that axis."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
@@ -318,12 +301,7 @@ def _expand(self, *shape):
     return broadcast_to(self, shape)
 
 
-def _moveaxis(self, source, destination):
-    """``x`` with axes ``source`` moved to ``destination``."""
-    return moveaxis(self, source, destination)
-
-
-def _swapaxes(self, axis1, axis2):
+def swapaxes(self, axis1, axis2):
     """``x`` with two axes swapped."""
     ndim = self.ndim
     i, j = normalize_axis(axis1, ndim, "swapaxes"), normalize_axis(axis2, ndim, "swapaxes")
@@ -332,11 +310,5 @@ def _swapaxes(self, axis1, axis2):
     return run1(ops.permute_dims, self, tuple(perm))
 
 
-# Tensor methods for these functions: {method name: function}.
-METHODS = {
-    "squeeze": _squeeze, "unsqueeze": _expand_dims, "expand_dims": _expand_dims, "flip": _flip, "roll": _roll,
-    "tile": _tile, "broadcast_to": _broadcast_to, "expand": _expand, "moveaxis": _moveaxis, "swapaxes": _swapaxes,
-}
-for _name, _function in METHODS.items():
-    _function.__name__ = _function.__qualname__ = _name
-del _name, _function
+
+METHODS = {**methods_of("manipulation"), "expand": expand, "swapaxes": swapaxes}

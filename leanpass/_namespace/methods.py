@@ -15,7 +15,20 @@ from .._indexing import setitem
 from .._node import run1
 from ..ops import elementwise as table
 from ..tensor import Tensor
-from . import elementwise, indexing, linalg, manipulation, searching, sets, sorting, statistical, torch_names, utility
+from . import (
+    creation,
+    elementwise,
+    indexing,
+    linalg,
+    manipulation,
+    searching,
+    sets,
+    sorting,
+    statistical,
+    torch_names,
+    utility,
+)
+from ._records import REGISTRY, attach  # noqa: F401 - REGISTRY: every method, by name
 from ._util import floating, torch_axis
 
 # Every method is attached one way: each module of the namespace lists its own in
@@ -92,7 +105,7 @@ def softmax(self, axis: int | None = None, *, dim=None):
     self = floating(self, "softmax")
     if self.ndim == 0:  # one value (axis 0 or -1, as PyTorch): softmax over it, through a 1-element axis
         _zero_d_axis(axis, "softmax")
-        return reshape(reshape(self, 1).softmax(0), ())
+        return manipulation.reshape(manipulation.reshape(self, (1,)).softmax(0), ())
     return run1(ops.softmax, self, normalize_axis(-1 if axis is None else axis, self.ndim, "softmax"))
 
 
@@ -103,7 +116,7 @@ def log_softmax(self, axis: int | None = None, *, dim=None):
     self = floating(self, "log_softmax")
     if self.ndim == 0:  # one value: log_softmax over it (0), as PyTorch
         _zero_d_axis(axis, "log_softmax")
-        return reshape(reshape(self, 1).log_softmax(0), ())
+        return manipulation.reshape(manipulation.reshape(self, (1,)).log_softmax(0), ())
     return run1(ops.log_softmax, self, normalize_axis(-1 if axis is None else axis, self.ndim, "log_softmax"))
 
 
@@ -129,14 +142,6 @@ METHODS.update((f.__name__, f) for f in (relu, leaky_relu, gelu, sigmoid, softpl
 
 
 # ---- shape ------------------------------------------------------------------------------------
-
-
-def reshape(self, *shape):
-    """A tensor of the same data in another shape (one entry may be -1):
-    ``t.reshape(2, 3)`` or ``t.reshape((2, 3))``."""
-    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-        shape = tuple(shape[0])
-    return manipulation.reshape(self, shape)
 
 
 def flatten(self, start_dim: int = 0, end_dim: int = -1):
@@ -171,13 +176,6 @@ def transpose(self, *axes):
     return manipulation.permute_dims(self, axes)
 
 
-def permute(self, *dims):
-    """PyTorch's name for :func:`leanpass.permute_dims`: ``t.permute(2, 0, 1)``."""
-    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
-        dims = tuple(dims[0])
-    return manipulation.permute_dims(self, dims)
-
-
 def _T(self):
     return manipulation.permute_dims(self, tuple(range(self.ndim))[::-1])
 
@@ -190,12 +188,7 @@ def _mT(self):
     return manipulation.permute_dims(self, tuple(perm))
 
 
-def matmul(self, other):
-    """Matrix product, as the ``@`` operator (1-D and batched N-D operands)."""
-    return self @ other
-
-
-METHODS.update((f.__name__, f) for f in (reshape, flatten, transpose, permute, matmul))
+METHODS.update((f.__name__, f) for f in (flatten, transpose))
 Tensor.T = property(_T, doc="The tensor with its axes reversed.")
 Tensor.mT = property(_mT, doc="The tensor with its last two axes swapped (a stack of matrices transposed).")
 
@@ -225,12 +218,6 @@ METHODS.update(copy=copy, clone=copy)
 
 
 # ---- more of PyTorch's everyday names ---------------------------------------------------------
-
-
-def view(self, *shape):
-    """PyTorch's name for :meth:`reshape` (``t.view(2, -1)``). Unlike PyTorch's ``view``
-    it also works where the data does not allow a view: it then copies, as ``reshape``."""
-    return reshape(self, *shape)
 
 
 def dim(self) -> int:
@@ -303,7 +290,7 @@ def div_(self, other):
     return self
 
 
-METHODS.update((f.__name__, f) for f in (view, dim, pow, masked_fill, zero_, fill_, copy_, add_, sub_, mul_, div_))
+METHODS.update((f.__name__, f) for f in (dim, pow, masked_fill, zero_, fill_, copy_, add_, sub_, mul_, div_))
 
 
 def _registry() -> dict:
@@ -311,13 +298,11 @@ def _registry() -> dict:
     table's, then each module's ``METHODS``, then this module's (a later one replaces an
     earlier one of the same name: the familiar signature wins over the standard's)."""
     registry = dict(ELEMENTWISE)
-    for module in (indexing, linalg, manipulation, searching, sets, sorting, statistical, utility, torch_names):
-        registry.update(getattr(module, "METHODS", {}))  # linalg has none
+    for module in (creation, indexing, linalg, manipulation, searching, sets, sorting, statistical, utility,
+                   torch_names):
+        registry.update(module.METHODS)
     registry.update(METHODS)
     return registry
 
 
-REGISTRY = _registry()
-for _name, _function in REGISTRY.items():
-    setattr(Tensor, _name, _function)
-del _name, _function
+attach(_registry())

@@ -9,6 +9,7 @@ from .._checks import broadcast_shapes
 from .._dtypes import promote
 from .._node import _guarded, leaf, run
 from ..tensor import Tensor
+from ._records import methods_of, recorded
 from ._util import SCALARS, asarray_like, orderable, tensors
 from .statistical import FUNCTIONS
 
@@ -18,6 +19,7 @@ __all__ = ["argmax", "argmin", "count_nonzero", "nonzero", "searchsorted", "wher
 argmax, argmin, count_nonzero = FUNCTIONS["argmax"], FUNCTIONS["argmin"], FUNCTIONS["count_nonzero"]
 
 
+@recorded(ops.nonzero, "searching", dtype="index", methods={"nonzero": ""})
 def nonzero(x, /):
     """The indices of the non-zero elements (``True`` for booleans): a tuple of 1-D int64
     tensors, one per axis, in row-major order. ``x`` must have at least one axis.
@@ -30,6 +32,7 @@ def nonzero(x, /):
     return tuple(leaf(a, backend, ops.nonzero) for a in arrays)
 
 
+@recorded(ops.searchsorted, "searching", dtype="index")
 def searchsorted(x1, x2, /, *, side="left", sorter=None):
     """Indices where the elements of ``x2`` would be inserted into the 1-D ``x1`` to keep
     it sorted: ``side="left"`` gives the first such place, ``"right"`` the last.
@@ -78,6 +81,7 @@ def scalar_like(value, like, name):
         raise OverflowError(f"{name}: the Python int {value} is out of the range of dtype {like.dtype}") from None
 
 
+@recorded(ops.where, "searching", dtype="promote")
 def where(condition, x1, x2, /):
     """Elements of ``x1`` where ``condition`` (a bool tensor) is ``True``, of ``x2`` elsewhere.
 
@@ -108,4 +112,4 @@ def where(condition, x1, x2, /):
 
 
 # Tensor methods for these functions: {method name: function}.
-METHODS: dict = {"nonzero": nonzero}
+METHODS: dict = methods_of("searching")

@@ -21,6 +21,7 @@ from .. import ops
 from .._graph.modes import is_grad_enabled
 from .._node import _guarded, leaf, run1
 from ..tensor import Tensor
+from ._records import recorded
 from ._util import asarray_like
 
 __all__ = ["unique_all", "unique_counts", "unique_inverse", "unique_values"]
@@ -67,6 +68,7 @@ def _unique(x, op, keep):
     return outs
 
 
+@recorded(ops.unique_all, "set", dtype="own")
 def unique_all(x, /):
     """The unique values of ``x`` (flattened), the index of the first occurrence of each,
     the inverse indices (of ``x``'s shape) and the counts, as a named tuple
@@ -75,18 +77,21 @@ def unique_all(x, /):
     return UniqueAllResult(*_unique(x, ops.unique_all, (0, 1, 2, 3)))
 
 
+@recorded(ops.unique_counts, "set", dtype="own")
 def unique_counts(x, /):
     """The unique values of ``x`` (flattened) and how often each occurs, as a named tuple
     ``(values, counts)``; each NaN counts once."""
     return UniqueCountsResult(*_unique(x, ops.unique_counts, (0, 3)))
 
 
+@recorded(ops.unique_inverse, "set", dtype="own")
 def unique_inverse(x, /):
     """The unique values of ``x`` (flattened) and the indices into them that rebuild ``x``
     (of ``x``'s shape), as a named tuple ``(values, inverse_indices)``."""
     return UniqueInverseResult(*_unique(x, ops.unique_inverse, (0, 2)))
 
 
+@recorded(ops.unique_values, "set")
 def unique_values(x, /):
     """The unique values of ``x`` (flattened), sorted, as a 1-D tensor of ``x``'s dtype;
     differentiable, with the gradient going to each value's first occurrence."""

@@ -8,6 +8,7 @@ from .. import ops
 from .._checks import normalize_axis
 from .._node import run, run1
 from ..tensor import Tensor
+from ._records import methods_of, recorded
 from ._util import asarray_like, flag, orderable, torch_axis
 from .indexing import take_along_axis
 
@@ -23,6 +24,8 @@ def _check(x, axis, name):
     return x, normalize_axis(axis, x.ndim, name)
 
 
+@recorded(ops.argsort, "sorting", dtype="index", axes="one",
+          methods={"argsort": "axis=-1, descending=False, *, stable=True"})
 def argsort(x, /, *, axis=-1, descending=False, stable=True):
     """The indices that sort ``x`` along ``axis`` (the last by default), ascending unless
     ``descending``. With ``stable`` (the default) equal values keep their relative order,
@@ -32,6 +35,7 @@ def argsort(x, /, *, axis=-1, descending=False, stable=True):
                 flag("argsort", "stable", stable))
 
 
+@recorded(ops.sort, "sorting", axes="one")
 def sort(x, /, *, axis=-1, descending=False, stable=True):
     """A sorted copy of ``x`` along ``axis`` (the last by default), ascending unless
     ``descending``; ``stable`` as for :func:`argsort`. NaNs go last when ascending.
@@ -42,11 +46,6 @@ def sort(x, /, *, axis=-1, descending=False, stable=True):
     if x.dtype.kind == "b":  # never requires grad
         return run(ops.sort, [orderable(x)], axis, descending, stable).astype("bool")
     return run(ops.sort, [x], axis, descending, stable)
-
-
-def _argsort_method(self, axis=None, descending=False, *, stable=True, dim=None):
-    axis = torch_axis("argsort", axis, dim)[0]  # dim=: PyTorch's name
-    return argsort(self, axis=-1 if axis is None else axis, descending=descending, stable=stable)
 
 
 class SortResult(NamedTuple):
@@ -65,9 +64,6 @@ def _sort_method(self, axis=None, descending=False, *, stable=True, dim=None):
     return SortResult(take_along_axis(x, indices, axis=axis), indices)
 
 
-_argsort_method.__name__ = _argsort_method.__qualname__ = "argsort"
-_argsort_method.__doc__ = ("``argsort(t, axis=axis, descending=descending, stable=stable)``; ``axis`` and "
-                           "``descending`` may be given positionally (PyTorch's order).")
 _sort_method.__name__ = _sort_method.__qualname__ = "sort"
 _sort_method.__doc__ = ("``(values, indices)`` along ``axis`` (the last by default; PyTorch's ``dim=`` too), "
                         "as PyTorch's ``t.sort()``: ``indices = t.argsort(axis, descending, stable=stable)`` and "
@@ -76,4 +72,4 @@ _sort_method.__doc__ = ("``(values, indices)`` along ``axis`` (the last by defau
                         "values alone.")
 
 # Tensor methods for these functions: {method name: function}.
-METHODS: dict = {"argsort": _argsort_method, "sort": _sort_method}
+METHODS: dict = {**methods_of("sorting"), "sort": _sort_method}

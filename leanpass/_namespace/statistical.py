@@ -22,7 +22,8 @@ from .._node import _guarded, leaf, note_complex_mix, run1
 from ..backends import GRAD_DTYPES, get_default_dtype
 from ..ops.statistical import REDUCTIONS, Reduction
 from ..tensor import Tensor
-from ._util import asarray_like, flag, orderable, refuse_positional, torch_axis
+from ._records import method
+from ._util import asarray_like, flag, orderable
 
 __all__ = ["cumulative_prod", "cumulative_sum", "max", "mean", "min", "prod", "std", "sum", "var"]
 
@@ -167,55 +168,18 @@ def reduction(r: Reduction):
     return function
 
 
-def reduction_method(r: Reduction, method_name: str):
-    """The Tensor method ``method_name`` of the record ``r``: the function's parameters, the
-    first ones (``r.positional``) also by position (``t.sum(0)``), and PyTorch's ``dim=``
-    (and ``keepdim=``, where the function keeps dims) for ``axis`` (see :func:`torch_axis`)."""
-    positional = r.positional
-    defaults, accepted = _arguments(r)
-    keeps = "keepdims" in accepted
-
-    def method(self, *args, dim=None, keepdim=None, **kwargs):
-        if args:
-            if len(args) > len(positional):
-                refuse_positional(method_name, args, positional)
-            for key, value in zip(positional, args):
-                if key in kwargs:
-                    raise TypeError(f"{method_name}() got multiple values for argument {key!r}")
-                kwargs[key] = value
-        if dim is not None or keepdim is not None:
-            if keepdim is not None and not keeps:
-                raise TypeError(f"{method_name}() got an unexpected keyword argument 'keepdim'")
-            axis, keepdims = torch_axis(method_name, kwargs.get("axis"), dim, kwargs.get("keepdims", False), keepdim)
-            kwargs["axis"] = axis
-            if keeps:
-                kwargs["keepdims"] = keepdims
-        return _call(r, method_name, self, kwargs, defaults, accepted)
-
-    method.__name__ = method.__qualname__ = method_name
-    method.__signature__ = _method_signature(r, positional, keeps)
-    given = ", ".join(positional)
-    method.__doc__ = (
-        f"``leanpass.{r.name}(t, ...)``" + (f"; ``{given}`` may also be given positionally" if given else "")
-        + "; PyTorch's ``dim=`` is taken for ``axis``" + (" and ``keepdim=`` for ``keepdims``." if keeps else ".")
-        + ("" if r.positional != ("axis",) or not r.params or r.params[0][0] != "correction" else
-           " Note: ``correction`` defaults to 0 (the population statistic), as in the standard and NumPy, unlike "
-           "PyTorch's ``unbiased=True``: pass ``correction=1`` for the sample one.")
-    )
-    return method
+def method_line(r: Reduction) -> str:
+    """The parameters of ``r``'s Tensor methods after ``self``: the function's, the first
+    ones (``r.positional``) also by position (``t.sum(0)``), the others by name only."""
+    _, accepted = _arguments(r)
+    every = (("axis", None), *r.params, *((("keepdims", False),) if "keepdims" in accepted else ()))
+    first = [f"{key}={default!r}" for key, default in every if key in r.positional]
+    rest = [f"{key}={default!r}" for key, default in every if key not in r.positional]
+    return ", ".join(first + (["*", *rest] if rest else []))
 
 
-def _method_signature(r: Reduction, positional, keeps):
-    """What ``inspect.signature`` shows for a reduction's method: ``self``, the parameters
-    taken positionally, then the others and PyTorch's ``dim``/``keepdim`` by keyword."""
-    kinds = inspect.Parameter
-    every = (("axis", None), *r.params, *((("keepdims", False),) if keeps else ()))
-    first = [kinds(key, kinds.POSITIONAL_OR_KEYWORD, default=default) for key, default in every if key in positional]
-    rest = [kinds(key, kinds.KEYWORD_ONLY, default=default) for key, default in every if key not in positional]
-    torch = [kinds("dim", kinds.KEYWORD_ONLY, default=None)]
-    if keeps:
-        torch.append(kinds("keepdim", kinds.KEYWORD_ONLY, default=None))
-    return inspect.Signature([kinds("self", kinds.POSITIONAL_OR_KEYWORD), *first, *rest, *torch])
+_POPULATION = ("Note: ``correction`` defaults to 0 (the population statistic), as in the standard and NumPy, "
+               "unlike PyTorch's ``unbiased=True``: pass ``correction=1`` for the sample one.")
 
 
 FUNCTIONS: dict = {name: reduction(r) for name, r in REDUCTIONS.items()}  # searching and utility take theirs
@@ -230,4 +194,16 @@ cumulative_sum = FUNCTIONS["cumulative_sum"]
 cumulative_prod = FUNCTIONS["cumulative_prod"]
 
 # Tensor methods of every reduction (argmax's, all's too): {method name: function}.
-METHODS: dict = {method: reduction_method(r, method) for r in REDUCTIONS.values() for method in r.method}
+def _entry(r: Reduction):
+    """``r``'s function as its methods call it: ``(self, method name, arguments by name)``."""
+    defaults, accepted = _arguments(r)
+
+    def call(x, name, values):
+        return _call(r, name, x, values, defaults, accepted)
+
+    return call
+
+
+METHODS: dict = {name: method(FUNCTIONS[r.name], name, method_line(r),
+                               _POPULATION if any(key == "correction" for key, _ in r.params) else "", _entry(r))
+                 for r in REDUCTIONS.values() for name in r.method}

@@ -7,6 +7,7 @@ from .. import ops
 from .._checks import integer, normalize_axis
 from .._dtypes import promote
 from .._node import run
+from ._records import methods_of, recorded
 from ._util import SCALARS, asarray_like, tensors
 from .creation import full
 from .searching import scalar_like
@@ -18,6 +19,7 @@ __all__ = ["all", "any", "diff"]
 all, any = FUNCTIONS["all"], FUNCTIONS["any"]  # noqa: A001 - the standard's names
 
 
+@recorded(ops.diff, "utility", dtype="promote", axes="one", methods={"diff": "n=1, axis=-1, prepend=None, append=None"})
 def diff(x, /, *, axis=-1, n=1, prepend=None, append=None):
     """The ``n``-th forward difference along ``axis``: ``out[i] = x[i+1] - x[i]``, applied
     ``n`` times, after ``prepend`` and ``append`` (tensors of ``x``'s shape except along
@@ -52,13 +54,5 @@ def diff(x, /, *, axis=-1, n=1, prepend=None, append=None):
     return run(ops.diff, [x, *edges], axis, n)
 
 
-def _diff_method(self, n=1, axis=-1, prepend=None, append=None):
-    return diff(self, axis=axis, n=n, prepend=prepend, append=append)
-
-
-_diff_method.__name__ = _diff_method.__qualname__ = "diff"
-_diff_method.__doc__ = ("``diff(t, n=n, axis=axis, prepend=prepend, append=append)``, with ``n`` then ``axis`` "
-                        "positional as in ``numpy.diff`` and ``torch.diff``.")
-
 # Tensor methods for these functions: {method name: function}.
-METHODS: dict = {"diff": _diff_method}
+METHODS: dict = methods_of("utility")
