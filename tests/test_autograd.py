@@ -198,6 +198,24 @@ def test_deep_diamond_chain(device):
     np.testing.assert_allclose(host(x.grad, device), [1.0])
 
 
+
+def test_a_node_waits_for_a_later_consumer_its_child_was_made_after(device):
+    """``c = a * b`` with ``b`` made from ``a`` after it: the backward of ``c`` reaches
+    ``a`` first (its first input), but ``a``'s gradient is complete only once ``b``'s
+    backward has run: the engine goes on to ``a`` without its heap only when no node
+    waiting there comes first."""
+    x = Tensor([2.0], requires_grad=True, device=device)
+    a = x * 2.0
+    seen = []
+    a.register_hook(lambda g: seen.append(host(g, device)))  # once, with a's whole gradient
+    b = a.exp() * 3.0
+    (a * b).sum().backward()
+    a0 = 4.0
+    whole = 3 * np.exp(a0) + a0 * 3 * np.exp(a0)  # d(a * 3 e^a)/da
+    assert len(seen) == 1
+    np.testing.assert_allclose(seen[0], [whole], rtol=1e-14)
+    np.testing.assert_allclose(host(x.grad, device), [2.0 * whole], rtol=1e-14)
+
 def test_leaf_gradients_do_not_share_memory(device):
     a = Tensor([1.0, 2.0], requires_grad=True, device=device)
     b = Tensor([3.0, 4.0], requires_grad=True, device=device)

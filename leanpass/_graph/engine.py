@@ -218,9 +218,11 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
     the caller's and are copied before one is kept as a ``.grad``, or Tensors with
     ``create_graph``) through the graph below ``roots`` (Tensors).
 
-    Nodes are visited from a heap in decreasing creation order (``_seq``): every node
-    was made after its inputs, so each one is reached after all the nodes it feeds,
-    and its gradient is complete when popped; it is dropped once passed on. How a
+    Nodes are visited in decreasing creation order (``_seq``): every node was made
+    after its inputs, so each one is reached after all the nodes it feeds, and its
+    gradient is complete when reached; it is dropped once passed on. Nodes waiting
+    are kept in a heap, except that a node's first input new to the pass comes next
+    without it where no node waiting comes first (a chain never touches the heap). How a
     node's gradients are computed is the one thing that differs between first order
     and ``create_graph`` (Chainer's ``_backprop_to_all``): its backward rule on the
     arrays it saved, or the strategy ``above.graph.grads``, which records the rule as
@@ -270,8 +272,12 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
     # results, as the forward's), instead of one per rule that may meet inf or nan
     quiet = roots[0]._backend.quiet() if roots else contextlib.nullcontext()
     with enable_grad() if create_graph else no_grad(), quiet:
-        while heap:
-            node = pop(heap)[1]
+        following = None
+        while following is not None or heap:
+            if following is None:
+                node = pop(heap)[1]
+            else:
+                node, following = following, None
             grad = pending.pop(node)
             if wanted is not None and id(node) in wanted:
                 found[id(node)] = grad  # as PyTorch's autograd.grad: before the input's own hooks
@@ -316,6 +322,8 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
                         parent_grads = backward(grad)
             op = node._op
             fresh_op, exact = op.fresh, op.exact
+            # the next node: the first parent new to ``pending``, where no node waiting comes before it (it would
+            # be pushed and popped at once)
             for parent, pgrad in zip(parents, parent_grads):
                 if pgrad is None or (needed is not None and id(parent) not in needed):
                     continue
@@ -339,12 +347,18 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
                     old = pending.get(parent)
                     if old is None:
                         pending[parent] = pgrad
-                        push(heap, (-parent._seq, parent))
+                        if following is None:
+                            following = parent
+                        else:
+                            push(heap, (-parent._seq, parent))
                     else:
                         pending[parent] = old + pgrad
                 else:
                     old = leaves.get(parent)
                     leaves[parent] = (pgrad, fresh) if old is None else (old[0] + pgrad, True)
+            if following is not None and heap and heap[0][0] < -following._seq:  # a node waiting comes first
+                push(heap, (-following._seq, following))
+                following = None
         if hooked:  # each leaf's gradient of this call, complete: through its hooks
             for leaf in leaves:
                 if _has_grad_hooks(leaf):  # a hook may keep what it saw (or gave): .grad is a copy
