@@ -203,3 +203,15 @@ def test_ddp_benchmark_runs_on_one_and_two_processes(tmp_path):
     for p, run in runs.items():
         assert run["processes"] == int(p) and list(run["step_ms"]) == names
         assert all(ms > 0 for ms in run["step_ms"].values()) and run["allreduce_ms"] > 0 and run["compute_ms"] > 0
+
+
+def test_alone_benchmark_runs_a_contestant_in_a_process_of_its_own():
+    """benchmarks/alone.py's child reports a step's time, page faults and kernel time
+    (how many is for the benchmark to say, never for a test)."""
+    pytest.importorskip("threadpoolctl", reason="benchmarks/alone.py needs threadpoolctl (the bench extra)")
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "alone.py"
+    done = subprocess.run([sys.executable, str(script), "--child", "W5c", "float32", "leanpass", "1"],
+                          capture_output=True, text=True, timeout=300, check=True)
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(figures) == {"ms", "faults", "sys_ms"}
+    assert figures["ms"] > 0 and figures["faults"] >= 0 and figures["sys_ms"] >= 0

@@ -43,7 +43,7 @@ DTYPES = {
     "promote": "the inputs' promoted dtype, as the standard's table says",
     "index": "int64 indices, never requiring grad",
     "bool": "bool, never requiring grad",
-    "floating": "floating point: integer input gives the default float dtype",
+    "floating": "floating point in, the same out: other input is a TypeError naming the function",
     "own": "the function's own rule (see its docstring)",
 }
 
@@ -58,7 +58,7 @@ class Record:
     dtype: str  # a key of DTYPES
     axes: str | None  # a key of AXES, or None: no axis parameter
     methods: dict = field(default_factory=dict)  # Tensor methods: {name: parameters after self}
-    function: object = None  # the namespace function made from it
+    function: object = None  # the namespace function itself
 
 
 RECORDS: dict[str, Record] = {}

@@ -11,6 +11,9 @@ import numpy as np
 from . import _numba
 from ._base import NO_FUSED, Backend, FusedKernels, NoSpecialFunctions, SpecialFunctions
 from ._blas import axpy
+from ._memory import keep_freed_memory
+
+keep_freed_memory()  # the cpu device's large temporaries reused, not faulted in again (see _memory.py)
 
 
 def _reduction(ufunc):
