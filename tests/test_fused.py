@@ -61,7 +61,7 @@ def test_fused_path_matches_the_generic_path(activation, name):
 
 
 ROW_KERNELS = ["sgd_momentum", "adam", "affine_rows", "affine2_rows", "centered_squares", "centered_dot", "patches2d",
-               "scatter_add2d", "elementwise"]
+               "scatter_add2d", "im2col2d", "col2im2d", "elementwise"]
 needs_numba = pytest.mark.skipif(not _numba.enabled(), reason="Numba (the fuse extra) is not installed")
 
 
@@ -209,6 +209,47 @@ def test_conv_transpose_with_the_patch_kernels_is_conv_transpose_without(
     tol = {"float32": 1e-5, "float64": 1e-12}[dtype]
     for a, b in zip(with_kernels, run()):
         np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+
+CONV_CASES = [  # input shape, out channels, kernel, keywords
+    ((4, 3, 9, 8), 5, 3, {"padding": 1}),
+    ((2, 4, 11, 10), 6, (3, 2), {"stride": (2, 1), "dilation": (2, 1), "padding": (2, 0)}),
+    ((2, 3, 12, 13), 4, 4, {"stride": 3, "padding": 2}),
+    ((3, 4, 7, 7), 8, 1, {}),
+    ((2, 6, 9, 9), 4, 3, {"groups": 2, "padding": 1, "dilation": 2}),
+]
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape, out, kernel, kw", CONV_CASES)
+def test_conv2d_with_the_patch_kernels_is_conv2d_without_bit_for_bit(dtype, shape, out, kernel, kw, monkeypatch):
+    """A convolution's patches and their adjoint (the input's gradient), and unfold and
+    fold, through the row kernels: the generic strided loops' values, bit for bit (the
+    same copies; each element's sums in the kernel offsets' order)."""
+    rng = np.random.default_rng(5)
+    ks = (kernel,) * 2 if isinstance(kernel, int) else kernel
+    x, w = rng.normal(size=shape), rng.normal(size=(out, shape[1] // kw.get("groups", 1), *ks))
+    calls = []
+
+    def run():
+        xt, wt = Tensor(x.astype(dtype), requires_grad=True), Tensor(w.astype(dtype), requires_grad=True)
+        y = nn.functional.conv2d(xt, wt, **kw)
+        y.backward(Tensor(rng_fixed(y.size, dtype, 6).reshape(y.shape)))
+        plain = {k: v for k, v in kw.items() if k != "groups"}
+        cols = nn.functional.unfold(xt.detach(), ks, **plain)
+        back = nn.functional.fold(cols, shape[2:], ks, **plain)
+        return [y.numpy(), xt.grad, wt.grad, cols.numpy(), back.numpy()]
+
+    fused = get_backend("cpu").fused
+    monkeypatch.setattr(get_backend("cpu"), "fused", dataclasses.replace(
+        fused, im2col2d=lambda *a: calls.append("im2col") or fused.im2col2d(*a),
+        col2im2d=lambda *a: calls.append("col2im") or fused.col2im2d(*a)))
+    with_kernels = run()
+    assert "im2col" in calls and "col2im" in calls
+    monkeypatch.setattr(get_backend("cpu"), "fused", NO_FUSED)
+    for a, b in zip(with_kernels, run()):
+        np.testing.assert_array_equal(a, b)
 
 
 CPU_OPTIMIZERS = {

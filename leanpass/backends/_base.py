@@ -185,6 +185,15 @@ class FusedKernels:
     - ``scatter_add2d(cols, start, stride, padding, dilation, out)``: its adjoint, added
       into ``out`` (``(H, W, N, C)``) in place
 
+    A convolution's patches, channel-major (a convolution's forward and backward, and
+    ``unfold``/``fold``, are made of them), arrays of one of ``row_dtypes``:
+
+    - ``im2col2d(x, kernel, stride, dilation, out_shape)``: the patches of ``x`` (``(A, B,
+      H, W)``, padded already), ``(A, B, K0 * K1, *out_shape)``
+    - ``col2im2d(cols, size, kernel, stride, dilation)``: their adjoint, into zeros of
+      ``(A, B, *size)``, the contributions to each element added in the kernel
+      offsets' order (the generic loop's values, bit for bit)
+
     ``elementwise(program)``: a run of element-wise operations that ``lp.compile``
     fused (:class:`leanpass._fusion.Program`) compiled into one loop over the
     elements, a function of its input arrays giving its outputs, or None where the
@@ -204,6 +213,8 @@ class FusedKernels:
     centered_dot: object = None
     patches2d: object = None
     scatter_add2d: object = None
+    im2col2d: object = None
+    col2im2d: object = None
     elementwise: object = None
     row_dtypes: tuple = ()
 

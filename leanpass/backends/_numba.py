@@ -12,7 +12,10 @@ A transposed convolution's patches are the other case: gathering them from an
 ``(N, C, H, W)`` gradient, or adding them back into an output, is a strided copy per
 kernel offset whose innermost runs are one or two values in NumPy (or a transposed
 copy first, itself slow through NumPy's strided loops). The two patch kernels move
-each sample's values through a small pixel-major buffer that stays in the cache.
+each sample's values through a small pixel-major buffer that stays in the cache. A
+convolution's own patches (channel-major) are gathered and added back a row of an
+image plane at a time, the plane in the cache, instead of one pass over all planes
+per kernel offset.
 
 Numba is imported, and a kernel compiled (once per dtype, then cached on disk),
 the first time a kernel runs, never at ``import leanpass``. The ``cpu`` backend
@@ -147,7 +150,52 @@ def _compiled():
             m[k], v[k] = mk, vk
             param[k] = p + -step_size * (mk / (np.sqrt(vk) / bc2_sqrt + eps))
 
-    return affine, affine2, centered_squares, centered_dot, patches2d, scatter_add2d, sgd_momentum, adam
+    # a convolution's patches, channel-major ((A, B, K0 * K1, O0, O1) from the padded (A,
+    # B, H, W)), and their adjoint: one row of an image plane at a time. The indices are
+    # unsigned (no wrap-around test for negative ones), so that a stride-1 row is one
+    # vectorised copy or add.
+    @jit
+    def im2col2d(x, k0_, k1_, s0, s1, d0, d1, out):
+        a_, b_, _, o0, o1 = out.shape
+        for a in range(a_):
+            for b in range(b_):
+                plane = x[a, b]
+                for k0 in range(k0_):
+                    for k1 in range(k1_):
+                        dst = out[a, b, k0 * k1_ + k1]
+                        off = numba.uint64(k1 * d1)
+                        for i in range(o0):
+                            src = plane[numba.uint64(i * s0 + k0 * d0)]
+                            row = dst[i]
+                            if s1 == 1:
+                                for j in range(o1):
+                                    row[j] = src[numba.uint64(j) + off]
+                            else:
+                                for j in range(o1):
+                                    row[j] = src[numba.uint64(j * s1) + off]
+
+    @jit
+    def col2im2d(cols, k0_, k1_, s0, s1, d0, d1, out):
+        a_, b_, _, o0, o1 = cols.shape
+        for a in range(a_):
+            for b in range(b_):
+                plane = out[a, b]
+                for k0 in range(k0_):
+                    for k1 in range(k1_):
+                        src = cols[a, b, k0 * k1_ + k1]
+                        off = numba.uint64(k1 * d1)
+                        for i in range(o0):
+                            row = plane[numba.uint64(i * s0 + k0 * d0)]
+                            part = src[i]
+                            if s1 == 1:
+                                for j in range(o1):
+                                    row[numba.uint64(j) + off] += part[j]
+                            else:
+                                for j in range(o1):
+                                    row[numba.uint64(j * s1) + off] += part[j]
+
+    return (affine, affine2, centered_squares, centered_dot, patches2d, scatter_add2d, sgd_momentum, adam,
+            im2col2d, col2im2d)
 
 
 def _rows(x):
@@ -330,6 +378,24 @@ def elementwise(program):
     return run
 
 
+def im2col2d(x, kernel, stride, dilation, out_shape):
+    """A two-dimensional convolution's patches of ``x`` (``(A, B, H, W)``, padded
+    already, any strides), channel-major: ``out[a, b, k0 * K1 + k1, i, j] = x[a, b, i *
+    s0 + k0 * d0, j * s1 + k1 * d1]``, of shape ``(A, B, K0 * K1, *out_shape)``."""
+    out = np.empty((*x.shape[:2], math.prod(kernel), *out_shape), x.dtype)
+    _compiled()[8](x, *kernel, *stride, *dilation, out)
+    return out
+
+
+def col2im2d(cols, size, kernel, stride, dilation):
+    """The adjoint of :func:`im2col2d`: the patches ``cols`` (``(A, B, K0 * K1, O0, O1)``,
+    any strides) summed into zeros of ``(A, B, *size)``, each element's contributions
+    added in the kernel offsets' order (the generic loop's order: the same values)."""
+    out = np.zeros((*cols.shape[:2], *size), cols.dtype)
+    _compiled()[9](cols, *kernel, *stride, *dilation, out)
+    return out
+
+
 def _flat(*arrays):
     """The arrays as 1-D views, or None where one is not C-contiguous or the dtypes differ
     (the optimizer then runs its generic code)."""
@@ -368,4 +434,5 @@ def kernels() -> dict:
     them only where :func:`enabled`)."""
     return {"affine_rows": affine_rows, "affine2_rows": affine2_rows, "centered_squares": centered_squares,
             "centered_dot": centered_dot, "patches2d": patches2d, "scatter_add2d": scatter_add2d,
-            "elementwise": elementwise, "sgd_momentum": sgd_momentum, "adam": adam, "row_dtypes": _FLOATS}
+            "elementwise": elementwise, "sgd_momentum": sgd_momentum, "adam": adam, "im2col2d": im2col2d,
+            "col2im2d": col2im2d, "row_dtypes": _FLOATS}

@@ -52,11 +52,17 @@ def _im2col(be, x, kernel, stride, dilation, axis=2):
     """``(A, B, *S)`` (padded) to patches with the ``K = prod(kernel)`` kernel offsets
     at ``axis``: ``(A, B, K, *O)`` (``axis=2``) or ``(A, K, B, *O)`` (``axis=1``)."""
     out = _out_size(x.shape[2:], kernel, stride, dilation)
+    fused = be.fused
+    if fused.im2col2d is not None and axis == 2 and len(kernel) == 2 and x.dtype in fused.row_dtypes:
+        return fused.im2col2d(x, kernel, stride, dilation, out)  # one pass, a row at a time
     return be.xp.stack([x[index] for index in _slices(kernel, stride, dilation, out)], axis=axis)
 
 
 def _col2im(be, cols, size, kernel, stride, dilation, axis=2):
     """The adjoint of :func:`_im2col`: patches summed back into ``(A, B, *size)`` (padded size)."""
+    fused = be.fused
+    if fused.col2im2d is not None and axis == 2 and len(kernel) == 2 and cols.dtype in fused.row_dtypes:
+        return fused.col2im2d(cols, size, kernel, stride, dilation)  # one pass, a row at a time
     a, b = (cols.shape[0], cols.shape[1 if axis == 2 else 2])
     out = be.zeros((a, b, *size), cols.dtype)
     lead = (slice(None),) * axis
