@@ -11,8 +11,11 @@ kernel and faulted in again) depends on everything allocated before. Here each
 contestant runs in a process of its own, one after another, round by round: the
 median step time over ``--steps`` steps (after three), the minor page faults and
 the kernel time per step; each figure is the median over ``--rounds`` processes,
-each ratio is to PyTorch's. "leanpass, malloc as it was" runs with
-``LEANPASS_KEEP_MEMORY=0`` (docs/devices.md: memory on the CPU).
+each ratio is to the first column's (PyTorch's, where it is installed). PyTorch and
+"leanpass, malloc as it was" run with ``LEANPASS_KEEP_MEMORY=0`` (docs/devices.md:
+memory on the CPU), so that PyTorch's process keeps glibc's ``malloc`` as it is,
+even where the step's set-up touches LeanPass's ``cpu`` device. Every process imports
+PyTorch where it is installed, for the weights both frameworks start from.
 
 W5c is ``run.py``'s CNN training step (batch 64), W6 its transformer block
 (forward and backward, batch 16, sequence 128, width 128); one BLAS thread.
@@ -32,7 +35,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 CONTESTANTS = {  # name: (framework in run.py's terms, extra environment)
-    "pytorch": ("pytorch", {}),
+    "pytorch": ("pytorch", {"LEANPASS_KEEP_MEMORY": "0"}),
     "leanpass": ("leanpass", {}),
     "leanpass compiled": ("leanpass compiled", {}),
     "leanpass, malloc as it was": ("leanpass", {"LEANPASS_KEEP_MEMORY": "0"}),
@@ -97,7 +100,8 @@ def main(argv=None):
         print(f"## {workload}, each contestant alone in a fresh process, one BLAS thread: ms per step "
               f"(median of {args.steps} steps, then of {args.rounds} processes), minor page faults and kernel ms "
               "per step")
-        print(f"| dtype | {' | '.join(f'{n} ms (ratio)' for n in names)} | faults / kernel ms per step |")
+        print(f"| dtype | {' | '.join(f'{n} ms (ratio)' for n in names)} | "
+              f"faults, kernel ms per step ({' / '.join(names)}) |")
         print("|" + "---|" * (len(names) + 2))
         for dtype in args.dtypes:
             figures = {n: [] for n in names}

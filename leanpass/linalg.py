@@ -242,7 +242,7 @@ def slogdet(x, /):
     return SlogdetResult(*_several("slogdet", ops.slogdet, x))
 
 
-@recorded(None, "linalg", methods={"matrix_power": "n"})
+@recorded(None, "linalg", dtype="floating", methods={"matrix_power": "n"})
 def matrix_power(x, n, /):
     """``x`` raised to the integer power ``n`` (matrix products; ``n < 0`` inverts
     first; ``n == 0`` gives identity matrices)."""

@@ -20,7 +20,7 @@ import pytest
 import leanpass as lp
 from leanpass import fft, linalg
 from leanpass._namespace import SECTIONS, methods
-from leanpass._namespace._records import AXES, DTYPES, RECORDS, _parameters
+from leanpass._namespace._records import AXES, DTYPES, RECORDS, Method, _parameters
 from leanpass.ops import Op
 from leanpass.ops import elementwise as table
 from leanpass.ops.fft import TRANSFORMS
@@ -212,7 +212,8 @@ def test_an_axis_out_of_range_is_an_index_error_naming_the_function(name):
 
 
 def _listed():
-    return [(r, m, line) for r in RECORDS.values() for m, line in r.methods.items()]
+    return [(r, m, spec.line if isinstance(spec, Method) else spec) for r in RECORDS.values()
+            for m, spec in r.methods.items()]
 
 
 @pytest.mark.parametrize(("record", "name", "line"), _listed(), ids=[m for _, m, _ in _listed()])
@@ -241,10 +242,10 @@ METHOD_CALLS = {  # a method call and the function call it is
     "unbind": (lambda t: t.unbind(2), lambda t: lp.unstack(t, axis=2)),
     "tile": (lambda t: t.tile(2, 1, 1), lambda t: lp.tile(t, (2, 1, 1))),
     "nonzero": (lambda t: t.nonzero(), lambda t: lp.nonzero(t)),
-    "argsort": (lambda t: t.argsort(1, True), lambda t: lp.argsort(t, axis=1, descending=True)),
+    "argsort": (lambda t: t.argsort(None, True), lambda t: lp.argsort(t, axis=-1, descending=True)),
     "diff": (lambda t: t.diff(2, 1), lambda t: lp.diff(t, n=2, axis=1)),
-    "matmul": (lambda t: t.matmul(t.mT), lambda t: lp.matmul(t, t.mT)),
-    "tril": (lambda t: t.tril(1), lambda t: lp.tril(t, k=1)),
+    "matmul": (lambda t: t.matmul(other=t.mT), lambda t: lp.matmul(t, t.mT)),
+    "tril": (lambda t: t.tril(diagonal=1), lambda t: lp.tril(t, k=1)),
     "triu": (lambda t: t.triu(), lambda t: lp.triu(t)),
     "det": (lambda t: (t[0, :3, :3] + 3 * lp.eye(3)).det(), lambda t: linalg.det(t[0, :3, :3] + 3 * lp.eye(3))),
     "matrix_power": (lambda t: t[:, :3, :3].matrix_power(3), lambda t: linalg.matrix_power(t[:, :3, :3], 3)),
@@ -280,5 +281,24 @@ def test_a_method_refuses_what_its_line_does_not_take():
         t.unsqueeze()
     with pytest.raises(TypeError, match="give axis or dim"):
         t.flip(0, dim=1)
-    with pytest.raises(TypeError, match="takes no positional arguments"):
+    with pytest.raises(TypeError, match=r"nonzero\(\) takes no arguments \(1 given\)"):
         t.nonzero(0)
+
+
+def test_a_methods_pytorch_names_and_none_for_the_default():
+    """A record's method may name its parameters as PyTorch does (``t.matmul(other=)``,
+    ``t.tril(diagonal=)``), and None for an axis whose function default is another
+    value means that default (``t.argsort(None)``, as ``t.sort(None)``)."""
+    torch = pytest.importorskip("torch")
+    a = np.random.default_rng(1).normal(size=(3, 3))
+    t, ref = lp.asarray(a), torch.tensor(a)
+    np.testing.assert_allclose(t.matmul(other=t.mT).numpy(), ref.matmul(other=ref.mT).numpy(), rtol=1e-14)
+    for k in (-1, 0, 2):
+        np.testing.assert_array_equal(t.tril(diagonal=k).numpy(), ref.tril(diagonal=k).numpy())
+        np.testing.assert_array_equal(t.triu(k).numpy(), ref.triu(k).numpy())
+    np.testing.assert_array_equal(t.argsort(None).numpy(), t.argsort().numpy())
+    np.testing.assert_array_equal(t.argsort(axis=None).numpy(), t.sort(None).indices.numpy())
+    assert str(inspect.signature(lp.Tensor.matmul)) == "(self, other)"
+    with pytest.raises(TypeError, match=r"det\(\) takes no arguments \(1 given\)"):
+        t.det(1)
+    assert lp.Tensor.det.__doc__.startswith("``leanpass.linalg.det(t, ...)``")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import inspect
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..ops import Op
 from ..tensor import Tensor
@@ -57,7 +58,7 @@ class Record:
     op: Op | None  # the operation it runs; None where it runs several (or none: its own code)
     dtype: str  # a key of DTYPES
     axes: str | None  # a key of AXES, or None: no axis parameter
-    methods: dict = field(default_factory=dict)  # Tensor methods: {name: parameters after self}
+    methods: dict = field(default_factory=dict)  # Tensor methods: {name: parameters after self, or a Method}
     function: object = None  # the namespace function itself
 
 
@@ -81,10 +82,25 @@ def recorded(op, section, *, dtype="keep", axes=None, methods=None):
     return declare
 
 
+class Method(NamedTuple):
+    """A record's Tensor method where its line alone does not say all: ``names`` maps
+    its parameters to the function's where PyTorch names them otherwise (``t.matmul(
+    other)`` for ``matmul``'s ``x2``), ``note`` is added to its docstring."""
+
+    line: str
+    names: dict | None = None
+    note: str = ""
+
+
 def methods_of(section: str) -> dict:
     """The Tensor methods of the records of ``section``: {method name: method}."""
-    return {name: method(r.function, name, line)
-            for r in RECORDS.values() if r.section == section for name, line in r.methods.items()}
+    found = {}
+    for r in RECORDS.values():
+        if r.section == section:
+            for name, spec in r.methods.items():
+                spec = Method(spec) if isinstance(spec, str) else spec
+                found[name] = method(r.function, name, spec.line, spec.note, names=spec.names)
+    return found
 
 
 def _parameters(line: str) -> list:
@@ -100,35 +116,47 @@ def _parameters(line: str) -> list:
     return found
 
 
-def method(function, name: str, line: str, note: str = "", call=None):
+def method(function, name: str, line: str, note: str = "", call=None, names=None):
     """The Tensor method ``name`` of the namespace ``function``: it takes the parameters
-    ``line`` declares after ``self`` (each one of ``function``'s, by name), and calls
-    ``function(self, ...)``. ``*p`` gathers the positional arguments into ``p`` (one
-    tuple or list is taken as it is); a default replaces ``function``'s; a positional
-    argument beyond those declared is refused, never read as another parameter; an
-    ``axis`` parameter also comes as PyTorch's ``dim=``, ``keepdims`` as ``keepdim=``.
-    ``call(self, name, values)``, where given, is called instead of ``function`` with
-    the arguments by name (the reductions' own entry, which names the method in its
-    errors)."""
+    ``line`` declares after ``self`` (each one of ``function``'s, by name, or by its
+    name in ``names``: ``{"other": "x2"}``), and calls ``function(self, ...)``. ``*p``
+    gathers the positional arguments into ``p`` (one tuple or list is taken as it is);
+    a default replaces ``function``'s, but a default of None where the function's is
+    another value means the function's (``t.argsort(None)`` sorts along the last axis,
+    as ``t.sort(None)``); a positional argument beyond those declared is refused, never
+    read as another parameter; an ``axis`` parameter also comes as PyTorch's ``dim=``,
+    ``keepdims`` as ``keepdim=``. ``call(self, name, values)``, where given, is called
+    instead of ``function`` with the arguments by name (the reductions' own entry,
+    which names the method in its errors)."""
     params = _parameters(line)
+    names = names or {}
     own = {p.name: p for p in list(inspect.signature(function).parameters.values())[1:]}
-    unknown = [p.name for p in params if p.name not in own]
+    unknown = [p.name for p in params if names.get(p.name, p.name) not in own]
     if unknown:
         raise ValueError(f"method {name}: {function.__name__} has no parameter {unknown[0]!r}")
     positional = tuple(p.name for p in params if p.kind is _P.POSITIONAL_OR_KEYWORD)
     gather = next((p.name for p in params if p.kind is _P.VAR_POSITIONAL), None)
     taken = frozenset(p.name for p in params)
     required = tuple(p.name for p in params if p.default is _P.empty and p.kind is not _P.VAR_POSITIONAL)
+    theirs = {p.name: own[names.get(p.name, p.name)].default for p in params}  # the function's defaults
+    # None for the function's own default (t.argsort(None)): the argument is left out
+    nulls = tuple(key for key, default in theirs.items() if default not in (_P.empty, None)
+                  and next(p for p in params if p.name == key).default is None)
     # the defaults ``function`` does not have itself (t.squeeze()'s axis=None)
     defaults = {p.name: p.default for p in params
-                if p.default is not _P.empty and repr(p.default) != repr(own[p.name].default)}
+                if p.default is not _P.empty and p.name not in nulls and repr(p.default) != repr(theirs[p.name])}
     first = tuple(key for key, p in own.items() if p.kind is _P.POSITIONAL_ONLY)  # passed by position
     dim, keepdim = "axis" in taken, "keepdims" in taken
     torch = ("dim",) * dim + ("keepdim",) * keepdim
     many, least = len(positional), len(required)
-    plain = call is None and not defaults and not first  # function(self, **values) as it is
+    plain = call is None and not defaults and not first and not names and not nulls  # function(self, **values)
 
     def finish(self, values):
+        for key in nulls:
+            if key in values and values[key] is None:
+                del values[key]
+        if names:
+            values = {names.get(key, key): value for key, value in values.items()}
         if call is not None:
             return call(self, name, values)
         if defaults:
@@ -140,6 +168,8 @@ def method(function, name: str, line: str, note: str = "", call=None):
     def bound(self, *args, **kwargs):
         if gather is None:
             if len(args) > many:
+                if not params:
+                    raise TypeError(f"{name}() takes no arguments ({len(args)} given)")
                 refuse_positional(name, args, positional)
             values = dict(zip(positional, args)) if args else {}
             if not kwargs and len(args) >= least:  # t.sum(), t.squeeze(1), t.roll(1, 0): nothing more to check
@@ -180,7 +210,10 @@ def method(function, name: str, line: str, note: str = "", call=None):
         *(_P(key, _P.KEYWORD_ONLY, default=None) for key in torch)])
     also = " and ".join(f"``{key}=`` for ``{key}s``" if key == "keepdim" else "``dim=`` for ``axis``"
                         for key in torch)
-    bound.__doc__ = (f"``leanpass.{function.__name__}(t, ...)``, taking ``{line}``"
+    module = function.__module__
+    public = "leanpass" if module.startswith("leanpass._") else module  # lp.reshape, lp.linalg.det
+    taking = f", taking ``{line}``" if line else ""
+    bound.__doc__ = (f"``{public}.{function.__name__}(t, ...)``{taking}"
                      + (f"; PyTorch's {also} too" if also else "") + "." + (f" {note}" if note else ""))
     return bound
 

@@ -16,7 +16,7 @@ from .._node import _check_grad_dtype as check_grad_dtype
 from .._node import init_tensor, leaf, run1
 from ..backends import backend_of_array, get_backend, get_default_dtype
 from ..tensor import Tensor
-from ._records import methods_of, recorded
+from ._records import Method, methods_of, recorded
 from ._util import asarray_like, flag, python_number
 
 __all__ = [
@@ -316,8 +316,9 @@ def _triangle(name, op):
     return function
 
 
-tril = recorded(ops.tril, "creation", methods={"tril": "k=0"})(_triangle("tril", ops.tril))
-triu = recorded(ops.triu, "creation", methods={"triu": "k=0"})(_triangle("triu", ops.triu))
+_DIAGONAL = Method("diagonal=0", {"diagonal": "k"})  # PyTorch's t.tril(diagonal=0)
+tril = recorded(ops.tril, "creation", methods={"tril": _DIAGONAL})(_triangle("tril", ops.tril))
+triu = recorded(ops.triu, "creation", methods={"triu": _DIAGONAL})(_triangle("triu", ops.triu))
 
 
 @recorded(ops.meshgrid_part, "creation")

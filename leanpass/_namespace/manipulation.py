@@ -16,7 +16,7 @@ from .._dtypes import dtype_name, promote
 from .._graph.trace import note
 from .._node import run, run1
 from ..tensor import Tensor
-from ._records import methods_of, recorded
+from ._records import Method, methods_of, recorded
 from ._util import asarray_like, flag, tensors
 
 __all__ = [
@@ -43,7 +43,9 @@ def _shape(shape, op):
     raise TypeError(f"{op}: shape must be a tuple of integers, got {shape!r}")
 
 
-@recorded(ops.reshape, "manipulation", methods={"reshape": "*shape", "view": "*shape"})
+@recorded(ops.reshape, "manipulation", methods={"reshape": "*shape", "view": Method("*shape", note=(
+              "PyTorch's name for ``reshape``; unlike PyTorch's ``view`` it also works where the data does not "
+              "allow a view: it then copies, as ``reshape``."))})
 def reshape(x, /, shape, *, copy=None):
     """The same data in another ``shape`` (one entry may be -1): a view where the
     data allows it, else a copy; ``copy=True`` always copies, ``copy=False`` raises

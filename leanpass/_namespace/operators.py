@@ -16,7 +16,7 @@ from .._node import _guarded, inplace, make, run2
 from ..ops import elementwise as table
 from ..tensor import Tensor
 from . import elementwise
-from ._records import recorded
+from ._records import Method, recorded
 from ._util import SCALARS, operand, pair
 from .elementwise import as_floating, kind_of, scalar_refused, with_scalar
 
@@ -142,7 +142,8 @@ Tensor.__invert__ = elementwise.bitwise_invert
 # ---- matmul ---------------------------------------------------------------------------------
 
 
-@recorded(ops.matmul, "linear algebra", dtype="promote", methods={"matmul": "x2"})
+@recorded(ops.matmul, "linear algebra", dtype="promote",
+          methods={"matmul": Method("other", {"other": "x2"}, "As the ``@`` operator.")})
 def matmul(x1, x2, /):
     """Matrix product (1-D and batched N-D operands, as the ``@`` operator; host data
     beside a Tensor takes its device and dtype, as with ``@``)."""

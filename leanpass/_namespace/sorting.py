@@ -25,7 +25,7 @@ def _check(x, axis, name):
 
 
 @recorded(ops.argsort, "sorting", dtype="index", axes="one",
-          methods={"argsort": "axis=-1, descending=False, *, stable=True"})
+          methods={"argsort": "axis=None, descending=False, *, stable=True"})
 def argsort(x, /, *, axis=-1, descending=False, stable=True):
     """The indices that sort ``x`` along ``axis`` (the last by default), ascending unless
     ``descending``. With ``stable`` (the default) equal values keep their relative order,

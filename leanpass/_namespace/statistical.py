@@ -5,8 +5,9 @@
 section's), ``all`` and ``any`` (the utility section's), each with its Tensor methods.
 
 :func:`reduction` makes a function with the standard's signature from a record, and
-:func:`reduction_method` a method that also takes the axis positionally (as far as the
-record allows) and PyTorch's ``dim=`` / ``keepdim=``. Every floating-point result is
+:func:`leanpass._namespace._records.method` its methods, from :func:`method_line`: the
+axis also positionally (as far as the record allows), and PyTorch's ``dim=`` /
+``keepdim=``. Every floating-point result is
 differentiable (see each function's gradient rule); integer results never require grad.
 """
 
