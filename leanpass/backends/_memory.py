@@ -9,14 +9,14 @@ kernel, and hands freed memory at the top of its heap back to the kernel once mo
 than its *trim threshold* (twice the mmap threshold) lies free there. Either way the
 next step gets fresh pages, which the kernel zeroes one page fault at a time: W6
 (a transformer block, float32, alone in its process: ``benchmarks/alone.py``) took
-11,400 page faults and 27 ms of kernel time per step, 1.50x PyTorch's time.
+11,400 page faults and 24 to 27 ms of kernel time per step, 1.53x PyTorch's time.
 
 :func:`keep_freed_memory` sets both thresholds once: the mmap threshold where glibc's
 own rule stops raising it (32 MiB), and a trim threshold of four times that (its rule
 keeps twice), through ``mallopt``, glibc's public interface for exactly this (``man 3
 mallopt``; the same settings as the ``MALLOC_MMAP_THRESHOLD_`` and
 ``MALLOC_TRIM_THRESHOLD_`` environment variables, which only a process's start
-reads). The step above then takes no page fault, and 0.92x PyTorch's time. The cost:
+reads). The step above then takes no page fault, and 0.98x PyTorch's time. The cost:
 memory freed after a peak may stay with the process. The heap hands memory back only
 from its top, where more than 128 MiB lie free, and blocks up to 32 MiB now come from
 the heap from the start: a process's first peak may stay resident (twenty 16 MiB
