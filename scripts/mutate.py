@@ -358,7 +358,7 @@ MUTANTS = [
            "if len(rest) == 1 and isinstance(rest[0], (tuple, list)):", "if False:", ("tests/test_records.py",),
            "t.reshape((2, 3)) would be read as a shape of one tuple"),
     Mutant("method-keeps-the-functions-default", "leanpass/_namespace/_records.py",
-           "repr(p.default) != repr(own[p.name].default)}", "False}", ("tests/test_records.py",),
+           "repr(p.default) != repr(theirs[p.name])}", "False}", ("tests/test_records.py",),
            "t.squeeze() would need an axis, as lp.squeeze does"),
     Mutant("record-skips-a-manipulations-saves", "leanpass/ops/manipulation.py",
            '@op("roll", saves=(), saves_out=False, complex="holomorphic")',

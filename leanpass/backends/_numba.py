@@ -153,7 +153,8 @@ def _compiled():
     # a convolution's patches, channel-major ((A, B, K0 * K1, O0, O1) from the padded (A,
     # B, H, W)), and their adjoint: one row of an image plane at a time. The indices are
     # unsigned (no wrap-around test for negative ones), so that a stride-1 row is one
-    # vectorised copy or add.
+    # vectorised copy or add. Two loops of one shape, not one with a flag: the adjoint's
+    # adds vectorise less well behind the branch (1.2 ms against 0.9 on W5c's patches)
     @jit
     def im2col2d(x, k0_, k1_, s0, s1, d0, d1, out):
         a_, b_, _, o0, o1 = out.shape
