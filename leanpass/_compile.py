@@ -828,9 +828,14 @@ class Compiled:
             return self.fn(*args, **kwargs)
         if not entry.fits() or not all(map(_same, _values(self._names), entry.names)):
             return self._trace(key, tensors, objects, args, kwargs)
+        # the host generator's state where the replay draws (dropout's masks on the CPU): a
+        # replay that falls back gives its draws back, so the eager call draws as eagerly
+        drawn = _backends_base._host_rng.bit_generator.state if entry.counts["draw"] else None
         try:
             out = entry.replay(tensors)
         except _Stale as exc:  # a shape the trace did not see: eagerly from now on
+            if drawn is not None:
+                _backends_base._host_rng.bit_generator.state = drawn
             self._fall_back(key, (f"a replay met {exc}", "replay"))
             self.calls["eager"] += 1
             return self.fn(*args, **kwargs)

@@ -559,3 +559,33 @@ def test_hooks_registered_after_the_trace_trace_again():
         same(w.grad, [100.0, 100.0])
     finally:
         handle.remove()
+
+
+def test_a_replay_that_falls_back_after_a_draw_draws_as_eager_does():
+    """A replay that meets what its trace did not see (here: an op's shape, made to
+    differ) runs the call eagerly instead; the draws the replay made before that are
+    given back to the generator first, so the call draws what an eager call draws and
+    the stream goes on as eagerly (a seeded run stays a seeded run)."""
+    from leanpass import _compile
+
+    def f(x):
+        masked = nn.functional.dropout(x, 0.5)
+        return (masked * 2.0).sum()
+
+    compiled = lp.compile(f, fuse=False)
+    x = Tensor(np.ones(64))
+    compiled(x)  # traced
+    plan = next(iter(compiled._entries.values()))
+    after = [i for i, e in enumerate(plan.events) if e[0] == "draw"][0]
+    i = next(i for i, e in enumerate(plan.events) if i > after and e[0] == "op")
+    plan.events[i] = (*plan.events[i][:6], (65,), *plan.events[i][7:])  # a shape the replay will not see
+    lp.manual_seed(3)
+    eager = [host(f(x)), host(nn.functional.dropout(x, 0.5))]
+    lp.manual_seed(3)
+    with pytest.warns(RuntimeWarning, match="a replay met"):
+        first = compiled(x)
+    got = [host(first), host(nn.functional.dropout(x, 0.5))]
+    assert compiled.calls["eager"] == 1 and "a replay met" in compiled.explain()
+    assert isinstance(plan, _compile.Plan)
+    np.testing.assert_array_equal(got[0], eager[0])
+    np.testing.assert_array_equal(got[1], eager[1])
