@@ -401,8 +401,8 @@ class Tracer:
             return
         if create_graph or targets is not None:
             return self.unsupported("autograd.grad or backward(create_graph=True) inside the function")
-        if hooks._grad_hooks_registered or hooks._hooks_registered:
-            return self.unsupported("a backward pass with gradient hooks registered")
+        if hooks._grad_hooks_registered:
+            return self.unsupported("a backward pass with gradient hooks registered (register_hook)")
         seeds = []
         for root, g in zip(roots, grads):
             node = root._node
@@ -616,8 +616,8 @@ class Plan:
         may reach other tensors, or take another path)."""
         if _MODULE_CHANGES[0] != self.modules:
             return False
-        if self.counts["backward"] and (hooks._grad_hooks_registered or hooks._hooks_registered):
-            return False  # hooks registered since: a trace now runs eagerly (not replayed yet)
+        if self.counts["backward"] and hooks._grad_hooks_registered:
+            return False  # gradient hooks registered since: a trace now runs eagerly (not replayed yet)
         for t, shape, dtype, backend, rg in self.externals:
             data = t._data
             if data.dtype != dtype or tuple(data.shape) != shape or t._backend is not backend or t._rg != rg:
@@ -771,6 +771,8 @@ class Plan:
         with grad_lock:
             for t, (g, fresh) in leaves.items():
                 _store(t, g, fresh)
+        if hooks._hooks_registered:  # the leaves' post-accumulate hooks (DDP's averaging), as eagerly
+            hooks._run_post_hooks(leaves)
 
     def _result(self, spec, slots, args):
         kind = spec[0]

@@ -589,3 +589,44 @@ def test_a_replay_that_falls_back_after_a_draw_draws_as_eager_does():
     assert isinstance(plan, _compile.Plan)
     np.testing.assert_array_equal(got[0], eager[0])
     np.testing.assert_array_equal(got[1], eager[1])
+
+
+def test_post_accumulate_hooks_run_after_each_replayed_backward():
+    """A leaf's post-accumulate-grad hooks (DDP's averaging is made of them) run after
+    every replayed backward, in eager's order, with the gradients written; a gradient
+    hook (``register_hook``), which changes a gradient on the way, still makes the
+    call run eagerly."""
+    def setup():
+        lp.manual_seed(2)
+        model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+        seen = []
+        for i, p in enumerate(model.parameters()):
+            def halve(t, i=i):
+                seen.append(i)
+                t.grad[...] *= 0.5  # in place, as an all-reduce writes its average
+            p.register_post_accumulate_grad_hook(halve)
+        return model, lp.optim.SGD(model.parameters(), lr=0.1), seen
+
+    def stepper(model, opt):
+        def step(x, y):
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+        return step
+
+    (m1, o1, seen1), (m2, o2, seen2) = setup(), setup()
+    eager, compiled = stepper(m1, o1), lp.compile(stepper(m2, o2))
+    for _ in range(4):
+        x, y = Tensor(RNG.normal(size=(5, 4))), lp.asarray(RNG.integers(0, 2, size=5))
+        same(compiled(x, y), eager(x, y))
+    for p, q in zip(m1.parameters(), m2.parameters()):
+        same(p, q)
+    assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}
+    assert seen2 == seen1 and len(seen1) == 4 * 4
+
+    handle = m2[0].weight.register_hook(lambda g: g * 2.0)
+    with pytest.warns(RuntimeWarning, match="register_hook"):
+        compiled(x, y)
+    handle.remove()

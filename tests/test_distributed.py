@@ -106,6 +106,7 @@ def test_ddp_steps_as_one_process_with_the_whole_batch(processes):
 
 # scenario of tests/mpi_worker.py -> what it checks, on 2 processes
 DDP_SCENARIOS = {
+    "compiled": "a compiled DDP step (lp.compile) steps as the eager one: its replays average the gradients",
     "no_sync": "no_sync accumulates locally, then the next synced backward averages the sum",
     "unused": "a parameter unused on one rank counts as zeros there",
     "two_wrappers": "two wrapped models in one backward each average their own gradients",

@@ -389,7 +389,11 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
         _release(done, leaves, retained)
     if targets is None:
         if hooks._hooks_registered:
-            _run_post_hooks(leaves)
+            TRACER[0] = None  # a traced call records the hooks whole: its replays run them after their backward
+            try:
+                _run_post_hooks(leaves)
+            finally:
+                TRACER[0] = tracer
         return None
     leaf = above.leaf
     out = []

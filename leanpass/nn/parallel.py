@@ -25,6 +25,7 @@ import weakref
 
 from .. import autograd, distributed
 from .._dtypes import DTYPES, dtype_name
+from .._graph import trace
 from ..backends import canonical_device
 from ..tensor import Tensor
 from .module import Module
@@ -226,13 +227,21 @@ class DistributedDataParallel(Module):
         if not distributed.is_initialized() or distributed._group is not self._group:
             raise RuntimeError("DistributedDataParallel: its process group was destroyed; wrap the module again "
                                "after init_process_group()")
-        # only a forward that records a graph arms the next backward (PyTorch's rule): after
-        # an evaluation under no_grad, a local backward must not wait for the others
-        if autograd.is_grad_enabled():  # an evaluation between a forward and its backward keeps it armed
-            self._sync_next = not self._no_sync
+        self._arm()
+        return self.module(*args, **kwargs)
+
+    @trace.action  # lp.compile: a replay arms the wrapper, and broadcasts its buffers, as a forward does
+    def _arm(self) -> None:
+        """Arm the next backward to average (outside ``no_sync``) and give every rank rank
+        0's buffers. Only a forward that records a graph arms it (PyTorch's rule): after an
+        evaluation under no_grad, a local backward must not wait for the others; an
+        evaluation between a forward and its backward keeps it armed. The wrapper's flags
+        are set past ``Module.__setattr__``: they are not members (a compiled call that
+        sets them is not a call that changed its modules)."""
+        if autograd.is_grad_enabled():
+            object.__setattr__(self, "_sync_next", not self._no_sync)
         if self.broadcast_buffers and not self._no_sync:
             self._broadcast_module_buffers()
-        return self.module(*args, **kwargs)
 
     @contextlib.contextmanager
     def no_sync(self):
@@ -255,7 +264,7 @@ class DistributedDataParallel(Module):
             _round["number"], _round["wrappers"] = number, []
             autograd.queue_callback(_average)
         if self._round != number:
-            self._round = number
+            object.__setattr__(self, "_round", number)  # not a member (see _arm)
             _round["wrappers"].append(self)
 
     def _sync(self) -> None:
@@ -263,7 +272,7 @@ class DistributedDataParallel(Module):
         bucket is one all-reduce of the gradients divided by the number of processes
         (so the sum is the mean), then one flag per parameter: whether any process has a
         gradient for it. One none has keeps ``.grad`` as it was (None), as PyTorch's."""
-        self._sync_next = False  # a later backward without a forward through the wrapper is local
+        object.__setattr__(self, "_sync_next", False)  # a later backward without a forward is local
         for bucket in self._buckets:
             self._group.average(bucket.params, bucket.offsets, bucket.size)
 
