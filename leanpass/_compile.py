@@ -849,6 +849,7 @@ class Compiled:
         tracer = Tracer(tensors)
         rng = _backends_base._host_rng
         modules, names = _MODULE_CHANGES[0], _values(self._names)
+        hooked = hooks.post_hook_changes[0]
         TRACER[0] = tracer
         try:
             result = self.fn(*args, **kwargs)
@@ -857,6 +858,8 @@ class Compiled:
         self.calls["traced"] += 1
         if _backends_base._host_rng is not rng or rng.bit_generator.state != tracer.rng_state:
             tracer.unsupported("a random draw the trace does not record (lp.randn, nn.init, lp.manual_seed...)")
+        if hooks.post_hook_changes[0] != hooked:  # a replay runs the hooks there are, and would not add this one
+            tracer.unsupported("a post-accumulate-grad hook added or removed inside the function")
         if any(value is t for value in names for t in tensors):  # one object, two roles: a replay would merge them
             tracer.unsupported("an argument the function also reads by name (a global or closure variable)")
         retrace = _MODULE_CHANGES[0] != modules or not all(map(_same, _values(self._names), names))

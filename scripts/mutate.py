@@ -133,9 +133,9 @@ MUTANTS = [
            "invertible = nonzero & (cond < 1.0 / math.sqrt(xp.finfo(a.dtype).eps))", "invertible = nonzero",
            ("tests/test_linalg.py",), "det(A) A^-T cancels in its derivative at a practically singular A"),
     Mutant("ddp-evaluation-disarms-the-backward", "leanpass/nn/parallel.py",
-           "        if autograd.is_grad_enabled():\n"
+           "        if recording:\n"
            "            object.__setattr__(self, \"_sync_next\", not self._no_sync)",
-           "        object.__setattr__(self, \"_sync_next\", not self._no_sync and autograd.is_grad_enabled())",
+           "        object.__setattr__(self, \"_sync_next\", not self._no_sync and recording)",
            ("tests/test_distributed.py",)),
     Mutant("det-svd-of-unmasked-batch", "leanpass/ops/linalg.py",
            "singular = _svd_cofactor(be, xp.where(mask, distinct, a))", "singular = _svd_cofactor(be, a)",
@@ -381,6 +381,10 @@ MUTANTS = [
            "    @trace.action  # lp.compile: a replay arms", "    # lp.compile: a replay arms",
            ("tests/test_distributed.py::test_ddp_scenarios_on_two_processes[compiled]",),
            "a replay would not arm the wrapper: its hooks would not average"),
+    Mutant("ddp-replay-reads-the-callers-grad-mode", "leanpass/nn/parallel.py",
+           "        if recording:\n", "        if autograd.is_grad_enabled():\n",
+           ("tests/test_distributed.py::test_ddp_scenarios_on_two_processes[compiled]",),
+           "a compiled evaluation armed the next backward; a step called under no_grad never averaged"),
     Mutant("clip-promotes-to-the-bound", "leanpass/_namespace/elementwise.py",
            "if bound.dtype != x.dtype:  # the result has x's dtype (the standard): so does each bound",
            "if False:",

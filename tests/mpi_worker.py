@@ -185,6 +185,34 @@ def compiled():
             for (name, a), b in zip(ref.named_parameters(), model.parameters()):
                 np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=0, atol=1e-12, err_msg=f"{device} {kind} {name}")
 
+            # the grad mode the function sets, not its caller's: an evaluation under no_grad
+            # does not arm the next backward, and a step under enable_grad (called under
+            # no_grad) averages
+            def evaluate(xb, m=ddp_model):
+                with lp.no_grad():
+                    return m(xb).sum()
+
+            def step_inside(xb, yb, m=ddp_model, o=opt):
+                with lp.enable_grad():
+                    o.zero_grad()
+                    loss = nn.cross_entropy_loss(m(xb), yb)
+                    loss.backward()
+                o.step()
+                return loss
+
+            looked, inside = lp.compile(evaluate), lp.compile(step_inside)
+            for _ in range(3):
+                looked(xs[mine])
+                assert not ddp_model._sync_next, "an evaluation armed the next backward"
+            with lp.no_grad():
+                for _ in range(3):
+                    inside(xs[mine], ys[mine])
+            assert looked.calls["replayed"] == 2 and inside.calls["replayed"] == 2
+            for p in model.parameters():  # averaged gradients: every rank holds the same weights
+                total = lp.asarray(p.numpy().copy(), device=device)
+                dist.all_reduce(total)
+                np.testing.assert_allclose(total.numpy(), size * p.numpy(), rtol=0, atol=1e-12)
+
 
 def no_sync():
     """Two micro-batches per rank, the first under no_sync: the same step as one process

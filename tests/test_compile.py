@@ -630,3 +630,35 @@ def test_post_accumulate_hooks_run_after_each_replayed_backward():
     with pytest.warns(RuntimeWarning, match="register_hook"):
         compiled(x, y)
     handle.remove()
+
+
+def test_a_post_accumulate_hook_added_inside_the_function_runs_eagerly():
+    """A replay runs the hooks there are; one the function adds (or removes) would not
+    be added again, so such a call runs eagerly (with a warning), with eager's values."""
+    def halve(p):
+        p.grad[...] *= 0.5
+
+    def setup():
+        lp.manual_seed(0)
+        model = nn.Linear(3, 1)
+        return model, lp.optim.SGD(model.parameters(), lr=0.1)
+
+    def stepper(model, opt):
+        def step(x):
+            opt.zero_grad()
+            loss = model(x).sum()
+            handle = model.weight.register_post_accumulate_grad_hook(halve)
+            loss.backward()
+            handle.remove()
+            opt.step()
+            return loss
+        return step
+
+    (m1, o1), (m2, o2) = setup(), setup()
+    eager, compiled = stepper(m1, o1), lp.compile(stepper(m2, o2), fuse=False)
+    x = Tensor(np.arange(6.0).reshape(2, 3))
+    with pytest.warns(RuntimeWarning, match="post-accumulate-grad hook added or removed"):
+        for _ in range(3):
+            same(compiled(x), eager(x))
+    same(m2.weight, m1.weight)
+    assert compiled.calls["replayed"] == 0

@@ -21,6 +21,9 @@ from .above import above
 # that refers to its tensor makes an ordinary cycle the garbage collector frees. The
 # engine looks at them only while some hook is registered (``_hooks_registered``).
 _hooks_registered = 0
+# post-accumulate-grad hooks added or removed so far: lp.compile replays the hooks there
+# are, so a traced call that adds or removes one runs eagerly
+post_hook_changes = [0]
 _rounds = itertools.count(1)
 
 
@@ -57,6 +60,7 @@ class RemovableHandle:
                 else:
                     live[0] -= 1
                     _hooks_registered -= 1
+                    post_hook_changes[0] += 1
 
 
 class _HookList(list):
@@ -103,6 +107,7 @@ def add_post_accumulate_grad_hook(tensor, hook) -> RemovableHandle:
     hooks.append(hook)
     hooks.live[0] += 1
     _hooks_registered += 1
+    post_hook_changes[0] += 1
     return RemovableHandle(hooks, hook)
 
 

@@ -224,21 +224,23 @@ class DistributedDataParallel(Module):
 
     # ---- forward and no_sync -------------------------------------------------------------------
     def forward(self, *args, **kwargs):
-        if not distributed.is_initialized() or distributed._group is not self._group:
-            raise RuntimeError("DistributedDataParallel: its process group was destroyed; wrap the module again "
-                               "after init_process_group()")
-        self._arm()
+        self._arm(autograd.is_grad_enabled())
         return self.module(*args, **kwargs)
 
     @trace.action  # lp.compile: a replay arms the wrapper, and broadcasts its buffers, as a forward does
-    def _arm(self) -> None:
-        """Arm the next backward to average (outside ``no_sync``) and give every rank rank
-        0's buffers. Only a forward that records a graph arms it (PyTorch's rule): after an
+    def _arm(self, recording: bool) -> None:
+        """Check the process group, arm the next backward to average (outside
+        ``no_sync``) and give every rank rank 0's buffers. Only a forward that records a
+        graph (``recording``: grad mode was on) arms it (PyTorch's rule): after an
         evaluation under no_grad, a local backward must not wait for the others; an
-        evaluation between a forward and its backward keeps it armed. The wrapper's flags
-        are set past ``Module.__setattr__``: they are not members (a compiled call that
-        sets them is not a call that changed its modules)."""
-        if autograd.is_grad_enabled():
+        evaluation between a forward and its backward keeps it armed. A compiled call's
+        replay calls this again with the trace's ``recording``. The wrapper's flags are
+        set past ``Module.__setattr__``: they are not members (a compiled call that sets
+        them is not a call that changed its modules)."""
+        if not distributed.is_initialized() or distributed._group is not self._group:
+            raise RuntimeError("DistributedDataParallel: its process group was destroyed; wrap the module again "
+                               "after init_process_group()")
+        if recording:
             object.__setattr__(self, "_sync_next", not self._no_sync)
         if self.broadcast_buffers and not self._no_sync:
             self._broadcast_module_buffers()
