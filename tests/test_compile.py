@@ -607,17 +607,8 @@ def test_post_accumulate_hooks_run_after_each_replayed_backward():
             p.register_post_accumulate_grad_hook(halve)
         return model, lp.optim.SGD(model.parameters(), lr=0.1), seen
 
-    def stepper(model, opt):
-        def step(x, y):
-            opt.zero_grad()
-            loss = nn.functional.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
-            return loss
-        return step
-
     (m1, o1, seen1), (m2, o2, seen2) = setup(), setup()
-    eager, compiled = stepper(m1, o1), lp.compile(stepper(m2, o2))
+    eager, compiled = training_step(m1, o1), lp.compile(training_step(m2, o2))
     for _ in range(4):
         x, y = Tensor(RNG.normal(size=(5, 4))), lp.asarray(RNG.integers(0, 2, size=5))
         same(compiled(x, y), eager(x, y))
