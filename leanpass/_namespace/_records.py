@@ -140,8 +140,7 @@ def method(function, name: str, line: str, note: str = "", call=None, names=None
     required = tuple(p.name for p in params if p.default is _P.empty and p.kind is not _P.VAR_POSITIONAL)
     theirs = {p.name: own[names.get(p.name, p.name)].default for p in params}  # the function's defaults
     # None for the function's own default (t.argsort(None)): the argument is left out
-    nulls = tuple(key for key, default in theirs.items() if default not in (_P.empty, None)
-                  and next(p for p in params if p.name == key).default is None)
+    nulls = tuple(p.name for p in params if p.default is None and theirs[p.name] not in (_P.empty, None))
     # the defaults ``function`` does not have itself (t.squeeze()'s axis=None)
     defaults = {p.name: p.default for p in params
                 if p.default is not _P.empty and p.name not in nulls and repr(p.default) != repr(theirs[p.name])}
