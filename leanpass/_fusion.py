@@ -15,14 +15,16 @@ scalar expressions per run, which a :class:`Program` runs:
   bit (on ``cuda``, where the eager ``tanh`` and ``sigmoid`` backward rules are
   CuPy kernels of their own, up to that compiler's rounding);
 - **fused**: one loop over the elements that computes every expression of the run
-  in registers, compiled by the backend (Numba on ``cpu``, the ``fuse`` extra): one
-  pass over memory for the whole run; the rounding may differ from eager's by a few
-  ulp (a library's ``tanh`` against NumPy's). A run is compiled after its plan has
+  in registers, compiled by the backend (Numba on ``cpu``, the ``fuse`` extra; a
+  generated ``cupy.ElementwiseKernel`` on ``cuda``): one pass over memory for the
+  whole run; the rounding may differ from eager's by a few ulp (a library's ``tanh``
+  against NumPy's). A run is compiled after its plan has
   been replayed :data:`COMPILE_AFTER` times (compiling costs about a second, once;
-  Numba caches it on disk), and runs flat until then. On such a backend a run of
-  more than :data:`SMALL` elements that calls ``tanh``, ``exp``... is not formed:
-  the loop would call them one element at a time, slower than the library's
-  vectorised kernels.
+  Numba and CuPy cache it on disk), and runs flat until then. Numba's loops call
+  ``tanh``, ``exp``... one element at a time (``fused.scalar_calls``): there a run of
+  more than :data:`SMALL` elements that calls them is not formed, the library's
+  vectorised kernels being faster; a generated CUDA kernel (``cuda``) has no such
+  limit.
 
 A run holds operations of one shape and one real floating dtype, whose inputs all
 have that shape: no broadcasting, so no gradient is summed back to a smaller shape.
@@ -543,7 +545,7 @@ def fuse(events, meta, result_slots, min_length=2):
     def close():  # a run of one operation is worth it where that operation is several expressions (GELU)
         if current is None or (len(current.syms) < min_length and current.size < min_length):
             return
-        if (current.backend.fused.elementwise is not None and math.prod(current.shape) > SMALL
+        if (current.backend.fused.scalar_calls and math.prod(current.shape) > SMALL
                 and current.kinds & _SCALAR_CALLS):
             return  # a long run of tanh, exp...: the library's kernels, one by one, are faster
         runs.append(current)

@@ -12,7 +12,9 @@ leanpass/backends/cupy_backend.py where CuPy differs from NumPy:
   integers, which take the generic one-hot product); the older ``scatter_add``
   spelling warns as ``cupyx.scatter_add`` does in CuPy 14 (a DeprecationWarning, an
   error under pytest);
-- fused kernels with the CUDA kernels' statements (tests/test_fused.py uses them too);
+- CupyBackend's own fused kernels, their CUDA statements run by tests/cuda_sim.py
+  (tests/test_fused.py uses them too), and its CUDA kernels for lp.compile's fused
+  runs, run the same way;
 - its library's ``from_dlpack`` refuses host producers (kDLCPU: NumPy, PyTorch CPU)
   as ``cupy.from_dlpack`` does, so host data goes through ``from_host_dlpack``;
 - its library's ``inv``, ``solve`` and ``cholesky`` give NaN for a singular matrix
@@ -36,9 +38,11 @@ import threading
 import types
 import warnings
 from pathlib import Path
+from unittest import mock
 
 import array_api_compat.numpy as compat_numpy
 import array_api_strict as xs
+import cuda_sim
 import numpy as np
 import pytest
 from helpers import OPTIMIZERS, registered  # (tests/ is on sys.path)
@@ -69,44 +73,6 @@ def counted(name):
         return call
 
     return wrap
-
-
-# The fused kernels, with the statements of the CUDA kernels in cupy_backend._kernels.
-@counted("relu_backward")
-def relu_backward(g, y):
-    return xs.where(y <= 0, xs.zeros_like(g), g)
-
-
-@counted("sigmoid_backward")
-def sigmoid_backward(g, y):
-    return g * y - g * y * y
-
-
-@counted("tanh_backward")
-def tanh_backward(g, y):
-    return g - g * y * y
-
-
-@counted("sgd")
-def sgd(grad, lr, wd, param):
-    param -= lr * (grad + wd * param)
-
-
-@counted("sgd_momentum")
-def sgd_momentum(grad, lr, momentum, wd, nesterov, first, param, buf):
-    g = grad + wd * param
-    b = g if first else momentum * buf + g
-    buf[...] = b
-    param -= lr * (g + momentum * b if nesterov else b)
-
-
-@counted("adam")
-def adam(grad, step_size, one_minus_b1, b2, one_minus_b2, eps, bc2_sqrt, wd, decay, param, m, v):
-    g = grad + wd * param
-    param *= decay
-    m += one_minus_b1 * (g - m)
-    v[...] = b2 * v + one_minus_b2 * (g * g)
-    param -= step_size * (m / (xs.sqrt(v) / bc2_sqrt + eps))
 
 
 # The dtypes cupy.add.at takes (CuPy 14.1 and later; 14.0 refuses int64 too): cupy/_core/_routines_indexing.pyx
@@ -219,14 +185,95 @@ class _CupyLike:
         np.add.at(host, key, values)
 
 
+class FakeDevice(str):
+    """``cupy.cuda.Device(index)`` on the CPU: a context manager with ``.id``, and the
+    device ``"cpu"`` to array_api_compat.numpy (which stands for array_api_compat.cupy)."""
+
+    def __new__(cls, index=0):
+        device = super().__new__(cls, "cpu")
+        device.id = index
+        return device
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def synchronize(self):
+        return None
+
+
+def load_cupy_backend(monkeypatch=None, version="14.2.0", default_rng=np.random.default_rng):
+    """The real cupy_backend module, loaded privately (never registered), with just enough
+    of ``cupy`` and ``cupyx`` to run on the CPU: NumPy arrays stand for CuPy arrays, with
+    CuPy's refusals (``add.at``'s dtypes, ``from_dlpack`` of host memory), and its kernels
+    run by tests/cuda_sim.py. Returns the module and a record of host-to-device copies,
+    ``add.at`` calls and ``errstate``s. Without ``monkeypatch`` the fake modules are in
+    ``sys.modules`` only while the module loads."""
+    seen = types.SimpleNamespace(transfers=[], add_at=[], errstate=[])
+    dtypes = ADD_AT_DTYPES if tuple(map(int, version.split(".")[:2])) >= (14, 1) else \
+        tuple(d for d in ADD_AT_DTYPES if d != "int64")
+
+    def add_at(buf, key, values):
+        cupy_add_at(buf, key, values, dtypes)
+        seen.add_at.append(buf.dtype.name)
+
+    def asarray(host):  # a host-to-device copy
+        seen.transfers.append(host.dtype.name)
+        return np.array(host, copy=True)
+
+    def from_dlpack(x):
+        cupy_from_dlpack(x)  # raises for host memory, the only kind here
+        raise AssertionError("unreachable")
+
+    @contextlib.contextmanager
+    def errstate(*, linalg=None):
+        seen.errstate.append(linalg)
+        yield
+
+    fake = types.SimpleNamespace(
+        __version__=version,
+        cuda=types.SimpleNamespace(Device=FakeDevice, runtime=types.SimpleNamespace(getDeviceCount=lambda: 1)),
+        random=types.SimpleNamespace(default_rng=default_rng),
+        ElementwiseKernel=cuda_sim.ElementwiseKernel,
+        zeros=np.zeros,
+        ndarray=np.ndarray,
+        add=types.SimpleNamespace(at=add_at),
+        asarray=asarray,
+        from_dlpack=from_dlpack,
+    )
+    fakes = {"cupy": fake, "cupyx": types.SimpleNamespace(errstate=errstate), "array_api_compat.cupy": compat_numpy}
+    if monkeypatch is not None:
+        for name, value in fakes.items():
+            monkeypatch.setitem(sys.modules, name, value)
+    spec = importlib.util.spec_from_file_location(
+        "leanpass.backends._cupy_backend_under_test", Path(backends.__file__).parent / "cupy_backend.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    with mock.patch.dict(sys.modules, fakes):
+        spec.loader.exec_module(module)
+    return module, seen
+
+
+def _standin_kernels() -> FusedKernels:
+    """CupyBackend's fused kernels, their CUDA run by the simulator, each call counted;
+    and its generator of lp.compile's fused runs."""
+    module, _ = load_cupy_backend()
+    real = module._kernels()
+    counted_kernels = {name: counted(name)(getattr(real, name)) for name in real.names()}
+    return FusedKernels(**counted_kernels, elementwise=counted("elementwise")(module.elementwise))
+
+
+
+
 class Standin(StrictBackend):
     device_type = "standin"
     always_index = True  # "standin:0", as "cuda:0"
     syncs_cheaply = False
     xp = _namespace()
     linalg = CheckedLinalg(_CupyLike.linalg, lambda: _CupyLike.errstate(linalg="raise"))  # as CupyBackend's
-    fused = FusedKernels(relu_backward=relu_backward, sigmoid_backward=sigmoid_backward,
-                         tanh_backward=tanh_backward, sgd=sgd, sgd_momentum=sgd_momentum, adam=adam)
+    fused = _standin_kernels()
 
     def __init__(self, index=0):
         super().__init__(index)
@@ -403,72 +450,6 @@ def test_manual_seed_makes_no_generator_until_the_first_draw(calls):
     leanpass.manual_seed(7)
     np.testing.assert_array_equal(np.from_dlpack(drop(x).data), first)
     assert calls["make_generator"] == 2
-
-
-class FakeDevice(str):
-    """``cupy.cuda.Device(index)`` on the CPU: a context manager with ``.id``, and the
-    device ``"cpu"`` to array_api_compat.numpy (which stands for array_api_compat.cupy)."""
-
-    def __new__(cls, index=0):
-        device = super().__new__(cls, "cpu")
-        device.id = index
-        return device
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
-
-    def synchronize(self):
-        return None
-
-
-def load_cupy_backend(monkeypatch, version="14.2.0", default_rng=np.random.default_rng):
-    """The real cupy_backend module, loaded privately (never registered), with just enough
-    of ``cupy`` and ``cupyx`` to run on the CPU: NumPy arrays stand for CuPy arrays, with
-    CuPy's refusals (``add.at``'s dtypes, ``from_dlpack`` of host memory). Returns the
-    module and a record of host-to-device copies, ``add.at`` calls and ``errstate``s."""
-    seen = types.SimpleNamespace(transfers=[], add_at=[], errstate=[])
-    dtypes = ADD_AT_DTYPES if tuple(map(int, version.split(".")[:2])) >= (14, 1) else \
-        tuple(d for d in ADD_AT_DTYPES if d != "int64")
-
-    def add_at(buf, key, values):
-        cupy_add_at(buf, key, values, dtypes)
-        seen.add_at.append(buf.dtype.name)
-
-    def asarray(host):  # a host-to-device copy
-        seen.transfers.append(host.dtype.name)
-        return np.array(host, copy=True)
-
-    def from_dlpack(x):
-        cupy_from_dlpack(x)  # raises for host memory, the only kind here
-        raise AssertionError("unreachable")
-
-    @contextlib.contextmanager
-    def errstate(*, linalg=None):
-        seen.errstate.append(linalg)
-        yield
-
-    fake = types.SimpleNamespace(
-        __version__=version,
-        cuda=types.SimpleNamespace(Device=FakeDevice, runtime=types.SimpleNamespace(getDeviceCount=lambda: 1)),
-        random=types.SimpleNamespace(default_rng=default_rng),
-        ElementwiseKernel=lambda *args: None,
-        ndarray=np.ndarray,
-        add=types.SimpleNamespace(at=add_at),
-        asarray=asarray,
-        from_dlpack=from_dlpack,
-    )
-    monkeypatch.setitem(sys.modules, "cupy", fake)
-    monkeypatch.setitem(sys.modules, "cupyx", types.SimpleNamespace(errstate=errstate))
-    monkeypatch.setitem(sys.modules, "array_api_compat.cupy", compat_numpy)
-    spec = importlib.util.spec_from_file_location(
-        "leanpass.backends._cupy_backend_under_test", Path(backends.__file__).parent / "cupy_backend.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module, seen
 
 
 def test_cupy_backend_seeds_lazily_with_the_same_stream(monkeypatch):

@@ -198,7 +198,10 @@ class FusedKernels:
     fused (:class:`leanpass._fusion.Program`) compiled into one loop over the
     elements, a function of its input arrays giving its outputs, or None where the
     backend cannot spell one of its functions (the run then stays flat); the rounding
-    may differ from the operations' by a few ulp.
+    may differ from the operations' by a few ulp. ``scalar_calls``: its loops call
+    ``tanh``, ``exp``... one element at a time (Numba), slower on a long array than
+    the library's vectorised kernels, so lp.compile forms no long run that calls them
+    (a GPU kernel calls them on every element at once: runs of any length).
     """
 
     relu_backward: object = None
@@ -216,6 +219,7 @@ class FusedKernels:
     im2col2d: object = None
     col2im2d: object = None
     elementwise: object = None
+    scalar_calls: bool = False
     row_dtypes: tuple = ()
 
     def names(self) -> list[str]:

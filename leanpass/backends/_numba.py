@@ -436,4 +436,4 @@ def kernels() -> dict:
     return {"affine_rows": affine_rows, "affine2_rows": affine2_rows, "centered_squares": centered_squares,
             "centered_dot": centered_dot, "patches2d": patches2d, "scatter_add2d": scatter_add2d,
             "elementwise": elementwise, "sgd_momentum": sgd_momentum, "adam": adam, "im2col2d": im2col2d,
-            "col2im2d": col2im2d, "row_dtypes": _FLOATS}
+            "col2im2d": col2im2d, "scalar_calls": True, "row_dtypes": _FLOATS}

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
+import hashlib
+import math
 import re
+import warnings
 
 try:
     import cupy
@@ -19,6 +23,7 @@ import array_api_compat.cupy as xp_cupy
 import cupyx
 
 from ._base import (
+    INFIX,
     Backend,
     CheckedLinalg,
     FusedKernels,
@@ -94,6 +99,110 @@ def _kernels() -> FusedKernels:
     )
 
 
+# ---- element-wise programs (lp.compile's fused runs), as generated CUDA kernels ----------
+
+# How each function of a program (leanpass._fusion.Program's lines) is spelled in the
+# kernel's C++, its arguments {0}, {1}, {2} (variables, or constants of the kernel's
+# type T), each as NumPy computes it: maximum/minimum propagate NaN (fmax would not),
+# sign is NumPy's (+0 at -0, NaN at NaN), logaddexp NumPy's algorithm.
+_C_SPELLINGS = {
+    **{fn: "{0} " + op + " {1}" for fn, op in INFIX.items() if fn != "pow"},
+    "pow": "pow({0}, {1})", "neg": "-{0}", "negative": "-{0}", "positive": "+{0}", "not": "!{0}",
+    "where": "{0} ? {1} : {2}", "abs": "fabs({0})", "square": "{0} * {0}", "reciprocal": "(T)1 / {0}",
+    "round": "rint({0})",
+    "sign": "{0} > (T)0 ? (T)1 : ({0} < (T)0 ? (T)-1 : ({0} != {0} ? {0} : (T)0))",
+    "maximum": "({0} >= {1} || {0} != {0}) ? {0} : {1}", "minimum": "({0} <= {1} || {0} != {0}) ? {0} : {1}",
+    "logaddexp": "{0} == {1} ? {0} + (T)0.6931471805599453 : ({0} > {1} ? {0} + log1p(exp({1} - {0})) : "
+                 "({0} <= {1} ? {1} + log1p(exp({0} - {1})) : {0} - {1}))",
+    **{fn: fn + "({0})" for fn in (
+        "acos", "acosh", "asin", "asinh", "atan", "atanh", "ceil", "cos", "cosh", "exp", "expm1", "floor", "log",
+        "log1p", "log2", "log10", "sin", "sinh", "sqrt", "tan", "tanh", "trunc", "erf", "erfc", "isnan", "isinf",
+        "isfinite", "signbit")},
+    **{fn: fn + "({0}, {1})" for fn in ("atan2", "copysign", "hypot")},
+}
+_C_BOOLEAN = frozenset({"lt", "le", "gt", "ge", "eq", "ne", "and_", "or_", "xor", "not", "isnan", "isinf",
+                        "isfinite", "signbit"})
+_INF_BITS, _NAN_BITS = "0x7ff0000000000000LL", "0x7ff8000000000000LL"  # IEEE doubles, cast to T
+
+
+def _c_constant(value) -> str:
+    """A Python number as a constant of the kernel's type ``T``: a double literal cast
+    to T rounds as NumPy rounds a Python float to the array's dtype (inf and NaN by
+    their bits, which need no header)."""
+    if type(value) is bool:
+        return "true" if value else "false"
+    value = float(value)
+    if value != value:
+        return f"((T)__longlong_as_double({_NAN_BITS}))"
+    if math.isinf(value):
+        return f"((T){'-' if value < 0 else ''}__longlong_as_double({_INF_BITS}))"
+    return f"((T){value!r})"
+
+
+def kernel_source(program):
+    """``program`` as ``cupy.ElementwiseKernel``'s three texts ``(in_params,
+    out_params, operation)``: a statement per line, every input and output of type
+    ``T``; or None where a function has no spelling here or nothing is computed."""
+    if not program.n_inputs:
+        return None
+
+    def arg(a):
+        return f"i{a[1]}" if isinstance(a, tuple) else a if isinstance(a, str) else _c_constant(a)
+
+    body = []
+    for name, fn, args in program.lines:
+        if fn == "full":
+            expr = _c_constant(args[0])
+        elif fn in _C_SPELLINGS:
+            expr = _C_SPELLINGS[fn].format(*map(arg, args))
+        else:
+            return None
+        body.append(f"{'bool' if fn in _C_BOOLEAN else 'T'} {name} = {expr};")
+    outs = [o for o in program.outputs if not isinstance(o, tuple)]
+    if not outs:
+        return None
+    body += [f"o{k} = {o};" for k, o in enumerate(outs)]
+    return (", ".join(f"T i{k}" for k in range(program.n_inputs)), ", ".join(f"T o{k}" for k in range(len(outs))),
+            "\n".join(body))
+
+
+def elementwise(program, device=None):
+    """``program`` (a fused run of :mod:`leanpass._fusion`, float32 or float64) as one
+    generated ``cupy.ElementwiseKernel``: a function of its input arrays (all of the
+    program's shape) giving its outputs, one kernel launch for the whole run. None
+    where a function has no spelling, or where NVRTC refuses the kernel (with a
+    warning: the run stays flat)."""
+    dtype = dtype_name(program.dtype)
+    source = kernel_source(program) if dtype in ("float32", "float64") else None
+    if source is None:
+        return None
+    digest = hashlib.sha1("\n".join(source).encode()).hexdigest()[:16]
+    kernel = cupy.ElementwiseKernel(*source, f"leanpass_fused_{digest}")
+    outputs = program.outputs
+    computed = [k for k, o in enumerate(outputs) if not isinstance(o, tuple)]
+    context = device if device is not None else contextlib.nullcontext()
+    try:  # CuPy compiles at the first call: on one element now, not midway through a replay
+        with context:
+            kernel(*(cupy.zeros(1, dtype=dtype) for _ in range(program.n_inputs)))
+    except Exception as exc:  # noqa: BLE001 - CuPy's CompileException, or a driver's error
+        warnings.warn(f"lp.compile: the CUDA kernel of a fused run of {len(program.lines)} operations did not "
+                      f"compile ({type(exc).__name__}: {exc}); the run stays unfused", RuntimeWarning, stacklevel=2)
+        return None
+
+    def run(*arrays):
+        with context:
+            made = kernel(*arrays)
+        if len(computed) == 1:
+            made = (made,)
+        out = [arrays[o[1]] if isinstance(o, tuple) else None for o in outputs]
+        for k, array in zip(computed, made):
+            out[k] = array
+        return tuple(out)
+
+    run.source = "\n".join(source)
+    return run
+
+
 class CupyBackend(Backend):
     device_type = "cuda"
     library = "cupy"
@@ -114,7 +223,8 @@ class CupyBackend(Backend):
         # CuPy launches kernels on the *current* device: with several GPUs, every
         # operation on cuda:N runs inside `with Device(N)` (one GPU: no cost at all).
         self.guard = self._cuda_device if len(self.device_indices()) > 1 else None
-        self.fused = _kernels()
+        self.fused = dataclasses.replace(
+            _kernels(), elementwise=functools.partial(elementwise, device=self.guard))
 
     @classmethod
     def device_indices(cls):
