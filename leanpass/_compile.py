@@ -18,8 +18,9 @@ What a replay could not reproduce makes the function run eagerly for those
 arguments, with one warning naming what and where: a value read on the host
 (``.item()``, ``bool(t)``, ``float(t)``, ``.numpy()``), an array that leaves the
 recorded operations (``.data``, ``.grad``), a shape that depends on values, a random
-draw other than dropout's, ``lp.rand``'s and ``lp.randn``'s (those are drawn again
-at each replay), a recorded in-place change of a tensor in the graph, ``create_graph`` or
+draw LeanPass does not record (``lp.manual_seed`` inside, a layer made inside: the
+others, dropout, ``lp.rand``/``randn``/``randint``/``randperm``, ``t.uniform_()``,
+``nn.init``, are drawn again at each replay), a recorded in-place change of a tensor in the graph, ``create_graph`` or
 ``autograd.grad`` inside the function, complex values, a decomposition. See
 docs/compile.md.
 """
@@ -37,7 +38,7 @@ import warnings
 from ._fusion import ARG, COMPILE_AFTER, EXT, VAL, BackwardRun, compile_runs, fuse, fusion_enabled
 from ._graph import hooks
 from ._graph.engine import _store, _unbroadcast
-from ._graph.modes import grad_lock, is_grad_enabled
+from ._graph.modes import grad_lock, is_grad_enabled, no_grad
 from ._graph.node import COMPLEX, Node
 from ._graph.trace import TRACER
 from ._node import inplace, leaf
@@ -334,7 +335,7 @@ class Tracer:
         again at each replay; a draw the trace did not record before it (from the
         host generator) makes the call run eagerly."""
         if self.reason is None and _backends_base._host_rng.bit_generator.state != self.rng_state:
-            self.unsupported("a random draw the trace does not record (lp.randn, nn.init...)")
+            self.unsupported("a random draw the trace does not record (a layer made inside, lp.manual_seed...)")
         array = self._untraced(fn, *args)
         if self.reason is None:
             slot = self.slots
@@ -720,7 +721,8 @@ class Plan:
 
         t = tensor(target)
         operands = [o[1] if o[0] is None else tensor(o) for o in others]
-        inplace(t, op, operands, *params, name=name, write=write)
+        with no_grad():  # as recorded: under no_grad, or with nothing that requires grad
+            inplace(t, op, operands, *params, name=name, write=write)
         if target[0] == VAL:
             slots[target[1]] = t._data
 
@@ -857,7 +859,7 @@ class Compiled:
             TRACER[0] = None
         self.calls["traced"] += 1
         if _backends_base._host_rng is not rng or rng.bit_generator.state != tracer.rng_state:
-            tracer.unsupported("a random draw the trace does not record (lp.randn, nn.init, lp.manual_seed...)")
+            tracer.unsupported("a random draw the trace does not record (a layer made inside, lp.manual_seed...)")
         if hooks.post_hook_changes[0] != hooked:  # a replay runs the hooks there are, and would not add this one
             tracer.unsupported("a post-accumulate-grad hook added or removed inside the function")
         if any(value is t for value in names for t in tensors):  # one object, two roles: a replay would merge them

@@ -260,7 +260,7 @@ def test_state_changed_in_place_outside_the_graph_is_replayed(device):
     ("item()", lambda x: x.sum() * x.sum().item()),
     ("float()", lambda x: x * float(x.sum())),
     ("bool()", lambda x: x * 2.0 if bool(x.sum() > 0) else x),
-    ("random draw", lambda x: x * lp.randint(0, 2, (4,))),  # (dropout and randn are drawn again: below)
+    ("random draw", lambda x: x * (lp.manual_seed(1) or lp.rand(4))),  # (the draws are drawn again: below)
     ("Tensor.data", lambda x: Tensor(x.data * 2.0)),
     ("decomposition", lambda x: lp.linalg.svd(x.reshape(2, 2))[1]),
 ])
@@ -316,6 +316,72 @@ def test_dropout_and_randn_draw_again_at_each_replay_and_follow_the_seed(device)
         same(p, q)
     assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}
     assert "3 random draws" in compiled.explain()
+
+
+DRAWS = {  # every way to draw, each inside a step that uses what it drew
+    "randint": lambda x, w: x * lp.astype(lp.randint(0, 5, (4,), device=x.device), x.dtype),
+    "randint_float": lambda x, w: x * lp.randint(-3, 3, (4,), dtype=x.dtype, device=x.device),
+    "randperm": lambda x, w: lp.take(x, lp.randperm(4, device=x.device), axis=0),
+    "rand": lambda x, w: x * lp.rand(4, dtype=x.dtype, device=x.device),
+    "uniform_": lambda x, w: x * lp.zeros(4, dtype=x.dtype, device=x.device).uniform_(-1.0, 2.0),
+    "normal_": lambda x, w: x + lp.empty(4, dtype=x.dtype, device=x.device).normal_(1.0, 0.5),
+    "init.uniform_": lambda x, w: nn.init.uniform_(w, -0.1, 0.1) * x,
+    "init.normal_": lambda x, w: nn.init.normal_(w, 0.0, 2.0) * x,
+    "init.kaiming_uniform_": lambda x, w: nn.init.kaiming_uniform_(w.reshape(2, 2)).reshape(4) * x,
+    "init.xavier_normal_": lambda x, w: nn.init.xavier_normal_(w.reshape(2, 2)).reshape(4) * x,
+}
+
+
+@pytest.mark.parametrize("name", list(DRAWS))
+def test_every_draw_is_drawn_again_at_each_replay_in_eagers_order(name, device):
+    """randint, randperm, t.uniform_/normal_ and nn.init draw at each replay, from
+    lp.manual_seed's stream in eager's order, as dropout and randn do."""
+    def stepper(w):
+        def step(x):
+            y = DRAWS[name](x, w) * lp.rand(4, dtype=x.dtype, device=x.device)  # a draw after it, too
+            return (y * y).sum()
+
+        return step
+
+    w1, w2 = (Tensor(np.zeros(4), device=device) for _ in range(2))
+    eager, compiled = stepper(w1), lp.compile(stepper(w2))
+    values = []
+    for i in range(4):
+        x = Tensor(np.array([0.5, 1.5, -2.0, 3.0]) * (i + 1), device=device)
+        lp.manual_seed(20 + i)
+        expected = eager(x)
+        lp.manual_seed(20 + i)
+        values.append(host(compiled(x)))
+        same(values[-1], expected)
+        same(w2, w1)
+    assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}, compiled.explain()
+    assert len({float(v) for v in values}) == 4  # a new draw at each call
+
+
+def test_a_parameter_changed_in_place_under_no_grad_replays(device):
+    """``p.mul_()`` and ``p.copy_(clip(p))`` on a parameter under no_grad (weight decay
+    or clipping by hand): a replay changes it as recorded, under no_grad (it raised at the first
+    replay: grad mode was on there)."""
+    def stepper(w):
+        def step(x):
+            w.grad = None
+            loss = (w * x).sum()
+            loss.backward()
+            with lp.no_grad():
+                w.mul_(0.5)
+                w.copy_(lp.clip(w, -0.3, 0.3))
+            return loss
+
+        return step
+
+    w1, w2 = (nn.Parameter(Tensor(np.array([1.0, -2.0, 0.2]), device=device)) for _ in range(2))
+    eager, compiled = stepper(w1), lp.compile(stepper(w2))
+    for i in range(3):
+        x = Tensor(np.full(3, i + 1.0), device=device)
+        same(compiled(x), eager(x))
+        same(w2, w1)
+        same(w2.grad, w1.grad)
+    assert compiled.calls == {"traced": 1, "replayed": 2, "eager": 0}
 
 
 def test_a_replay_draws_anew_without_a_seed():

@@ -81,19 +81,34 @@ def _draw(kind, shape, name):
     return host
 
 
-def _made(host, name, device, requires_grad, op):
+def _drawn(backend, kind, shape, name, op, shift=0.0, scale=1.0):
+    """``_draw``'s numbers on ``backend``'s device, ``shift + scale * number`` in dtype
+    ``name`` where asked."""
+    host = _draw(kind, shape, name)
+    if (shift, scale) != (0.0, 1.0):
+        host = host * host.dtype.type(scale) + host.dtype.type(shift)  # in the tensor's dtype
+    return backend.from_host(host, name, op)
+
+
+def _integers(backend, low, high, shape, name, op):
+    """``randint``'s numbers on ``backend``'s device."""
+    if name.startswith(("int", "uint")):
+        host = host_rng().integers(low, high, size=shape, dtype=name)
+    else:
+        host = host_rng().integers(low, high, size=shape, dtype="int64" if high <= 2**63 else "uint64").astype(name)
+    return backend.from_host(host, name, op)
+
+
+def _permutation(backend, n, name, op):
+    """``randperm``'s numbers on ``backend``'s device."""
+    return backend.from_host(host_rng().permutation(n).astype(name), name, op)
+
+
+def _made_drawn(fn, *params, device, requires_grad, op):
+    """A new tensor of ``fn(backend, *params)``'s numbers: a draw, which a compiled call
+    makes again at each replay, from the same generator in eager's order."""
     backend = get_backend(device)
-    return requiring_grad(leaf(backend.from_host(host, name, op), backend), requires_grad, op)
-
-
-def _drawn(backend, kind, shape, name, op):
-    """``_draw``'s numbers on ``backend``'s device (a compiled call draws them again at each replay)."""
-    return backend.from_host(_draw(kind, shape, name), name, op)
-
-
-def _made_drawn(kind, shape, name, device, requires_grad, op):
-    backend = get_backend(device)
-    return requiring_grad(leaf(draw(_drawn, backend, kind, shape, name, op), backend), requires_grad, op)
+    return requiring_grad(leaf(draw(fn, backend, *params), backend), requires_grad, op)
 
 
 def rand(*size, dtype=None, device=None, requires_grad=False):
@@ -103,7 +118,7 @@ def rand(*size, dtype=None, device=None, requires_grad=False):
         raise TypeError("rand: give the size, rand(2, 3) or rand((2, 3))")
     shape = sizes(size[0], size[1:], "rand")
     name = _float_dtype(dtype, "rand")
-    return _made_drawn("uniform", shape, name, device, requires_grad, "rand")
+    return _made_drawn(_drawn, "uniform", shape, name, "rand", device=device, requires_grad=requires_grad, op="rand")
 
 
 def randn(*size, dtype=None, device=None, requires_grad=False):
@@ -113,7 +128,8 @@ def randn(*size, dtype=None, device=None, requires_grad=False):
         raise TypeError("randn: give the size, randn(2, 3) or randn((2, 3))")
     shape = sizes(size[0], size[1:], "randn")
     name = _float_dtype(dtype, "randn")
-    return _made_drawn("normal", shape, name, device, requires_grad, "randn")
+    return _made_drawn(_drawn, "normal", shape, name, "randn", device=device, requires_grad=requires_grad,
+                       op="randn")
 
 
 def _bound(value, op, what):
@@ -150,11 +166,8 @@ def randint(low=0, high=None, size=None, *, dtype=None, device=None, requires_gr
         if low < info.min or high - 1 > info.max:
             raise ValueError(f"randint: [low, high) = [{low}, {high}) does not fit dtype {name} "
                              f"([{info.min}, {info.max}])")
-        host = host_rng().integers(low, high, size=shape, dtype=name)
-    else:
-        host = host_rng().integers(low, high, size=shape, dtype="int64" if high <= 2**63 else "uint64")
-        host = host.astype(name)
-    return _made(host, name, device, requires_grad, "randint")
+    return _made_drawn(_integers, low, high, shape, name, "randint", device=device, requires_grad=requires_grad,
+                       op="randint")
 
 
 def randperm(n, *, dtype=None, device=None, requires_grad=False):
@@ -166,7 +179,8 @@ def randperm(n, *, dtype=None, device=None, requires_grad=False):
         raise TypeError(f"randperm: the permutation needs an integer or real floating dtype, not {name}")
     if name.startswith(("int", "uint")) and n - 1 > iinfo(name).max:
         raise ValueError(f"randperm: n={n} does not fit dtype {name}")
-    return _made(host_rng().permutation(n).astype(name), name, device, requires_grad, "randperm")
+    return _made_drawn(_permutation, n, name, "randperm", device=device, requires_grad=requires_grad,
+                       op="randperm")
 
 
 def _fill_with(self, kind, a, b, op):
@@ -177,10 +191,8 @@ def _fill_with(self, kind, a, b, op):
     name = self.dtype.name
     if not name.startswith("float"):
         raise TypeError(f"{op}: needs a real floating-point tensor, got dtype {name}")
-    host = _draw(kind, self.shape, name)
-    host = host * host.dtype.type(b) + host.dtype.type(a)  # in the tensor's dtype
     backend = self._backend
-    values = leaf(backend.from_host(host, name, op), backend)
+    values = leaf(draw(_drawn, backend, kind, self.shape, name, op, a, b), backend)
     with backend.context():  # as t[...] = v: on the tensor's GPU where there are several
         setitem(self, ..., values, name=op)
     return self

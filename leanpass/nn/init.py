@@ -20,6 +20,7 @@ import math
 import numbers
 import warnings
 
+from .._graph.trace import draw
 from ..autograd import no_grad
 from ..backends import FLOAT_DTYPES, get_backend
 from ..tensor import Tensor, as_tensor
@@ -88,9 +89,14 @@ def _draw(tensor, op: str, kind: str, a: float, b: float) -> Tensor:
     name = _tensor(tensor, op).dtype.name
     if name not in FLOAT_DTYPES:
         raise TypeError(f"{op}: needs a real floating-point tensor, got dtype {name}")
-    backend = get_backend(tensor.device)
-    draw = backend.init_uniform if kind == "uniform" else backend.init_normal
-    return _write(tensor, as_tensor(draw(tensor.shape, a, b, name), device=tensor.device))
+    values = draw(_values, get_backend(tensor.device), kind, tensor.shape, a, b, name)
+    return _write(tensor, as_tensor(values, device=tensor.device))
+
+
+def _values(backend, kind, shape, a, b, name):
+    """The numbers of :func:`_draw` on ``backend``'s device (a compiled call draws them
+    again at each replay, in eager's order)."""
+    return (backend.init_uniform if kind == "uniform" else backend.init_normal)(shape, a, b, name)
 
 
 def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
