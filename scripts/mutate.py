@@ -553,7 +553,7 @@ MUTANTS = [
            "return requiring_grad(leaf(fn(backend, *params), backend), requires_grad, op)", ("tests/test_compile.py",),
            "rand, randint, randperm: a draw a compiled call makes again at each replay"),
     Mutant("cuda-kernel-maximum-drops-nan", "leanpass/backends/cupy_backend.py",
-           '"maximum": "({0} >= {1} || {0} != {0}) ? {0} : {1}"', '"maximum": "{0} >= {1} ? {0} : {1}"',
+           '"maximum": "({0} > {1} || {0} != {0}) ? {0} : {1}"', '"maximum": "{0} > {1} ? {0} : {1}"',
            ("tests/test_kernel_texts.py",), "a generated CUDA kernel's maximum: NaN propagates, as NumPy's"),
     Mutant("cuda-kernel-constant-left-double", "leanpass/backends/cupy_backend.py",
            'return f"((T){value!r})"', 'return f"({value!r})"',

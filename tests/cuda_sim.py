@@ -50,12 +50,17 @@ def _tokens(text):
 
 
 def _number(text):
-    body = text.rstrip("uUlLfF")
+    hexadecimal = text.lower().startswith("0x")
+    body = text.rstrip("uUlL" if hexadecimal else "uUlLfF")  # (f is a hex digit)
     suffix = text[len(body):].lower()
-    if body.lower().startswith("0x"):
+    if hexadecimal:
         return np.int64(int(body, 16)) if "l" in suffix else np.int32(int(body, 16))
     if any(c in body for c in ".eE"):
-        return np.float32(float(body)) if "f" in suffix else np.float64(float(body))
+        if suffix not in ("", "f"):
+            raise NotImplementedError(f"{text!r} is not a C++ floating literal")
+        return np.float32(float(body)) if suffix == "f" else np.float64(float(body))
+    if "f" in suffix:
+        raise NotImplementedError(f"{text!r} is not a C++ literal (1.0f or 1.f, not 1f)")
     return np.int64(int(body)) if "l" in suffix else np.int32(int(body))
 
 
@@ -106,13 +111,15 @@ _COMPOUND = {"+=": _BINARY[7]["+"], "-=": _BINARY[7]["-"], "*=": _BINARY[8]["*"]
 
 
 def _math(fn, arity=1):
-    """A CUDA math function's C++ overloads: float in, float out; double (or an integer,
-    taken as double) in, double out."""
+    """A CUDA math function's C++ overloads: float in, float out; double in, double out
+    (a float and a double: double). An integer or bool argument is refused: C++ finds
+    the call ambiguous between the overloads (``sqrt(2)``)."""
     def call(*args):
         if len(args) != arity:
             raise NotImplementedError(f"{arity} arguments expected, got {len(args)}")
-        t = max(max(_RANK.index(_ctype(a)) for a in args), 3)
-        t = np.float64 if _RANK[t] is not np.float32 else np.float32
+        if any(_ctype(a) not in (np.float32, np.float64) for a in args):
+            raise NotImplementedError("a math function of an integer or bool: ambiguous in C++")
+        t = np.float64 if any(_ctype(a) is np.float64 for a in args) else np.float32
         return fn(*(_cast(a, t) for a in args))
     return call
 
@@ -257,9 +264,9 @@ def _like(host, reference):
 class ElementwiseKernel:
     """``cupy.ElementwiseKernel(in_params, out_params, operation, name)``, run on the CPU."""
 
-    def __init__(self, in_params, out_params, operation, name="kernel", *, preamble="", **options):
-        if preamble or options:
-            raise NotImplementedError(f"the simulator takes no preamble or options ({name})")
+    def __init__(self, in_params, out_params, operation, name="kernel", *, preamble="", options=()):
+        if preamble or set(options) - {"--fmad=false"}:  # (it rounds every operation: no FMA either)
+            raise NotImplementedError(f"the simulator takes no preamble, and no option but --fmad=false ({name})")
         self.in_params, self.out_params = _params(in_params), _params(out_params)
         self.operation, self.name = operation, name
         self.calls = 0
@@ -273,7 +280,10 @@ class ElementwiseKernel:
         types = dict(C_TYPES)
         for (t, _), a in zip(self.in_params + self.out_params, args):  # placeholders from the arrays
             if t not in C_TYPES and not hasattr(np, t) and hasattr(a, "dtype"):
-                types.setdefault(t, np.dtype(_host(a).dtype).type)
+                bound = types.setdefault(t, np.dtype(_host(a).dtype).type)
+                if bound is not np.dtype(_host(a).dtype).type:
+                    raise TypeError(f"{self.name}: Type is mismatched. {t} is bound to {np.dtype(bound).name} "
+                                    f"and {np.dtype(_host(a).dtype).name}")
         for t, _ in self.in_params + self.out_params:
             if t not in types:
                 types[t] = getattr(np, t) if hasattr(np, t) else None
@@ -287,15 +297,15 @@ class ElementwiseKernel:
         for k, (t, name) in enumerate(self.out_params):
             if given:
                 env[name] = _host(given[k]).copy()
-            else:
-                env[name] = np.zeros(shape, types[t])
+            else:  # CuPy's outputs are not initialised: a read before a write reads garbage
+                env[name] = np.full(shape, np.nan if np.dtype(types[t]).kind == "f" else 0, types[t])
             outs.append((name, types[t]))
         out_types = dict(outs)
-        declared = {n: types[t] for t, n in self.in_params}
-        declared.update(out_types)
+        declared = dict(out_types)  # the inputs are const: CuPy declares them so
+        inputs = {n for _, n in self.in_params}
         with np.errstate(all="ignore"):
             for statement in filter(None, (s.strip() for s in self.operation.split(";"))):
-                self._run(statement, types, env, declared)
+                self._run(statement, types, env, declared, inputs)
         results = []
         for k, (name, t) in enumerate(outs):
             value = np.broadcast_to(_cast(env[name], t), shape).copy()
@@ -307,7 +317,7 @@ class ElementwiseKernel:
         return results[0] if len(results) == 1 else tuple(results)
 
     @staticmethod
-    def _run(statement, types, env, declared):
+    def _run(statement, types, env, declared, inputs):
         tokens = _tokens(statement)
         p = _Parser(tokens, types, env)
         if p.peek()[1] == "const":
@@ -316,11 +326,13 @@ class ElementwiseKernel:
         if t is not None:  # a declaration
             p.pos += n
             kind, name = p.take()
+            if name in declared or name in inputs or name in types:
+                raise NotImplementedError(f"{name} is declared already (a C++ error): {statement!r}")
             declared[name] = t
         else:
             kind, name = p.take()
         if kind != "name" or name not in declared:
-            raise NotImplementedError(f"the simulator cannot run {statement!r}")
+            raise NotImplementedError(f"the simulator cannot run {statement!r} (an input is const)")
         op = p.take()[1]
         value = p.expression()
         if p.pos != len(tokens):

@@ -77,6 +77,28 @@ def test_placeholders_bind_from_the_arrays_and_constants_by_their_bits():
     assert r.dtype == np.float32 and r[0] == np.inf and math.isnan(r[1])
 
 
+def test_literals_as_cs_lexer_reads_them():
+    x = np.zeros(1, np.float32)
+    assert kernel("T x", "double r", "r = (double)0x3f")(x)[0] == 63
+    assert kernel("T x", "double r", "r = __longlong_as_double(0x7fefffffffffffffLL)")(x)[0] == np.finfo(float).max
+    for bad in ("r = x * 1f", "r = x * 1.5u"):
+        with pytest.raises(NotImplementedError, match="literal"):
+            kernel("T x", "T r", bad)(x)
+
+
+def test_what_cupy_or_nvrtc_would_refuse_the_simulator_refuses():
+    x32, x64 = np.ones(2, np.float32), np.ones(2)
+    with pytest.raises(NotImplementedError, match="ambiguous"):
+        kernel("T x", "T r", "r = x + exp(1)")(x32)  # exp(int): no overload is better
+    with pytest.raises(NotImplementedError, match="const"):
+        kernel("T x", "T r", "x = x * (T)2; r = x")(x32)  # an input is const
+    with pytest.raises(NotImplementedError, match="declared already"):
+        kernel("T x", "T r", "T v = x; T v = x; r = v")(x32)
+    with pytest.raises(TypeError, match="Type is mismatched"):
+        kernel("T x, T y", "T r", "r = x + y")(x32, x64)
+    assert np.isnan(kernel("T x", "T r", "r = r + x")(x32)).all()  # an output is not initialised
+
+
 def test_the_simulator_refuses_what_it_does_not_model():
     with pytest.raises(NotImplementedError):
         cuda_sim.ElementwiseKernel("T x", "T r", "r = x", "k", preamble="__device__ int f();")
@@ -156,6 +178,39 @@ def test_the_kernel_text_declares_booleans_and_casts_every_constant():
     k = cuda_sim.ElementwiseKernel(in_params, out_params, operation, "k")
     v = np.array([0.2, 0.7, 1.5, np.nan])
     np.testing.assert_array_equal(k(v), np.where(v > 0.5, v * 2.0, np.maximum(v, 1)) * np.inf)
+
+
+def test_a_where_between_booleans_is_a_boolean_and_ties_give_numpys_signed_zero():
+    module, _ = load_cupy_backend()
+    sb = _fusion.SymBackend(get_backend("cpu"))
+    x = Sym("in", (0,), np.dtype("float64"), (4,))
+    keep = sb.xp.where(x > 0.5, x < 2.0, x > 3.0)
+    y = sb.xp.where(keep & (x > 0.0), sb.xp.maximum(x, -x), sb.xp.minimum(-x, x))
+    program = Program(1, x.dtype, x.shape)
+    program.outputs = [program.ref(y, lambda s: 0 if s is x else None)]
+    source = module.kernel_source(program)
+    assert "bool v8 = v7 ? v6 : v5;" in source[2].splitlines()
+    v = np.array([-0.0, 0.0, 1.0, np.nan])
+    expected = np.where(np.where(v > 0.5, v < 2.0, v > 3.0) & (v > 0.0), np.maximum(v, -v), np.minimum(-v, v))
+    got = cuda_sim.ElementwiseKernel(*source, "k")(v)
+    np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(expected))
+
+
+def test_generated_kernels_keep_every_rounding(monkeypatch):
+    """``--fmad=false``: NVRTC would otherwise contract ``a * b + c`` into one FMA, one
+    rounding where eager's kernels round twice."""
+    module, _ = load_cupy_backend(monkeypatch)
+    made = []
+
+    class Recorded(cuda_sim.ElementwiseKernel):
+        def __init__(self, *args, **kwargs):
+            made.append(kwargs)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(module.cupy, "ElementwiseKernel", Recorded)
+    assert module.elementwise(program_of(chain)) is not None
+    assert made == [{"options": ("--fmad=false",)}]
 
 
 def test_a_kernel_nvrtc_refuses_leaves_the_run_flat_with_a_warning(monkeypatch):

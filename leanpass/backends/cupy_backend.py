@@ -103,15 +103,16 @@ def _kernels() -> FusedKernels:
 
 # How each function of a program (leanpass._fusion.Program's lines) is spelled in the
 # kernel's C++, its arguments {0}, {1}, {2} (variables, or constants of the kernel's
-# type T), each as NumPy computes it: maximum/minimum propagate NaN (fmax would not),
-# sign is NumPy's (+0 at -0, NaN at NaN), logaddexp NumPy's algorithm.
+# type T), each as NumPy computes it: maximum/minimum propagate NaN (fmax would not)
+# and give the second value on a tie (NumPy's signed zero), sign is NumPy's (+0 at -0,
+# NaN at NaN), logaddexp NumPy's algorithm.
 _C_SPELLINGS = {
     **{fn: "{0} " + op + " {1}" for fn, op in INFIX.items() if fn != "pow"},
     "pow": "pow({0}, {1})", "neg": "-{0}", "negative": "-{0}", "positive": "+{0}", "not": "!{0}",
     "where": "{0} ? {1} : {2}", "abs": "fabs({0})", "square": "{0} * {0}", "reciprocal": "(T)1 / {0}",
     "round": "rint({0})",
     "sign": "{0} > (T)0 ? (T)1 : ({0} < (T)0 ? (T)-1 : ({0} != {0} ? {0} : (T)0))",
-    "maximum": "({0} >= {1} || {0} != {0}) ? {0} : {1}", "minimum": "({0} <= {1} || {0} != {0}) ? {0} : {1}",
+    "maximum": "({0} > {1} || {0} != {0}) ? {0} : {1}", "minimum": "({0} < {1} || {0} != {0}) ? {0} : {1}",
     "logaddexp": "{0} == {1} ? {0} + (T)0.6931471805599453 : ({0} > {1} ? {0} + log1p(exp({1} - {0})) : "
                  "({0} <= {1} ? {1} + log1p(exp({0} - {1})) : {0} - {1}))",
     **{fn: fn + "({0})" for fn in (
@@ -149,15 +150,22 @@ def kernel_source(program):
     def arg(a):
         return f"i{a[1]}" if isinstance(a, tuple) else a if isinstance(a, str) else _c_constant(a)
 
-    body = []
+    def boolean(a):
+        return boolean_names.get(a, False) if isinstance(a, str) else type(a) is bool
+
+    body, boolean_names = [], {}
     for name, fn, args in program.lines:
         if fn == "full":
+            if type(args[0]) is bool:
+                return None  # (a boolean constant array: no line says its type)
             expr = _c_constant(args[0])
         elif fn in _C_SPELLINGS:
             expr = _C_SPELLINGS[fn].format(*map(arg, args))
         else:
             return None
-        body.append(f"{'bool' if fn in _C_BOOLEAN else 'T'} {name} = {expr};")
+        # a comparison's or a predicate's value is a bool, and so is a where between two
+        boolean_names[name] = fn in _C_BOOLEAN or (fn == "where" and boolean(args[1]) and boolean(args[2]))
+        body.append(f"{'bool' if boolean_names[name] else 'T'} {name} = {expr};")
     outs = [o for o in program.outputs if not isinstance(o, tuple)]
     if not outs:
         return None
@@ -177,7 +185,8 @@ def elementwise(program, device=None):
     if source is None:
         return None
     digest = hashlib.sha1("\n".join(source).encode()).hexdigest()[:16]
-    kernel = cupy.ElementwiseKernel(*source, f"leanpass_fused_{digest}")
+    # no contraction of a product and a sum into one FMA: each rounds, as eager's kernels do
+    kernel = cupy.ElementwiseKernel(*source, f"leanpass_fused_{digest}", options=("--fmad=false",))
     outputs = program.outputs
     computed = [k for k, o in enumerate(outputs) if not isinstance(o, tuple)]
     context = device if device is not None else contextlib.nullcontext()
