@@ -20,8 +20,9 @@ arguments, with one warning naming what and where: a value read on the host
 recorded operations (``.data``, ``.grad``), a shape that depends on values, a random
 draw LeanPass does not record (``lp.manual_seed`` inside, a layer made inside: the
 others, dropout, ``lp.rand``/``randn``/``randint``/``randperm``, ``t.uniform_()``,
-``nn.init``, are drawn again at each replay), a recorded in-place change of a tensor in the graph, ``create_graph`` or
-``autograd.grad`` inside the function, complex values, a decomposition. See
+``nn.init``, are drawn again at each replay), a recorded in-place change of a tensor
+in the graph, ``create_graph`` inside the function (``autograd.grad`` and ``lp.func``'s
+transforms at first order are replayed), complex values, a decomposition. See
 docs/compile.md.
 """
 
@@ -37,9 +38,9 @@ import warnings
 
 from ._fusion import ARG, COMPILE_AFTER, EXT, VAL, BackwardRun, compile_runs, fuse, fusion_enabled
 from ._graph import hooks
-from ._graph.engine import _store, _unbroadcast
+from ._graph.engine import _needed, _store, _unbroadcast
 from ._graph.modes import grad_lock, is_grad_enabled, no_grad
-from ._graph.node import COMPLEX, Node
+from ._graph.node import COMPLEX, Node, edge
 from ._graph.trace import TRACER
 from ._node import inplace, leaf
 from .backends import _base as _backends_base
@@ -214,6 +215,7 @@ class Tracer:
         self.backwards = 0
         self.implicit: set = set()  # ids of the ones arrays backward() made as seeds
         self.draws = 0
+        self.inner_leaves: dict = {}  # id(tensor) -> slot: leaves that require grad made in the call (new_leaf)
         self.rng_state = _backends_base._host_rng.bit_generator.state  # the host generator's, after the last draw
         self.actions: list = []
         self.keep_args = list(args)
@@ -400,8 +402,9 @@ class Tracer:
     def backprop(self, roots, grads, create_graph, targets) -> None:
         if self.reason is not None or not self.records():
             return
-        if create_graph or targets is not None:
-            return self.unsupported("autograd.grad or backward(create_graph=True) inside the function")
+        if create_graph:
+            return self.unsupported("backward(create_graph=True) or autograd.grad(create_graph=True) inside the "
+                                    "function (lp.hvp, a gradient penalty)")
         if hooks._grad_hooks_registered:
             return self.unsupported("a backward pass with gradient hooks registered (register_hook)")
         seeds = []
@@ -416,16 +419,77 @@ class Tracer:
                     return self.unsupported("backward(gradient) with a gradient made outside the recorded operations")
                 src = ("ones", (tuple(g.shape), g.dtype))
             seeds.append((slot, src))
-        schedule = self._schedule([r._node for r in roots])
+        if targets is None:
+            schedule = self._schedule([r._node for r in roots])
+            if schedule is not None:
+                self.backwards += 1
+                self.events.append(("backward", tuple(seeds), schedule, roots[0]._backend))
+            return
+        # autograd.grad: only the nodes on a path to a target, whose gradients it returns (each
+        # copied into a slot of its own: ``gradients``), and no .grad written
+        needed = _needed(roots, {id(edge(t)) for t in targets})
+        schedule = self._schedule([r._node for r in roots if id(r._node) in needed], needed)
         if schedule is None:
             return
+        keys = []
+        for t in targets:
+            if t._node is not None:
+                keys.append(("node", self.node_slot.get(id(t._node))))
+            else:
+                keys.append(self._leaf_key(t))
+            if keys[-1] is None or keys[-1][1] is None:
+                return self.unsupported("autograd.grad for a tensor made outside the recorded operations")
         self.backwards += 1
-        self.events.append(("backward", tuple(seeds), schedule, roots[0]._backend))
+        self.events.append(("autograd", tuple(seeds), schedule, roots[0]._backend, tuple(keys), []))
 
-    def _schedule(self, starts):
+    def gradients(self, arrays) -> None:
+        """The arrays autograd.grad returns (the copies it makes, None where an input got no
+        gradient): values of the last ``autograd`` event, each in a slot of its own."""
+        if self.reason is not None or not self.records():
+            return
+        event = self.events[-1] if self.events else None
+        if event is None or event[0] != "autograd":
+            return self.unsupported("autograd.grad's gradients apart from its pass")
+        for k, array in enumerate(arrays):
+            if array is not None:
+                slot = self.slots
+                self.slots += 1
+                self.meta[slot] = (tuple(array.shape), array.dtype)
+                self.arrays[id(array)] = (VAL, slot)
+                self.keep.append(array)
+                event[5].append((k, slot))
+
+    def new_leaf(self, t) -> None:
+        """``t``: a new leaf that requires grad, on the values of a tensor the call has seen
+        (``lp.func.grad``'s input): a value of its own, so that autograd.grad can aim at it
+        apart from the tensor it shares its array with."""
+        if self.reason is not None or not self.records():
+            return
+        src = self.source.get(id(t))
+        if src is None:
+            return self.unsupported("a leaf that requires grad on values computed outside the recorded operations")
+        slot = self.slots
+        self.slots += 1
+        self.meta[slot] = (tuple(t._data.shape), t._data.dtype)
+        self.source[id(t)] = (VAL, slot)
+        self.inner_leaves[id(t)] = slot
+        self.events.append(("leaf", src, slot, t._backend))
+
+    def _leaf_key(self, t):
+        """How a backward pass's schedule names the leaf ``t``: ``(ARG, i)``, ``(EXT, t)``,
+        or ``("leaf", slot)`` for one made in the call (:meth:`new_leaf`); None elsewhere."""
+        slot = self.inner_leaves.get(id(t))
+        if slot is not None:
+            return ("leaf", slot)
+        kind, ref = self.source_of(t) or (None, None)
+        return None if kind in (None, VAL) else (kind, ref)
+
+    def _schedule(self, starts, needed=None):
         """The nodes below ``starts`` in the engine's order (newest first), each with its
         parents: ``(slot, parents, fresh, exact)``, a parent ``(VAL, slot, shape,
-        dtype)``, ``(EXT, leaf, shape, dtype)`` for a leaf that takes a gradient, or None."""
+        dtype)``, ``(EXT, leaf, shape, dtype)`` for a leaf that takes a gradient, or None.
+        With ``needed`` (autograd.grad's: the ids on a path to a target) only those, and
+        a leaf made in the call (:meth:`new_leaf`) is ``("leaf", slot, shape, dtype)``."""
         seen, stack, nodes = set(), list(starts), []
         while stack:
             node = stack.pop()
@@ -443,7 +507,7 @@ class Tracer:
                 self.unsupported("complex values in a graph")
                 return None
             nodes.append(node)
-            stack.extend(p for p in node._prev if type(p) is Node)
+            stack.extend(p for p in node._prev if type(p) is Node and (needed is None or id(p) in needed))
         schedule = []
         for node in sorted(nodes, key=lambda n: -n._seq):
             slot = self.node_slot.get(id(node))
@@ -453,12 +517,16 @@ class Tracer:
             parents = []
             for p in node._prev:
                 shape, dtype = tuple(p._data.shape), p._data.dtype
-                if type(p) is Node:
+                if needed is not None and id(p) not in needed:
+                    parents.append(None)  # (the engine passes nothing there either)
+                elif type(p) is Node:
                     parent_slot = self.node_slot.get(id(p))
                     if parent_slot is None:
                         self.unsupported("backward through a graph made before the call")
                         return None
                     parents.append((VAL, parent_slot, shape, dtype))
+                elif p._rg and p._node is None and needed is not None and id(p) in self.inner_leaves:
+                    parents.append(("leaf", self.inner_leaves[id(p)], shape, dtype))
                 elif p._rg and p._node is None:
                     kind, ref = self.source_of(p)  # an argument, or a tensor from outside (checked before a replay)
                     if kind == VAL:
@@ -519,11 +587,12 @@ class Plan:
         self.slot_backend = {e[5]: e[7] for e in self.events if e[0] == "op"}
         self.slot_backend.update({e[2]: e[3] for e in self.events if e[0] == "const"})
         self.slot_backend.update({e[3]: e[4] for e in self.events if e[0] == "draw"})
+        self.slot_backend.update({e[2]: e[3] for e in self.events if e[0] == "leaf"})
         self.runs = self.replays = self.kernels = 0
         # fusion plans at the first replay (the trace, and a call made once, do not pay for it),
         # from the shapes and dtypes of what the operations read
         self._to_fuse = None
-        if fuse_runs and fusion_enabled():
+        if fuse_runs and fusion_enabled() and "autograd" not in self.counts:  # (autograd.grad's pass reads every node)
             ops = [e for e in self.events if e[0] == "op"]
             self._to_fuse = {src: tracer.meta_of(src) for e in ops for src in (*e[2], (VAL, e[5]))}
         self.constants = tracer.constants
@@ -535,7 +604,7 @@ class Plan:
         and where each value is last read."""
         needed = set()
         for event in self.events:
-            if event[0] == "backward":
+            if event[0] in ("backward", "autograd"):
                 needed.update(entry[0] for entry in event[2] if type(entry) is tuple)
         self.keeps_backward = needed
         self._free = self._liveness()
@@ -561,7 +630,7 @@ class Plan:
                 for src in (event[1], *event[3]):
                     if src[0] == VAL:
                         last[src[1]] = i
-            elif kind == "backward":
+            elif kind in ("backward", "autograd"):
                 for _, src in event[1]:
                     if src[0] == VAL:
                         last[src[1]] = i
@@ -577,6 +646,8 @@ class Plan:
                 for src in event[2]:
                     if src[0] == VAL:
                         last[src[1]] = i
+            elif kind == "leaf" and event[1][0] == VAL:
+                last[event[1][1]] = i
         for slot in self._output_slots(self.outputs):
             last[slot] = len(self.events)
         free = collections.defaultdict(list)
@@ -601,6 +672,8 @@ class Plan:
         if self._to_fuse is not None:
             return "planned at the first replay"
         if not self.runs:
+            if "autograd" in self.counts:
+                return "none (a call with autograd.grad is not fused yet: each operation is its own kernels)"
             return "none (each operation is its own kernels)"
         backward = sum(len(r.programs) for e in self.events if e[0] == "backward" for r in e[2]
                        if type(r) is BackwardRun)
@@ -691,6 +764,10 @@ class Plan:
             elif kind == "backward":
                 changed = True
                 self._backward(event, get, backwards, args)
+            elif kind == "autograd":  # autograd.grad: its gradients are values of the call
+                self._backward(event, get, backwards, args, slots)
+            elif kind == "leaf":  # a leaf made in the call on values it has (lp.func.grad's input)
+                slots[event[2]] = get(event[1])
             elif kind == "action":
                 changed = True
                 _, method, a, kw = event
@@ -727,13 +804,22 @@ class Plan:
             slots[target[1]] = t._data
 
     @staticmethod
-    def _backward(event, get, backwards, args):
-        """One backward pass: ``get(source)`` reads the replay's arrays."""
-        _, seeds, schedule, backend = event
+    def _backward(event, get, backwards, args, slots=None):
+        """One backward pass: ``get(source)`` reads the replay's arrays. An autograd.grad
+        (an ``autograd`` event) writes no ``.grad``: the gradients of its targets, copied, go
+        to their ``slots``."""
+        _, seeds, schedule, backend = event[:4]
+        targets = event[4] if slots is not None else None
         xp = backend.xp
 
         def leaf_tensor(kind, ref):
-            return args[ref] if kind == ARG else ref
+            return args[ref] if kind == ARG else ref if kind == EXT else (kind, ref)  # ("leaf", slot): made in the call
+
+        found = {}
+        wanted = collections.defaultdict(list)  # a node's slot -> the targets it is (a tensor may come twice)
+        for k, (kind, ref) in enumerate(targets or ()):
+            if kind == "node":
+                wanted[ref].append(k)
 
         pending = {}
         for slot, src in seeds:
@@ -750,6 +836,10 @@ class Plan:
                 g = pending.pop(slot, None)
                 if g is None:
                     continue
+                if slot in wanted:
+                    found.update((k, g) for k in wanted[slot])
+                    if not any(parents):
+                        continue  # nothing asked for lies below it
                 grads = backwards[slot](g)  # kept: a second pass (retain_graph=True) runs it again
                 for parent, pg in zip(parents, grads):
                     if pg is None or parent is None:
@@ -770,6 +860,13 @@ class Plan:
                         t = leaf_tensor(kind, ref)
                         old = leaves.get(t)
                         leaves[t] = (pg, fresh) if old is None else (old[0] + pg, True)
+        if targets is not None:
+            for k, key in enumerate(targets):
+                if key[0] != "node" and leaf_tensor(*key) in leaves:
+                    found[k] = leaves[leaf_tensor(*key)][0]
+            for k, slot in event[5]:
+                slots[slot] = backend.copy(found[k])
+            return
         with grad_lock:
             for t, (g, fresh) in leaves.items():
                 _store(t, g, fresh)
@@ -908,8 +1005,10 @@ class Compiled:
                 lines.append(f"{head} eager: {entry}")
                 continue
             c = entry.counts
-            lines.append(f"{head} replays {c['op']} operations, {c['backward']} backward pass"
-                         f"{'es' * (c['backward'] != 1)}, {c['inplace']} in-place changes, "
+            passes = c["backward"] + c["autograd"]
+            of_grad = f" ({c['autograd']} of them autograd.grad)" if c["autograd"] else ""
+            lines.append(f"{head} replays {c['op']} operations, {passes} backward pass"
+                         f"{'es' * (passes != 1)}{of_grad}, {c['inplace']} in-place changes, "
                          f"{c['action']} steps ({', '.join(entry.actions) or 'none'}), {entry.constants} constants, "
                          f"{c['draw']} random draws; "
                          f"{len(entry.externals)} tensors from outside, checked before each replay; "

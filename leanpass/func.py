@@ -28,6 +28,7 @@ import copy
 import numbers
 
 from . import autograd
+from ._graph import trace
 from ._graph.node import Node
 from ._namespace import positive, stack, zeros, zeros_like
 from .tensor import Tensor
@@ -71,7 +72,10 @@ def _differentiable(x):
     if x.requires_grad:
         with autograd.enable_grad():
             return positive(x), True
-    return Tensor(x.detach(), requires_grad=True), False
+    t = x.detach()  # (real floats only: _input checked)
+    t._rg = True  # a leaf of its own that requires grad, on x's values (as Tensor(x.detach(), requires_grad=True))
+    trace.new_leaf(t)  # a compiled call aims autograd.grad at it, apart from x
+    return t, False
 
 
 def _reaches_outer(outputs, ours) -> bool:

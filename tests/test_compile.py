@@ -719,3 +719,120 @@ def test_a_post_accumulate_hook_added_inside_the_function_runs_eagerly():
             same(compiled(x), eager(x))
     same(m2.weight, m1.weight)
     assert compiled.calls["replayed"] == 0
+
+
+# ---- autograd.grad and lp.func inside a compiled function -----------------------------------
+
+
+def test_autograd_grad_in_a_step_replays_without_writing_grad(device):
+    """A step that takes its gradients with autograd.grad and updates the parameters by
+    hand, under no_grad: replayed (no .grad written, as eagerly), equal to eager bit
+    for bit."""
+    def setup():
+        lp.manual_seed(0)
+        return nn.Sequential(nn.Linear(4, 8, device=device), nn.Tanh(), nn.Linear(8, 1, device=device))
+
+    def stepper(model):
+        params = list(model.parameters())
+
+        def step(x, y):
+            loss = ((model(x) - y) ** 2).mean()
+            grads = lp.autograd.grad(loss, params)
+            with lp.no_grad():
+                for p, g in zip(params, grads):
+                    p -= 0.1 * g
+            return loss, grads[0]
+
+        return step
+
+    m1, m2 = setup(), setup()
+    eager, compiled = stepper(m1), lp.compile(stepper(m2))
+    for _ in range(4):
+        x, y = Tensor(RNG.normal(size=(5, 4)), device=device), Tensor(RNG.normal(size=(5, 1)), device=device)
+        (l1, g1), (l2, g2) = eager(x, y), compiled(x, y)
+        same(l2, l1)
+        same(g2, g1)
+        assert not g2.requires_grad
+    for p, q in zip(m1.parameters(), m2.parameters()):
+        same(q, p)
+        assert not q.has_grad and not p.has_grad  # (.grad reads as zeros, as it did before)
+    assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}
+    assert "1 backward pass (1 of them autograd.grad)" in compiled.explain()
+
+
+def loss_of(w, x, y):
+    return ((x @ w - y) ** 2).mean()
+
+
+FUNCTIONAL = {  # a step written with lp.func (JAX's style): the gradient for an argument
+    "grad": lambda w, x, y: (w - 0.1 * lp.func.grad(loss_of)(w, x, y),),
+    "value_and_grad": lambda w, x, y: lp.func.value_and_grad(loss_of)(w, x, y),
+    "grad argnums": lambda w, x, y: lp.func.grad(loss_of, argnums=(0, 1))(w, x, y),
+    "grad has_aux": lambda w, x, y: lp.func.grad(lambda w, x, y: (loss_of(w, x, y), x.sum()), has_aux=True)(w, x, y),
+    "vjp": lambda w, x, y: lp.func.vjp(lambda w: x @ w, w)[1](y),
+}
+
+
+@pytest.mark.parametrize("name", list(FUNCTIONAL))
+def test_lp_func_transforms_replay(name, device):
+    """lp.func.grad's input is a new leaf on the argument's values (a value of its own in
+    the trace, so that the gradient is aimed at it, not at the argument)."""
+    fn = FUNCTIONAL[name]
+    compiled = lp.compile(fn)
+    for _ in range(4):
+        w, x, y = (Tensor(RNG.normal(size=s), device=device) for s in ((4, 1), (5, 4), (5, 1)))
+        expected, got = fn(w, x, y), compiled(w, x, y)
+        for a, b in zip(jax_leaves(expected), jax_leaves(got)):
+            same(b, a)
+        assert w.grad is None and not w.requires_grad
+    assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}, compiled.explain()
+
+
+def jax_leaves(value):
+    if isinstance(value, Tensor):
+        return [value]
+    return [t for v in value for t in jax_leaves(v)]
+
+
+def test_autograd_grad_of_an_intermediate_and_of_an_unused_input(device):
+    w = Tensor(np.array([0.5, -1.0, 2.0]), requires_grad=True, device=device)
+    unused = Tensor(np.ones(3), requires_grad=True, device=device)
+
+    def f(x):
+        h = x * w
+        loss = (h.tanh() ** 2).sum()
+        gh, gw, gu, gh2 = lp.autograd.grad(loss, [h, w, unused, h], allow_unused=True)
+        return gh, gw, gu, gh2
+
+    compiled = lp.compile(f)
+    for k in range(3):
+        x = Tensor(np.array([1.0, 2.0, -0.5]) * (k + 1), device=device)
+        (a1, b1, c1, d1), (a2, b2, c2, d2) = f(x), compiled(x)
+        same(a2, a1)
+        same(b2, b1)
+        same(d2, d1)  # (one tensor asked for twice)
+        assert c1 is None and c2 is None
+    assert not w.has_grad and compiled.calls["replayed"] == 2
+
+
+def test_create_graph_inside_the_function_runs_eagerly_with_one_warning():
+    f = lp.compile(lambda w, v: lp.func.hvp(lambda w: (w ** 3).sum(), (w,), (v,))[1][0])
+    w, v = Tensor(np.array([1.0, 2.0])), Tensor(np.array([1.0, 0.5]))
+    with pytest.warns(RuntimeWarning, match="runs eagerly for these arguments"):
+        same(f(w, v), 6 * np.array([1.0, 2.0]) * np.array([1.0, 0.5]))
+    same(f(w, v), 6 * np.array([1.0, 2.0]) * np.array([1.0, 0.5]))  # (no second warning: errors in tests)
+    assert f.calls == {"traced": 1, "replayed": 0, "eager": 1}
+
+
+def test_lp_func_grad_of_one_tensor_passed_twice_keeps_the_two_gradients_apart(device):
+    """Two new leaves on one array (argnums 0 and 1, the same tensor): each its own value
+    in the trace, or their gradients would be summed into one."""
+    fn = lp.func.grad(lambda a, b: (a * b * b).sum(), argnums=(0, 1))
+    compiled = lp.compile(fn)
+    for k in range(3):
+        x = Tensor(np.array([1.0, 2.0, -0.5]) * (k + 1), device=device)
+        (ga, gb), (ca, cb) = fn(x, x), compiled(x, x)
+        same(ca, ga)  # b * b
+        same(cb, gb)  # 2 a b
+        same(ca, host(x) ** 2)
+    assert compiled.calls == {"traced": 1, "replayed": 2, "eager": 0}

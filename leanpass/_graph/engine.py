@@ -395,12 +395,14 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
             finally:
                 TRACER[0] = tracer
         return None
-    leaf = above.leaf
-    out = []
-    for t in targets:  # raw arrays become Tensors outside any graph, owning their arrays
-        g = found.get(id(edge(t)))
-        out.append(g if g is None or create_graph else leaf(t._backend.copy(g), t._backend))
-    return out
+    found = [found.get(id(edge(t))) for t in targets]
+    if create_graph:
+        return found
+    copies = [None if g is None else t._backend.copy(g) for t, g in zip(targets, found)]
+    if tracer is not None:  # lp.compile: values of the pass it recorded
+        tracer.gradients(copies)
+    leaf = above.leaf  # raw arrays become Tensors outside any graph, owning their arrays
+    return [None if c is None else leaf(c, t._backend) for t, c in zip(targets, copies)]
 
 
 def _release(done, leaves, retained) -> None:

@@ -62,6 +62,14 @@ def draw(fn, *args):
     return tracer.draw(fn, args)
 
 
+def new_leaf(t) -> None:
+    """``t`` is a new leaf that requires grad on the values of a tensor the call has
+    seen (``lp.func.grad``'s input): a traced call records it as a value of its own."""
+    tracer = TRACER[0]
+    if tracer is not None and tracer.records():
+        tracer.new_leaf(t)
+
+
 def seed(t) -> None:
     """The Tensor ``t``'s array is the gradient a backward pass starts from: the tracer
     records where it comes from (an argument, an operation, a tensor from outside)."""
