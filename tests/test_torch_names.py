@@ -140,3 +140,89 @@ def test_in_place_methods_name_themselves_in_errors(device):
     with pytest.raises(ValueError, match=r"^copy_: a value of shape \(3,\) does not broadcast"):
         w.detach().copy_(lp.ones(3, device=device))
     assert w.tolist() == [1.0, 2.0]
+
+
+# ---- in-place variants of the element-wise methods (t.exp_(), t.clamp_(lo, hi)...) ----------------
+
+X = np.array([[0.3, 0.7, 0.2], [0.9, 0.45, 0.6]])  # inside every function's domain (acosh: below)
+IN_PLACE = {  # name -> (arguments, input)
+    **{n: ((), X) for n in ("abs", "acos", "asin", "asinh", "atan", "atanh", "ceil", "cos", "cosh", "exp", "expm1",
+                           "floor", "log", "log10", "log1p", "log2", "reciprocal", "relu", "round", "sigmoid",
+                           "sign", "sin", "sinh", "sqrt", "square", "tan", "tanh", "trunc", "neg")},
+    "acosh": ((), X + 1.0), "clamp": ((0.4, 0.65), X), "clip": ((0.4, 0.65), X), "pow": ((3,), X),
+    "addcmul": ((X * 2, X - 1.0), X), "addcdiv": ((X * 2, X + 1.0), X), "lerp": ((X * 3, 0.25), X),
+    "masked_fill": ((X > 0.5, -1.0), X),
+}
+
+
+def _ours_and_theirs(torch, args, device):
+    ours = [Tensor(a, device=device) if isinstance(a, np.ndarray) and a.dtype != bool else
+            lp.asarray(a, device=device) if isinstance(a, np.ndarray) else a for a in args]
+    return ours, [torch.tensor(a) if isinstance(a, np.ndarray) else a for a in args]
+
+
+@pytest.mark.parametrize("name", list(IN_PLACE))
+def test_in_place_variants_of_element_wise_methods_match_torch(device, name):
+    """Values, the tensor itself returned, and the gradient through a change of a value
+    inside a graph (``y = x * 1; y.exp_()``), as PyTorch's."""
+    torch = torch_or_skip()
+    args, data = IN_PLACE[name]
+    ours_args, theirs_args = _ours_and_theirs(torch, args, device)
+    t = Tensor(data, device=device)
+    assert getattr(t, f"{name}_")(*ours_args) is t
+    expected = getattr(torch.tensor(data), f"{name}_")(*theirs_args)
+    close(t, expected)
+    x, tx = Tensor(data, requires_grad=True, device=device), torch.tensor(data, requires_grad=True)
+    y, ty = x * 1.5, tx * 1.5
+    getattr(y, f"{name}_")(*ours_args)
+    ty = getattr(ty, name)(*theirs_args)  # (PyTorch has no derivative for some in-place ones: asinh_)
+    (y * y).sum().backward()
+    (ty * ty).sum().backward()
+    close(x.grad, tx.grad)
+
+
+def test_in_place_variants_refuse_what_pytorch_refuses(device):
+    ints = lp.asarray(np.array([1, 4]), device=device)
+    before = np.asarray(lp.asarray(ints, device="cpu").data).copy() if device == "cpu" else None
+    with pytest.raises(TypeError, match="sqrt_: the result has dtype float64.*int64"):
+        ints.sqrt_()
+    if before is not None:
+        np.testing.assert_array_equal(np.asarray(ints.data), before)  # nothing changed
+    assert ints.abs_() is ints and ints.clamp_(0, 2).dtype == ints.dtype  # integer results stay
+    w = Tensor(np.array([0.5, 2.0]), requires_grad=True, device=device)
+    with pytest.raises(RuntimeError, match="exp_: a leaf tensor that requires grad"):
+        w.exp_()
+    with lp.no_grad():
+        w.clamp_(0.0, 1.0)  # a parameter clipped by hand
+    close(w, np.array([0.5, 1.0]))
+    y = Tensor(np.array([0.5, 2.0]), requires_grad=True, device=device) * 1
+    z = y * y  # saves y
+    y.exp_()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation|changed in place"):
+        z.sum().backward()
+
+
+def test_a_parameter_clamped_in_place_in_a_compiled_step(device):
+    """WGAN's weight clipping: ``p.clamp_(-c, c)`` under no_grad, replayed."""
+    def stepper(w):
+        opt = lp.optim.SGD([w], lr=0.5)
+
+        def step(x):
+            opt.zero_grad()
+            loss = (w * x).sum()
+            loss.backward()
+            opt.step()
+            with lp.no_grad():
+                w.clamp_(-0.6, 0.6)
+            return loss
+
+        return step
+
+    w1, w2 = (nn.Parameter(Tensor(np.array([0.2, -0.4, 0.5]), device=device)) for _ in range(2))
+    eager, compiled = stepper(w1), lp.compile(stepper(w2))
+    for k in range(3):
+        x = Tensor(np.array([1.0, -1.0, 0.5]) * (k + 1), device=device)
+        eager(x)
+        compiled(x)
+        close(w2, np.asarray(w1.to("cpu").detach()))
+    assert compiled.calls == {"traced": 1, "replayed": 2, "eager": 0}

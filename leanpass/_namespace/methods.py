@@ -11,6 +11,7 @@ import numbers
 
 from .. import ops
 from .._checks import check_reshape, normalize_axis
+from .._graph.modes import is_grad_enabled
 from .._indexing import setitem
 from .._node import run1
 from ..ops import elementwise as table
@@ -293,6 +294,86 @@ def div_(self, other):
 METHODS.update((f.__name__, f) for f in (dim, pow, masked_fill, zero_, fill_, copy_, add_, sub_, mul_, div_))
 
 
+# ---- PyTorch's in-place variants: ``t.exp_()``, ``t.clamp_(lo, hi)``... ---------------------------
+
+def _kind(dtype) -> int:
+    """A dtype's kind, in the order values may be cast in place: 0 bool, 1 integer, 2
+    real floating, 3 complex."""
+    name = str(dtype)
+    return 0 if name == "bool" else 3 if name.startswith("complex") else 2 if name.startswith("float") else 1
+
+
+def _write_result(self, result, name):
+    """``result`` written into ``self`` in place (``t[...] = result``: recorded as any
+    setitem, so gradients flow through it and a leaf that requires grad refuses it);
+    ``TypeError`` where ``result``'s kind of dtype is above ``self``'s (floats into an
+    integer tensor: PyTorch's "result type can't be cast"); a float64 result in a
+    float32 tensor is cast, as PyTorch's."""
+    if not isinstance(self, Tensor):
+        raise TypeError(f"{name}: expected a Tensor, got {type(self).__name__}")
+    if _kind(result.dtype) > _kind(self.dtype):
+        raise TypeError(f"{name}: the result has dtype {result.dtype}, which cannot be written in place into a "
+                        f"tensor of dtype {self.dtype} (shape {self.shape}); use {name[:-1]}() for a new tensor")
+    if tuple(result.shape) != tuple(self.shape):
+        raise ValueError(f"{name}: the result has shape {result.shape}, not the tensor's {self.shape} (in place, "
+                         "the operands must broadcast to the tensor's shape)")
+    with self._backend.context():  # as t[...] = v: on the tensor's GPU where there are several
+        setitem(self, ..., result, name=name)
+    return self
+
+
+def _in_place(method_name, method):
+    """The in-place variant of the method ``method_name`` (``method``)."""
+
+    def in_place(self, *args, **kwargs):
+        return _write_result(self, method(_before(self), *args, **kwargs), f"{method_name}_")
+
+    in_place.__name__ = in_place.__qualname__ = f"{method_name}_"
+    in_place.__doc__ = (f"``t.{method_name}(...)`` written into ``t``, in place (PyTorch's ``{method_name}_``); "
+                        "returns ``t``.")
+    return in_place
+
+
+def _before(t):
+    """``t``'s value before the change, for the operation that computes the new one: a
+    copy in the graph where one is recorded (the operation may save its input, which the
+    write then changes: PyTorch saves the original too), else ``t`` itself."""
+    return t.clone() if isinstance(t, Tensor) and t.requires_grad and is_grad_enabled() else t
+
+
+def neg_(self):
+    """``t = -t``, in place; returns ``t``."""
+    return _write_result(self, -self, "neg_")  # (negation saves nothing)
+
+
+def addcmul_(self, tensor1, tensor2, *, value=1):
+    """``t += value * tensor1 * tensor2``, in place (PyTorch's ``addcmul_``); returns ``t``."""
+    return _write_result(self, self + tensor1 * tensor2 * value if value != 1 else self + tensor1 * tensor2,
+                         "addcmul_")  # (a sum saves neither term)
+
+
+def addcdiv_(self, tensor1, tensor2, *, value=1):
+    """``t += value * tensor1 / tensor2``, in place (PyTorch's ``addcdiv_``); returns ``t``."""
+    return _write_result(self, self + tensor1 / tensor2 * value if value != 1 else self + tensor1 / tensor2,
+                         "addcdiv_")
+
+
+def lerp_(self, end, weight):
+    """``t += weight * (end - t)``, in place (PyTorch's ``lerp_``); returns ``t``."""
+    return _write_result(self, self + (end - self) * weight, "lerp_")  # (saves weight and end - t only)
+
+
+def masked_fill_(self, mask, value):
+    """:meth:`masked_fill` written into ``t``, in place; returns ``t``."""
+    return _write_result(self, masked_fill(_before(self), mask, value), "masked_fill_")
+
+
+_IN_PLACE = ("abs", "acos", "acosh", "asin", "asinh", "atan", "atanh", "ceil", "clamp", "clip", "cos", "cosh", "exp",
+             "expm1", "floor", "log", "log10", "log1p", "log2", "pow", "reciprocal", "relu", "round", "sigmoid",
+             "sign", "sin", "sinh", "sqrt", "square", "tan", "tanh", "trunc")
+METHODS.update((f.__name__, f) for f in (neg_, addcmul_, addcdiv_, lerp_, masked_fill_))
+
+
 def _registry() -> dict:
     """Every Tensor method named after a namespace function, by name: the element-wise
     table's, then each module's ``METHODS``, then this module's (a later one replaces an
@@ -302,6 +383,7 @@ def _registry() -> dict:
                    torch_names):
         registry.update(module.METHODS)
     registry.update(METHODS)
+    registry.update((f"{name}_", _in_place(name, registry[name])) for name in _IN_PLACE)
     return registry
 
 
