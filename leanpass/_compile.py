@@ -38,7 +38,7 @@ import warnings
 
 from ._fusion import ARG, COMPILE_AFTER, EXT, VAL, BackwardRun, compile_runs, fuse, fusion_enabled
 from ._graph import hooks
-from ._graph.engine import _needed, _store, _unbroadcast
+from ._graph.engine import Released, _needed, _store, _unbroadcast
 from ._graph.modes import grad_lock, is_grad_enabled, no_grad
 from ._graph.node import COMPLEX, Node, edge
 from ._graph.trace import TRACER
@@ -212,7 +212,6 @@ class Tracer:
         self.node_slot: dict = {}  # id(node) -> slot of its output
         self.externals: dict = {}  # id(tensor) -> (tensor, shape, dtype, backend, rg): checked before a replay
         self.constants = 0
-        self.backwards = 0
         self.implicit: set = set()  # ids of the ones arrays backward() made as seeds
         self.draws = 0
         self.inner_leaves: dict = {}  # id(tensor) -> slot: leaves that require grad made in the call (new_leaf)
@@ -422,7 +421,6 @@ class Tracer:
         if targets is None:
             schedule = self._schedule([r._node for r in roots])
             if schedule is not None:
-                self.backwards += 1
                 self.events.append(("backward", tuple(seeds), schedule, roots[0]._backend))
             return
         # autograd.grad: only the nodes on a path to a target, whose gradients it returns (each
@@ -439,7 +437,6 @@ class Tracer:
                 keys.append(self._leaf_key(t))
             if keys[-1] is None or keys[-1][1] is None:
                 return self.unsupported("autograd.grad for a tensor made outside the recorded operations")
-        self.backwards += 1
         self.events.append(("autograd", tuple(seeds), schedule, roots[0]._backend, tuple(keys), []))
 
     def gradients(self, arrays) -> None:
@@ -558,9 +555,9 @@ class Tracer:
             src = self.source_of(value)
             if src is None:
                 return None
-            if value._rg and value._node is not None and self.backwards == 0:
-                self.unsupported("a result that requires grad (its graph is not replayed: call backward inside "
-                                 "the function)")
+            if value._rg and value._node is not None and not isinstance(value._node._prev, Released):
+                self.unsupported("a result that requires grad in a graph still alive (its graph is not replayed: "
+                                 "call backward inside the function)")
             if src[0] != VAL and value is not (self.keep_args[src[1]] if src[0] == ARG else src[1]):
                 return ("T", src, value._backend, "view")  # another tensor on its array (x.detach())
             return ("T", src, value._backend)
@@ -588,6 +585,7 @@ class Plan:
         self.slot_backend.update({e[2]: e[3] for e in self.events if e[0] == "const"})
         self.slot_backend.update({e[3]: e[4] for e in self.events if e[0] == "draw"})
         self.slot_backend.update({e[2]: e[3] for e in self.events if e[0] == "leaf"})
+        self.slot_backend.update({slot: e[3] for e in self.events if e[0] == "autograd" for _, slot in e[5]})
         self.runs = self.replays = self.kernels = 0
         # fusion plans at the first replay (the trace, and a call made once, do not pay for it),
         # from the shapes and dtypes of what the operations read
@@ -690,7 +688,7 @@ class Plan:
         may reach other tensors, or take another path)."""
         if _MODULE_CHANGES[0] != self.modules:
             return False
-        if self.counts["backward"] and hooks._grad_hooks_registered:
+        if (self.counts["backward"] or self.counts["autograd"]) and hooks._grad_hooks_registered:
             return False  # gradient hooks registered since: a trace now runs eagerly (not replayed yet)
         for t, shape, dtype, backend, rg in self.externals:
             data = t._data

@@ -24,7 +24,7 @@ from ._graph.engine import Released, _needed, backprop, zero_graph_grads
 from ._graph.hooks import RemovableHandle, hook_round, queue_callback
 from ._graph.modes import enable_grad, grad_lock, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from ._graph.node import edge
-from ._graph.trace import implicit_seed
+from ._graph.trace import implicit_seed, note
 from ._graph.versions import Version, increment_version, increment_versions, version_of
 from ._node import Outputs, as_graph_tensor, as_tensor, leaf, run1
 from .backends._base import NO_FUSED, Backend
@@ -201,6 +201,8 @@ def _seeds(name, what, given, outputs, grads, create_graph):
     is 1 for a one-element output, else a Tensor or array-like of its shape): arrays
     (the caller's, which the engine copies before it keeps one as a ``.grad``), or Tensors
     with ``create_graph``."""
+    if create_graph:  # (lp.compile: said before the seeds below are made, which it would name instead)
+        note(f"{name}(create_graph=True) (a second derivative, or lp.func.hvp: not replayed yet)")
     seeds = []
     for i, (out, g) in enumerate(zip(outputs, grads)):
         backend = out._backend

@@ -72,6 +72,7 @@ def _differentiable(x):
     if x.requires_grad:
         with autograd.enable_grad():
             return positive(x), True
+    trace.read(x)  # (lp.compile: a tensor from outside, which the call may not have read yet)
     t = x.detach()  # (real floats only: _input checked)
     t._rg = True  # a leaf of its own that requires grad, on x's values (as Tensor(x.detach(), requires_grad=True))
     trace.new_leaf(t)  # a compiled call aims autograd.grad at it, apart from x
@@ -199,10 +200,13 @@ def value_and_grad(f, argnums=0, has_aux=False):
         result, inputs, nested = _call(f, args, nums, name, kwargs)
         out, aux = _split_aux(result, name) if has_aux else (result, None)
         out = _scalar(out, name)
+        if has_aux:  # before the pass below releases the graph, in which an aux's way to the inputs is seen
+            keep = out.requires_grad and (nested or _reaches_outer([out], {id(x) for x in inputs}))
+            aux = _plain_aux(aux, inputs, keep)
         grads, create = _gradients(out, inputs, nested)
         grads = grads[0] if isinstance(argnums, int) else grads
         value = out if create else out.detach()
-        return ((value, _plain_aux(aux, inputs, create)), grads) if has_aux else (value, grads)
+        return ((value, aux), grads) if has_aux else (value, grads)
 
     return wrapper
 

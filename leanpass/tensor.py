@@ -23,7 +23,7 @@ from ._graph.node import note_complex
 from ._graph.trace import TRACER
 from ._graph.trace import implicit_seed as _trace_implicit_seed
 from ._graph.trace import note as _trace_note
-from ._graph.trace import seed as _trace_seed
+from ._graph.trace import read as _trace_read
 from ._graph.versions import version_of
 from ._indexing import getitem, setitem
 from ._node import _check_grad_dtype as check_grad_dtype
@@ -469,7 +469,7 @@ class Tensor:
         else:
             grad = as_tensor(gradient, device=backend.device, dtype=dtype_name(data.dtype))._data
             if TRACER[0] is not None and isinstance(gradient, Tensor) and grad is gradient._data:
-                _trace_seed(gradient)  # lp.compile: a replay starts from that tensor's array then
+                _trace_read(gradient)  # lp.compile: a replay starts from that tensor's array then
             if grad.shape != data.shape:
                 raise ValueError(
                     f"backward: gradient of shape {tuple(grad.shape)} does not match the "

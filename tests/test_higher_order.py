@@ -532,6 +532,10 @@ def test_has_aux_needs_a_pair_and_aux_comes_back_detached(device):
             call()
     _, aux = lp.grad(lambda t: ((t**2).sum(), t * 2), has_aux=True)(x)
     assert not aux.requires_grad
+    _, aux = lp.grad(lambda t: (((t * 2) ** 2).sum(), t * 2), has_aux=True)(x)  # aux in the loss's graph too
+    assert not aux.requires_grad
+    (_, aux), _ = lp.value_and_grad(lambda t: ((t**2).sum(), t**2), has_aux=True)(x)
+    assert not aux.requires_grad
     _, aux = lp.jacobian(lambda t: (t**2, {"a": [t * 3], "n": 1}), has_aux=True)(x)
     assert not aux["a"][0].requires_grad and aux["n"] == 1
     _, _, aux = lp.vjp(lambda t: (t**2, t + 1), x, has_aux=True)

@@ -70,9 +70,10 @@ def new_leaf(t) -> None:
         tracer.new_leaf(t)
 
 
-def seed(t) -> None:
-    """The Tensor ``t``'s array is the gradient a backward pass starts from: the tracer
-    records where it comes from (an argument, an operation, a tensor from outside)."""
+def read(t) -> None:
+    """The call reads the Tensor ``t``'s array apart from an operation (the gradient a
+    backward pass starts from, ``lp.func.grad``'s input): the tracer records where it
+    comes from (an argument, an operation, a tensor from outside)."""
     tracer = TRACER[0]
     if tracer is not None and tracer.records() and tracer.reason is None:
         tracer.source_of(t)
