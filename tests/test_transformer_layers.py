@@ -1,0 +1,132 @@
+"""``nn.TransformerEncoderLayer`` and ``nn.TransformerEncoder`` against PyTorch's: a
+PyTorch ``state_dict`` loads as it is, and outputs and gradients agree, on every device."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import close, host, torch_or_skip
+
+import leanpass as lp
+from leanpass import Tensor, nn
+
+RNG = np.random.default_rng(17)
+
+
+def pair(torch, device, **kw):
+    """A PyTorch layer and ours with its weights, both float64, in eval mode."""
+    theirs = torch.nn.TransformerEncoderLayer(8, 2, 16, dtype=torch.float64, **kw)
+    ours = nn.TransformerEncoderLayer(8, 2, 16, device=device, dtype="float64", **kw)
+    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    theirs.eval()
+    ours.eval()
+    return theirs, ours
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+@pytest.mark.parametrize("layout", ["batch_first", "sequence_first", "unbatched"])
+def test_encoder_layer_matches_torch_with_masks(device, norm_first, activation, layout):
+    torch = torch_or_skip()
+    if activation == "gelu" and device.startswith("strict"):
+        pytest.skip("strict has no erf (the exact GELU)")
+    theirs, ours = pair(torch, device, activation=activation, norm_first=norm_first,
+                        batch_first=layout == "batch_first")
+    shape = {"batch_first": (3, 5, 8), "sequence_first": (5, 3, 8), "unbatched": (5, 8)}[layout]
+    x = RNG.normal(size=shape)
+    causal = np.triu(np.ones((5, 5), dtype=bool), 1)
+    kwargs, their_kwargs = {"src_mask": lp.asarray(causal, device=device)}, {"src_mask": torch.tensor(causal)}
+    if layout != "unbatched":
+        pad = np.zeros((3, 5), dtype=bool)
+        pad[1, 3:] = True
+        kwargs["src_key_padding_mask"] = lp.asarray(pad, device=device)
+        their_kwargs["src_key_padding_mask"] = torch.tensor(pad)
+    ox, tx = Tensor(x, requires_grad=True, device=device), torch.tensor(x, requires_grad=True)
+    oy, ty = ours(ox, **kwargs), theirs(tx, **their_kwargs)
+    close(oy, ty)
+    g = RNG.normal(size=shape)
+    oy.backward(Tensor(g, device=device))
+    ty.backward(torch.tensor(g))
+    close(ox.grad, tx.grad)
+    theirs_grads = {k: v.grad for k, v in theirs.named_parameters()}
+    for name, p in ours.named_parameters():
+        close(p.grad, theirs_grads[name])
+
+
+def test_a_callable_activation_and_dropout_in_training(device):
+    torch = torch_or_skip()
+    theirs, ours = pair(torch, device, activation=torch.nn.functional.silu, dropout=0.0, batch_first=True)
+    ours.activation = nn.functional.silu
+    x = RNG.normal(size=(2, 4, 8))
+    ours.train()
+    theirs.train()
+    close(ours(Tensor(x, device=device)), theirs(torch.tensor(x)))  # dropout 0: training changes nothing
+    _, dropping = pair(torch, device, dropout=0.5, batch_first=True)
+    dropping.train()
+    lp.manual_seed(0)
+    a, b = host(dropping(Tensor(x, device=device))), host(dropping(Tensor(x, device=device)))
+    assert not np.array_equal(a, b)  # new masks at each call
+    dropping.eval()
+    np.testing.assert_array_equal(host(dropping(Tensor(x, device=device))), host(dropping(Tensor(x, device=device))))
+
+
+def test_encoder_stacks_independent_copies_and_its_norm_as_torch(device):
+    torch = torch_or_skip()
+    layer_t, layer_o = pair(torch, device, batch_first=True, norm_first=True)
+    theirs = torch.nn.TransformerEncoder(layer_t, 3, norm=torch.nn.LayerNorm(8, dtype=torch.float64),
+                                         enable_nested_tensor=False)
+    ours = nn.TransformerEncoder(layer_o, 3, norm=nn.LayerNorm(8, device=device, dtype="float64"))
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    with torch.no_grad():
+        for k, layer in enumerate(theirs.layers):  # each layer its own weights
+            layer.linear1.weight.mul_(1.0 + 0.1 * k)
+    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    assert ours.layers[0].linear1.weight is not ours.layers[1].linear1.weight
+    theirs.eval()
+    ours.eval()
+    x = RNG.normal(size=(2, 6, 8))
+    causal = np.triu(np.ones((6, 6), dtype=bool), 1)
+    close(ours(Tensor(x, device=device), mask=lp.asarray(causal, device=device), is_causal=True),
+          theirs(torch.tensor(x), mask=torch.tensor(causal), is_causal=True))
+
+
+def test_a_compiled_training_step_equals_eager(device):
+    def setup():
+        lp.manual_seed(3)
+        encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, dropout=0.1, batch_first=True,
+                                                                   device=device), 2)
+        head = nn.Linear(8, 4, device=device)
+        return encoder, head, lp.optim.AdamW([*encoder.parameters(), *head.parameters()], lr=1e-2)
+
+    def stepper(encoder, head, opt):
+        def step(x, y):
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(head(encoder(x)).reshape(-1, 4), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        return step
+
+    eager, compiled = stepper(*setup()), lp.compile(stepper(*setup()))
+    for k in range(3):
+        x = Tensor(RNG.normal(size=(2, 5, 8)), device=device, dtype="float32")
+        y = lp.asarray(RNG.integers(0, 4, size=10), device=device)
+        lp.manual_seed(k)
+        expected = eager(x, y)
+        lp.manual_seed(k)
+        np.testing.assert_array_equal(host(compiled(x, y)), host(expected))
+    assert compiled.calls == {"traced": 1, "replayed": 2, "eager": 0}
+
+
+@pytest.mark.parametrize("make, error, message", [
+    (lambda: nn.TransformerEncoderLayer(8.0, 2), ValueError, "d_model must be a positive integer"),
+    (lambda: nn.TransformerEncoderLayer(8, 3), ValueError, "not divisible by num_heads"),
+    (lambda: nn.TransformerEncoderLayer(8, 2, activation="tanh"), ValueError, "activation must be"),
+    (lambda: nn.TransformerEncoderLayer(8, 2, activation=3), TypeError, "activation must be"),
+    (lambda: nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16), 0), ValueError, "num_layers"),
+    (lambda: nn.TransformerEncoder("layer", 2), TypeError, "encoder_layer must be a Module"),
+])
+def test_bad_construction_names_the_layer(make, error, message):
+    with pytest.raises(error, match=message):
+        make()
