@@ -125,8 +125,67 @@ def test_a_compiled_training_step_equals_eager(device):
     (lambda: nn.TransformerEncoderLayer(8, 2, activation="tanh"), ValueError, "activation must be"),
     (lambda: nn.TransformerEncoderLayer(8, 2, activation=3), TypeError, "activation must be"),
     (lambda: nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16), 0), ValueError, "num_layers"),
-    (lambda: nn.TransformerEncoder("layer", 2), TypeError, "encoder_layer must be a Module"),
+    (lambda: nn.TransformerEncoder("layer", 2), TypeError, "TransformerEncoder: the layer must be a Module"),
+    (lambda: nn.TransformerDecoder(nn.TransformerDecoderLayer(8, 2, 16), -1), ValueError, "num_layers"),
+    (lambda: nn.TransformerDecoderLayer(8, 2, activation="swish"), ValueError, "TransformerDecoderLayer: activation"),
+    (lambda: nn.Transformer.generate_square_subsequent_mask(0), ValueError, "sz must be a positive integer"),
 ])
 def test_bad_construction_names_the_layer(make, error, message):
     with pytest.raises(error, match=message):
         make()
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_decoder_layer_and_stack_match_torch_with_every_mask(device, norm_first, batch_first):
+    torch = torch_or_skip()
+    kw = {"norm_first": norm_first, "batch_first": batch_first}
+    theirs = torch.nn.TransformerDecoder(torch.nn.TransformerDecoderLayer(8, 2, 16, dtype=torch.float64, **kw), 2,
+                                         norm=torch.nn.LayerNorm(8, dtype=torch.float64))
+    ours = nn.TransformerDecoder(nn.TransformerDecoderLayer(8, 2, 16, device=device, dtype="float64", **kw), 2,
+                                 norm=nn.LayerNorm(8, device=device, dtype="float64"))
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    theirs.eval()
+    ours.eval()
+    t_len, s_len, n = 4, 6, 3
+    tgt = RNG.normal(size=(n, t_len, 8) if batch_first else (t_len, n, 8))
+    memory = RNG.normal(size=(n, s_len, 8) if batch_first else (s_len, n, 8))
+    causal = np.triu(np.ones((t_len, t_len), dtype=bool), 1)
+    memory_mask = RNG.normal(size=(t_len, s_len))  # float masks: added to the scores
+    pad = np.zeros((n, s_len))
+    pad[0, 4:] = -np.inf
+    masks = {"tgt_mask": causal, "memory_mask": memory_mask, "memory_key_padding_mask": pad}
+    ot, om = Tensor(tgt, requires_grad=True, device=device), Tensor(memory, requires_grad=True, device=device)
+    tt, tm = torch.tensor(tgt, requires_grad=True), torch.tensor(memory, requires_grad=True)
+    oy = ours(ot, om, tgt_is_causal=True, **{k: lp.asarray(v, device=device) for k, v in masks.items()})
+    ty = theirs(tt, tm, tgt_is_causal=True, **{k: torch.tensor(v) for k, v in masks.items()})
+    close(oy, ty)
+    oy.sum().backward()
+    ty.sum().backward()
+    close(ot.grad, tt.grad)
+    close(om.grad, tm.grad)
+
+
+def test_the_whole_transformer_matches_torch(device):
+    torch = torch_or_skip()
+    theirs = torch.nn.Transformer(8, 2, 2, 1, 16, batch_first=True, dtype=torch.float64)
+    ours = nn.Transformer(8, 2, 2, 1, 16, batch_first=True, device=device, dtype="float64")
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    theirs.eval()
+    ours.eval()
+    src, tgt = RNG.normal(size=(2, 5, 8)), RNG.normal(size=(2, 3, 8))
+    mask = nn.Transformer.generate_square_subsequent_mask(3, device=device, dtype="float64")
+    close(mask, torch.nn.Transformer.generate_square_subsequent_mask(3, dtype=torch.float64))
+    close(ours(Tensor(src, device=device), Tensor(tgt, device=device), tgt_mask=mask),
+          theirs(torch.tensor(src), torch.tensor(tgt), tgt_mask=torch.nn.Transformer.generate_square_subsequent_mask(
+              3, dtype=torch.float64)))
+    with pytest.raises(ValueError, match="batch size of src"):
+        ours(Tensor(src, device=device), Tensor(RNG.normal(size=(4, 3, 8)), device=device))
+    with pytest.raises(ValueError, match="feature size"):
+        ours(Tensor(src, device=device), Tensor(RNG.normal(size=(2, 3, 6)), device=device))
+    lp.manual_seed(0)
+    fresh = nn.Transformer(8, 2, 1, 1, 16)  # weight matrices Xavier-uniform, as PyTorch's
+    bound = np.sqrt(6 / (16 + 8))
+    assert np.abs(host(fresh.encoder.layers[0].linear1.weight)).max() <= bound

@@ -39,7 +39,13 @@ from .norm import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm
 from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from .sparse import Embedding
-from .transformer import TransformerEncoder, TransformerEncoderLayer
+from .transformer import (
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 from .upsampling import Upsample
 
 __all__ = [
@@ -52,5 +58,5 @@ __all__ = [
     "SiLU", "Softplus", "ELU", "Mish", "Hardtanh", "GroupNorm", "Upsample",
     "CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "BCEWithLogitsLoss", "SmoothL1Loss", "HuberLoss",
     "RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell", "ConvTranspose1d", "ConvTranspose2d",
-    "TransformerEncoderLayer", "TransformerEncoder",
+    "TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer", "TransformerDecoder", "Transformer",
 ]

@@ -1,14 +1,18 @@
-"""``TransformerEncoderLayer`` and ``TransformerEncoder``, as ``torch.nn``'s.
+"""PyTorch's transformer: ``TransformerEncoderLayer``, ``TransformerEncoder``,
+``TransformerDecoderLayer``, ``TransformerDecoder`` and ``Transformer``.
 
-The submodules and their names are PyTorch's (``self_attn``, ``linear1``, ``linear2``,
-``norm1``, ``norm2``, ``dropout``, ``dropout1``, ``dropout2``; an encoder's ``layers.0``,
-``layers.1``... and ``norm``), so a PyTorch ``state_dict`` loads as it is, and the
-computation is PyTorch's, post-norm by default (``norm_first=False``)::
+The submodules and their names are PyTorch's (``self_attn``, ``multihead_attn``,
+``linear1``, ``linear2``, ``norm1``... ``norm3``, ``dropout``, ``dropout1``...; a stack's
+``layers.0``, ``layers.1``... and ``norm``; a ``Transformer``'s ``encoder`` and
+``decoder``), so a PyTorch ``state_dict`` loads as it is, and the computation is
+PyTorch's: each block (self-attention, the decoder's attention to the encoder's output,
+the feed-forward block) adds to the input it was given, with a LayerNorm after the sum
+(post-norm, ``norm_first=False``, PyTorch's default)::
 
     x = norm1(x + dropout1(self_attn(x, x, x)))
     x = norm2(x + dropout2(linear2(dropout(activation(linear1(x))))))
 
-and pre-norm with ``norm_first=True``::
+or before the block (pre-norm, ``norm_first=True``)::
 
     x = x + dropout1(self_attn(norm1(x), ...))
     x = x + dropout2(linear2(dropout(activation(linear1(norm2(x))))))
@@ -17,21 +21,79 @@ and pre-norm with ``norm_first=True``::
 from __future__ import annotations
 
 import copy
+import math
 import numbers
 
+from ..backends import get_backend, get_default_dtype
 from ..tensor import Tensor
 from . import functional as F
+from . import init
 from .attention import MultiheadAttention
 from .layers import Dropout, Linear
 from .module import Module, ModuleList
 from .norm import LayerNorm
 
-__all__ = ["TransformerEncoderLayer", "TransformerEncoder"]
+__all__ = ["TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer", "TransformerDecoder",
+           "Transformer"]
 
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
 
-class TransformerEncoderLayer(Module):
+def _sizes(op, **sizes):
+    for what, n in sizes.items():
+        if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 1:
+            raise ValueError(f"{op}: {what} must be a positive integer, got {n!r}")
+
+
+def _activation(op, activation):
+    """``"relu"``, ``"gelu"`` (the exact one) or a function of a Tensor."""
+    if isinstance(activation, str):
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"{op}: activation must be 'relu', 'gelu' or a function, got {activation!r}")
+        return _ACTIVATIONS[activation]
+    if not callable(activation):
+        raise TypeError(f"{op}: activation must be 'relu', 'gelu' or a function, got {type(activation).__name__}")
+    return activation
+
+
+class _Layer(Module):
+    """What PyTorch's encoder and decoder layers share: the feed-forward block
+    (``linear1``, ``activation``, ``dropout``, ``linear2``, then ``dropout{k}``) and an
+    attention block (an attention module's output, then a dropout)."""
+
+    def _feed_forward(self, x, dropout):
+        return dropout(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+    @staticmethod
+    def _attend(attention, dropout, x, memory, mask, key_padding_mask, is_causal):
+        return dropout(attention(x, memory, memory, attn_mask=mask, key_padding_mask=key_padding_mask,
+                                 need_weights=False, is_causal=is_causal)[0])
+
+    def _blocks(self, x, blocks):
+        """``x`` through ``blocks`` (``(norm, block)`` pairs), each added to its input,
+        post-norm or pre-norm as the layer was made."""
+        for norm, block in blocks:
+            x = x + block(norm(x)) if self.norm_first else norm(x + block(x))
+        return x
+
+
+class _Stack(Module):
+    """``num_layers`` copies of a layer (each its own parameters, as PyTorch's), then an
+    optional ``norm``."""
+
+    def __init__(self, op, layer, num_layers, norm):
+        if not isinstance(layer, Module):
+            raise TypeError(f"{op}: the layer must be a Module, got {type(layer).__name__}")
+        _sizes(op, num_layers=num_layers)
+        self.layers = ModuleList([copy.deepcopy(layer) for _ in range(int(num_layers))])
+        self.num_layers = int(num_layers)
+        self.norm = norm
+
+    def _end(self, x):
+        return x if self.norm is None else self.norm(x)
+
+
+class TransformerEncoderLayer(_Layer):
     """Self-attention and a feed-forward block of ``dim_feedforward`` units, each with a
     residual connection and a LayerNorm (``torch.nn.TransformerEncoderLayer``, its
     arguments in its order). ``activation``: ``"relu"`` (PyTorch's default), ``"gelu"``
@@ -41,17 +103,8 @@ class TransformerEncoderLayer(Module):
     def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
                  activation="relu", layer_norm_eps: float = 1e-5, batch_first: bool = False,
                  norm_first: bool = False, bias: bool = True, device=None, dtype=None):
-        for what, n in (("d_model", d_model), ("nhead", nhead), ("dim_feedforward", dim_feedforward)):
-            if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 1:
-                raise ValueError(f"TransformerEncoderLayer: {what} must be a positive integer, got {n!r}")
-        if isinstance(activation, str):
-            if activation not in _ACTIVATIONS:
-                raise ValueError(f"TransformerEncoderLayer: activation must be 'relu', 'gelu' or a function, "
-                                 f"got {activation!r}")
-            activation = _ACTIVATIONS[activation]
-        elif not callable(activation):
-            raise TypeError(f"TransformerEncoderLayer: activation must be 'relu', 'gelu' or a function, got "
-                            f"{type(activation).__name__}")
+        _sizes("TransformerEncoderLayer", d_model=d_model, nhead=nhead, dim_feedforward=dim_feedforward)
+        activation = _activation("TransformerEncoderLayer", activation)
         kw = {"device": device, "dtype": dtype}
         self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **kw)
         self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **kw)
@@ -69,23 +122,14 @@ class TransformerEncoderLayer(Module):
         """``src`` through the layer; ``src_mask`` ``(S, S)`` or ``(N * nhead, S, S)`` and
         ``src_key_padding_mask`` ``(N, S)``, bool (True where attention is NOT allowed)
         or float (added to the scores), as :class:`MultiheadAttention`'s masks."""
-        x = src
-        if self.norm_first:
-            x = x + self._attention(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
-            return x + self._feed_forward(self.norm2(x))
-        x = self.norm1(x + self._attention(x, src_mask, src_key_padding_mask, is_causal))
-        return self.norm2(x + self._feed_forward(x))
-
-    def _attention(self, x, mask, key_padding_mask, is_causal):
-        x = self.self_attn(x, x, x, attn_mask=mask, key_padding_mask=key_padding_mask, need_weights=False,
-                           is_causal=is_causal)[0]
-        return self.dropout1(x)
-
-    def _feed_forward(self, x):
-        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+        return self._blocks(src, (
+            (self.norm1, lambda x: self._attend(self.self_attn, self.dropout1, x, x, src_mask, src_key_padding_mask,
+                                                is_causal)),
+            (self.norm2, lambda x: self._feed_forward(x, self.dropout2)),
+        ))
 
 
-class TransformerEncoder(Module):
+class TransformerEncoder(_Stack):
     """``num_layers`` copies of ``encoder_layer`` one after another (each its own
     parameters, copied from the one given, as PyTorch's), then ``norm`` where one is
     given (``torch.nn.TransformerEncoder``; ``enable_nested_tensor`` and ``mask_check``
@@ -93,13 +137,7 @@ class TransformerEncoder(Module):
 
     def __init__(self, encoder_layer: TransformerEncoderLayer, num_layers: int, norm=None,
                  enable_nested_tensor: bool = True, mask_check: bool = True):
-        if not isinstance(encoder_layer, Module):
-            raise TypeError(f"TransformerEncoder: encoder_layer must be a Module, got {type(encoder_layer).__name__}")
-        if not isinstance(num_layers, numbers.Integral) or isinstance(num_layers, bool) or num_layers < 1:
-            raise ValueError(f"TransformerEncoder: num_layers must be a positive integer, got {num_layers!r}")
-        self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(int(num_layers))])
-        self.num_layers = int(num_layers)
-        self.norm = norm
+        super().__init__("TransformerEncoder", encoder_layer, num_layers, norm)
 
     def forward(self, src: Tensor, mask=None, src_key_padding_mask=None, is_causal=None) -> Tensor:
         """``src`` through every layer (``mask`` and ``src_key_padding_mask`` given to each),
@@ -107,4 +145,116 @@ class TransformerEncoder(Module):
         x = src
         for layer in self.layers:
             x = layer(x, src_mask=mask, src_key_padding_mask=src_key_padding_mask, is_causal=bool(is_causal))
-        return x if self.norm is None else self.norm(x)
+        return self._end(x)
+
+
+class TransformerDecoderLayer(_Layer):
+    """Self-attention, attention to the encoder's output (``memory``: ``multihead_attn``)
+    and a feed-forward block, each with a residual connection and a LayerNorm
+    (``torch.nn.TransformerDecoderLayer``, its arguments in its order; see
+    :class:`TransformerEncoderLayer`)."""
+
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
+                 activation="relu", layer_norm_eps: float = 1e-5, batch_first: bool = False,
+                 norm_first: bool = False, bias: bool = True, device=None, dtype=None):
+        _sizes("TransformerDecoderLayer", d_model=d_model, nhead=nhead, dim_feedforward=dim_feedforward)
+        activation = _activation("TransformerDecoderLayer", activation)
+        kw = {"device": device, "dtype": dtype}
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **kw)
+        self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first,
+                                                 **kw)
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **kw)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **kw)
+        self.norm_first = bool(norm_first)
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
+        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
+        self.dropout1 = Dropout(dropout)
+        self.dropout2 = Dropout(dropout)
+        self.dropout3 = Dropout(dropout)
+        self.activation = activation
+        self.batch_first = bool(batch_first)
+
+    def forward(self, tgt: Tensor, memory: Tensor, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, tgt_is_causal: bool = False, memory_is_causal: bool = False) -> Tensor:
+        """``tgt`` through the layer, attending to ``memory`` (the encoder's output);
+        the masks are :class:`MultiheadAttention`'s (``memory_mask`` ``(T, S)``)."""
+        return self._blocks(tgt, (
+            (self.norm1, lambda x: self._attend(self.self_attn, self.dropout1, x, x, tgt_mask, tgt_key_padding_mask,
+                                                tgt_is_causal)),
+            (self.norm2, lambda x: self._attend(self.multihead_attn, self.dropout2, x, memory, memory_mask,
+                                                memory_key_padding_mask, memory_is_causal)),
+            (self.norm3, lambda x: self._feed_forward(x, self.dropout3)),
+        ))
+
+
+class TransformerDecoder(_Stack):
+    """``num_layers`` copies of ``decoder_layer``, then ``norm`` where one is given
+    (``torch.nn.TransformerDecoder``)."""
+
+    def __init__(self, decoder_layer: TransformerDecoderLayer, num_layers: int, norm=None):
+        super().__init__("TransformerDecoder", decoder_layer, num_layers, norm)
+
+    def forward(self, tgt: Tensor, memory: Tensor, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, tgt_is_causal=None, memory_is_causal: bool = False) -> Tensor:
+        """``tgt`` through every layer, each attending to ``memory``, then ``norm``."""
+        x = tgt
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask=tgt_mask, memory_mask=memory_mask, tgt_key_padding_mask=tgt_key_padding_mask,
+                      memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=bool(tgt_is_causal),
+                      memory_is_causal=memory_is_causal)
+        return self._end(x)
+
+
+class Transformer(Module):
+    """An encoder of ``num_encoder_layers`` and a decoder of ``num_decoder_layers``
+    layers, each stack ending in a LayerNorm (``torch.nn.Transformer``, its arguments
+    in its order; ``custom_encoder``/``custom_decoder`` replace a stack). Its weight
+    matrices start Xavier-uniform, as PyTorch's."""
+
+    def __init__(self, d_model: int = 512, nhead: int = 8, num_encoder_layers: int = 6, num_decoder_layers: int = 6,
+                 dim_feedforward: int = 2048, dropout: float = 0.1, activation="relu", custom_encoder=None,
+                 custom_decoder=None, layer_norm_eps: float = 1e-5, batch_first: bool = False,
+                 norm_first: bool = False, bias: bool = True, device=None, dtype=None):
+        kw = {"device": device, "dtype": dtype}
+        layer = {"dim_feedforward": dim_feedforward, "dropout": dropout, "activation": activation,
+                 "layer_norm_eps": layer_norm_eps, "batch_first": batch_first, "norm_first": norm_first, "bias": bias}
+        self.encoder = custom_encoder if custom_encoder is not None else TransformerEncoder(
+            TransformerEncoderLayer(d_model, nhead, **layer, **kw), num_encoder_layers,
+            LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw))
+        self.decoder = custom_decoder if custom_decoder is not None else TransformerDecoder(
+            TransformerDecoderLayer(d_model, nhead, **layer, **kw), num_decoder_layers,
+            LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw))
+        for p in self.parameters():  # PyTorch's _reset_parameters
+            if p.ndim > 1:
+                init.xavier_uniform_(p)
+        self.d_model, self.nhead, self.batch_first = int(d_model), int(nhead), bool(batch_first)
+
+    def forward(self, src: Tensor, tgt: Tensor, src_mask=None, tgt_mask=None, memory_mask=None,
+                src_key_padding_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None,
+                src_is_causal=None, tgt_is_causal=None, memory_is_causal: bool = False) -> Tensor:
+        """The decoder's output for ``tgt``, attending to the encoder's output for
+        ``src``; ``ValueError`` where their batch sizes or feature sizes differ."""
+        batch = 0 if self.batch_first else 1
+        if src.ndim == 3 and tgt.ndim == 3 and src.shape[batch] != tgt.shape[batch]:
+            raise ValueError(f"Transformer: the batch size of src {src.shape} and tgt {tgt.shape} must be equal")
+        if src.shape[-1] != self.d_model or tgt.shape[-1] != self.d_model:
+            raise ValueError(f"Transformer: the feature size of src {src.shape} and tgt {tgt.shape} must be d_model "
+                             f"{self.d_model}")
+        memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask, is_causal=src_is_causal)
+        return self.decoder(tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                            tgt_key_padding_mask=tgt_key_padding_mask, memory_key_padding_mask=memory_key_padding_mask,
+                            tgt_is_causal=tgt_is_causal, memory_is_causal=memory_is_causal)
+
+    @staticmethod
+    def generate_square_subsequent_mask(sz: int, device=None, dtype=None) -> Tensor:
+        """The ``(sz, sz)`` causal mask as floats: 0 on and below the diagonal, -inf
+        above (PyTorch's; a bool mask ``True`` above the diagonal does the same)."""
+        _sizes("generate_square_subsequent_mask", sz=sz)
+        backend = get_backend(device)
+        xp = backend.xp
+        rows = backend.arange(int(sz), xp.int64)
+        above = xp.reshape(rows, (-1, 1)) < xp.reshape(rows, (1, -1))
+        zeros = backend.zeros((int(sz), int(sz)), backend.dtype(dtype if dtype is not None else get_default_dtype()))
+        return Tensor(xp.where(above, zeros - math.inf, zeros), device=backend.device)
