@@ -376,3 +376,19 @@ def test_functional_unfold_and_fold_bad_arguments_raise_naming_the_function(devi
     for a in made:  # nothing changed
         assert not a.has_grad
         close(a, np.ones(a.shape), rtol=0)
+
+
+@pytest.mark.parametrize("in_channels, out_channels", [(6, 4), (1, 8)])  # more patch rows than outputs, and fewer
+def test_float32_weight_gradients_in_either_layout_match_torch(device, in_channels, out_channels):
+    torch = torch_or_skip()
+    rng = np.random.default_rng(8)
+    x, w = rng.normal(size=(3, in_channels, 7, 6)).astype("float32"), rng.normal(
+        size=(out_channels, in_channels, 3, 3)).astype("float32")
+    ours = [Tensor(a, requires_grad=True, device=device) for a in (x, w)]
+    theirs = [torch.tensor(a, requires_grad=True) for a in (x, w)]
+    y, ty = F.conv2d(*ours, padding=1), torch.nn.functional.conv2d(*theirs, padding=1)
+    g = rng.normal(size=y.shape).astype("float32")
+    y.backward(Tensor(g, device=device))
+    ty.backward(torch.tensor(g))
+    close(ours[1].grad, theirs[1].grad, rtol=2e-5, atol=1e-4)
+    close(ours[0].grad, theirs[0].grad, rtol=2e-5, atol=1e-4)
