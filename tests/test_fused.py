@@ -60,8 +60,8 @@ def test_fused_path_matches_the_generic_path(activation, name):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
 
-ROW_KERNELS = ["sgd_momentum", "adam", "affine_rows", "affine2_rows", "centered_squares", "centered_dot", "patches2d",
-               "scatter_add2d", "im2col2d", "col2im2d", "elementwise"]
+ROW_KERNELS = ["relu_backward", "sgd_momentum", "adam", "affine_rows", "affine2_rows", "centered_squares",
+               "centered_dot", "patches2d", "scatter_add2d", "im2col2d", "col2im2d", "elementwise"]
 needs_numba = pytest.mark.skipif(not _numba.enabled(), reason="Numba (the fuse extra) is not installed")
 
 
@@ -320,3 +320,23 @@ def test_fused_kernels_are_a_typed_record():
                                      "sgd_momentum", "adam", "elementwise"]
     with pytest.raises(TypeError):
         FusedKernels(adam_typo=Standin.fused.adam)
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_cpus_relu_backward_kernel_passes_g_where_the_input_is_above_0_or_nan(dtype):
+    """One pass for ReLU's gradient (NumPy's mask takes four): g where ``a`` is not <= 0
+    (NaN included, as PyTorch's threshold_backward), 0 elsewhere even for an infinite g
+    (as PyTorch; the generic product gives NaN there); strided arrays are declined."""
+    be = get_backend("cpu")
+    a = np.array([[-1.0, 0.0, 2.0], [np.nan, 3.0, -0.0]], dtype=dtype)
+    g = np.array([[np.inf, 5.0, -2.0], [7.0, np.nan, -3.0]], dtype=dtype)
+    out = be.relu_mask(g, a)
+    np.testing.assert_array_equal(out, np.array([[0.0, 0.0, -2.0], [7.0, np.nan, 0.0]], dtype=dtype))
+    assert out.dtype == dtype
+    finite = np.nan_to_num(g, posinf=9.0, nan=8.0)[:, ::2]
+    assert be.fused.relu_backward(finite, a[:, ::2]) is None  # strided: the generic product
+    np.testing.assert_array_equal(be.relu_mask(finite, a[:, ::2]), finite * (~(a[:, ::2] <= 0)))
+    fresh = g.copy()
+    assert be.relu_mask_fresh(fresh, a) is fresh
+    np.testing.assert_array_equal(fresh, out)

@@ -149,7 +149,9 @@ class FusedKernels:
     a callable or ``None`` (then operations and optimizers run their generic ``xp``
     code). Every kernel computes exactly what the generic path computes.
 
-    - ``relu_backward(g, a) -> g * !(a <= 0)`` (0 at 0, ``g`` at NaN, as PyTorch)
+    - ``relu_backward(g, a) -> g * !(a <= 0)`` (0 at 0, ``g`` at NaN, as PyTorch; 0 where
+      ``a <= 0`` even for an infinite ``g``, as PyTorch, where the generic product
+      gives NaN), or None for arrays it declines (the generic product then)
     - ``sigmoid_backward(g, y) -> g * y * (1 - y)`` (``y`` the sigmoid's output)
     - ``tanh_backward(g, y) -> g * (1 - y * y)`` (``y`` the tanh's output)
     - ``sgd(grad, lr, wd, param)``: ``param -= lr * (grad + wd * param)``, in place
@@ -618,7 +620,9 @@ class Backend:
         than ``where`` on NumPy for mixed signs)."""
         fused = self.fused.relu_backward
         if fused is not None:
-            return fused(g, out)
+            result = fused(g, out)
+            if result is not None:  # (a kernel may decline arrays it does not take: Numba's strided ones)
+                return result
         xp = self.xp
         return g * xp.astype(~(out <= 0), g.dtype)
 

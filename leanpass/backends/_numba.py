@@ -195,8 +195,15 @@ def _compiled():
                                 for j in range(o1):
                                     row[numba.uint64(j * s1) + off] += part[j]
 
+    # the gradient through a ReLU: g where y is not <= 0 (at NaN too, as PyTorch's
+    # threshold_backward), one pass where NumPy's mask takes four
+    @jit
+    def relu_backward(g, y, out):
+        for i in range(g.shape[0]):
+            out[i] = g[i] if not y[i] <= 0 else 0
+
     return (affine, affine2, centered_squares, centered_dot, patches2d, scatter_add2d, sgd_momentum, adam,
-            im2col2d, col2im2d)
+            im2col2d, col2im2d, relu_backward)
 
 
 def _rows(x):
@@ -397,6 +404,19 @@ def col2im2d(cols, size, kernel, stride, dilation):
     return out
 
 
+def relu_backward(g, y, out=None):
+    """``g`` where ``y`` is not ``<= 0``, else 0, into ``out`` (a new array, or ``g``
+    itself); None where the arrays are not C-contiguous floats of one shape and dtype
+    (the caller's generic mask then)."""
+    if g.dtype != y.dtype or g.dtype not in _FLOATS or g.shape != y.shape or not (
+            g.flags.c_contiguous and y.flags.c_contiguous):
+        return None
+    if out is None:
+        out = np.empty_like(g)
+    _compiled()[10](g.reshape(-1), y.reshape(-1), out.reshape(-1))
+    return out
+
+
 def _flat(*arrays):
     """The arrays as 1-D views, or None where one is not C-contiguous or the dtypes differ
     (the optimizer then runs its generic code)."""
@@ -436,4 +456,4 @@ def kernels() -> dict:
     return {"affine_rows": affine_rows, "affine2_rows": affine2_rows, "centered_squares": centered_squares,
             "centered_dot": centered_dot, "patches2d": patches2d, "scatter_add2d": scatter_add2d,
             "elementwise": elementwise, "sgd_momentum": sgd_momentum, "adam": adam, "im2col2d": im2col2d,
-            "col2im2d": col2im2d, "scalar_calls": True, "row_dtypes": _FLOATS}
+            "col2im2d": col2im2d, "relu_backward": relu_backward, "scalar_calls": True, "row_dtypes": _FLOATS}

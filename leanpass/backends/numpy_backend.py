@@ -176,6 +176,9 @@ class NumpyBackend(Backend):
         return np.maximum(x, 0, out=x)  # x is the caller's own: no second array of its size
 
     def relu_mask_fresh(self, g, out):
+        fused = self.fused.relu_backward
+        if fused is not None and fused(g, out, g) is not None:  # in place, one pass
+            return g
         return np.multiply(g, ~(out <= 0), out=g)  # g at NaN, as PyTorch
 
     def add_scaled(self, y, a: float, x) -> None:
