@@ -590,7 +590,7 @@ class Plan:
         # fusion plans at the first replay (the trace, and a call made once, do not pay for it),
         # from the shapes and dtypes of what the operations read
         self._to_fuse = None
-        if fuse_runs and fusion_enabled() and "autograd" not in self.counts:  # (autograd.grad's pass reads every node)
+        if fuse_runs and fusion_enabled():
             ops = [e for e in self.events if e[0] == "op"]
             self._to_fuse = {src: tracer.meta_of(src) for e in ops for src in (*e[2], (VAL, e[5]))}
         self.constants = tracer.constants
@@ -670,10 +670,8 @@ class Plan:
         if self._to_fuse is not None:
             return "planned at the first replay"
         if not self.runs:
-            if "autograd" in self.counts:
-                return "none (a call with autograd.grad is not fused yet: each operation is its own kernels)"
             return "none (each operation is its own kernels)"
-        backward = sum(len(r.programs) for e in self.events if e[0] == "backward" for r in e[2]
+        backward = sum(len(r.programs) for e in self.events if e[0] in ("backward", "autograd") for r in e[2]
                        if type(r) is BackwardRun)
         fused = self.counts["op"] - sum(1 for e in self.events if e[0] == "op")
         state = (f"{self.kernels} compiled into one loop each" if self.kernels else

@@ -431,7 +431,7 @@ def compile_runs(events) -> int:
             if kernel is not None:
                 events[i] = ("fused", kernel, *event[2:])
                 done += 1
-        elif event[0] == "backward":
+        elif event[0] in ("backward", "autograd"):
             for entry in event[2]:
                 compiler = entry.backend.fused.elementwise if type(entry) is BackwardRun else None
                 if compiler is not None:
@@ -525,7 +525,7 @@ def _reads(event):
         return (event[1], *(o for o in event[3] if o[0] is not None))
     if kind == "check":
         return event[2]
-    if kind == "backward":
+    if kind in ("backward", "autograd"):
         return tuple(src for _, src in event[1] if src[0] != "ones")
     if kind == "fused":
         return event[2]
@@ -541,6 +541,9 @@ def fuse(events, meta, result_slots, min_length=2):
     floating: dict = {}  # (backend, dtype) -> whether a run may hold it
     runs: list = []
     current = None
+    # the values autograd.grad returns the gradient of: operations of their own (a fused
+    # stretch of a backward pass hands on gradients, it does not show them)
+    targets = {ref for event in events if event[0] == "autograd" for kind, ref in event[4] if kind == "node"}
 
     def close():  # a run of one operation is worth it where that operation is several expressions (GELU)
         if current is None or (len(current.syms) < min_length and current.size < min_length):
@@ -556,6 +559,10 @@ def fuse(events, meta, result_slots, min_length=2):
             current = None
             continue
         _, op, sources, recipe, needs, slot, shape, backend = event
+        if slot in targets:
+            close()
+            current = None
+            continue
         dtype = meta((VAL, slot))[1]
         real = floating.get((backend, dtype))
         if real is None:
@@ -608,7 +615,7 @@ def _rewrite(events, runs, meta, result_slots):
     schedules = {}
     changes = [i for i, event in enumerate(events) if event[0] in ("inplace", "action")]  # of state, in place
     for index, event in enumerate(events):
-        if event[0] == "backward":
+        if event[0] in ("backward", "autograd"):
             def unchanged(run, index=index):  # nothing changed in place between the run and this backward pass
                 return not any(run.stop <= i < index for i in changes)
 
@@ -837,5 +844,6 @@ class BackwardRun:
 
 
 def _identity(kind, ref):
-    """A leaf's key by identity (a Tensor's ``==`` compares values)."""
-    return (kind, ref if kind == ARG else id(ref))
+    """A leaf's key by identity (a Tensor's ``==`` compares values): an argument's and a
+    leaf made in the call's (``"leaf"``) by number."""
+    return (kind, ref if kind in (ARG, "leaf") else id(ref))

@@ -805,7 +805,7 @@ def test_autograd_grad_of_an_intermediate_and_of_an_unused_input(device):
         gh, gw, gu, gh2 = lp.autograd.grad(loss, [h, w, unused, h], allow_unused=True)
         return gh, gw, gu, gh2
 
-    compiled = lp.compile(f)
+    compiled = lp.compile(f, fuse=False)  # (bit for bit: fused, the tanh run is a Numba loop from the third call)
     for k in range(3):
         x = Tensor(np.array([1.0, 2.0, -0.5]) * (k + 1), device=device)
         (a1, b1, c1, d1), (a2, b2, c2, d2) = f(x), compiled(x)

@@ -374,3 +374,34 @@ def test_a_run_nothing_reads_is_left_out_and_sign_of_minus_zero():
     for _ in range(4):
         out = compiled(Tensor(np.array([-0.0, 1.0, -2.0])))
     np.testing.assert_array_equal(host(out), [np.inf, 1.0, -1.0])
+
+
+def test_a_call_with_autograd_grad_fuses_around_its_targets(device, flat):
+    """Runs fuse in a call that takes its gradients with autograd.grad, but not the
+    values it asks the gradient of (a fused stretch of the pass would not show it):
+    flat, bit for bit; the target's gradient, a leaf's and an argument's."""
+    w = Tensor(np.linspace(0.2, 0.8, 12).reshape(3, 4), requires_grad=True, device=device)
+
+    def f(x):
+        h = (x * w).tanh() * 0.5 + 0.25
+        mid = h * h
+        loss = ((mid - 0.1).exp() * 2.0).sum()
+        return lp.concat([g.reshape(-1) for g in lp.autograd.grad(loss, [mid, w, x])])
+
+    compiled = compare(f, tensors(device, (3, 4)), calls=4)
+    plan = plan_of(compiled)
+    assert plan.runs >= 1, compiled.explain()
+    assert any(type(e).__name__ == "BackwardRun" for ev in plan.events if ev[0] == "autograd" for e in ev[2])
+    assert "1 of them autograd.grad" in compiled.explain() and "in 2 forward runs" in compiled.explain()
+
+
+@needs_numba
+def test_a_call_with_autograd_grad_compiles_within_a_few_ulp():
+    w = Tensor(np.linspace(0.2, 0.8, 12).reshape(3, 4), requires_grad=True)
+
+    def f(x):
+        loss = (((x * w).tanh() * 0.5 + 0.25) ** 2).sum()
+        return lp.concat([g.reshape(-1) for g in lp.autograd.grad(loss, [w, x])])
+
+    compiled = compare(f, tensors("cpu", (3, 4)), calls=5, exact=False)
+    assert plan_of(compiled).kernels >= 2, compiled.explain()
