@@ -392,3 +392,5 @@ def test_float32_weight_gradients_in_either_layout_match_torch(device, in_channe
     ty.backward(torch.tensor(g))
     close(ours[1].grad, theirs[1].grad, rtol=2e-5, atol=1e-4)
     close(ours[0].grad, theirs[0].grad, rtol=2e-5, atol=1e-4)
+    if device == "cpu":  # C-ordered: an optimizer's one-pass kernels take only such (a review found a view)
+        assert ours[1].grad.flags.c_contiguous

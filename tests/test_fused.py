@@ -340,3 +340,20 @@ def test_cpus_relu_backward_kernel_passes_g_where_the_input_is_above_0_or_nan(dt
     fresh = g.copy()
     assert be.relu_mask_fresh(fresh, a) is fresh
     np.testing.assert_array_equal(fresh, out)
+
+
+@pytest.mark.parametrize("device", ["cpu", "strict"])
+def test_relus_gradient_is_0_for_an_infinite_gradient_in_every_layout_as_torch(device):
+    """0 where the input is <= 0, whatever comes in (inf, NaN): through the CPU's kernel
+    and the generic ``where`` alike (strided arrays, the strict devices; a review found
+    NaN there)."""
+    torch = pytest.importorskip("torch")
+    a = np.array([[-1.0, 0.0], [2.0, -3.0]])
+    g = np.array([[np.inf, np.nan], [np.inf, -np.inf]])
+    expected = torch.ops.aten.threshold_backward(torch.tensor(g), torch.tensor(a), 0.0).numpy()
+    for transposed in (False, True):
+        x = leanpass.Tensor(a, requires_grad=True, device=device)
+        y = (x.T if transposed else x).relu()
+        y.backward(leanpass.Tensor(g.T if transposed else g, device=device))
+        got = get_backend(device).to_host(x.grad)
+        np.testing.assert_array_equal(got, expected)  # (x.grad is x's shape either way)

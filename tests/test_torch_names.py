@@ -226,3 +226,20 @@ def test_a_parameter_clamped_in_place_in_a_compiled_step(device):
         compiled(x)
         close(w2, np.asarray(w1.to("cpu").detach()))
     assert compiled.calls == {"traced": 1, "replayed": 2, "eager": 0}
+
+
+@pytest.mark.parametrize("name, args", [("pow", "e"), ("clamp", "min"), ("clip", "max")])
+def test_in_place_with_an_operand_that_requires_grad_as_torch(device, name, args):
+    """``t.pow_(e)`` / ``t.clamp_(min=e)`` where only ``e`` requires grad: the gradient
+    reaches ``e`` (the rule reads ``t`` as it was: a review found it raising)."""
+    torch = torch_or_skip()
+    data, other = np.array([0.3, 0.8, 1.5]), np.array([1.5, 0.5, 2.0])
+    e, te = Tensor(other, requires_grad=True, device=device), torch.tensor(other, requires_grad=True)
+    t, tt = Tensor(data, device=device), torch.tensor(data)
+    kwargs, their_kwargs = ({}, {}) if args == "e" else ({args: e}, {args: te})
+    getattr(t, f"{name}_")(*((e,) if args == "e" else ()), **kwargs)
+    getattr(tt, f"{name}_")(*((te,) if args == "e" else ()), **their_kwargs)
+    close(t, tt)
+    (t * t).sum().backward()
+    (tt * tt).sum().backward()
+    close(e.grad, te.grad)

@@ -121,10 +121,17 @@ def log_softmax(self, axis: int | None = None, *, dim=None):
     return run1(ops.log_softmax, self, normalize_axis(-1 if axis is None else axis, self.ndim, "log_softmax"))
 
 
-def clip(self, a_min=None, a_max=None):
-    """Limit values to ``[a_min, a_max]`` (numbers or tensors; either may be None, not both)."""
+def clip(self, min=None, max=None, *, a_min=None, a_max=None):  # noqa: A002
+    """Limit values to ``[min, max]`` (numbers or tensors; either may be None, not
+    both): ``ndarray.clip``'s and PyTorch's names, or ``np.clip``'s ``a_min``/``a_max``."""
+    for name, alias, value in (("min", "a_min", a_min), ("max", "a_max", a_max)):
+        if value is not None:
+            if (min if name == "min" else max) is not None:
+                raise TypeError(f"clip: give {name} or {alias}, not both")
+            min, max = (value, max) if name == "min" else (min, value)
+    a_min, a_max = min, max
     if a_min is None and a_max is None:
-        raise ValueError("clip: give a_min, a_max or both")
+        raise ValueError("clip: give min, max or both")
     for bound in (a_min, a_max):
         if bound is not None and not isinstance(bound, Tensor) and (
             isinstance(bound, (bool, str)) or not isinstance(bound, (int, float))
@@ -326,7 +333,8 @@ def _in_place(method_name, method):
     """The in-place variant of the method ``method_name`` (``method``)."""
 
     def in_place(self, *args, **kwargs):
-        return _write_result(self, method(_before(self), *args, **kwargs), f"{method_name}_")
+        return _write_result(self, method(_before(self, *args, *kwargs.values()), *args, **kwargs),
+                             f"{method_name}_")
 
     in_place.__name__ = in_place.__qualname__ = f"{method_name}_"
     in_place.__doc__ = (f"``t.{method_name}(...)`` written into ``t``, in place (PyTorch's ``{method_name}_``); "
@@ -334,11 +342,13 @@ def _in_place(method_name, method):
     return in_place
 
 
-def _before(t):
+def _before(t, *operands):
     """``t``'s value before the change, for the operation that computes the new one: a
-    copy in the graph where one is recorded (the operation may save its input, which the
-    write then changes: PyTorch saves the original too), else ``t`` itself."""
-    return t.clone() if isinstance(t, Tensor) and t.requires_grad and is_grad_enabled() else t
+    copy where a graph is recorded (``t`` or an operand requires grad: the operation may
+    save ``t``, which the write then changes; PyTorch saves the original too), else
+    ``t`` itself."""
+    graph = is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad for a in (t, *operands))
+    return t.clone() if graph else t
 
 
 def neg_(self):
@@ -365,7 +375,7 @@ def lerp_(self, end, weight):
 
 def masked_fill_(self, mask, value):
     """:meth:`masked_fill` written into ``t``, in place; returns ``t``."""
-    return _write_result(self, masked_fill(_before(self), mask, value), "masked_fill_")
+    return _write_result(self, masked_fill(_before(self, value), mask, value), "masked_fill_")
 
 
 _IN_PLACE = ("abs", "acos", "acosh", "asin", "asinh", "atan", "atanh", "ceil", "clamp", "clip", "cos", "cosh", "exp",

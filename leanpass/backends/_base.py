@@ -149,9 +149,9 @@ class FusedKernels:
     a callable or ``None`` (then operations and optimizers run their generic ``xp``
     code). Every kernel computes exactly what the generic path computes.
 
-    - ``relu_backward(g, a) -> g * !(a <= 0)`` (0 at 0, ``g`` at NaN, as PyTorch; 0 where
-      ``a <= 0`` even for an infinite ``g``, as PyTorch, where the generic product
-      gives NaN), or None for arrays it declines (the generic product then)
+    - ``relu_backward(g, a) -> where(a <= 0, 0, g)`` (0 at 0 even for an infinite ``g``,
+      ``g`` at NaN, as PyTorch), or None for arrays it declines (the generic ``where``
+      then)
     - ``sigmoid_backward(g, y) -> g * y * (1 - y)`` (``y`` the sigmoid's output)
     - ``tanh_backward(g, y) -> g * (1 - y * y)`` (``y`` the tanh's output)
     - ``sgd(grad, lr, wd, param)``: ``param -= lr * (grad + wd * param)``, in place
@@ -613,18 +613,17 @@ class Backend:
         return self.xp.maximum(x, 0.0)
 
     def relu_mask(self, g, out):
-        """``g * !(out <= 0)``, the gradient through a ReLU whose input or output is
-        ``out`` (0 where ``out`` is 0, and ``g`` where it is NaN, as PyTorch's
-        ``threshold_backward``): the fused kernel where one is offered, else a
-        product with the mask as ``g``'s dtype (branch-free, several times faster
-        than ``where`` on NumPy for mixed signs)."""
+        """``g`` where ``out`` is not ``<= 0``, else 0: the gradient through a ReLU whose
+        input or output is ``out`` (0 where ``out`` is 0, even for an infinite ``g``, and
+        ``g`` where ``out`` is NaN, as PyTorch's ``threshold_backward``): the fused
+        kernel where one is offered, else ``where`` (a product with the mask would make
+        NaN of an infinite ``g``)."""
         fused = self.fused.relu_backward
         if fused is not None:
             result = fused(g, out)
             if result is not None:  # (a kernel may decline arrays it does not take: Numba's strided ones)
                 return result
-        xp = self.xp
-        return g * xp.astype(~(out <= 0), g.dtype)
+        return self.xp.where(out <= 0, 0.0, g)
 
     def relu_mask_fresh(self, g, out):
         """:meth:`relu_mask` for a fresh ``g`` the caller owns: in place where the

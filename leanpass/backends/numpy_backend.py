@@ -179,7 +179,8 @@ class NumpyBackend(Backend):
         fused = self.fused.relu_backward
         if fused is not None and fused(g, out, g) is not None:  # in place, one pass
             return g
-        return np.multiply(g, ~(out <= 0), out=g)  # g at NaN, as PyTorch
+        np.copyto(g, 0.0, where=out <= 0)  # 0 even where g is infinite; g at NaN, as PyTorch
+        return g
 
     def add_scaled(self, y, a: float, x) -> None:
         """As :meth:`Backend.add_scaled`; one BLAS ``axpy`` for large float arrays (see

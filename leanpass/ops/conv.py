@@ -157,7 +157,9 @@ def convolution(be, x, w, b=None, *, stride, padding, dilation, groups, needs=(T
             gx = _unpad(_col2im(be, patches, size, kernel, stride, dilation), padding)
         if need_w and channels // groups <= pixels and xp.isdtype(g.dtype, xp.float32) and \
                 rows >= channels // groups:  # per-sample products summed, as (rows, out) then turned (*)
-            gw = xp.reshape(xp.matrix_transpose(xp.sum(cols @ xp.matrix_transpose(gm), axis=0)), w.shape)
+            turned = xp.matrix_transpose(xp.sum(cols @ xp.matrix_transpose(gm), axis=0))
+            gw = xp.reshape(xp.reshape(turned, (-1,)), w.shape)  # C-ordered (the flat reshape copies): an
+            # optimizer's one-pass kernels take only such gradients
         elif need_w and channels // groups <= pixels:  # per-sample products summed: fast for small layers
             gw = xp.reshape(xp.sum(gm @ xp.matrix_transpose(cols), axis=0), w.shape)
         elif need_w:  # one contraction over samples and pixels: no (N, *weight) temporary
