@@ -626,8 +626,9 @@ class Backend:
         return self.xp.where(out <= 0, 0.0, g)
 
     def relu_mask_fresh(self, g, out):
-        """:meth:`relu_mask` for a fresh ``g`` the caller owns: in place where the
-        library writes in place. Generic version: :meth:`relu_mask`."""
+        """:meth:`relu_mask` for a fresh ``g`` the caller owns, which a backend may write
+        in place (none does now: NumPy's masked product in place made NaN of an infinite
+        ``g``, and the CPU's kernel in place does not vectorise)."""
         return self.relu_mask(g, out)
 
     def add_scaled(self, y, a: float, x) -> None:

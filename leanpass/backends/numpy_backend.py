@@ -175,14 +175,6 @@ class NumpyBackend(Backend):
     def relu_fresh(self, x):
         return np.maximum(x, 0, out=x)  # x is the caller's own: no second array of its size
 
-    def relu_mask_fresh(self, g, out):
-        fused = self.fused.relu_backward
-        result = fused(g, out) if fused is not None else None  # a new array: written in place, the loop
-        if result is not None:  # would not vectorise (W1: 112 against 4 us a call)
-            return result
-        np.copyto(g, 0.0, where=out <= 0)  # 0 even where g is infinite; g at NaN, as PyTorch
-        return g
-
     def add_scaled(self, y, a: float, x) -> None:
         """As :meth:`Backend.add_scaled`; one BLAS ``axpy`` for large float arrays (see
         :mod:`leanpass.backends._blas`: no temporary, one pass, on BLAS's threads)."""
