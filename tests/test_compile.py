@@ -891,15 +891,7 @@ def test_lp_func_grad_of_one_tensor_passed_twice_keeps_the_two_gradients_apart(d
 
 def _mlp_step():
     model = nn.Sequential(nn.Linear(64, 48), nn.ReLU(), nn.Linear(48, 32), nn.Tanh(), nn.Linear(32, 10))
-    opt = lp.optim.Adam(model.parameters())
-
-    def step(x, y):
-        opt.zero_grad()
-        loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-
+    step = training_step(model, lp.optim.Adam(model.parameters()))
     return step, (Tensor(RNG.normal(size=(128, 64))), lp.asarray(RNG.integers(0, 10, 128)))
 
 
@@ -923,15 +915,7 @@ def _attention_step():
 def _cnn_step():
     model = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
                           nn.Conv2d(8, 16, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
-    opt = lp.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-
-    def step(x, y):
-        opt.zero_grad()
-        loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-
+    step = training_step(model, lp.optim.SGD(model.parameters(), lr=0.01, momentum=0.9))
     return step, (Tensor(RNG.normal(size=(16, 1, 20, 20))), lp.asarray(RNG.integers(0, 10, 16)))
 
 

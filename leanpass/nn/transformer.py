@@ -57,9 +57,33 @@ def _activation(op, activation):
 
 
 class _Layer(Module):
-    """What PyTorch's encoder and decoder layers share: the feed-forward block
-    (``linear1``, ``activation``, ``dropout``, ``linear2``, then ``dropout{k}``) and an
-    attention block (an attention module's output, then a dropout)."""
+    """What PyTorch's encoder and decoder layers share: their submodules, made in
+    PyTorch's order (so ``state_dict``'s order is PyTorch's; ``cross``: the decoder's
+    attention to the encoder's output, ``multihead_attn``, and a third norm and
+    dropout), the feed-forward block (``linear1``, ``activation``, ``dropout``,
+    ``linear2``, then ``dropout{k}``) and an attention block (an attention module's
+    output, then a dropout)."""
+
+    def __init__(self, op, d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first,
+                 norm_first, bias, device, dtype, cross):
+        _sizes(op, d_model=d_model, nhead=nhead, dim_feedforward=dim_feedforward)
+        activation = _activation(op, activation)
+        kw = {"device": device, "dtype": dtype}
+        attention = {"dropout": dropout, "bias": bias, "batch_first": batch_first, **kw}
+        self.self_attn = MultiheadAttention(d_model, nhead, **attention)
+        if cross:
+            self.multihead_attn = MultiheadAttention(d_model, nhead, **attention)
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **kw)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **kw)
+        self.norm_first = bool(norm_first)
+        blocks = range(1, 4 if cross else 3)
+        for k in blocks:
+            setattr(self, f"norm{k}", LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw))
+        for k in blocks:
+            setattr(self, f"dropout{k}", Dropout(dropout))
+        self.activation = activation
+        self.batch_first = bool(batch_first)
 
     def _feed_forward(self, x, dropout):
         return dropout(self.linear2(self.dropout(self.activation(self.linear1(x)))))
@@ -103,20 +127,8 @@ class TransformerEncoderLayer(_Layer):
     def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
                  activation="relu", layer_norm_eps: float = 1e-5, batch_first: bool = False,
                  norm_first: bool = False, bias: bool = True, device=None, dtype=None):
-        _sizes("TransformerEncoderLayer", d_model=d_model, nhead=nhead, dim_feedforward=dim_feedforward)
-        activation = _activation("TransformerEncoderLayer", activation)
-        kw = {"device": device, "dtype": dtype}
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **kw)
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **kw)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **kw)
-        self.norm_first = bool(norm_first)
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
-        self.activation = activation
-        self.batch_first = bool(batch_first)
+        super().__init__("TransformerEncoderLayer", d_model, nhead, dim_feedforward, dropout, activation,
+                         layer_norm_eps, batch_first, norm_first, bias, device, dtype, cross=False)
 
     def forward(self, src: Tensor, src_mask=None, src_key_padding_mask=None, is_causal: bool = False) -> Tensor:
         """``src`` through the layer; ``src_mask`` ``(S, S)`` or ``(N * nhead, S, S)`` and
@@ -157,24 +169,8 @@ class TransformerDecoderLayer(_Layer):
     def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
                  activation="relu", layer_norm_eps: float = 1e-5, batch_first: bool = False,
                  norm_first: bool = False, bias: bool = True, device=None, dtype=None):
-        _sizes("TransformerDecoderLayer", d_model=d_model, nhead=nhead, dim_feedforward=dim_feedforward)
-        activation = _activation("TransformerDecoderLayer", activation)
-        kw = {"device": device, "dtype": dtype}
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **kw)
-        self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first,
-                                                 **kw)
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **kw)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **kw)
-        self.norm_first = bool(norm_first)
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
-        self.dropout3 = Dropout(dropout)
-        self.activation = activation
-        self.batch_first = bool(batch_first)
+        super().__init__("TransformerDecoderLayer", d_model, nhead, dim_feedforward, dropout, activation,
+                         layer_norm_eps, batch_first, norm_first, bias, device, dtype, cross=True)
 
     def forward(self, tgt: Tensor, memory: Tensor, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
                 memory_key_padding_mask=None, tgt_is_causal: bool = False, memory_is_causal: bool = False) -> Tensor:
