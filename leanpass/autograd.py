@@ -75,7 +75,7 @@ class GraphBackend:
         self.array_type = Tensor
         for name in ("zeros", "ones", "arange", "create", "matmul", "index_add", "index_set", "index_get",
                      "take_rows", "sub_at_rows", "all_in_range", "relu_fresh", "relu_mask",
-                     "relu_mask_fresh", "scale_fresh", "sum_rows"):
+                     "scale_fresh", "sum_rows"):
             setattr(self, name, getattr(Backend, name).__get__(self))
 
     def copy(self, t):

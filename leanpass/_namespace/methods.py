@@ -123,21 +123,18 @@ def log_softmax(self, axis: int | None = None, *, dim=None):
 
 def clip(self, min=None, max=None, *, a_min=None, a_max=None):  # noqa: A002
     """Limit values to ``[min, max]`` (numbers or tensors; either may be None, not
-    both): ``ndarray.clip``'s and PyTorch's names, or ``np.clip``'s ``a_min``/``a_max``."""
-    for name, alias, value in (("min", "a_min", a_min), ("max", "a_max", a_max)):
-        if value is not None:
-            if (min if name == "min" else max) is not None:
-                raise TypeError(f"clip: give {name} or {alias}, not both")
-            min, max = (value, max) if name == "min" else (min, value)
-    a_min, a_max = min, max
-    if a_min is None and a_max is None:
+    both): the array method's and PyTorch's names, or NumPy's function's ``a_min``/``a_max``."""
+    if (a_min is not None and min is not None) or (a_max is not None and max is not None):
+        raise TypeError("clip: give min or a_min, max or a_max, not both")
+    low, high = a_min if a_min is not None else min, a_max if a_max is not None else max
+    if low is None and high is None:
         raise ValueError("clip: give min, max or both")
-    for bound in (a_min, a_max):
+    for bound in (low, high):
         if bound is not None and not isinstance(bound, Tensor) and (
             isinstance(bound, (bool, str)) or not isinstance(bound, (int, float))
         ):
             raise TypeError(f"clip: bounds must be real numbers or tensors, got {type(bound).__name__}")
-    return elementwise.clip(self, min=a_min, max=a_max)
+    return elementwise.clip(self, min=low, max=high)
 
 
 def clamp(self, min=None, max=None):  # noqa: A002

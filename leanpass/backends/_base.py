@@ -625,12 +625,6 @@ class Backend:
                 return result
         return self.xp.where(out <= 0, 0.0, g)
 
-    def relu_mask_fresh(self, g, out):
-        """:meth:`relu_mask` for a fresh ``g`` the caller owns, which a backend may write
-        in place (none does now: NumPy's masked product in place made NaN of an infinite
-        ``g``, and the CPU's kernel in place does not vectorise)."""
-        return self.relu_mask(g, out)
-
     def add_scaled(self, y, a: float, x) -> None:
         """``y += a * x`` in place (``a`` a Python number, ``y`` an array the caller may
         write): an optimizer's update. Generic version: the library's operators."""

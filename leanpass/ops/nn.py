@@ -355,7 +355,7 @@ def _mlp(be, x, *params, needs):
                 break
             g = g @ weights[i]
             if i:
-                g = be.relu_mask_fresh(g, inputs[i])  # g is the product's own array
+                g = be.relu_mask(g, inputs[i])
             elif flat:
                 g = xp.reshape(g, x.shape)
         if needs[0]:
