@@ -248,6 +248,11 @@ class SymBackend:
     guard = None
     fused = NO_FUSED
     array_type = Sym
+    numbers = {}  # a Python number stays itself: a constant of the expression
+
+    @staticmethod
+    def number(s, dtype):
+        return None
 
     def __init__(self, backend):
         self.xp = SymNamespace(backend.xp)

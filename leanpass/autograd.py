@@ -73,9 +73,10 @@ class GraphBackend:
         self.guard = None
         self.syncs_cheaply = base.syncs_cheaply
         self.array_type = Tensor
+        self.numbers = {}  # a Python number stays itself (Backend.number)
         for name in ("zeros", "ones", "arange", "create", "matmul", "index_add", "index_set", "index_get",
                      "take_rows", "sub_at_rows", "all_in_range", "relu_fresh", "relu_mask",
-                     "scale_fresh", "sum_rows"):
+                     "scale_fresh", "sum_rows", "number", "_keep_number"):
             setattr(self, name, getattr(Backend, name).__get__(self))
 
     def copy(self, t):

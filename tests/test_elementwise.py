@@ -870,3 +870,56 @@ def test_python_bools_with_tensors_that_require_grad_and_clip_bounds(device):
     assert lp.clip(f, True).tolist() == [1.0, 5.0]
     got = lp.clip(f, lp.asarray([1, 2], device=device))
     assert got.dtype == lp.float32 and got.tolist() == [1.0, 5.0]
+
+
+_SCALAR_FORMS = {
+    "t + s": (lambda t, s: t + s, operator.add, False), "s + t": (lambda t, s: s + t, operator.add, True),
+    "t - s": (lambda t, s: t - s, operator.sub, False), "s - t": (lambda t, s: s - t, operator.sub, True),
+    "t * s": (lambda t, s: t * s, operator.mul, False), "s * t": (lambda t, s: s * t, operator.mul, True),
+    "t / s": (lambda t, s: t / s, operator.truediv, False),
+}
+
+
+@SETTINGS
+@given(dtype=st.sampled_from(["float32", "float64"]), form=st.sampled_from(sorted(_SCALAR_FORMS)),
+       s=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-2**60, 2**60),
+                   st.sampled_from([0.5, 0.25, -1.0, 1.0, 2.0, 0.1, 1e30, -1e30, 1e31, 3, -0.0, 0.0, 2**53 + 1])),
+       data=st.data())
+def test_tensor_and_python_number_give_numpys_bits(device, dtype, form, s, data):
+    """``t (op) s`` with a Python number gives NumPy's result bit for bit, on both sides
+    and twice (the second time from the backend's kept operand, ``Backend.number``), and
+    its gradient ``s`` (``*``) or ``1/s`` (``/``): the number is rounded to the tensor's
+    dtype, never promoted, at every size, sign and kind."""
+    a = data.draw(hnp.arrays(dtype, 5, elements=st.floats(width=32 if dtype == "float32" else 64)))
+    fn, ref, reflected = _SCALAR_FORMS[form]
+    with np.errstate(all="ignore"):
+        expected = ref(s, a) if reflected else ref(a, s)
+    for _ in range(2):
+        t = Tensor(a, device=device, requires_grad=True)
+        out = fn(t, s)
+        got = out.numpy()
+        assert got.dtype == expected.dtype, form
+        np.testing.assert_array_equal(got, expected, err_msg=f"{form} with {s!r}")
+        assert (np.signbit(got) == np.signbit(expected)).all(), f"{form} with {s!r}: sign of a zero"
+    if form in ("t * s", "s * t", "t / s") and math.isfinite(s) and s != 0:
+        out.sum().backward()
+        with np.errstate(all="ignore"):
+            slope = np.full(5, 1 / np.asarray(s, dtype=dtype) if form == "t / s" else np.asarray(s, dtype=dtype))
+        np.testing.assert_array_equal(host(t.grad, device), slope, err_msg=f"the gradient of {form} with {s!r}")
+
+
+def test_kept_numbers_are_bounded():
+    """A number that changes at every step (a decaying learning rate) keeps at most
+    1024 operands on the backend; an integer tensor is never given one, nor is 0
+    (``0.0 == -0.0``: ``-0.0 + -0.0`` is ``-0.0``, ``-0.0 + 0.0`` is ``0.0``)."""
+    backend = get_backend("cpu")
+    z = Tensor(np.array([-0.0, 1.0]))
+    for s in (0.0, -0.0, 0.0, -0.0):
+        assert np.signbit((z + s).numpy()[0]) == (math.copysign(1, s) < 0), s
+    t = Tensor(np.ones(3))
+    for k in range(3000):
+        t = t * (1 - 1e-6 * k) + 0.0
+    assert len(backend.numbers) <= 1024
+    i = lp.arange(3)
+    assert (i + 1).dtype == lp.int64 and (i * 0.5).dtype == lp.float64
+    assert backend.numbers[(1, i._data.dtype)] is None

@@ -445,9 +445,26 @@ class Backend:
         self.index = index
         self.device = canonical_name(self.device_type, index, self.always_index)
         self.host_transfers = 0  # counts to_host/from_host calls (tests use it)
+        self.numbers = {}  # (number, dtype) -> what :meth:`number` gave (the scalar operations read it first)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} device={self.device!r} library={self.library!r}>"
+
+    def number(self, s, dtype):
+        """An operand that stands for the Python number ``s`` with an array of ``dtype``
+        in ``+``, ``-``, ``*`` and ``/``, faster and with the same result, or None where
+        the number itself is best (here, always). What it gives is kept in
+        :attr:`numbers`, where the scalar operations look first; a backend that gives an
+        operand gives it only for a real, non-zero ``s`` of at most 1e30 in size
+        (calm for a sum: see ``ops.elementwise``)."""
+        return self._keep_number(s, dtype, None)
+
+    def _keep_number(self, s, dtype, operand):
+        numbers = self.numbers
+        if len(numbers) >= 1024:  # a bound: a learning rate that decays is a new number at each step
+            numbers.clear()
+        numbers[(s, dtype)] = operand
+        return operand
 
     # ---- what a subclass provides -------------------------------------------
     @classmethod

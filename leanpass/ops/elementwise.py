@@ -261,36 +261,77 @@ def _calm_quotient(a, s) -> bool:
             and getattr(a.dtype, "kind", "c") != "c")
 
 
+# With a Python number, ``a`` is combined with the backend's 0-d array of ``a``'s dtype
+# holding it, where the backend keeps one (``Backend.number``: NumPy, real floating
+# dtypes, a third faster than converting the number at each call, and the same result:
+# NumPy rounds the number to ``a``'s dtype first). Such a number is calm for a sum; the
+# scalar ops look it up in ``be.numbers`` (missing: :data:`UNSEEN`) before they ask.
+UNSEEN = object()
+
+
 @op("+", saves=(), saves_out=False, fresh=False)
 def add_scalar(be, a, s):
+    c = be.numbers.get((s, a.dtype), UNSEEN)
+    if c is UNSEEN:
+        c = be.number(s, a.dtype)
+    if c is not None:
+        return a + c, _pass
     return (a + s if _calm_sum(s) else be.quietly(operator.add, a, s)), _pass
 
 
 @op("-", saves=(), saves_out=False, fresh=False)
 def sub_scalar(be, a, s):
+    c = be.numbers.get((s, a.dtype), UNSEEN)
+    if c is UNSEEN:
+        c = be.number(s, a.dtype)
+    if c is not None:
+        return a - c, _pass
     return (a - s if _calm_sum(s) else be.quietly(operator.sub, a, s)), _pass
 
 
 @op("-", saves=(), saves_out=False)
 def rsub_scalar(be, a, s):
     """``s - a``."""
+    c = be.numbers.get((s, a.dtype), UNSEEN)
+    if c is UNSEEN:
+        c = be.number(s, a.dtype)
+    if c is not None:
+        return c - a, _neg_backward
     return (s - a if _calm_sum(s) else be.quietly(operator.sub, s, a)), _neg_backward
 
 
 @op("*", saves=(), saves_out=False)
 def mul_scalar(be, a, s):
-    def backward(g):
-        return (g * s,)
+    c = be.numbers.get((s, a.dtype), UNSEEN)
+    if c is UNSEEN:
+        c = be.number(s, a.dtype)
+    if c is None:  # the number itself
+        c = s
+        out = a * s if _calm_product(a, s) else be.quietly(operator.mul, a, s)
+    else:  # calm where -1.0 <= s <= 1.0 (a kept number is real, not 0)
+        out = a * c if -1.0 <= s <= 1.0 else be.quietly(operator.mul, a, c)
 
-    return (a * s if _calm_product(a, s) else be.quietly(operator.mul, a, s)), backward
+    def backward(g):
+        return (g * c,)
+
+    return out, backward
 
 
 @op("/", saves=(), saves_out=False)
 def div_scalar(be, a, s):
-    def backward(g):
-        return (g / s,)
+    c = be.numbers.get((s, a.dtype), UNSEEN)
+    if c is UNSEEN:
+        c = be.number(s, a.dtype)
+    if c is None:  # the number itself
+        c = s
+        out = a / s if _calm_quotient(a, s) else be.quietly(operator.truediv, a, s)
+    else:  # calm where not -1.0 < s < 1.0 (a kept number is at most 1e30)
+        out = a / c if not -1.0 < s < 1.0 else be.quietly(operator.truediv, a, c)
 
-    return (a / s if _calm_quotient(a, s) else be.quietly(operator.truediv, a, s)), backward
+    def backward(g):
+        return (g / c,)
+
+    return out, backward
 
 
 @op("/", saves=(0,), saves_out=True)
