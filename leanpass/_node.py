@@ -302,7 +302,7 @@ def run2(op: Op, a, b, *params):
         if op.needs:
             out, backward = _guarded(op.fn, backend, a._data, b._data, *params, needs=(ra, rb))
         elif backend.guard is None:
-            out, backward = op.fn(backend, a._data, b._data, *params)
+            out, backward = op.fn(backend, a._data, b._data, *params) if params else op.fn(backend, a._data, b._data)
         else:
             out, backward = _guarded(op.fn, backend, a._data, b._data, *params)
     except (ValueError, TypeError) as exc:

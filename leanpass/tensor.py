@@ -15,6 +15,7 @@ import weakref
 
 from . import ops
 from ._dtypes import DTYPES, as_dtype, dtype_name
+from ._graph import hooks
 from ._graph.above import above
 from ._graph.engine import backprop, zero_graph_grads
 from ._graph.hooks import add_grad_hook, add_post_accumulate_grad_hook
@@ -514,6 +515,7 @@ class Tensor:
         if node is not None:
             self._retain = True
             node._tensor = weakref.ref(self)  # the engine finds the tensor to keep the gradient in
+            hooks.retaining = True
 
     @property
     def retains_grad(self) -> bool:

@@ -21,6 +21,9 @@ from .above import above
 # that refers to its tensor makes an ordinary cycle the garbage collector frees. The
 # engine looks at them only while some hook is registered (``_hooks_registered``).
 _hooks_registered = 0
+# whether a non-leaf tensor ever retained its gradient (``retain_grad``): until one has,
+# no node has a ``_tensor`` for the engine to look at
+retaining = False
 # post-accumulate-grad hooks added or removed so far: lp.compile replays the hooks there
 # are, so a traced call that adds or removes one runs eagerly
 post_hook_changes = [0]
