@@ -213,31 +213,37 @@ def getitem(t, index):
     return _index_integer(t, p.items)
 
 
-def _checked_positions(t, array, axis, op):
-    """``array`` of indices into ``axis`` of ``t``, range-checked, negatives wrapped
-    (``array`` itself where none is negative: a replay of lp.compile's follows it, and
-    makes the same check again)."""
+def _check_positions(t, array, axis, op) -> bool:
+    """Check that the integer ``array`` indexes ``axis`` of ``t`` (``IndexError``
+    otherwise), now and again at each replay of lp.compile's; whether any is negative."""
     xp = t._backend.xp
     n = t.shape[axis]
-    if math.prod(array.shape):
-        low, high = int(xp.min(array)), int(xp.max(array))
-        if low < -n or high >= n:
-            raise _out_of_range(op, high if high >= n else low, axis, n, t.shape)
-        if low >= 0:
-            check(lambda values: _in_range(xp, values, n, axis, t.shape, op), array)
-            return array
-    return xp.where(array < 0, array + n, array)
+    if not math.prod(array.shape):
+        return False
+    low, high = int(xp.min(array)), int(xp.max(array))
+    if low < -n or high >= n:
+        raise _out_of_range(op, high if high >= n else low, axis, n, t.shape)
+    negative = low < 0
+    check(lambda values: _in_range(xp, values, n, axis, t.shape, op, negative), array)
+    return negative
 
 
-def _in_range(xp, values, n, axis, shape, op) -> None:
-    """lp.compile's check of indices in a replay of a trace whose indices were all in
-    ``[0, n)``: out of range raises as eagerly; a negative one, which the trace never
-    wrapped, raises too."""
+def _checked_positions(t, array, axis, op):
+    """``array`` checked (:func:`_check_positions`), its negative positions wrapped."""
+    if _check_positions(t, array, axis, op):
+        return t._backend.xp.where(array < 0, array + t.shape[axis], array)
+    return array
+
+
+def _in_range(xp, values, n, axis, shape, op, negative) -> None:
+    """lp.compile's check of indices in a replay: out of range raises as eagerly; a
+    negative one, where the trace wrapped none (``negative`` False: its operation does
+    not wrap), raises too."""
     if math.prod(values.shape):
         low, high = int(xp.min(values)), int(xp.max(values))
         if low < -n or high >= n:
             raise _out_of_range(op, high if high >= n else low, axis, n, shape)
-        if low < 0:
+        if low < 0 and not negative:
             raise IndexError(f"lp.compile: {op}: a negative index in a replay of a call traced without any; call "
                              "it eagerly, or pass indices of one sign")
 
@@ -285,16 +291,15 @@ def _index_integer(t, parsed):
     together, as NumPy puts the result's axes there), merged into one, and a
     single ``take`` picks the linear positions (a scatter-add on backward)."""
     full, entries, block, at, index_shape = _integer_block(t, parsed, "getitem")
-    xp = t._backend.xp
-    device = t._backend.xp_device
-    linear = None
-    for axis in block:
-        p = entries[axis]
+    index = [entries[axis] for axis in block]  # the positions are the op's to compute (ops.take_at)
+    wrap = False
+    for axis, p in zip(block, index):
         if isinstance(p, int):
-            p = xp.asarray(p, dtype=xp.int64, device=device)
-        p = _checked_positions(t, p, axis, "getitem")
-        linear = p if linear is None else linear * t.shape[axis] + p
-    linear = xp.reshape(xp.broadcast_to(linear, index_shape), (-1,))
+            if not -t.shape[axis] <= p < t.shape[axis]:
+                raise _out_of_range("getitem", p, axis, t.shape[axis], t.shape)
+        elif _check_positions(t, p, axis, "getitem"):
+            wrap = True
+    lengths = tuple(t.shape[axis] for axis in block)
     if any(isinstance(p, slice) and p != slice(None) for p in entries):
         t = run1(ops.index_basic, t, *_basic_args(t, [slice(None) if i in block else p for i, p in enumerate(entries)]))
     sizes = [n for i, n in enumerate(t.shape) if i not in block]
@@ -307,9 +312,9 @@ def _index_integer(t, parsed):
     if len(block) > 1:
         t = run1(ops.getitem_reshape, t, shape[:first] + (math.prod(shape[first:last + 1]),) + shape[last + 1:])
     out_shape = _result_shape(full, at, index_shape, sizes)
+    taken = run1(ops.take_at, t, first, index_shape, lengths, wrap, *index)
     if len(index_shape) == 1 and out_shape == shape[:first] + index_shape + shape[last + 1:]:
-        return run1(ops.getitem_take, t, linear, first)
-    taken = run1(ops.take, t, linear, first)
+        return taken
     return run1(ops.getitem_shape, taken, out_shape)  # the new array in the index's shape: not a view of t
 
 

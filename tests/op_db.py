@@ -484,7 +484,7 @@ OP_DB: list[OpInfo] = [
     OpInfo("indexing.index_basic", lambda x: x[1:, None, ::2], lambda rng: [(uniform(rng, 3, 4),)], "t[...]"),
     OpInfo("indexing.index_mask", lambda x, mask: x[mask],
            lambda rng: [(uniform(rng, 3, 2), np.array([True, False, True]))], "t[...]"),
-    OpInfo("indexing.getitem_take", lambda x, i: x[:, i], lambda rng: [(uniform(rng, 2, 3), np.array([2, 0, 2]))],
+    OpInfo("indexing.take_at", lambda x, i: x[:, i], lambda rng: [(uniform(rng, 2, 3), np.array([2, -3, 2, -1]))],
            "t[...]"),
     OpInfo("indexing.getitem_shape", lambda x, i: x[i],
            lambda rng: [(uniform(rng, 3, 2), np.array([[0, 2], [2, 1]]))], "t[...]"),
@@ -495,6 +495,8 @@ OP_DB: list[OpInfo] = [
     OpInfo("indexing.setitem", _setitem, _setitem_samples, "t[...] = v"),
     OpInfo("indexing.take", lambda x, i: lp.take(x, i, axis=1),
            lambda rng: [(uniform(rng, 2, 3), np.array([2, 0, 2, 1]))], "take"),
+    OpInfo("indexing.take_wrapped", lambda x, i: lp.take(x, i, axis=1),
+           lambda rng: [(uniform(rng, 2, 3), np.array([2, -3, 2, -1]))], "take"),
     OpInfo("indexing.take_along_axis", lambda x, i: lp.take_along_axis(x, i, axis=1),
            lambda rng: [(uniform(rng, 2, 3), np.array([[2, 0, 2, 2], [1, 1, 0, 2]]))], "take_along_axis"),
     # ---- linalg: products -----------------------------------------------------------------------

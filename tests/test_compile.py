@@ -957,3 +957,59 @@ def test_a_replay_holds_no_more_memory_than_the_eager_call(make, fuse):
     eager_peak, compiled_peak = peak(eager, args), peak(compiled, args)
     assert compiled.calls["replayed"] == 4
     assert compiled_peak <= eager_peak + 4096, (compiled_peak, eager_peak)  # (the replay's own lists: < 1 kB)
+
+
+INTEGER_INDEXES = {  # (the index of a (4, 5, 6) tensor, from index arrays of length 3; whether negatives come in)
+    "x[i]": (lambda x, i, j: x[i], False), "x[:, i]": (lambda x, i, j: x[:, i], False),
+    "x[i, j]": (lambda x, i, j: x[i, j], False), "x[i, 1:, j]": (lambda x, i, j: x[i, 1:, j], False),
+    "x[i, :, 2]": (lambda x, i, j: x[i, :, 2], False), "x[-1, j]": (lambda x, i, j: x[-1, j], False),
+    "x[i[:, None], j]": (lambda x, i, j: x[i[:, None], j], False),
+    "x[neg]": (lambda x, i, j: x[i - 4], True), "x[:, neg]": (lambda x, i, j: x[:, j - 5], True),
+    "take(x, neg, axis=2)": (lambda x, i, j: lp.take(x, j - 5, axis=2), True),
+}
+
+
+@pytest.mark.parametrize("name", list(INTEGER_INDEXES))
+def test_integer_array_indexes_are_replayed_with_the_new_index_values(device, name):
+    """An integer-array index (and ``lp.take``), negative positions among it or not, is
+    replayed: each replay computes the positions from the index's values of that call,
+    forward and backward, as eagerly, and warns of nothing."""
+    index, _ = INTEGER_INDEXES[name]
+    data = RNG.normal(size=(4, 5, 6))
+    w = [Tensor(data, device=device, requires_grad=True) for _ in range(2)]
+
+    def step(x, i, j):
+        loss = (index(x, i, j) ** 2).sum()
+        loss.backward()
+        return loss
+
+    compiled = lp.compile(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(4):
+            i = lp.asarray(RNG.integers(0, 4, size=3), device=device)
+            j = lp.asarray(RNG.integers(0, 5, size=3), device=device)
+            w[0].grad = w[1].grad = None
+            same(step(w[0], i, j), compiled(w[1], i, j))
+            same(w[0].grad, w[1].grad)
+    assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}
+
+
+def test_a_replay_checks_the_index_values_as_eagerly(device):
+    """Out of range raises ``IndexError`` in a replay as eagerly; a negative position in
+    a replay of a call traced with none raises too (its operation does not wrap them),
+    while a call traced with negatives takes either sign."""
+    x = Tensor(RNG.normal(size=(4, 5)), device=device)
+    compiled = lp.compile(lambda x, i: x[i] * 2)
+    compiled(x, lp.asarray([0, 1], device=device))
+    same(compiled(x, lp.asarray([3, 2], device=device)), x[lp.asarray([3, 2], device=device)] * 2)
+    for bad in ([0, 4], [-5, 0], [-1, 0]):
+        with pytest.raises(IndexError):
+            compiled(x, lp.asarray(bad, device=device))
+    wrapping = lp.compile(lambda x, i: x[i] * 2)
+    for values in ([0, -1], [-4, 3], [2, 1]):
+        index = lp.asarray(values, device=device)
+        same(wrapping(x, index), x[index] * 2)
+    with pytest.raises(IndexError):
+        wrapping(x, lp.asarray([0, -5], device=device))
+    assert wrapping.calls["eager"] == 0

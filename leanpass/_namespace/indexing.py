@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .. import ops
 from .._checks import broadcast_shapes, device_message, normalize_axis
-from .._indexing import _checked_positions
+from .._indexing import _check_positions, _checked_positions
 from .._node import run1
 from ._records import recorded
 from ._util import asarray_like
@@ -42,7 +42,9 @@ def take(x, indices, /, *, axis=None):
     index = _indices(x, indices, "take")
     if index.ndim != 1:
         raise ValueError(f"take: indices must be 1-D, got shape {tuple(index.shape)}")
-    return run1(ops.take, x, _checked_positions(x, index, axis, "take"), axis)
+    if _check_positions(x, index, axis, "take"):  # negative ones: wrapped by the operation
+        return run1(ops.take_wrapped, x, axis, tuple(index.shape), (x.shape[axis],), True, index)
+    return run1(ops.take, x, index, axis)
 
 
 @recorded(ops.take_along_axis, "indexing", axes="one")

@@ -87,7 +87,26 @@ def take_along_axis(be, a, index, axis, shape, out_shape):
     return xp.reshape(xp.take(flat, positions, axis=0), out_shape), backward
 
 
-getitem_take = take.renamed("getitem")
+@op("getitem", saves=(), saves_out=False, complex="holomorphic")
+def take_at(be, a, axis, index_shape, sizes, wrap, *entries):
+    """``a`` at an integer-array index, taken along ``axis`` as one 1-D index: the
+    ``entries`` (integer arrays and ints, in range, for ``len(entries)`` axes the caller
+    merged into ``axis``, of lengths ``sizes``) broadcast together to ``index_shape``
+    and combined into positions here, from the index's values, so that a replay of
+    lp.compile's follows new ones. Negative ones are wrapped where ``wrap`` (a
+    Python int always is)."""
+    xp = be.xp
+    linear = None
+    for p, n in zip(entries, sizes):
+        if type(p) is int:
+            p = p + n if p < 0 else p
+        elif wrap:
+            p = xp.where(p < 0, p + n, p)
+        linear = p if linear is None else linear * n + p
+    return take.fn(be, a, xp.reshape(xp.broadcast_to(linear, index_shape), (-1,)), axis)
+
+
+take_wrapped = take_at.renamed("take")  # lp.take with negative indices
 getitem_reshape = reshape.renamed("getitem")
 # the result of a take (a new array) given the index's shape: no view of the tensor
 # indexed, so it can be changed in place like any result
