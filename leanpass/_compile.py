@@ -36,6 +36,7 @@ import sys
 import threading
 import warnings
 
+from ._checks import broadcast_shapes
 from ._fusion import ARG, COMPILE_AFTER, EXT, VAL, BackwardRun, compile_runs, fuse, fusion_enabled
 from ._graph import hooks
 from ._graph.engine import Released, _needed, _store, _unbroadcast
@@ -194,6 +195,16 @@ class _Recipe:
         return params if self.kind is dict else tuple(params)
 
 
+def _keeps(label, t, o) -> bool:
+    """Whether ``t (op) o`` has ``t``'s dtype and shape (``o``: a Tensor)."""
+    if o._data.dtype != t._data.dtype:
+        return False
+    try:
+        return tuple(broadcast_shapes(label, t.shape, o.shape)) == tuple(t.shape)
+    except ValueError:
+        return False
+
+
 class Tracer:
     """Records one eager call (see the module's doc). Reports from the hooks arrive as
     method calls; the first thing a replay could not reproduce sets :attr:`reason`
@@ -307,6 +318,8 @@ class Tracer:
         if src is not None:  # another tensor on an array the call has seen (detach, as_tensor)
             self._register(t, src)
             return
+        if id(t._data) in self.implicit:  # the ones autograd.grad(create_graph=True) starts from, as a Tensor
+            python = True
         maker = None if python else _internal_maker()  # Python numbers make a constant wherever
         if maker is not None:
             return self.unsupported(f"{maker}: a value computed outside the recorded operations")
@@ -321,7 +334,7 @@ class Tracer:
         label = name or op
         if self.reason is None:
             if is_grad_enabled() and (t._rg or any(isinstance(o, Tensor) and o._rg for o in others)):
-                self.unsupported(f"{label}: an in-place change recorded in the graph")
+                return self._recorded_change(t, op, others, params, name, write)
             elif _has_array(t._backend, (params, [o for o in others if not isinstance(o, Tensor)])):
                 self.unsupported(f"{label}: an array among its operands (an index), which a replay would not follow")
             else:
@@ -330,6 +343,47 @@ class Tracer:
                 if target is not None and all(s is not None for s in sources):
                     self.events.append(("inplace", target, op, tuple(sources), params, name, write))
         return self._untraced(inplace, t, op, others, *params, name=name, write=write)
+
+    def _recorded_change(self, t, op, others, params, name, write):
+        """An in-place change recorded in the graph (``h += x``, ``y[:, 0] = 0`` with grad
+        on; ``out += b`` in a rule that ``autograd.grad(create_graph=True)`` records):
+        replayed as the operation out of place, its result a new value of ``t``. That is
+        what the change does where nothing else sees ``t``'s memory: so ``t`` must be a
+        value made in the call, of no view and with no view, no other tensor on its array,
+        Tensor operands of its dtype, none of them ``t``'s memory, and a result of its shape
+        (what eagerly would be cast or broadcast back into ``t`` is not); a plain operand (the
+        number ``y[:, 0] = 0.0`` writes) becomes a parameter."""
+        label = name or op
+        src = self.source.get(id(t))
+        tensors = [o for o in others if isinstance(o, Tensor)]
+        plain = list(others[len(tensors):])  # operands that are not Tensors (a number written): after the Tensors
+        vc = t._vc
+        why = None
+        if src is None or src[0] != VAL:
+            why = "of a tensor not made in the call (an argument, a parameter)"
+        elif getattr(t, "_base", None) is not None or (vc is not None and vc.live_views()):
+            why = "of a view, or of a tensor with views"
+        elif any(isinstance(o, Tensor) for o in plain) or _has_array(t._backend, (plain, params)):
+            why = "with an array among its operands or parameters (an index)"
+        elif any(o is t or (vc is not None and o._vc is vc) for o in tensors):
+            why = "with an operand on the tensor's own memory"
+        elif op != "setitem" and not all(_keeps(label, t, o) for o in tensors):  # (a write keeps t's anyway)
+            why = "with an operand of another dtype, or of a shape that broadcasts the tensor's"
+        elif sum(1 for other in self.source.values() if other == src) > 1:
+            why = "of a tensor whose array another tensor holds too (t.detach())"
+        if why is not None:
+            self.unsupported(f"{label}: an in-place change recorded in the graph, {why}")
+            return self._untraced(inplace, t, op, others, *params, name=name, write=write)
+        sources = [src] + [self.source_of(o) for o in tensors]
+        needs = (t._rg, *(o._rg for o in tensors), *(False for _ in plain)) if op.needs else None
+        self._untraced(inplace, t, op, others, *params, name=name, write=write)
+        if any(s is None for s in sources) or self.reason is not None:
+            return t
+        slot = self._new_slot(t)  # t's new value (its array, the same, names it from now on)
+        self.node_slot[id(t._node)] = slot
+        self.events.append(("op", op, tuple(sources), (*plain, *params), needs, slot, tuple(t._data.shape),
+                            t._backend))
+        return t
 
     def draw(self, fn, args):
         """A random draw ``fn(*args)`` (an array): recorded as a value of its own, drawn
@@ -401,11 +455,17 @@ class Tracer:
     def backprop(self, roots, grads, create_graph, targets) -> None:
         if self.reason is not None or not self.records():
             return
-        if create_graph:
-            return self.unsupported("backward(create_graph=True) or autograd.grad(create_graph=True) inside the "
-                                    "function (lp.hvp, a gradient penalty)")
+        if create_graph and targets is None:
+            return self.unsupported("backward(create_graph=True) inside the function (a .grad in a graph)")
         if hooks._grad_hooks_registered:
             return self.unsupported("a backward pass with gradient hooks registered (register_hook)")
+        if create_graph:
+            # autograd.grad(create_graph=True) (lp.func.hvp, a gradient penalty): the pass records its rules as
+            # operations on Tensors, which the trace records as any other (its seeds, Tensors, too); a replay runs
+            # them, and a later pass goes back through them. Only the graph is checked here: made in the call.
+            needed = _needed(roots, {id(edge(t)) for t in targets})
+            self._schedule([r._node for r in roots if id(r._node) in needed], needed)  # (complex values: refused)
+            return
         seeds = []
         for root, g in zip(roots, grads):
             node = root._node

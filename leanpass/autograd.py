@@ -202,8 +202,8 @@ def _seeds(name, what, given, outputs, grads, create_graph):
     is 1 for a one-element output, else a Tensor or array-like of its shape): arrays
     (the caller's, which the engine copies before it keeps one as a ``.grad``), or Tensors
     with ``create_graph``."""
-    if create_graph:  # (lp.compile: said before the seeds below are made, which it would name instead)
-        note(f"{name}(create_graph=True) (a second derivative, or lp.func.hvp: not replayed yet)")
+    if create_graph and name == "backward":  # (lp.compile: said before the seeds below are made, which it would
+        note("backward(create_graph=True) (a .grad in a graph: not replayed yet)")  # name instead)
     seeds = []
     for i, (out, g) in enumerate(zip(outputs, grads)):
         backend = out._backend

@@ -816,13 +816,136 @@ def test_autograd_grad_of_an_intermediate_and_of_an_unused_input(device):
     assert not w.has_grad and compiled.calls["replayed"] == 2
 
 
-def test_create_graph_inside_the_function_runs_eagerly_with_one_warning():
-    f = lp.compile(lambda w, v: lp.func.hvp(lambda w: (w ** 3).sum(), (w,), (v,))[1][0])
-    w, v = Tensor(np.array([1.0, 2.0])), Tensor(np.array([1.0, 0.5]))
-    with pytest.warns(RuntimeWarning, match="runs eagerly for these arguments"):
-        same(f(w, v), 6 * np.array([1.0, 2.0]) * np.array([1.0, 0.5]))
-    same(f(w, v), 6 * np.array([1.0, 2.0]) * np.array([1.0, 0.5]))  # (no second warning: errors in tests)
-    assert f.calls == {"traced": 1, "replayed": 0, "eager": 1}
+def _hvp(w, x, v):
+    value, (hv, _) = lp.func.hvp(lambda w, x: (lp.tanh(x @ w) ** 2).sum(), (w, x), (v, lp.zeros_like(x)))
+    return value, hv
+
+
+def _third_derivative(w, x, v):
+    g, = lp.autograd.grad((w ** 3 * v).sum(), w, create_graph=True)
+    h, = lp.autograd.grad(g.sum(), w, create_graph=True)
+    t, = lp.autograd.grad(h.sum(), w)
+    return g.detach(), h.detach(), t
+
+
+def _gradient_penalty(model, opt):
+    def step(w, x, v):  # (w and v unused: the scenarios share a signature)
+        opt.zero_grad()
+        out = model(x).sum()
+        g, = lp.autograd.grad(out, x, create_graph=True)
+        loss = out + ((lp.linalg.vector_norm(g, axis=1) - 1) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+@pytest.mark.parametrize("name", ["hvp", "third derivative", "gradient penalty"])
+def test_second_derivatives_are_replayed(device, name):
+    """``autograd.grad(create_graph=True)`` inside the function (``lp.func.hvp``, a
+    gradient penalty in a training step, a third derivative): the pass records its rules
+    as operations, which replay like any other (with the in-place changes the rules make
+    on their own fresh values: ``linear``'s ``out += b``), bit for bit as eagerly."""
+    if name == "gradient penalty":
+        def setup():
+            lp.manual_seed(0)
+            model = nn.Sequential(nn.Linear(3, 8, device=device), nn.Tanh(), nn.Linear(8, 1, device=device))
+            return model, lp.optim.Adam(model.parameters(), lr=1e-2)
+
+        (m1, o1), (m2, o2) = setup(), setup()
+        eager, compiled = _gradient_penalty(m1, o1), lp.compile(_gradient_penalty(m2, o2), fuse=False)
+    else:
+        eager = _hvp if name == "hvp" else _third_derivative
+        compiled = lp.compile(eager, fuse=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(4):
+            w, v = Tensor(RNG.normal(size=(3, 2)), device=device), Tensor(RNG.normal(size=(3, 2)), device=device)
+            x = Tensor(RNG.normal(size=(5, 3)), device=device, requires_grad=name == "gradient penalty")
+            if name == "third derivative":
+                w.requires_grad_(True)
+            for a, b in zip(jax_leaves(eager(w, x, v)), jax_leaves(compiled(w, x, v))):
+                same(b, a)
+    if name == "gradient penalty":
+        for p, q in zip(m1.parameters(), m2.parameters()):
+            same(q, p)
+    assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}, compiled.explain()
+
+
+def test_backward_with_create_graph_inside_the_function_runs_eagerly_with_one_warning():
+    """``backward(create_graph=True)`` writes ``.grad`` as Tensors in a graph: not replayed."""
+    def f(w):
+        (w ** 3).sum().backward(create_graph=True)
+        g = w.grad
+        w.grad = None
+        return g.detach()
+
+    compiled = lp.compile(f)
+    w = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    with pytest.warns(RuntimeWarning, match="runs eagerly for these arguments: backward.create_graph=True."):
+        same(compiled(w), 3 * np.array([1.0, 2.0]) ** 2)
+    same(compiled(w), 3 * np.array([1.0, 2.0]) ** 2)  # (no second warning: errors in tests)
+    assert compiled.calls == {"traced": 1, "replayed": 0, "eager": 1}
+
+
+IN_PLACE = {  # a change of a value made in the call, recorded in the graph: (x, w) -> a tensor
+    "h += x": lambda x, w: _changed(x * w, "__iadd__", x),
+    "h -= 1.5": lambda x, w: _changed(x * w, "__isub__", 1.5),
+    "h += w[0] (broadcast)": lambda x, w: _changed(x * 1, "__iadd__", w[0]),
+    "h.mul_(w)": lambda x, w: (x + 1).mul_(w),
+    "h.clamp_(lo, hi)": lambda x, w: (x * w).clamp_(-0.5, 0.5),
+    "h.exp_()": lambda x, w: (x * w).exp_(),
+    "y[:, 0] = 0.0": lambda x, w: _changed(x * w, "__setitem__", (slice(None), 0), 0.0),
+    "y[:, 0] = w[:, 0]": lambda x, w: _changed(x * 1, "__setitem__", (slice(None), 0), w[:, 0]),
+    "y.masked_fill_(x > 0, 0.5)": lambda x, w: (x * w).masked_fill_(x > 0, 0.5),
+}
+IN_PLACE_EAGERLY = {  # ... and the changes a replay of the change out of place would get wrong
+    "of a view": lambda x, w: _changed(x * 1, "__getitem__", slice(1, None)).__imul__(w[1:]),
+    "a detached tensor on its array": lambda x, w: (lambda h, d: _changed(h, "__iadd__", w) * d)(
+        *(lambda h: (h, h.detach()))(x * 1)),
+    "an integer-array index": lambda x, w: _changed(x * 1, "__setitem__", lp.asarray([0, 2], device=x.device), w[:2]),
+    "an operand on its own memory": lambda x, w: (lambda h: _changed(h, "__iadd__", h))(x * w),
+}
+
+
+def _changed(t, method, *args):
+    out = getattr(t, method)(*args)
+    return t if method == "__setitem__" else out
+
+
+@pytest.mark.parametrize("name", list(IN_PLACE) + list(IN_PLACE_EAGERLY))
+def test_in_place_changes_in_the_graph(device, name):
+    """An in-place change recorded in the graph, of a value made in the call, replays as
+    its operation out of place (bit for bit as eagerly, forward and backward); where the
+    change's memory is seen some other way (a view, another tensor on its array, an
+    index array) the call runs eagerly, with one warning, and its results stay eager's."""
+    replayed = name in IN_PLACE
+    change = IN_PLACE[name] if replayed else IN_PLACE_EAGERLY[name]
+
+    def step(x, w):
+        out = change(x, w)
+        loss = (out * out).sum()
+        loss.backward()
+        return loss
+
+    compiled = lp.compile(step, fuse=False)
+    weights = RNG.normal(size=(4, 5))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(4):
+            data = RNG.normal(size=(4, 5))
+            xs = [Tensor(data, device=device, requires_grad=True) for _ in range(2)]
+            ws = [Tensor(weights, device=device, requires_grad=True) for _ in range(2)]
+            same(compiled(xs[1], ws[1]), step(xs[0], ws[0]))
+            same(xs[1].grad, xs[0].grad)
+            same(ws[1].grad, ws[0].grad)
+    messages = [str(w.message) for w in caught]
+    if replayed:
+        assert not messages and compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}
+    else:
+        assert len(messages) == 1 and "an in-place change recorded in the graph" in messages[0], messages
+        assert compiled.calls == {"traced": 1, "replayed": 0, "eager": 3}
 
 
 def test_a_gradient_from_autograd_grad_changed_or_used_in_place(device):
