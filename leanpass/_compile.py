@@ -36,6 +36,7 @@ import sys
 import threading
 import warnings
 
+from . import ops
 from ._checks import broadcast_shapes
 from ._fusion import ARG, COMPILE_AFTER, EXT, VAL, BackwardRun, compile_runs, fuse, fusion_enabled
 from ._graph import hooks
@@ -379,6 +380,14 @@ class Tracer:
         self._untraced(inplace, t, op, others, *params, name=name, write=write)
         if any(s is None for s in sources) or self.reason is not None:
             return t
+        if op == "setitem":  # a write into its input: a replay writes into a copy, and the old value stays
+            # (a fused run's backward may compute again from it, where eager's saved what it read)
+            shape, dtype = self.meta[src[1]]
+            copy = self.slots
+            self.slots += 1
+            self.meta[copy] = (shape, dtype)
+            self.events.append(("op", ops.copy, (src,), (), None, copy, shape, t._backend))
+            sources[0] = (VAL, copy)
         slot = self._new_slot(t)  # t's new value (its array, the same, names it from now on)
         self.node_slot[id(t._node)] = slot
         self.events.append(("op", op, tuple(sources), (*plain, *params), needs, slot, tuple(t._data.shape),

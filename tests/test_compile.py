@@ -1136,3 +1136,29 @@ def test_a_replay_checks_the_index_values_as_eagerly(device):
     with pytest.raises(IndexError):
         wrapping(x, lp.asarray([0, -5], device=device))
     assert wrapping.calls["eager"] == 0
+
+
+def test_a_write_into_a_value_that_a_fused_run_read(device):
+    """``y[:] = 3.0`` after a fused run of element-wise operations read ``y``: the run's
+    backward computes its values again from what it read, so a replay writes into a copy
+    of ``y`` (eagerly the rules saved what they read; a review found the write reaching
+    the run's backward: gradients off by 50)."""
+    weights = RNG.normal(size=(16, 5))
+
+    def step(x, w):
+        y = x @ w.T @ w  # (not element-wise: the run starts after it)
+        z = ((y.tanh() * 2 + 1).sin() * 0.5).exp()
+        y[:] = 3.0
+        loss = z.sum() + y.sum()
+        loss.backward()
+        return loss
+
+    compiled = lp.compile(step)
+    for _ in range(5):
+        data = RNG.normal(size=(16, 5))
+        xs = [Tensor(data, device=device, requires_grad=True) for _ in range(2)]
+        ws = [Tensor(weights, device=device, requires_grad=True) for _ in range(2)]
+        np.testing.assert_allclose(host(compiled(xs[1], ws[1])), host(step(xs[0], ws[0])), rtol=1e-13)
+        np.testing.assert_allclose(host(xs[1].grad), host(xs[0].grad), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(host(ws[1].grad), host(ws[0].grad), rtol=1e-12, atol=1e-12)
+    assert compiled.calls == {"traced": 1, "replayed": 4, "eager": 0}
