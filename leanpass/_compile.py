@@ -44,7 +44,7 @@ from ._graph.engine import Released, _needed, _store, _unbroadcast
 from ._graph.modes import grad_lock, is_grad_enabled, no_grad
 from ._graph.node import COMPLEX, Node, edge
 from ._graph.trace import TRACER
-from ._node import inplace, leaf
+from ._node import _part_backward, inplace, leaf
 from .backends import _base as _backends_base
 from .backends import get_default_device, get_default_dtype
 from .nn.module import _CHANGES as _MODULE_CHANGES
@@ -394,6 +394,34 @@ class Tracer:
                             t._backend))
         return t
 
+    def several(self, op, x, params, results, joint) -> None:
+        """A decomposition (``several``: ``op``'s outputs ``results``, and, in the graph,
+        ``joint``, the tensor of its one node, whose value is ``x``'s): one event that runs
+        it again, each output a value of its own, and in the graph each output's node
+        handing its gradient to the joint node, as eagerly."""
+        if self.reason is not None or not self.records():
+            return
+        backend = x._backend
+        if backend.guard is not None:
+            return self.unsupported(f"{op} on {backend.device} (a machine of several GPUs)")
+        src = self.source_of(x)
+        if src is None:
+            return
+        if _has_array(backend, params):
+            return self.unsupported(f"{op}: an array among its parameters")
+        slots = tuple(self._new_slot(t) for t in results)
+        for t, slot in zip(results, slots):
+            if t._node is not None:
+                self.node_slot[id(t._node)] = slot
+        joint_slot = None
+        if joint is not None:  # (its array is x's: not registered, x's stays x's)
+            joint_slot = self.slots
+            self.slots += 1
+            self.meta[joint_slot] = (tuple(x._data.shape), x._data.dtype)
+            self.node_slot[id(joint._node)] = joint_slot
+        self.events.append(("several", op, src, tuple(params), slots, joint_slot,
+                            tuple(tuple(t._data.shape) for t in results), backend))
+
     def draw(self, fn, args):
         """A random draw ``fn(*args)`` (an array): recorded as a value of its own, drawn
         again at each replay; a draw the trace did not record before it (from the
@@ -654,6 +682,8 @@ class Plan:
         self.slot_backend.update({e[2]: e[3] for e in self.events if e[0] == "const"})
         self.slot_backend.update({e[3]: e[4] for e in self.events if e[0] == "draw"})
         self.slot_backend.update({e[2]: e[3] for e in self.events if e[0] == "leaf"})
+        self.slot_backend.update({slot: e[7] for e in self.events if e[0] == "several"
+                                  for slot in (*e[4], *([] if e[5] is None else [e[5]]))})
         self.slot_backend.update({slot: e[3] for e in self.events if e[0] == "autograd" for _, slot in e[5]})
         self.runs = self.replays = self.kernels = 0
         # fusion plans at the first replay (the trace, and a call made once, do not pay for it),
@@ -713,8 +743,8 @@ class Plan:
                 for src in event[2]:
                     if src[0] == VAL:
                         last[src[1]] = i
-            elif kind == "leaf" and event[1][0] == VAL:
-                last[event[1][1]] = i
+            elif kind in ("leaf", "several") and event[1 if kind == "leaf" else 2][0] == VAL:
+                last[event[1 if kind == "leaf" else 2][1]] = i
         for slot in self._output_slots(self.outputs):
             last[slot] = len(self.events)
         free = collections.defaultdict(list)
@@ -820,6 +850,8 @@ class Plan:
                 with event[4].backend.quiet():
                     for slot, out in zip(event[3], fn(*[get(s) for s in event[2]])):
                         slots[slot] = out
+            elif kind == "several":  # a decomposition: its outputs, and in the graph the nodes eager's has
+                self._several(event, slots, get, backwards)
             elif kind == "draw":  # a random draw: a new one each time, from the generator, as eagerly
                 slots[event[3]] = event[1](*event[2])
             elif kind == "const":  # a tensor made in the call: a new one each time, as eagerly
@@ -849,6 +881,24 @@ class Plan:
             for slot in free.get(i, ()):  # never a result's: those are read after the last event
                 slots[slot] = None
         return self._result(self.outputs, slots, args)
+
+    def _several(self, event, slots, get, backwards) -> None:
+        _, op, src, params, out_slots, joint, shapes, backend = event
+        x = get(src)
+        outs, backward = op.fn(backend, x, *params)
+        for slot, out, shape in zip(out_slots, outs, shapes):
+            if tuple(out.shape) != shape:
+                raise _Stale(f"{op} gave shape {tuple(out.shape)}, the trace {shape}")
+            slots[slot] = out
+        if joint is None:
+            return
+        slots[joint] = x
+        keeps, n = self.keeps_backward, len(outs)
+        if joint in keeps:
+            backwards[joint] = lambda parts: backward(*parts.grads)
+        for k, slot in enumerate(out_slots):
+            if slot in keeps:
+                backwards[slot] = _part_backward(k, n, x.dtype)
 
     def _inplace(self, event, slots, get, args):
         _, target, op, others, params, name, write = event

@@ -530,6 +530,8 @@ def _reads(event):
         return (event[1], *(o for o in event[3] if o[0] is not None))
     if kind == "check":
         return event[2]
+    if kind == "several":
+        return (event[2],)
     if kind in ("backward", "autograd"):
         return tuple(src for _, src in event[1] if src[0] != "ones")
     if kind == "fused":

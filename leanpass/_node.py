@@ -241,12 +241,25 @@ def several(op: Op, x, *params) -> list:
     output, whose backward passes its gradient on to it as :class:`Parts`. The
     outputs share one version counter: the rule reads all of them, so an in-place
     change of any one refuses the backward."""
-    _trace_note(f"{op} (a decomposition: its outputs are not replayed yet)")
     backend = x._backend
     outs, backward = _guarded(op.fn, backend, x._data, *params)
-    record = x._rg and _grad_state.enabled
-    if not record:
-        return [make(out, backend, op, (x,), None, False) for out in outs]
+    tracer = TRACER[0]
+    TRACER[0] = None  # lp.compile records the decomposition as one event (below), not its nodes one by one
+    try:
+        joint, results = _several_tensors(op, x, params, outs, backward)
+    finally:
+        TRACER[0] = tracer
+    if tracer is not None:
+        tracer.several(op, x, params, results, joint)
+    return results
+
+
+def _several_tensors(op, x, params, outs, backward):
+    """``several``'s tensors: its joint node's tensor (None outside the graph) and the
+    outputs."""
+    backend = x._backend
+    if not (x._rg and _grad_state.enabled):
+        return None, [make(out, backend, op, (x,), None, False) for out in outs]
     n, dtype = len(outs), x._data.dtype
     joint = make(x._data, backend, op, (x,), lambda parts: backward(*parts.grads), True, Outputs(op, params, outs))
     part = _part_op(str(op))
@@ -255,7 +268,7 @@ def several(op: Op, x, *params) -> list:
     for t in results[1:]:
         share_version(t, results[0])
     joint._node._vc = version_of(results[0])
-    return results
+    return joint, results
 
 
 def run1(op: Op, a, *params):
