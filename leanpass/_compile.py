@@ -569,6 +569,18 @@ class Tracer:
         self.inner_leaves[id(t)] = slot
         self.events.append(("leaf", src, slot, t._backend))
 
+    def grad_leaf(self, t) -> bool:
+        """``t.requires_grad_()`` on a tensor of the call's values that is not an argument
+        nor a tensor from outside (``x.detach().requires_grad_()``, a gradient penalty's
+        input): a new leaf, as :meth:`new_leaf`. False where it is one of those."""
+        if self.reason is not None or not self.records():
+            return True  # (nothing recorded any more, or another thread's)
+        src = self.source.get(id(t))
+        if src is None or src[0] == EXT or (src[0] == ARG and self.keep_args[src[1]] is t):
+            return False
+        self.new_leaf(t)
+        return True
+
     def _leaf_key(self, t):
         """How a backward pass's schedule names the leaf ``t``: ``(ARG, i)``, ``(EXT, t)``,
         or ``("leaf", slot)`` for one made in the call (:meth:`new_leaf`); None elsewhere."""
@@ -582,8 +594,8 @@ class Tracer:
         """The nodes below ``starts`` in the engine's order (newest first), each with its
         parents: ``(slot, parents, fresh, exact)``, a parent ``(VAL, slot, shape,
         dtype)``, ``(EXT, leaf, shape, dtype)`` for a leaf that takes a gradient, or None.
-        With ``needed`` (autograd.grad's: the ids on a path to a target) only those, and
-        a leaf made in the call (:meth:`new_leaf`) is ``("leaf", slot, shape, dtype)``."""
+        With ``needed`` (autograd.grad's: the ids on a path to a target) only those. A
+        leaf made in the call (:meth:`new_leaf`) is ``("leaf", slot, shape, dtype)``."""
         seen, stack, nodes = set(), list(starts), []
         while stack:
             node = stack.pop()
@@ -619,7 +631,7 @@ class Tracer:
                         self.unsupported("backward through a graph made before the call")
                         return None
                     parents.append((VAL, parent_slot, shape, dtype))
-                elif p._rg and p._node is None and needed is not None and id(p) in self.inner_leaves:
+                elif p._rg and p._node is None and id(p) in self.inner_leaves:  # (backward: its .grad is not kept)
                     parents.append(("leaf", self.inner_leaves[id(p)], shape, dtype))
                 elif p._rg and p._node is None:
                     kind, ref = self.source_of(p)  # an argument, or a tensor from outside (checked before a replay)
@@ -655,6 +667,9 @@ class Tracer:
             if value._rg and value._node is not None and not isinstance(value._node._prev, Released):
                 self.unsupported("a result that requires grad in a graph still alive (its graph is not replayed: "
                                  "call backward inside the function)")
+            if id(value) in self.inner_leaves:
+                self.unsupported("a leaf made in the call (requires_grad_(), lp.func's input) as a result: its .grad "
+                                 "is not replayed")
             if src[0] != VAL and value is not (self.keep_args[src[1]] if src[0] == ARG else src[1]):
                 return ("T", src, value._backend, "view")  # another tensor on its array (x.detach())
             return ("T", src, value._backend)
@@ -984,7 +999,8 @@ class Plan:
             return
         with grad_lock:
             for t, (g, fresh) in leaves.items():
-                _store(t, g, fresh)
+                if type(t) is not tuple:  # (a leaf made in the call, ("leaf", slot): no result is it)
+                    _store(t, g, fresh)
         if hooks._hooks_registered:  # the leaves' post-accumulate hooks (DDP's averaging), as eagerly
             hooks._run_post_hooks(leaves)
 

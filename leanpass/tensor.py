@@ -154,8 +154,9 @@ class Tensor:
 
     @requires_grad.setter
     def requires_grad(self, value):
-        if TRACER[0] is not None:
-            _trace_note("requires_grad set inside the function")
+        tracer = TRACER[0]
+        if tracer is not None and not (value and not self._rg and self._node is None and tracer.grad_leaf(self)):
+            _trace_note("requires_grad set inside the function, on an argument or a tensor from outside")
         value = bool(value)
         if value == self._rg:
             return

@@ -1195,3 +1195,56 @@ def test_decompositions_are_replayed(device, name):
             with lp.no_grad():
                 same(inference(Tensor(data, device=device)), fn(Tensor(data, device=device)))
     assert compiled.calls == inference.calls == {"traced": 1, "replayed": 3, "eager": 0}
+
+
+def test_a_wgan_gp_step_with_requires_grad_on_a_mix_of_inputs(device):
+    """A WGAN-GP critic step: a random mix of two batches made a leaf with
+    ``.detach().requires_grad_()``, the gradient penalty on its gradient
+    (``create_graph=True``), Adam: replayed bit for bit, with fresh draws each call;
+    the mix's own ``.grad``, which the backward writes eagerly, is not kept (no result is
+    the mix: returning it runs the call eagerly)."""
+    def setup():
+        lp.manual_seed(0)
+        critic = nn.Sequential(nn.Linear(4, 8, device=device), nn.Tanh(), nn.Linear(8, 1, device=device))
+        return critic, lp.optim.Adam(critic.parameters(), lr=1e-2)
+
+    def stepper(critic, opt, give_mix=False):
+        def step(real, fake):
+            opt.zero_grad()
+            eps = lp.rand(real.shape[0], 1, device=device)
+            mix = (eps * real + (1 - eps) * fake).detach().requires_grad_(True)
+            g, = lp.autograd.grad(critic(mix).sum(), mix, create_graph=True)
+            penalty = ((lp.linalg.vector_norm(g, axis=1) - 1) ** 2).mean()
+            loss = critic(fake).mean() - critic(real).mean() + 10 * penalty
+            loss.backward()
+            opt.step()
+            return (loss, mix) if give_mix else loss
+        return step
+
+    (c1, o1), (c2, o2) = setup(), setup()
+    eager, compiled = stepper(c1, o1), lp.compile(stepper(c2, o2), fuse=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for k in range(4):
+            real, fake = (Tensor(RNG.normal(size=(6, 4)), device=device) for _ in range(2))
+            lp.manual_seed(k)
+            expected = eager(real, fake)
+            lp.manual_seed(k)
+            same(compiled(real, fake), expected)
+    for p, q in zip(c1.parameters(), c2.parameters()):
+        same(q, p)
+    assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}
+    giving = lp.compile(stepper(*setup(), give_mix=True))
+    real, fake = (Tensor(RNG.normal(size=(6, 4)), device=device) for _ in range(2))
+    with pytest.warns(RuntimeWarning, match="a leaf made in the call"):
+        loss, mix = giving(real, fake)
+    assert mix.grad is not None and mix.grad.shape == (6, 4)
+
+
+def test_requires_grad_set_on_an_argument_runs_eagerly():
+    """``x.requires_grad_()`` on an argument changes the caller's tensor: not replayed."""
+    compiled = lp.compile(lambda x: (x.requires_grad_(True) * 2).sum())
+    x = Tensor(np.ones(3))
+    with pytest.warns(RuntimeWarning, match="requires_grad set inside the function, on an argument"):
+        assert float(compiled(x)) == 6.0
+    assert x.requires_grad
