@@ -145,6 +145,21 @@ def test_integer_input_is_taken_as_the_default_float():
         assert fn(x).dtype == "float64"
 
 
+def test_relu_keeps_an_integer_dtype_as_torchs(device):
+    """``relu`` (and ``relu_``) of an integer tensor is an integer tensor, as PyTorch's."""
+    for dtype in ("int64", "int32", "uint8"):
+        values = [-2, 0, 3] if dtype != "uint8" else [0, 1, 3]
+        x = lp.asarray(values, dtype=dtype, device=device)
+        torch = torch_or_skip()
+        theirs = torch.relu(torch.tensor(values, dtype=getattr(torch, dtype)))
+        for out in (F.relu(x), x.relu(), nn.ReLU()(x)):
+            assert out.dtype == dtype
+            np.testing.assert_array_equal(host(out), theirs.numpy())
+        x.relu_()
+        assert x.dtype == dtype
+        np.testing.assert_array_equal(host(x), theirs.numpy())
+
+
 def test_ops_are_named_and_differentiate_twice_through_the_graph():
     x = Tensor([0.5], requires_grad=True)
     assert [f(x)._op for f in (F.silu, F.softplus, F.elu, F.mish, F.hardtanh)] == [

@@ -128,7 +128,8 @@ def test_a_compiled_training_step_equals_eager(device):
     (lambda: nn.TransformerEncoder("layer", 2), TypeError, "TransformerEncoder: the layer must be a Module"),
     (lambda: nn.TransformerDecoder(nn.TransformerDecoderLayer(8, 2, 16), -1), ValueError, "num_layers"),
     (lambda: nn.TransformerDecoderLayer(8, 2, activation="swish"), ValueError, "TransformerDecoderLayer: activation"),
-    (lambda: nn.Transformer.generate_square_subsequent_mask(0), ValueError, "sz must be a positive integer"),
+    (lambda: nn.Transformer.generate_square_subsequent_mask(-1), ValueError, "sz must be a non-negative integer"),
+    (lambda: nn.Transformer.generate_square_subsequent_mask(2.0), ValueError, "sz must be a non-negative integer"),
 ])
 def test_bad_construction_names_the_layer(make, error, message):
     with pytest.raises(error, match=message):
@@ -178,6 +179,7 @@ def test_the_whole_transformer_matches_torch(device):
     src, tgt = RNG.normal(size=(2, 5, 8)), RNG.normal(size=(2, 3, 8))
     mask = nn.Transformer.generate_square_subsequent_mask(3, device=device, dtype="float64")
     close(mask, torch.nn.Transformer.generate_square_subsequent_mask(3, dtype=torch.float64))
+    assert nn.Transformer.generate_square_subsequent_mask(0).shape == (0, 0)  # (torch's too)
     close(ours(Tensor(src, device=device), Tensor(tgt, device=device), tgt_mask=mask),
           theirs(torch.tensor(src), torch.tensor(tgt), tgt_mask=torch.nn.Transformer.generate_square_subsequent_mask(
               3, dtype=torch.float64)))

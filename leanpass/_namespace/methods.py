@@ -11,6 +11,7 @@ import numbers
 
 from .. import ops
 from .._checks import check_reshape, normalize_axis
+from .._dtypes import DTYPES, dtype_name
 from .._graph.modes import is_grad_enabled
 from .._indexing import setitem
 from .._node import run1
@@ -46,7 +47,9 @@ METHODS: dict = {}
 
 
 def relu(self):
-    """max(x, 0)."""
+    """max(x, 0). An integer tensor keeps its dtype, as PyTorch's (it carries no gradient)."""
+    if DTYPES[dtype_name(self._data.dtype)].kind in "iu":
+        return elementwise.maximum(self, 0)
     return run1(ops.relu, floating(self, "relu"))
 
 

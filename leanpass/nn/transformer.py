@@ -247,7 +247,8 @@ class Transformer(Module):
     def generate_square_subsequent_mask(sz: int, device=None, dtype=None) -> Tensor:
         """The ``(sz, sz)`` causal mask as floats: 0 on and below the diagonal, -inf
         above (PyTorch's; a bool mask ``True`` above the diagonal does the same)."""
-        _sizes("generate_square_subsequent_mask", sz=sz)
+        if not isinstance(sz, numbers.Integral) or isinstance(sz, bool) or sz < 0:  # 0: an empty mask, as PyTorch's
+            raise ValueError(f"generate_square_subsequent_mask: sz must be a non-negative integer, got {sz!r}")
         backend = get_backend(device)
         xp = backend.xp
         rows = backend.arange(int(sz), xp.int64)
