@@ -226,6 +226,7 @@ class Tracer:
         self.constants = 0
         self.implicit: set = set()  # ids of the ones arrays backward() made as seeds
         self.draws = 0
+        self.graph_passes = 0  # autograd.grad(create_graph=True) passes: recorded as their operations
         self.inner_leaves: dict = {}  # id(tensor) -> slot: leaves that require grad made in the call (new_leaf)
         self.rng_state = _backends_base._host_rng.bit_generator.state  # the host generator's, after the last draw
         self.actions: list = []
@@ -256,8 +257,12 @@ class Tracer:
             return None
         src = self.arrays.get(id(t._data))  # another tensor on an array the call has seen (as_tensor)
         if src is None:
-            src = (EXT, t)
-            self.externals[id(t)] = (t, tuple(t._data.shape), t._data.dtype, t._backend, t._rg)
+            slot = self.node_slot.get(id(t._node)) if t._node is not None else None
+            if slot is not None:  # a node's value, held apart (the copy a node keeps of a value changed in place
+                src = (VAL, slot)  # since, which a create_graph pass reads), is the node's value of the replay
+            else:
+                src = (EXT, t)
+                self.externals[id(t)] = (t, tuple(t._data.shape), t._data.dtype, t._backend, t._rg)
         self._register(t, src)
         return src
 
@@ -380,6 +385,9 @@ class Tracer:
         self._untraced(inplace, t, op, others, *params, name=name, write=write)
         if any(s is None for s in sources) or self.reason is not None:
             return t
+        old = t._node._prev[0]  # the value before the change: a node (found by node_slot), or the leaf eager
+        if type(old) is not Node and id(old) not in self.source:  # made of a tensor outside the graph, which
+            self._register(old, src)  # holds a copy of it where the op saves it (a create_graph pass reads it)
         if op == "setitem":  # a write into its input: a replay writes into a copy, and the old value stays
             # (a fused run's backward may compute again from it, where eager's saved what it read)
             shape, dtype = self.meta[src[1]]
@@ -497,6 +505,7 @@ class Tracer:
         if hooks._grad_hooks_registered:
             return self.unsupported("a backward pass with gradient hooks registered (register_hook)")
         if create_graph:
+            self.graph_passes += 1  # (a hook registered later makes its replays stale: Plan.fits)
             # autograd.grad(create_graph=True) (lp.func.hvp, a gradient penalty): the pass records its rules as
             # operations on Tensors, which the trace records as any other (its seeds, Tensors, too); a replay runs
             # them, and a later pass goes back through them. Only the graph is checked here: made in the call.
@@ -693,6 +702,7 @@ class Plan:
         self.outputs = outputs
         self.externals = list(tracer.externals.values())
         self.counts = collections.Counter(e[0] for e in self.events)
+        self.passes = self.counts["backward"] + self.counts["autograd"] + tracer.graph_passes
         self.slot_backend = {e[5]: e[7] for e in self.events if e[0] == "op"}
         self.slot_backend.update({e[2]: e[3] for e in self.events if e[0] == "const"})
         self.slot_backend.update({e[3]: e[4] for e in self.events if e[0] == "draw"})
@@ -800,7 +810,7 @@ class Plan:
         may reach other tensors, or take another path)."""
         if _MODULE_CHANGES[0] != self.modules:
             return False
-        if (self.counts["backward"] or self.counts["autograd"]) and hooks._grad_hooks_registered:
+        if self.passes and hooks._grad_hooks_registered:
             return False  # gradient hooks registered since: a trace now runs eagerly (not replayed yet)
         for t, shape, dtype, backend, rg in self.externals:
             data = t._data

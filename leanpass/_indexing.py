@@ -213,9 +213,11 @@ def getitem(t, index):
     return _index_integer(t, p.items)
 
 
-def _check_positions(t, array, axis, op) -> bool:
+def _check_positions(t, array, axis, op, wraps: bool = True) -> bool:
     """Check that the integer ``array`` indexes ``axis`` of ``t`` (``IndexError``
-    otherwise), now and again at each replay of lp.compile's; whether any is negative."""
+    otherwise), now and again at each replay of lp.compile's; whether any is negative.
+    ``wraps``: the operation that takes ``array`` wraps negative positions itself (else a
+    replay of a trace without any refuses one)."""
     xp = t._backend.xp
     n = t.shape[axis]
     if not math.prod(array.shape):
@@ -224,13 +226,13 @@ def _check_positions(t, array, axis, op) -> bool:
     if low < -n or high >= n:
         raise _out_of_range(op, high if high >= n else low, axis, n, t.shape)
     negative = low < 0
-    check(lambda values: _in_range(xp, values, n, axis, t.shape, op, negative), array)
+    check(lambda values: _in_range(xp, values, n, axis, t.shape, op, wraps or negative), array)
     return negative
 
 
 def _checked_positions(t, array, axis, op):
     """``array`` checked (:func:`_check_positions`), its negative positions wrapped."""
-    if _check_positions(t, array, axis, op):
+    if _check_positions(t, array, axis, op, wraps=False):
         return t._backend.xp.where(array < 0, array + t.shape[axis], array)
     return array
 
@@ -292,13 +294,12 @@ def _index_integer(t, parsed):
     single ``take`` picks the linear positions (a scatter-add on backward)."""
     full, entries, block, at, index_shape = _integer_block(t, parsed, "getitem")
     index = [entries[axis] for axis in block]  # the positions are the op's to compute (ops.take_at)
-    wrap = False
     for axis, p in zip(block, index):
         if isinstance(p, int):
             if not -t.shape[axis] <= p < t.shape[axis]:
                 raise _out_of_range("getitem", p, axis, t.shape[axis], t.shape)
-        elif _check_positions(t, p, axis, "getitem"):
-            wrap = True
+        else:
+            _check_positions(t, p, axis, "getitem")
     lengths = tuple(t.shape[axis] for axis in block)
     if any(isinstance(p, slice) and p != slice(None) for p in entries):
         t = run1(ops.index_basic, t, *_basic_args(t, [slice(None) if i in block else p for i, p in enumerate(entries)]))
@@ -312,7 +313,7 @@ def _index_integer(t, parsed):
     if len(block) > 1:
         t = run1(ops.getitem_reshape, t, shape[:first] + (math.prod(shape[first:last + 1]),) + shape[last + 1:])
     out_shape = _result_shape(full, at, index_shape, sizes)
-    taken = run1(ops.take_at, t, first, index_shape, lengths, wrap, *index)
+    taken = run1(ops.take_at, t, first, index_shape, lengths, *index)
     if len(index_shape) == 1 and out_shape == shape[:first] + index_shape + shape[last + 1:]:
         return taken
     return run1(ops.getitem_shape, taken, out_shape)  # the new array in the index's shape: not a view of t

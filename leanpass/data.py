@@ -235,7 +235,7 @@ def _tensor_batch_maker(dataset, order, spans):
     def make(k):
         i, j = spans[k]
         index = order[i:j]
-        return tuple(run1(ops.take, t, index, 0) for t in tensors)
+        return tuple(run1(ops.take_positions, t, 0, tuple(index.shape), (t.shape[0],), index) for t in tensors)
 
     return make
 

@@ -840,7 +840,35 @@ def _gradient_penalty(model, opt):
     return step
 
 
-@pytest.mark.parametrize("name", ["hvp", "third derivative", "gradient penalty"])
+def _through_a_change(w, x, v):  # w ** 3 by an in-place power of a value made in the call (the change saves it)
+    y = w * 1.0
+    y **= 3
+    g, = lp.autograd.grad((y * v).sum(), w, create_graph=True)
+    h, = lp.autograd.grad(g.sum(), w)
+    return g.detach(), h
+
+
+def _through_a_change_outside_the_graph(w, x, v):  # ... of a value with no node: its old state is a new leaf
+    buf = x.detach()[:3, :2] * 2
+    buf *= w
+    g, = lp.autograd.grad((buf ** 2 * v).sum(), w, create_graph=True)
+    h, = lp.autograd.grad(g.sum(), w)
+    return g.detach(), h
+
+
+def _third_order_gelu(w, x, v):  # GELU's rule changes its own fresh values in place (grad *= g)
+    g, = lp.autograd.grad(nn.functional.gelu(w, approximate="tanh").sum(), w, create_graph=True)
+    h, = lp.autograd.grad(g.sum(), w, create_graph=True)
+    t, = lp.autograd.grad((h * v).sum(), w)
+    return g.detach(), h.detach(), t
+
+
+SECOND_ORDER = {"hvp": _hvp, "third derivative": _third_derivative, "through a change": _through_a_change,
+                "through a change outside the graph": _through_a_change_outside_the_graph,
+                "third order GELU": _third_order_gelu}
+
+
+@pytest.mark.parametrize("name", [*SECOND_ORDER, "gradient penalty"])
 def test_second_derivatives_are_replayed(device, name):
     """``autograd.grad(create_graph=True)`` inside the function (``lp.func.hvp``, a
     gradient penalty in a training step, a third derivative): the pass records its rules
@@ -855,14 +883,14 @@ def test_second_derivatives_are_replayed(device, name):
         (m1, o1), (m2, o2) = setup(), setup()
         eager, compiled = _gradient_penalty(m1, o1), lp.compile(_gradient_penalty(m2, o2), fuse=False)
     else:
-        eager = _hvp if name == "hvp" else _third_derivative
+        eager = SECOND_ORDER[name]
         compiled = lp.compile(eager, fuse=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for _ in range(4):
             w, v = Tensor(RNG.normal(size=(3, 2)), device=device), Tensor(RNG.normal(size=(3, 2)), device=device)
             x = Tensor(RNG.normal(size=(5, 3)), device=device, requires_grad=name == "gradient penalty")
-            if name == "third derivative":
+            if name != "hvp" and name != "gradient penalty":
                 w.requires_grad_(True)
             for a, b in zip(jax_leaves(eager(w, x, v)), jax_leaves(compiled(w, x, v))):
                 same(b, a)
@@ -870,6 +898,25 @@ def test_second_derivatives_are_replayed(device, name):
         for p, q in zip(m1.parameters(), m2.parameters()):
             same(q, p)
     assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}, compiled.explain()
+
+
+def test_a_hook_registered_after_the_trace_of_a_second_derivative_traces_again(device):
+    """A plan whose one backward pass is ``autograd.grad(create_graph=True)`` (recorded as
+    its operations) is stale once a gradient hook is registered, as any plan with a pass
+    (a review found the hook ignored)."""
+    w = Tensor(np.array([1.0, 2.0]), device=device, requires_grad=True)
+
+    def f(x):
+        g, = lp.autograd.grad((w ** 2 * x).sum(), w, create_graph=True)
+        return g.detach()
+
+    compiled = lp.compile(f)
+    x = Tensor(np.ones(2), device=device)
+    same(compiled(x), f(x))
+    same(compiled(x), f(x))
+    w.register_hook(lambda g: g * 100)
+    with pytest.warns(RuntimeWarning, match="gradient hooks"):
+        same(compiled(x), f(x))
 
 
 def test_backward_with_create_graph_inside_the_function_runs_eagerly_with_one_warning():
@@ -1118,23 +1165,38 @@ def test_integer_array_indexes_are_replayed_with_the_new_index_values(device, na
 
 
 def test_a_replay_checks_the_index_values_as_eagerly(device):
-    """Out of range raises ``IndexError`` in a replay as eagerly; a negative position in
-    a replay of a call traced with none raises too (its operation does not wrap them),
-    while a call traced with negatives takes either sign."""
+    """Out of range raises ``IndexError`` in a replay as eagerly; negative positions are
+    wrapped in a replay whether the trace met any or not (per index array: a review found
+    a replay refusing what eager takes, after the step it had already made)."""
     x = Tensor(RNG.normal(size=(4, 5)), device=device)
-    compiled = lp.compile(lambda x, i: x[i] * 2)
-    compiled(x, lp.asarray([0, 1], device=device))
-    same(compiled(x, lp.asarray([3, 2], device=device)), x[lp.asarray([3, 2], device=device)] * 2)
-    for bad in ([0, 4], [-5, 0], [-1, 0]):
+    compiled = lp.compile(lambda x, i, j: x[i, j] * 2)
+    calls = [([0, 1], [2, 3]), ([3, 2], [-1, 0]), ([-4, 1], [4, -5]), ([1, 1], [0, 0])]
+    for i, j in calls:
+        i, j = lp.asarray(i, device=device), lp.asarray(j, device=device)
+        same(compiled(x, i, j), x[i, j] * 2)
+    for bad in (([0, 4], [0, 0]), ([0, 0], [-6, 0])):
         with pytest.raises(IndexError):
-            compiled(x, lp.asarray(bad, device=device))
-    wrapping = lp.compile(lambda x, i: x[i] * 2)
-    for values in ([0, -1], [-4, 3], [2, 1]):
-        index = lp.asarray(values, device=device)
-        same(wrapping(x, index), x[index] * 2)
-    with pytest.raises(IndexError):
-        wrapping(x, lp.asarray([0, -5], device=device))
-    assert wrapping.calls["eager"] == 0
+            compiled(x, *(lp.asarray(b, device=device) for b in bad))
+    assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}
+
+
+def test_the_gradient_of_an_index_does_not_follow_a_later_change_of_the_index(device):
+    """``y = x[i]; i += 1``: the gradient goes where ``y`` came from (the positions are a
+    new array, not the index's memory), eagerly and in a replay."""
+    def f(x, i):
+        y = x[i]
+        i += 1
+        y.sum().backward()
+
+    compiled = lp.compile(f, fuse=False)
+    for values in ([-1, 0, 2], [0, 1, 2], [1, 1, 3]):
+        expected = np.zeros(5)
+        np.add.at(expected, np.array(values), 1.0)
+        for fn in (f, compiled):
+            x = Tensor(np.arange(5.0), device=device, requires_grad=True)
+            fn(x, lp.asarray(values, device=device))
+            same(x.grad, expected)
+    assert compiled.calls == {"traced": 1, "replayed": 2, "eager": 0}
 
 
 def test_a_write_into_a_value_that_a_fused_run_read(device):

@@ -29,7 +29,7 @@ def _indices(x, indices, op):
     return data if indices.dtype == "int64" else xp.astype(data, xp.int64)
 
 
-@recorded(ops.take, "indexing", axes="one")
+@recorded(ops.take_positions, "indexing", axes="one")
 def take(x, indices, /, *, axis=None):
     """The elements of ``x`` at the 1-D integer ``indices`` along ``axis`` (which
     may be left out for a 1-D ``x``): ``x[..., indices, ...]``."""
@@ -42,9 +42,8 @@ def take(x, indices, /, *, axis=None):
     index = _indices(x, indices, "take")
     if index.ndim != 1:
         raise ValueError(f"take: indices must be 1-D, got shape {tuple(index.shape)}")
-    if _check_positions(x, index, axis, "take"):  # negative ones: wrapped by the operation
-        return run1(ops.take_wrapped, x, axis, tuple(index.shape), (x.shape[axis],), True, index)
-    return run1(ops.take, x, index, axis)
+    _check_positions(x, index, axis, "take")  # (negative positions: wrapped by the operation)
+    return run1(ops.take_positions, x, axis, tuple(index.shape), (x.shape[axis],), index)
 
 
 @recorded(ops.take_along_axis, "indexing", axes="one")

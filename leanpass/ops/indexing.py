@@ -47,10 +47,10 @@ def index_mask(be, a, mask):
     return a[mask], backward
 
 
-@op("take", saves=(), saves_out=False, complex="holomorphic")
 def take(be, a, index, axis):
-    """``a`` at the (non-negative, in-range) 1-D integer ``index`` along ``axis``;
-    repeated indices accumulate their gradients (a scatter-add)."""
+    """``a`` at the (non-negative, in-range) 1-D integer ``index`` along ``axis``, and
+    its backward: repeated indices accumulate their gradients (a scatter-add). The
+    forward of :func:`take_at`, which makes the positions."""
     shape, dtype = a.shape, a.dtype
 
     def backward(g):
@@ -88,25 +88,23 @@ def take_along_axis(be, a, index, axis, shape, out_shape):
 
 
 @op("getitem", saves=(), saves_out=False, complex="holomorphic")
-def take_at(be, a, axis, index_shape, sizes, wrap, *entries):
+def take_at(be, a, axis, index_shape, sizes, *entries):
     """``a`` at an integer-array index, taken along ``axis`` as one 1-D index: the
     ``entries`` (integer arrays and ints, in range, for ``len(entries)`` axes the caller
     merged into ``axis``, of lengths ``sizes``) broadcast together to ``index_shape``
     and combined into positions here, from the index's values, so that a replay of
-    lp.compile's follows new ones. Negative ones are wrapped where ``wrap`` (a
-    Python int always is)."""
+    lp.compile's follows new ones. ``p % n`` wraps negative positions and makes a new
+    array: the backward keeps the positions, never the index's own memory (which may
+    change in place afterwards)."""
     xp = be.xp
     linear = None
     for p, n in zip(entries, sizes):
-        if type(p) is int:
-            p = p + n if p < 0 else p
-        elif wrap:
-            p = xp.where(p < 0, p + n, p)
+        p = p % n
         linear = p if linear is None else linear * n + p
-    return take.fn(be, a, xp.reshape(xp.broadcast_to(linear, index_shape), (-1,)), axis)
+    return take(be, a, xp.reshape(xp.broadcast_to(linear, index_shape), (-1,)), axis)
 
 
-take_wrapped = take_at.renamed("take")  # lp.take with negative indices
+take_positions = take_at.renamed("take")  # lp.take, a DataLoader's batches
 getitem_reshape = reshape.renamed("getitem")
 # the result of a take (a new array) given the index's shape: no view of the tensor
 # indexed, so it can be changed in place like any result
