@@ -327,7 +327,8 @@ def test_fused_kernels_are_a_typed_record():
 def test_cpus_relu_backward_kernel_passes_g_where_the_input_is_above_0_or_nan(dtype):
     """One pass for ReLU's gradient (NumPy's mask takes four): g where ``a`` is not <= 0
     (NaN included, as PyTorch's threshold_backward), 0 elsewhere even for an infinite g
-    (as PyTorch; the generic product gives NaN there); strided arrays are declined."""
+    (as PyTorch; the generic product gives NaN there); a strided ``a`` is declined, a
+    strided ``g`` (a mean's broadcast gradient) taken."""
     be = get_backend("cpu")
     a = np.array([[-1.0, 0.0, 2.0], [np.nan, 3.0, -0.0]], dtype=dtype)
     g = np.array([[np.inf, 5.0, -2.0], [7.0, np.nan, -3.0]], dtype=dtype)
@@ -337,6 +338,10 @@ def test_cpus_relu_backward_kernel_passes_g_where_the_input_is_above_0_or_nan(dt
     finite = np.nan_to_num(g, posinf=9.0, nan=8.0)[:, ::2]
     assert be.fused.relu_backward(finite, a[:, ::2]) is None  # strided: the generic product
     np.testing.assert_array_equal(be.relu_mask(finite, a[:, ::2]), finite * (~(a[:, ::2] <= 0)))
+    broadcast = np.broadcast_to(g[:1], a.shape)  # (stride 0 along the first axis)
+    taken = be.fused.relu_backward(broadcast, a)
+    np.testing.assert_array_equal(taken, np.array([[0.0, 0.0, -2.0], [np.inf, 5.0, 0.0]], dtype=dtype))
+    assert taken.flags.c_contiguous and taken.dtype == dtype
     fresh = g.copy()  # a product's own gradient (the MLP node's): a new array, the caller's left as it was
     np.testing.assert_array_equal(be.relu_mask(fresh, a), out)
     np.testing.assert_array_equal(fresh, g)
