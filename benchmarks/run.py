@@ -105,12 +105,8 @@ except ImportError:  # PyTorch is optional: its columns are left out
 
 @contextlib.contextmanager
 def threads(n):
-    """Limit BLAS/OpenMP pools (NumPy's, SciPy's and PyTorch's) to n threads."""
+    """Limit BLAS/OpenMP pools (NumPy's and PyTorch's) to n threads."""
     from threadpoolctl import threadpool_limits
-
-    from leanpass.backends import _blas
-
-    _blas.routines()  # SciPy's OpenBLAS (the optimizers' axpy) loaded now, so that the limit reaches it
 
     old = torch.get_num_threads() if torch else None
     if torch:

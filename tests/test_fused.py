@@ -60,7 +60,7 @@ def test_fused_path_matches_the_generic_path(activation, name):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
 
-ROW_KERNELS = ["relu_backward", "sgd_momentum", "adam", "affine_rows", "affine2_rows", "centered_squares",
+ROW_KERNELS = ["relu_backward", "sgd", "sgd_momentum", "adam", "affine_rows", "affine2_rows", "centered_squares",
                "centered_dot", "patches2d", "scatter_add2d", "im2col2d", "col2im2d", "elementwise"]
 needs_numba = pytest.mark.skipif(not _numba.enabled(), reason="Numba (the fuse extra) is not installed")
 

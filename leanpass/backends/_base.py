@@ -162,10 +162,7 @@ class FusedKernels:
 
     An optimizer kernel may return False for arrays it does not take (the CPU's: one
     not C-contiguous): nothing is done, and the optimizer runs its generic code. The
-    CPU's make the generic code's operations in its order, the same values bit for bit
-    where its last step is NumPy's ``y += a * x``; for 32,768 values or more that step
-    is BLAS's ``axpy`` (one rounding where it fuses the multiply and add), and they
-    differ from it by up to an ulp.
+    CPU's make the generic code's operations in its order: the same values, bit for bit.
 
     Row kernels, on a 2-D array ``x`` of rows and vectors of one value per row, each
     one pass (GroupNorm's forward and backward are made of them); they take arrays of

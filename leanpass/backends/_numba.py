@@ -133,6 +133,12 @@ def _compiled():
 
     # optimizer updates, in place, in the generic path's operations and order
     @jit
+    def sgd(grad, lr, wd, param):
+        for k in range(param.shape[0]):
+            g = grad[k] + wd * param[k] if wd != 0 else grad[k]
+            param[k] = param[k] + -lr * g
+
+    @jit
     def sgd_momentum(grad, lr, momentum, wd, nesterov, first, param, buf):
         for k in range(param.shape[0]):
             g = grad[k] + wd * param[k] if wd != 0 else grad[k]
@@ -203,7 +209,7 @@ def _compiled():
             out[i] = g[i] if not y[i] <= 0 else 0
 
     return (affine, affine2, centered_squares, centered_dot, patches2d, scatter_add2d, sgd_momentum, adam,
-            im2col2d, col2im2d, relu_backward)
+            im2col2d, col2im2d, relu_backward, sgd)
 
 
 def _rows(x):
@@ -427,6 +433,15 @@ def _flat(*arrays):
     return [a.reshape(-1) for a in arrays]
 
 
+def sgd(grad, lr, wd, param):
+    """Plain SGD, ``param -= lr * (grad + wd * param)`` in place, one pass and no
+    temporary; False (nothing done) for arrays it does not take. (SciPy's BLAS ``axpy``
+    did this before: a second OpenBLAS in the process, whose threads and NumPy's spun
+    against each other after every matrix product, 11 ms a step where 1.2 would do
+    on two cores, unless the threads were limited.)"""
+    return _in_place(11, grad, (lr, wd), (), param)
+
+
 def sgd_momentum(grad, lr, momentum, wd, nesterov, first, param, buf):
     """PyTorch's SGD with momentum (dampening 0), ``param`` and ``buf`` in place, one
     pass; False (nothing done) for arrays it does not take."""
@@ -456,5 +471,5 @@ def kernels() -> dict:
     them only where :func:`enabled`)."""
     return {"affine_rows": affine_rows, "affine2_rows": affine2_rows, "centered_squares": centered_squares,
             "centered_dot": centered_dot, "patches2d": patches2d, "scatter_add2d": scatter_add2d,
-            "elementwise": elementwise, "sgd_momentum": sgd_momentum, "adam": adam, "im2col2d": im2col2d,
+            "elementwise": elementwise, "sgd": sgd, "sgd_momentum": sgd_momentum, "adam": adam, "im2col2d": im2col2d,
             "col2im2d": col2im2d, "relu_backward": relu_backward, "scalar_calls": True, "row_dtypes": _FLOATS}

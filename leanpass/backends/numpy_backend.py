@@ -10,7 +10,6 @@ import numpy as np
 
 from . import _numba
 from ._base import NO_FUSED, Backend, FusedKernels, NoSpecialFunctions, SpecialFunctions
-from ._blas import axpy
 from ._memory import keep_freed_memory
 
 keep_freed_memory()  # the cpu device's large temporaries reused, not faulted in again (see _memory.py)
@@ -187,12 +186,6 @@ class NumpyBackend(Backend):
 
     def relu_fresh(self, x):
         return np.maximum(x, 0, out=x)  # x is the caller's own: no second array of its size
-
-    def add_scaled(self, y, a: float, x) -> None:
-        """As :meth:`Backend.add_scaled`; one BLAS ``axpy`` for large float arrays (see
-        :mod:`leanpass.backends._blas`: no temporary, one pass, on BLAS's threads)."""
-        if not axpy(a, x, y):
-            y += a * x
 
     def sum_rows(self, g):
         """As :meth:`Backend.sum_rows`; for a float matrix, a product with a vector of

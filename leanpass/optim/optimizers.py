@@ -420,7 +420,7 @@ class SGD(Optimizer):
         if group["momentum"] or group["weight_decay"] or group["maximize"]:
             return super()._update_group(items, group)
         lr = group["lr"]
-        for p, data, grad, state, backend in items:  # plain SGD: data -= lr * grad (BLAS's axpy on cpu)
+        for p, data, grad, state, backend in items:  # plain SGD: data -= lr * grad (a fused kernel where there is one)
             if backend.guard is not None or backend.fused.sgd is not None:
                 super()._update_group([(p, data, grad, state, backend)], group)
             else:
@@ -441,8 +441,8 @@ class SGD(Optimizer):
             if first:
                 del state["momentum_buffer"]
         if not momentum and fused.sgd is not None:
-            fused.sgd(grad, group["lr"], wd, data)
-            return
+            if fused.sgd(grad, group["lr"], wd, data) is not False:  # False: arrays it does not take
+                return
         if wd:
             grad = grad + wd * data
         if momentum:
