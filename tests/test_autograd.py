@@ -4,6 +4,9 @@ accumulation, diamonds, grad mode per thread, zero_grad_all, gradcheck errors.""
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
+import textwrap
 import threading
 import weakref
 
@@ -1218,3 +1221,27 @@ def test_the_gradient_given_to_backward_is_never_kept_as_a_grad(device, how):
     before = host(kept.grad, device).copy()
     g[...] = 100.0
     np.testing.assert_array_equal(host(kept.grad, device), before)
+
+
+def test_retain_grad_called_during_a_backward_pass_is_kept():
+    """A custom op's backward that calls ``retain_grad()`` on a tensor the pass reaches
+    later: kept, as PyTorch (in a fresh process, where no tensor retained a gradient
+    before: the engine then skips the test per node, and a review found it skipping it
+    for the whole pass)."""
+    script = textwrap.dedent("""
+        import numpy as np, leanpass as lp
+        from leanpass.tensor import apply
+        x = lp.Tensor(np.ones(3), requires_grad=True)
+        y = x * 2.0
+
+        def forward(be, a):
+            def backward(g):
+                y.retain_grad()
+                return (g,)
+            return a * 1.0, backward
+
+        apply(forward, y).sum().backward()
+        print(y.grad.tolist(), x.grad.tolist())
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == "[1.0, 1.0, 1.0] [2.0, 2.0, 2.0]", out

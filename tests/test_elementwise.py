@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import operator
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -923,3 +924,9 @@ def test_kept_numbers_are_bounded():
     i = lp.arange(3)
     assert (i + 1).dtype == lp.int64 and (i * 0.5).dtype == lp.float64
     assert backend.numbers[(1, i._data.dtype)] is None
+    Tensor(np.ones(2), dtype="float32") * 0.5
+    assert not backend.numbers[(0.5, np.dtype(np.float32))].flags.writeable  # shared: read-only
+    with warnings.catch_warnings():  # 1e-50 is 0 in float32: inf * 0 is NaN, quietly, as NumPy's
+        warnings.simplefilter("error")
+        tiny = Tensor(np.array([np.inf, 1.0]), dtype="float32") * 1e-50
+    assert np.isnan(tiny.numpy()[0]) and tiny.numpy()[1] == 0.0

@@ -339,6 +339,7 @@ def test_cpus_relu_backward_kernel_passes_g_where_the_input_is_above_0_or_nan(dt
     assert be.fused.relu_backward(finite, a[:, ::2]) is None  # strided: the generic product
     np.testing.assert_array_equal(be.relu_mask(finite, a[:, ::2]), finite * (~(a[:, ::2] <= 0)))
     broadcast = np.broadcast_to(g[:1], a.shape)  # (stride 0 along the first axis)
+    assert be.fused.relu_backward(np.array(2.0, dtype), np.array(1.0, dtype)).shape == ()  # (0-d stays 0-d)
     taken = be.fused.relu_backward(broadcast, a)
     np.testing.assert_array_equal(taken, np.array([[0.0, 0.0, -2.0], [np.inf, 5.0, 0.0]], dtype=dtype))
     assert taken.flags.c_contiguous and taken.dtype == dtype

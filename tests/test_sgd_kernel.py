@@ -51,6 +51,17 @@ def test_the_kernel_declines_what_it_does_not_take_and_leaves_the_parameter():
         np.testing.assert_array_equal(param, before)
 
 
+def test_a_weight_decay_that_is_0_in_float32_still_decays_as_numpy():
+    """``weight_decay=1e-46`` is 0 in float32, but the generic code adds ``0 * p``
+    (NaN at an infinite weight), as PyTorch: the kernel decides by the Python number
+    (a review found it skipping the term)."""
+    p = leanpass.Tensor(np.array([np.inf, 1.0], np.float32), requires_grad=True)
+    p.grad = np.ones(2, np.float32)
+    with np.errstate(invalid="ignore"):
+        optim.SGD([p], lr=0.1, weight_decay=1e-46).step()
+    assert np.isnan(p.numpy()[0]) and p.numpy()[1] == np.float32(1.0) - np.float32(0.1)
+
+
 def test_a_declined_update_runs_the_generic_code():
     """A parameter the kernel does not take (in Fortran order) is updated by NumPy."""
     rng = np.random.default_rng(2)

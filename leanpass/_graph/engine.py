@@ -245,7 +245,7 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
         wanted = {id(edge(t)) for t in targets}
         needed = _needed(roots, wanted)
     hooked = hooks._grad_hooks_registered  # read once: a local test per node below
-    watched = hooked or wanted is not None or hooks.retaining  # a node's gradient may be wanted for more than its rule
+    watched = hooked or wanted is not None  # a node's gradient may be wanted for more than its rule
     complex_on = COMPLEX[0]  # whether any complex value ever entered a graph
     graph = above.graph if create_graph else None  # the rules that record gradients as graphs
     pending: dict = {}
@@ -280,7 +280,7 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
             else:
                 node, following = following, None
             grad = pending.pop(node)
-            if not watched:
+            if not watched and not hooks.retaining:  # (a retain_grad may come during the pass: read each time)
                 pass
             elif wanted is not None and id(node) in wanted:
                 found[id(node)] = grad  # as PyTorch's autograd.grad: before the input's own hooks

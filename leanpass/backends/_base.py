@@ -452,8 +452,8 @@ class Backend:
         in ``+``, ``-``, ``*`` and ``/``, faster and with the same result, or None where
         the number itself is best (here, always). What it gives is kept in
         :attr:`numbers`, where the scalar operations look first; a backend that gives an
-        operand gives it only for a real, non-zero ``s`` of at most 1e30 in size
-        (calm for a sum: see ``ops.elementwise``)."""
+        operand gives it only for a real ``s`` of 1e-30 to 1e30 in size (calm for a sum:
+        see ``ops.elementwise``), and read-only (it is shared)."""
         return self._keep_number(s, dtype, None)
 
     def _keep_number(self, s, dtype, operand):

@@ -133,8 +133,8 @@ def _compiled():
 
     # optimizer updates, in place, in the generic path's operations and order
     @jit
-    def sgd(grad, lr, wd, param):
-        if wd != 0:  # (the test outside the loops: the plain one vectorises, a sixth faster)
+    def sgd(grad, lr, wd, decay, param):
+        if decay:  # (the test outside the loops: the plain one vectorises, a sixth faster)
             for k in range(param.shape[0]):
                 param[k] = param[k] + -lr * (grad[k] + wd * param[k])
         else:
@@ -421,7 +421,8 @@ def relu_backward(g, y):
     NumPy's ``where`` 3.2 ms, the copy and the loop 0.4."""
     if g.dtype != y.dtype or g.dtype not in _FLOATS or g.shape != y.shape or not y.flags.c_contiguous:
         return None
-    g = np.ascontiguousarray(g)
+    if not g.flags.c_contiguous:
+        g = np.ascontiguousarray(g)  # (never for a 0-d g: it would come back 1-d)
     out = np.empty_like(g)
     _compiled()[10](g.reshape(-1), y.reshape(-1), out.reshape(-1))
     return out
@@ -442,7 +443,7 @@ def sgd(grad, lr, wd, param):
     did this before: a second OpenBLAS in the process, whose threads and NumPy's spun
     against each other after every matrix product, 11 ms a step where 1.2 would do
     on two cores, unless the threads were limited.)"""
-    return _in_place(11, grad, (lr, wd), (), param)
+    return _in_place(11, grad, (lr, wd), (wd != 0,), param)  # (wd's test before its cast: 1e-46 is 0 in float32)
 
 
 def sgd_momentum(grad, lr, momentum, wd, nesterov, first, param, buf):

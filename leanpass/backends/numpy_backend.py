@@ -120,10 +120,12 @@ class NumpyBackend(Backend):
         """A 0-d array of ``dtype`` holding ``s``, for float32 and float64: NumPy combines
         it with an array about a third faster than it converts a Python number at each
         call, with the same result, as NumPy rounds the number to the array's dtype first.
-        Never for 0: ``0.0 == -0.0`` would find one for the other."""
+        Never for 0: ``0.0 == -0.0`` would find one for the other; nor for a number
+        below 1e-30 in size (1e-50 is 0 in float32). Read-only: it is shared."""
         operand = None
-        if (dtype == _FLOAT64 or dtype == _FLOAT32) and s != 0 and -1e30 <= s <= 1e30:
+        if (dtype == _FLOAT64 or dtype == _FLOAT32) and 1e-30 <= abs(s) <= 1e30:
             operand = np.asarray(s, dtype=dtype)
+            operand.flags.writeable = False
         return self._keep_number(s, dtype, operand)
 
     @classmethod

@@ -248,10 +248,11 @@ def _calm_sum(s) -> bool:
 
 
 def _calm_product(a, s) -> bool:
-    """Whether ``a * s`` warns of nothing for every element of the real ``a``: ``0 <
-    |s| <= 1`` cannot overflow, nor make inf * 0 (a complex ``a`` can: (inf + 0j) * 0.5
-    forms inf * 0; a dtype without ``kind``, array_api_strict's, counts as complex)."""
-    return type(s) is not complex and -1.0 <= s <= 1.0 and s != 0 and getattr(a.dtype, "kind", "c") != "c"
+    """Whether ``a * s`` warns of nothing for every element of the real ``a``: ``1e-30 <=
+    |s| <= 1`` cannot overflow, nor make inf * 0 (a smaller ``s`` may be 0 in float32; a
+    complex ``a`` can: (inf + 0j) * 0.5 forms inf * 0; a dtype without ``kind``,
+    array_api_strict's, counts as complex)."""
+    return type(s) is not complex and 1e-30 <= (-s if s < 0 else s) <= 1.0 and getattr(a.dtype, "kind", "c") != "c"
 
 
 def _calm_quotient(a, s) -> bool:
@@ -308,7 +309,7 @@ def mul_scalar(be, a, s):
     if c is None:  # the number itself
         c = s
         out = a * s if _calm_product(a, s) else be.quietly(operator.mul, a, s)
-    else:  # calm where -1.0 <= s <= 1.0 (a kept number is real, not 0)
+    else:  # calm where -1.0 <= s <= 1.0 (a kept number is real, at least 1e-30 in size)
         out = a * c if -1.0 <= s <= 1.0 else be.quietly(operator.mul, a, c)
 
     def backward(g):
