@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import os
 
-from .backends._base import INFIX, NO_FUSED
+from .backends._base import INFIX, NO_FUSED, Numbers
 
 __all__ = ["NotFusible", "Sym", "SymBackend", "Program", "symbolic"]
 
@@ -248,14 +248,12 @@ class SymBackend:
     guard = None
     fused = NO_FUSED
     array_type = Sym
-    numbers = {}  # a Python number stays itself: a constant of the expression
-
-    @staticmethod
-    def number(s, dtype):
-        return None
 
     def __init__(self, backend):
         self.xp = SymNamespace(backend.xp)
+        # a Python number stays itself, a constant of the expression (one backend's dtypes per instance: a
+        # strict dtype warns when it meets NumPy's in a key)
+        self.numbers = Numbers(lambda s, dtype: None)
         self.syncs_cheaply = backend.syncs_cheaply
         _BOOL[0] = backend.xp.bool
 

@@ -27,7 +27,7 @@ from ._graph.node import edge
 from ._graph.trace import implicit_seed, note
 from ._graph.versions import Version, increment_version, increment_versions, version_of
 from ._node import Outputs, as_graph_tensor, as_tensor, leaf, run1
-from .backends._base import NO_FUSED, Backend
+from .backends._base import NO_FUSED, Backend, Numbers
 from .tensor import Tensor
 
 __all__ = [
@@ -73,10 +73,10 @@ class GraphBackend:
         self.guard = None
         self.syncs_cheaply = base.syncs_cheaply
         self.array_type = Tensor
-        self.numbers = {}  # a Python number stays itself (Backend.number)
+        self.numbers = Numbers(Backend.number.__get__(self))  # a Python number stays itself
         for name in ("zeros", "ones", "arange", "create", "matmul", "index_add", "index_set", "index_get",
                      "take_rows", "sub_at_rows", "all_in_range", "relu_fresh", "relu_mask",
-                     "scale_fresh", "sum_rows", "number", "_keep_number"):
+                     "scale_fresh", "sum_rows"):
             setattr(self, name, getattr(Backend, name).__get__(self))
 
     def copy(self, t):

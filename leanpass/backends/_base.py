@@ -409,6 +409,24 @@ def _quietly(fn, *args):
     return context.run(fn, *args)
 
 
+class Numbers(dict):
+    """``(number, dtype) -> operand``: what ``make(number, dtype)`` (``Backend.number``)
+    gives, made the first time a key is asked and kept, at most 1024 (a learning rate that
+    decays is a new number at each step)."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, make):
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, key):
+        if len(self) >= 1024:
+            self.clear()
+        operand = self[key] = self.make(*key)
+        return operand
+
+
 class Backend:
     """One device of one array library.
 
@@ -442,7 +460,7 @@ class Backend:
         self.index = index
         self.device = canonical_name(self.device_type, index, self.always_index)
         self.host_transfers = 0  # counts to_host/from_host calls (tests use it)
-        self.numbers = {}  # (number, dtype) -> what :meth:`number` gave (the scalar operations read it first)
+        self.numbers = Numbers(self.number)  # (number, dtype) -> :meth:`number`'s operand, made at the first ask
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} device={self.device!r} library={self.library!r}>"
@@ -450,18 +468,11 @@ class Backend:
     def number(self, s, dtype):
         """An operand that stands for the Python number ``s`` with an array of ``dtype``
         in ``+``, ``-``, ``*`` and ``/``, faster and with the same result, or None where
-        the number itself is best (here, always). What it gives is kept in
-        :attr:`numbers`, where the scalar operations look first; a backend that gives an
-        operand gives it only for a real ``s`` of 1e-30 to 1e30 in size (calm for a sum:
-        see ``ops.elementwise``), and read-only (it is shared)."""
-        return self._keep_number(s, dtype, None)
-
-    def _keep_number(self, s, dtype, operand):
-        numbers = self.numbers
-        if len(numbers) >= 1024:  # a bound: a learning rate that decays is a new number at each step
-            numbers.clear()
-        numbers[(s, dtype)] = operand
-        return operand
+        the number itself is best (here, always). The scalar operations read it through
+        :attr:`numbers`, which keeps it; a backend that gives an operand gives it only for
+        a real ``s`` of 1e-30 to 1e30 in size (calm for a sum: see ``ops.elementwise``),
+        and read-only (it is shared)."""
+        return None
 
     # ---- what a subclass provides -------------------------------------------
     @classmethod

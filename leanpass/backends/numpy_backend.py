@@ -126,7 +126,7 @@ class NumpyBackend(Backend):
         if (dtype == _FLOAT64 or dtype == _FLOAT32) and 1e-30 <= abs(s) <= 1e30:
             operand = np.asarray(s, dtype=dtype)
             operand.flags.writeable = False
-        return self._keep_number(s, dtype, operand)
+        return operand
 
     @classmethod
     def index_of(cls, array) -> int:

@@ -265,16 +265,13 @@ def _calm_quotient(a, s) -> bool:
 # With a Python number, ``a`` is combined with the backend's 0-d array of ``a``'s dtype
 # holding it, where the backend keeps one (``Backend.number``: NumPy, real floating
 # dtypes, a third faster than converting the number at each call, and the same result:
-# NumPy rounds the number to ``a``'s dtype first). Such a number is calm for a sum; the
-# scalar ops look it up in ``be.numbers`` (missing: :data:`UNSEEN`) before they ask.
-UNSEEN = object()
+# NumPy rounds the number to ``a``'s dtype first), through ``be.numbers``, which keeps
+# what ``Backend.number`` gave (None: the number itself). Such a number is calm for a sum.
 
 
 @op("+", saves=(), saves_out=False, fresh=False)
 def add_scalar(be, a, s):
-    c = be.numbers.get((s, a.dtype), UNSEEN)
-    if c is UNSEEN:
-        c = be.number(s, a.dtype)
+    c = be.numbers[s, a.dtype]
     if c is not None:
         return a + c, _pass
     return (a + s if _calm_sum(s) else be.quietly(operator.add, a, s)), _pass
@@ -282,9 +279,7 @@ def add_scalar(be, a, s):
 
 @op("-", saves=(), saves_out=False, fresh=False)
 def sub_scalar(be, a, s):
-    c = be.numbers.get((s, a.dtype), UNSEEN)
-    if c is UNSEEN:
-        c = be.number(s, a.dtype)
+    c = be.numbers[s, a.dtype]
     if c is not None:
         return a - c, _pass
     return (a - s if _calm_sum(s) else be.quietly(operator.sub, a, s)), _pass
@@ -293,9 +288,7 @@ def sub_scalar(be, a, s):
 @op("-", saves=(), saves_out=False)
 def rsub_scalar(be, a, s):
     """``s - a``."""
-    c = be.numbers.get((s, a.dtype), UNSEEN)
-    if c is UNSEEN:
-        c = be.number(s, a.dtype)
+    c = be.numbers[s, a.dtype]
     if c is not None:
         return c - a, _neg_backward
     return (s - a if _calm_sum(s) else be.quietly(operator.sub, s, a)), _neg_backward
@@ -303,9 +296,7 @@ def rsub_scalar(be, a, s):
 
 @op("*", saves=(), saves_out=False)
 def mul_scalar(be, a, s):
-    c = be.numbers.get((s, a.dtype), UNSEEN)
-    if c is UNSEEN:
-        c = be.number(s, a.dtype)
+    c = be.numbers[s, a.dtype]
     if c is None:  # the number itself
         c = s
         out = a * s if _calm_product(a, s) else be.quietly(operator.mul, a, s)
@@ -320,9 +311,7 @@ def mul_scalar(be, a, s):
 
 @op("/", saves=(), saves_out=False)
 def div_scalar(be, a, s):
-    c = be.numbers.get((s, a.dtype), UNSEEN)
-    if c is UNSEEN:
-        c = be.number(s, a.dtype)
+    c = be.numbers[s, a.dtype]
     if c is None:  # the number itself
         c = s
         out = a / s if _calm_quotient(a, s) else be.quietly(operator.truediv, a, s)
