@@ -62,11 +62,16 @@ def test_dropped_graph_is_freed_without_the_garbage_collector(device):
         gc.enable()
 
 
-def test_backward_function_holds_no_tensor(device):
+@pytest.mark.parametrize("make", [lambda x: x * x, lambda x: x * 2.0, lambda x: x.exp(), lambda x: (x * x).sum()])
+def test_backward_function_holds_no_tensor(make, device):
+    """A node keeps arrays, never the Tensors they came from (they would keep the
+    graph's tensors alive): in its rule's closure and in the values it saved."""
     x = Tensor([1.0, 2.0], requires_grad=True, device=device)
-    y = x * x
-    closure = y._node._backward.__closure__ or ()
-    assert not any(isinstance(cell.cell_contents, Tensor) for cell in closure)
+    node = make(x)._node
+    kept = [cell.cell_contents for cell in getattr(node._backward, "__closure__", None) or ()]
+    kept += list(node._saved or ())
+    assert kept, "the rule keeps something (x's values, the output, the number)"
+    assert not any(isinstance(value, Tensor) for value in kept)
 
 
 def test_gradients_are_allocated_lazily(device):

@@ -26,6 +26,7 @@ import cmath
 import math
 import operator
 from dataclasses import dataclass, replace
+from functools import partial
 
 from ._op import Op, op
 
@@ -195,18 +196,20 @@ def sub(be, a, b):
 
 @op("*", saves=(0, 1), saves_out=False)
 def mul(be, a, b):
-    def backward(g):
-        return g * b, g * a
+    return be.quietly(operator.mul, a, b), partial(_mul_rule, a, b)
 
-    return be.quietly(operator.mul, a, b), backward
+
+def _mul_rule(a, b, g):
+    return g * b, g * a
 
 
 @op("/", saves=(0, 1), saves_out=False)
 def div(be, a, b):
-    def backward(g):
-        return g / b, -(g * a) / (b * b)
+    return be.quietly(operator.truediv, a, b), partial(_div_rule, a, b)
 
-    return be.quietly(operator.truediv, a, b), backward
+
+def _div_rule(a, b, g):
+    return g / b, -(g * a) / (b * b)
 
 
 @op("**", saves=(0, 1), saves_out=True)
@@ -302,11 +305,11 @@ def mul_scalar(be, a, s):
         out = a * s if _calm_product(a, s) else be.quietly(operator.mul, a, s)
     else:  # calm where -1.0 <= s <= 1.0 (a kept number is real, at least 1e-30 in size)
         out = a * c if -1.0 <= s <= 1.0 else be.quietly(operator.mul, a, c)
+    return out, partial(_scale_rule, c)
 
-    def backward(g):
-        return (g * c,)
 
-    return out, backward
+def _scale_rule(c, g):
+    return (g * c,)
 
 
 @op("/", saves=(), saves_out=False)
@@ -317,22 +320,22 @@ def div_scalar(be, a, s):
         out = a / s if _calm_quotient(a, s) else be.quietly(operator.truediv, a, s)
     else:  # calm where not -1.0 < s < 1.0 (a kept number is at most 1e30)
         out = a / c if not -1.0 < s < 1.0 else be.quietly(operator.truediv, a, c)
+    return out, partial(_shrink_rule, c)
 
-    def backward(g):
-        return (g / c,)
 
-    return out, backward
+def _shrink_rule(c, g):
+    return (g / c,)
 
 
 @op("/", saves=(0,), saves_out=True)
 def rdiv_scalar(be, a, s):
     """``s / a``."""
     out = be.quietly(operator.truediv, s, a)
+    return out, partial(_rdiv_rule, a, out)
 
-    def backward(g):
-        return (-(g * out) / a,)
 
-    return out, backward
+def _rdiv_rule(a, out, g):
+    return (-(g * out) / a,)
 
 
 def _half_power_cases(xp, a, out):
@@ -413,35 +416,35 @@ def _exp_rule(xp, inputs, out, g):
 def exp(be, a):
     xp = be.xp
     out = be.quietly(xp.exp, a)  # overflow: inf
-
-    def backward(g):
-        return _exp_rule(xp, (), out, g)
-
-    return out, backward
+    return out, partial(_exp_rule, xp, (), out)
 
 
 @op("log", saves=(0,), saves_out=False)
 def log(be, a):
     """Natural log; log(0) is -inf and log(x < 0) is nan, without warnings."""
-    out = be.quietly(be.xp.log, a)
+    return be.quietly(be.xp.log, a), partial(_log_rule, a)
 
-    def backward(g):
-        return (g / a,)
 
-    return out, backward
+def _log_rule(a, g):
+    return (g / a,)
 
 
 def _tanh_rule(xp, inputs, out, g):
     return (g - g * out * out,)  # g * (1 - out**2), without a scalar operand (slow in NumPy)
 
 
+def _fused_rule(fused, out, g):
+    return (fused(g, out),)
+
+
 @op("tanh", saves=(), saves_out=True, rule=_tanh_rule)
 def tanh(be, a):
-    out = be.xp.tanh(a)
+    xp = be.xp
+    out = xp.tanh(a)
     fused = be.fused.tanh_backward
-    if fused is not None:  # (a closure of what each rule reads only: each cell is one more object to collect)
-        return out, lambda g: (fused(g, out),)
-    return out, lambda g: (g - g * out * out,)  # _tanh_rule
+    if fused is not None:
+        return out, partial(_fused_rule, fused, out)
+    return out, partial(_tanh_rule, xp, (), out)
 
 
 def _sqrt_rule(xp, inputs, out, g):
@@ -452,11 +455,7 @@ def _sqrt_rule(xp, inputs, out, g):
 def sqrt(be, a):
     xp = be.xp
     out = be.quietly(xp.sqrt, a)
-
-    def backward(g):
-        return _sqrt_rule(xp, (), out, g)
-
-    return out, backward
+    return out, partial(_sqrt_rule, xp, (), out)
 
 
 def sgn(xp, a):
