@@ -16,6 +16,7 @@ from . import ops
 from ._checks import broadcast_shapes, device_message
 from ._dtypes import DTYPES, as_dtype, dtype_name
 from ._graph.above import above
+from ._graph.modes import OFF as _GRAD_OFF
 from ._graph.modes import _state as _grad_state
 from ._graph.modes import sequence as _sequence
 from ._graph.node import COMPLEX, Node, note_complex
@@ -72,7 +73,7 @@ def make(data, backend, op, prev, backward, requires_grad, replay=None):
     t._grad = None
     t._vc = None
     t.name = None
-    if requires_grad and _grad_state.enabled:
+    if requires_grad and (not _GRAD_OFF[0] or _grad_state.enabled):
         t._rg = True
         t._node = node = _new(Node)
         node._op = op

@@ -39,6 +39,22 @@ def test_backward_through_a_100000_op_chain(device):
     del y  # freeing a 100,000-deep graph must not overflow the C stack either
 
 
+@pytest.mark.parametrize("op", [lambda a, b: a * b, lambda a, b: a / b, lambda a, b: (a * b).tanh(),
+                                lambda a, b: a.exp() + b.log()])
+def test_backward_frees_what_the_graph_saved_while_its_result_lives(op, device):
+    """Without retain_graph a backward call frees the arrays the nodes saved (PyTorch's
+    rule), also while the result, and so its node, is still held."""
+    x = Tensor([1.0, 2.0, 3.0], requires_grad=True, device=device)
+    a, b = x * 2.0, x * 3.0
+    arrays = [weakref.ref(a._data), weakref.ref(b._data)]
+    y = op(a, b)
+    del a, b
+    assert all(ref() is not None for ref in arrays)  # saved (or held as an output) for backward
+    y.sum().backward()
+    assert all(ref() is None for ref in arrays)
+    assert y.requires_grad and y.shape == (3,)  # the result itself is untouched
+
+
 def test_dropped_graph_is_freed_without_the_garbage_collector(device):
     gc.collect()
     gc.disable()

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from helpers import registered  # noqa: E402  (tests/ is on sys.path)
 
+import leanpass as lp
 from leanpass import Tensor
 from leanpass.backends import get_backend
 from leanpass.backends.numpy_backend import NumpyBackend
@@ -97,3 +98,41 @@ def test_first_use_of_a_device_from_two_threads_makes_one_backend():
         a, b = made
         assert a._backend is b._backend is get_backend("racy")
         np.testing.assert_array_equal((a + b).numpy(), [2.0, 4.0])  # one device, not "racy and racy"
+
+
+@pytest.mark.usefixtures("frequent_switches")
+def test_grad_mode_is_per_thread_while_other_threads_switch_it(device):
+    """Grad mode belongs to a thread (the hot path reads a count of the threads with it
+    off before the thread's own flag): one thread's ``no_grad`` never stops another's
+    graph, nor the reverse, and once every thread is back on the count is 0 again."""
+    from leanpass._graph.modes import OFF
+
+    x = Tensor([1.0, 2.0], requires_grad=True, device=device)
+    before = OFF[0]
+    recorded = [[], []]
+
+    def work(i):
+        for _ in range(300):
+            if i == 0:  # off, on, off... in this thread alone
+                with lp.no_grad():
+                    recorded[0].append((x * 2.0).requires_grad)
+                    with lp.enable_grad():
+                        recorded[0].append(not (x * 2.0).requires_grad)
+            else:  # always on here
+                recorded[1].append((x * 2.0).requires_grad)
+
+    _run_together(work, 2)
+    assert recorded[0] == [False] * 600 and recorded[1] == [True] * 300
+    assert OFF[0] == before
+
+    def switch_off(_):
+        lp.set_grad_enabled(False)  # and the thread ends so: counted, the test stays right
+
+    _run_together(switch_off, 1)
+    try:
+        assert OFF[0] == before + 1 and (x * 2.0).requires_grad
+        with lp.no_grad():
+            assert not (x * 2.0).requires_grad
+        assert OFF[0] == before + 1
+    finally:
+        OFF[0] = before  # the ended thread's mode went with it: later tests take the fast path again

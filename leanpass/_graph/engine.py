@@ -274,13 +274,13 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
     # results, as the forward's), instead of one per rule that may meet inf or nan
     quiet = roots[0]._backend.quiet() if roots else contextlib.nullcontext()
     with enable_grad() if create_graph else no_grad(), quiet:
-        following = None
+        following = following_grad = None  # the next node, and its gradient (kept out of ``pending``)
         while following is not None or heap:
             if following is None:
                 node = pop(heap)[1]
+                grad = pending.pop(node)
             else:
-                node, following = following, None
-            grad = pending.pop(node)
+                node, grad, following, following_grad = following, following_grad, None, None
             if not watched and not hooks.retaining:  # (a retain_grad may come during the pass: read each time)
                 pass
             elif wanted is not None and id(node) in wanted:
@@ -350,19 +350,22 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
                         pgrad = gradient_as(graph.xp(parent) if create_graph else parent._backend.xp, pgrad, data.dtype)
                         fresh = True
                 if inner:
+                    if parent is following:  # a node's input twice (x * x)
+                        following_grad = following_grad + pgrad
+                        continue
                     old = pending.get(parent)
-                    if old is None:
-                        pending[parent] = pgrad
-                        if following is None:
-                            following = parent
-                        else:
-                            push(heap, (-parent._seq, parent))
-                    else:
+                    if old is not None:
                         pending[parent] = old + pgrad
+                    elif following is None:
+                        following, following_grad = parent, pgrad
+                    else:
+                        pending[parent] = pgrad
+                        push(heap, (-parent._seq, parent))
                 else:
                     old = leaves.get(parent)
                     leaves[parent] = (pgrad, fresh) if old is None else (old[0] + pgrad, True)
             if following is not None and heap and heap[0][0] < -following._seq:  # a node waiting comes first
+                pending[following] = following_grad
                 push(heap, (-following._seq, following))
                 following = None
         if hooked:  # each leaf's gradient of this call, complete: through its hooks

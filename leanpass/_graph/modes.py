@@ -26,6 +26,21 @@ class _GradState(threading.local):
 
 _state = _GradState()
 
+# [the number of threads whose grad mode is off]: while it is 0, grad mode is on on every
+# thread, and ``make`` (every operation) skips the thread-local read (``not OFF[0] or
+# _state.enabled``: about 30 ns of a small operation's 1 µs). A thread that ends with
+# grad mode off stays counted: the test is then as slow as before, never wrong.
+OFF = [0]
+_off_lock = threading.Lock()
+
+
+def _set(mode: bool) -> None:
+    """Set this thread's grad mode (every change goes through here, to keep :data:`OFF`)."""
+    if mode != _state.enabled:
+        with _off_lock:
+            OFF[0] += -1 if mode else 1
+    _state.enabled = mode
+
 # Held while gradients are added into ``.grad`` (once per backward call, for all its
 # leaves) and while ``.grad`` allocates its zeros: a read-modify-write of one
 # tensor's gradient is never interleaved with another thread's.
@@ -50,11 +65,11 @@ class _GradMode:
 
     def __enter__(self):
         self._prev = _state.enabled
-        _state.enabled = self._enabled
+        _set(self._enabled)
         return self
 
     def __exit__(self, *exc_info):
-        _state.enabled = self._prev
+        _set(self._prev)
         return False
 
     def _fresh(self):
@@ -131,7 +146,7 @@ class set_grad_enabled(_GradMode):
             raise TypeError(f"set_grad_enabled: mode must be a bool, got {type(mode).__name__}")
         self._enabled = mode
         self._prev = _state.enabled
-        _state.enabled = mode
+        _set(mode)
 
     def __enter__(self):
         return self
@@ -140,7 +155,7 @@ class set_grad_enabled(_GradMode):
         return set_grad_enabled(self._enabled)
 
     def __call__(self, func):
-        _state.enabled = self._prev  # as a decorator it changes nothing until the function runs
+        _set(self._prev)  # as a decorator it changes nothing until the function runs
         return super().__call__(func)
 
 
@@ -162,7 +177,7 @@ class inference_mode(_GradMode):
 
     def __enter__(self):
         self._prev = _state.enabled
-        _state.enabled = not self._mode
+        _set(not self._mode)
         return self
 
     def _fresh(self):
