@@ -10,7 +10,6 @@ links the result into the graph.
 from __future__ import annotations
 
 import numbers
-from functools import partial
 
 from . import ops
 from ._checks import broadcast_shapes, device_message
@@ -85,12 +84,7 @@ def make(data, backend, op, prev, backward, requires_grad, replay=None):
             node._prev = (a if a._node is None else a._node, b if b._node is None else b._node)
         else:
             node._prev = tuple([p if p._node is None else p._node for p in prev])
-        if type(backward) is partial and not backward.keywords:  # the rule apart from what it saved
-            node._backward = backward.func
-            node._saved = backward.args
-        else:
-            node._backward = backward
-            node._saved = None
+        node._backward = backward
         node._replay = replay
         node._seq = next(_sequence)
         node._data = data
@@ -647,7 +641,6 @@ def inplace(t, op: Op, others, *params, name: str | None = None, write=None, _ou
     node._op = op
     node._prev = (old, *tensors)
     node._backward = backward
-    node._saved = None
     node._replay = replay
     node._seq = next(_sequence)
     node._data = t._data

@@ -81,11 +81,13 @@ def test_dropped_graph_is_freed_without_the_garbage_collector(device):
 @pytest.mark.parametrize("make", [lambda x: x * x, lambda x: x * 2.0, lambda x: x.exp(), lambda x: (x * x).sum()])
 def test_backward_function_holds_no_tensor(make, device):
     """A node keeps arrays, never the Tensors they came from (they would keep the
-    graph's tensors alive): in its rule's closure and in the values it saved."""
+    graph's tensors alive): in its rule's closure or in the values it is bound to."""
     x = Tensor([1.0, 2.0], requires_grad=True, device=device)
     node = make(x)._node
-    kept = [cell.cell_contents for cell in getattr(node._backward, "__closure__", None) or ()]
-    kept += list(node._saved or ())
+    backward = node._backward  # a closure, or a rule bound to what it saved (types.MethodType)
+    kept = [cell.cell_contents for cell in backward.__closure__ or ()]
+    saved = getattr(backward, "__self__", ())
+    kept += list(saved) if isinstance(saved, tuple) else [saved]
     assert kept, "the rule keeps something (x's values, the output, the number)"
     assert not any(isinstance(value, Tensor) for value in kept)
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import heapq
 import weakref
-from functools import partial
 
 from ..backends import backend_of_array
 from ..ops.conversion import gradient_as
@@ -313,19 +312,17 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
                     if pvc is not None and pvc.changed > seq:
                         changed = _check_saved(node, seq)
                         break
-            saved = node._saved  # the values a rule given as a partial saved (None: a closure)
             if complex_on and _complex(grad, parents):  # PyTorch's convention, op by op (Op.complex)
-                rule = backward if saved is None else partial(backward, *saved)
-                parent_grads = _complex_grads(node, parents, grad, rule, changed, graph)
+                parent_grads = _complex_grads(node, parents, grad, backward, changed, graph)
             elif create_graph:
                 parent_grads = graph.grads(node, parents, grad, changed)
             else:
                 guard = node._backend.guard
                 if guard is None:
-                    parent_grads = backward(grad) if saved is None else backward(*saved, grad)
+                    parent_grads = backward(grad)
                 else:  # cuda:N on a machine of several GPUs: run where the data is
                     with guard:
-                        parent_grads = backward(grad) if saved is None else backward(*saved, grad)
+                        parent_grads = backward(grad)
             op = node._op
             fresh_op, exact = op.fresh, op.exact
             # the next node: the first parent new to ``pending``, where no node waiting comes before it (it would
@@ -420,7 +417,6 @@ def _release(done, leaves, retained) -> None:
     released = Released(tuple(leaves), tuple(weakref.ref(t) for t, _ in retained) if retained else ())
     for node in done:
         node._backward = None
-        node._saved = None
         node._replay = None  # it holds the inputs too
         node._prev = released
 

@@ -3,8 +3,8 @@
 A Tensor holds its data, gradient, ``requires_grad``, version counter and a reference
 to the node that made its current value (``t._node``; None for a leaf and for a result
 outside any graph), as PyTorch's ``grad_fn`` and Chainer's ``VariableNode``. The node
-holds the op record, the backward rule and the values it saved (``_backward`` and
-``_saved``: see below), how to run the operation again on Tensors (its replay, for
+holds the op record, the backward function with the values it saved (``_backward``:
+see below), how to run the operation again on Tensors (its replay, for
 ``create_graph``), its creation number on the graph's clock, and its parents: one edge
 per tensor input, the input's node as it was when the node was made, or the input
 Tensor itself where it had none (a leaf, or a value outside the graph).
@@ -13,14 +13,13 @@ An in-place change recorded in the graph gives the tensor a new node, whose pare
 the node it had; the nodes made before the change keep pointing at the old one, so
 each node reaches the values it saw without walking any history.
 
-An op's forward gives its backward as a function of the gradient: a closure, or a
-``functools.partial(rule, *saved)`` without keywords, which the node keeps as the
-rule (``_backward``) and the tuple of saved values (``_saved``; None for a closure),
-called as ``rule(*saved, g)``. The hot ops use the second form: a tuple of arrays is
-the one container the garbage collector stops tracking, where a closure leaves its
-function, cell tuple and cells to every collection until the graph is freed (W2, a
-chain of tiny operations: about 4.5 tracked objects per operation became 2.2, and the
-collector's share of the time went from about 6% to within the noise).
+An op's forward gives its backward as a function of the gradient. The hot ops give a
+rule bound to what it saved, ``types.MethodType(rule, saved)`` (``g -> rule(saved,
+g)``), rather than a closure: one object, made and called at C speed, where a closure
+is a function, a cell tuple and a cell per value, each tracked by the garbage collector
+until the graph is freed (W2, a chain of tiny operations: about 4.5 tracked objects per
+operation became 2.75, and the collector's share of the time went from about 6% to
+within the noise).
 
 A node also keeps its output's array (``_data``; the tensor's own, so it costs no
 memory while the tensor lives) and backend: the engine reads the shape and dtype a
@@ -51,7 +50,7 @@ class Node:
 
     # _hooks (set only when a hook is registered: read with getattr): the gradient hooks
     # registered on the tensor while this node made its value, as PyTorch's
-    __slots__ = ("_op", "_prev", "_backward", "_saved", "_replay", "_seq", "_data", "_backend", "_vc", "_tensor",
+    __slots__ = ("_op", "_prev", "_backward", "_replay", "_seq", "_data", "_backend", "_vc", "_tensor",
                  "_hooks", "__weakref__")
 
     _rg = True  # a node exists only for a result that requires grad
@@ -73,13 +72,6 @@ class Node:
     def device(self) -> str:
         """The device of the node's output."""
         return self._backend.device
-
-    def gradients(self, g) -> tuple:
-        """The gradients of the node's inputs (arrays, first order; None for an input it
-        gives none) for the array ``g``, its output's gradient: its rule on the values
-        it saved, as the engine runs it."""
-        saved = self._saved
-        return self._backward(g) if saved is None else self._backward(*saved, g)
 
     def name(self) -> str:
         """The operation's name (PyTorch's ``grad_fn.name()``)."""
