@@ -60,8 +60,9 @@ def test_fused_path_matches_the_generic_path(activation, name):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
 
-ROW_KERNELS = ["relu_backward", "sgd", "sgd_momentum", "adam", "affine_rows", "affine2_rows", "centered_squares",
-               "centered_dot", "patches2d", "scatter_add2d", "im2col2d", "col2im2d", "elementwise"]
+ROW_KERNELS = ["relu_backward", "gelu_tanh", "gelu_tanh_backward", "softmax_rows", "softmax_rows_backward", "sgd",
+               "sgd_momentum", "adam", "affine_rows", "affine2_rows", "centered_squares", "centered_dot", "patches2d",
+               "scatter_add2d", "im2col2d", "col2im2d", "elementwise"]
 needs_numba = pytest.mark.skipif(not _numba.enabled(), reason="Numba (the fuse extra) is not installed")
 
 
@@ -316,8 +317,8 @@ def test_cpus_optimizer_kernels_decline_strided_arrays_and_change_nothing():
 
 
 def test_fused_kernels_are_a_typed_record():
-    assert Standin.fused.names() == ["relu_backward", "sigmoid_backward", "tanh_backward", "sgd",
-                                     "sgd_momentum", "adam", "elementwise"]
+    assert Standin.fused.names() == ["relu_backward", "sigmoid_backward", "tanh_backward", "gelu_tanh_backward",
+                                     "sgd", "sgd_momentum", "adam", "elementwise"]
     with pytest.raises(TypeError):
         FusedKernels(adam_typo=Standin.fused.adam)
 
@@ -363,3 +364,152 @@ def test_relus_gradient_is_0_for_an_infinite_gradient_in_every_layout_as_torch(d
         y.backward(leanpass.Tensor(g.T if transposed else g, device=device))
         got = get_backend(device).to_host(x.grad)
         np.testing.assert_array_equal(got, expected)  # (x.grad is x's shape either way)
+
+
+_GELU_EDGES = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e30, -1e30, 1e-40, 1e-310, 1e154, -1e154, 3e38, -3e38, 10.0, -10.0]
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("layout", ["contiguous", "strided g", "strided input"])
+def test_cpus_gelu_kernels_give_the_generic_paths_values_bit_for_bit(dtype, layout, monkeypatch):
+    """GELU's tanh approximation (W6's MLP) in three passes forward and one backward:
+    the generic operations in their order, so the same bits, at overflowing, infinite,
+    NaN, signed-zero and subnormal inputs too; a strided input is declined (the generic
+    path runs), a strided incoming gradient copied."""
+    rng = np.random.default_rng(0)
+    with np.errstate(over="ignore"):  # (1e-310 and 3e38 do not fit float32: 0 and inf)
+        a = np.concatenate([rng.normal(scale=4.0, size=200), _GELU_EDGES]).astype(dtype).reshape(5, -1)
+    g = rng.normal(size=a.shape).astype(dtype)
+    g[0, :3] = [np.inf, np.nan, -0.0]
+    if layout == "strided input":
+        a = np.repeat(a, 2, axis=1)[:, ::2]
+    if layout == "strided g":
+        g = np.repeat(g, 2, axis=1)[:, ::2]
+    cpu = get_backend("cpu")
+    calls = []
+    fused = cpu.fused
+    counted = dataclasses.replace(
+        fused, gelu_tanh=lambda *args: calls.append("forward") or fused.gelu_tanh(*args),
+        gelu_tanh_backward=lambda *args: calls.append("backward") or fused.gelu_tanh_backward(*args))
+
+    def run():
+        x = Tensor(a, requires_grad=True)
+        y = nn.functional.gelu(x, approximate="tanh")
+        y.backward(Tensor(g))
+        return y.numpy(), np.asarray(x.grad)
+
+    monkeypatch.setattr(cpu, "fused", counted)
+    with_kernels = run()
+    assert calls == ["forward", "backward"]
+    monkeypatch.setattr(cpu, "fused", NO_FUSED)
+    generic = run()
+    for ours, theirs in zip(with_kernels, generic):
+        assert ours.dtype == theirs.dtype == dtype
+        np.testing.assert_array_equal(ours, theirs)  # (NaN where NaN)
+    strided = layout == "strided input"
+    assert (fused.gelu_tanh(a, 0.5, 0.25) is None) == strided
+
+
+@needs_numba
+def test_cpus_gelu_backward_kernel_declines_what_it_does_not_take():
+    fused = get_backend("cpu").fused
+    a = np.linspace(-2, 2, 6).reshape(2, 3)
+    t, _ = fused.gelu_tanh(a, 0.5, 0.25)
+    assert fused.gelu_tanh_backward(np.ones((2, 3), np.float32), a, t, 0.5, 0.25) is None  # dtypes differ
+    assert fused.gelu_tanh_backward(np.ones(3), a[0], t[0], 0.5, 0.25).shape == (3,)
+    assert fused.gelu_tanh_backward(np.ones((3, 2)), a.reshape(3, 2), t, 0.5, 0.25) is None  # shapes differ
+    assert fused.gelu_tanh(a.astype(np.int64), 0.5, 0.25) is None
+    zero_d = fused.gelu_tanh_backward(np.array(2.0), np.array(1.0), np.array(0.5), 0.5, 0.25)
+    assert zero_d.shape == ()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_cupy_backends_gelu_backward_kernel_gives_the_generic_paths_values(dtype):
+    """CupyBackend's GELU gradient kernel (its CUDA run by the simulator, C's rounding of
+    each statement) against the generic operations on strict: bit for bit, as no product
+    and sum are contracted (``--fmad=false``); mixed dtypes are declined."""
+    rng = np.random.default_rng(0)
+    with np.errstate(over="ignore"):
+        a = np.concatenate([rng.normal(scale=4.0, size=100), _GELU_EDGES]).astype(dtype)
+    g = rng.normal(size=a.shape).astype(dtype)
+    CALLS.clear()
+    grads = []
+    for device in ("standin", "strict"):
+        x = Tensor(a, requires_grad=True, device=device)
+        nn.functional.gelu(x, approximate="tanh").backward(Tensor(g, device=device))
+        grads.append(get_backend(device).to_host(x.grad))
+    assert CALLS.get("gelu_tanh_backward") == 1
+    np.testing.assert_array_equal(grads[0], grads[1])
+    fused = Standin.fused
+    assert fused.gelu_tanh_backward(np.ones(3, np.float32), np.ones(3), np.ones(3), 0.5, 0.25) is None
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("mask", ["causal", "none", "float", "per batch"])
+def test_cpus_attention_softmax_kernels_give_the_generic_paths_values(dtype, mask, monkeypatch):
+    """Attention's softmax in three passes and its gradient in two: the generic path's
+    values up to rounding (the sums in float64), weights 0 for a row that may look
+    nowhere, NaN along a row holding one; a float mask, or a bool one that is not of
+    the last two axes' shape, is declined (the generic path runs)."""
+    rng = np.random.default_rng(0)
+    b, h, n, d = 2, 3, 5, 4
+    q, k, v = (rng.normal(size=(b, h, n, d)).astype(dtype) for _ in range(3))
+    g = rng.normal(size=(b, h, n, d)).astype(dtype)
+    k[1, 2, 4] = np.nan  # key 4 of the last head: a NaN score in each row that may see it
+    masks = {"causal": np.tril(np.ones((n, n), bool)), "none": None,
+             "float": rng.normal(size=(n, n)).astype(dtype), "per batch": rng.random((b, 1, n, n)) > 0.3}
+    if mask == "float":  # -inf along query 3: it may look nowhere
+        masks["float"][3] = -np.inf
+    given = masks[mask]
+    if mask == "causal":
+        given = given.copy()
+        given[3] = False  # query 3 may look nowhere: weights 0, as PyTorch's
+    cpu = get_backend("cpu")
+    fused, calls = cpu.fused, []
+    counted = dataclasses.replace(
+        fused, softmax_rows=lambda *a: calls.append(fused.softmax_rows(*a)) or calls[-1],
+        softmax_rows_backward=lambda *a: calls.append(fused.softmax_rows_backward(*a)) or calls[-1])
+
+    def run():
+        ts = [Tensor(a, requires_grad=True) for a in (q, k, v)]
+        out = nn.functional.scaled_dot_product_attention(*ts, attn_mask=None if given is None else
+                                                         leanpass.asarray(given))
+        out.backward(Tensor(g))
+        return [out.numpy(), *(np.asarray(t.grad) for t in ts)]
+
+    monkeypatch.setattr(cpu, "fused", counted)
+    with_kernels = run()
+    assert [c is not None for c in calls] == [mask != "per batch", True]  # (a float mask is added to the scores)
+    monkeypatch.setattr(cpu, "fused", NO_FUSED)
+    generic = run()
+    tol = {"float32": 2e-6, "float64": 1e-14}[dtype]
+    for ours, theirs in zip(with_kernels, generic):
+        assert ours.dtype == theirs.dtype == dtype
+        np.testing.assert_allclose(ours, theirs, rtol=tol, atol=tol)  # (NaN where NaN)
+    if mask in ("causal", "float"):
+        assert not with_kernels[0][0, :, 3].any()  # the query that may look nowhere: output 0
+    seeing = {"causal": [4], "none": [0, 1, 2, 3, 4], "float": [0, 1, 2, 3, 4]}.get(mask)  # (NaN - inf is NaN)
+    if seeing is not None:
+        nan = np.isnan(with_kernels[0][1, 2]).any(axis=-1)
+        assert nan.tolist() == [i in seeing for i in range(n)]
+    assert not np.isnan(with_kernels[0][0]).any()
+
+
+@needs_numba
+def test_cpus_softmax_kernels_decline_what_they_do_not_take():
+    fused = get_backend("cpu").fused
+    scores = np.zeros((2, 3, 3))
+    assert fused.softmax_rows(scores[:, :, ::2], None, False) is None  # strided
+    assert fused.softmax_rows(scores.astype(np.int64), None, False) is None
+    assert fused.softmax_rows(np.zeros((2, 0, 3)), None, False) is None  # empty: the generic path
+    assert fused.softmax_rows(scores, np.ones((2, 3, 3), bool), True) is None  # not the last two axes' shape
+    np.testing.assert_array_equal(fused.softmax_rows(scores, None, False), np.full((2, 3, 3), 1 / 3))
+    nowhere = np.full((1, 2, 2), -np.inf)
+    assert np.isnan(fused.softmax_rows(nowhere, None, False)).all()  # without a mask: NaN, as NumPy's
+    assert not fused.softmax_rows(nowhere, None, True).any()  # with one: weights 0, as PyTorch's
+    assert fused.softmax_rows_backward(np.ones((2, 3)), np.ones((2, 3), np.float32)) is None
+    read_only = np.ones((2, 3))
+    read_only.flags.writeable = False
+    assert fused.softmax_rows_backward(read_only, np.ones((2, 3))) is None

@@ -154,6 +154,17 @@ class FusedKernels:
       then)
     - ``sigmoid_backward(g, y) -> g * y * (1 - y)`` (``y`` the sigmoid's output)
     - ``tanh_backward(g, y) -> g * (1 - y * y)`` (``y`` the tanh's output)
+    - ``gelu_tanh(a, c, k) -> (t, out)``: GELU's tanh approximation, ``t = tanh(c (a + k
+      a^3))`` and ``out = 0.5 a (1 + t)`` (leanpass/ops/nn.py's ``gelu``, its operations
+      in its order), or None for an array it declines
+    - ``gelu_tanh_backward(g, a, t, c, k) -> grad``: its gradient from ``a`` and the
+      forward's ``t`` (the same), or None for arrays it declines
+    - ``softmax_rows(scores, mask, safe) -> weights``: attention's softmax along the last
+      axis, ``mask`` None or bool of the last two axes' shape (True: may look); with
+      ``safe``, a row that may look nowhere gets weights 0 (PyTorch's, where a mask was
+      given); up to rounding; None for arrays it declines
+    - ``softmax_rows_backward(gw, w) -> (gw - sum(gw * w)) * w`` along the last axis,
+      into ``gw`` (the caller's own), up to rounding; None for arrays it declines
     - ``sgd(grad, lr, wd, param)``: ``param -= lr * (grad + wd * param)``, in place
     - ``sgd_momentum(grad, lr, momentum, wd, nesterov, first, param, buf)``: PyTorch's
       SGD with momentum (dampening 0), ``param`` and ``buf`` in place
@@ -206,6 +217,10 @@ class FusedKernels:
     relu_backward: object = None
     sigmoid_backward: object = None
     tanh_backward: object = None
+    gelu_tanh: object = None
+    gelu_tanh_backward: object = None
+    softmax_rows: object = None
+    softmax_rows_backward: object = None
     sgd: object = None
     sgd_momentum: object = None
     adam: object = None

@@ -63,12 +63,41 @@ def _kernels() -> FusedKernels:
     grad_kernel = lambda name, expr: cupy.ElementwiseKernel(  # noqa: E731
         "T g, U y", "T r", f"r = {expr}", f"leanpass_{name}"
     )
+    # GELU's gradient (tanh approximation) from a and tanh's value t, the generic path's
+    # operations in its order (leanpass/ops/nn.py's gelu), none contracted into an FMA
+    gelu_backward = cupy.ElementwiseKernel(
+        "T g, T a, T t, T uc, T k3",
+        "T r",
+        """
+        T u = t * t;
+        u = u - (T)1;
+        u = u * uc;
+        T s = a * k3;
+        s = s * u;
+        s = s * a;
+        s = s + u;
+        s = s * a;
+        T v = t + (T)1;
+        v = v * (T)0.5;
+        v = v - s;
+        r = v * g;
+        """,
+        "leanpass_gelu_tanh_backward",
+        options=("--fmad=false",),
+    )
+
+    def gelu_tanh_backward(g, a, t, c, k):
+        if not (g.dtype == a.dtype == t.dtype) or g.shape != a.shape or t.shape != a.shape:
+            return None
+        return gelu_backward(g, a, t, 0.5 * c, 3.0 * k)  # (the numbers in T, as NumPy rounds them)
+
     return FusedKernels(
         # gradient of relu at a (y = a), of sigmoid and tanh from their outputs (y = out)
         relu_backward=grad_kernel("relu_backward", "y <= (U)0 ? (T)0 : g"),  # g at NaN, as PyTorch
         # the same operations, in the same order, as the generic path in leanpass/ops/nn.py
         sigmoid_backward=grad_kernel("sigmoid_backward", "g * (T)y - g * (T)y * (T)y"),
         tanh_backward=grad_kernel("tanh_backward", "g - g * (T)y * (T)y"),
+        gelu_tanh_backward=gelu_tanh_backward,
         # optimizer updates, in place on param (and state), PyTorch's rules
         sgd=cupy.ElementwiseKernel(
             "T grad, T lr, T wd", "T param", "param -= lr * (grad + wd * param)", "leanpass_sgd"

@@ -81,9 +81,16 @@ def gelu(be, a):
     Each full-size temporary is fresh and changed in place (never the output of
     ``tanh``, which its own backward reads when this rule is replayed on Tensors)."""
     xp = be.xp
-    t, out = be.quietly(_gelu_tanh, xp, a)  # a^3 overflows to inf for huge a (tanh is 1), -inf * 0 is nan
+    fused = be.fused
+    made = None if fused.gelu_tanh is None else fused.gelu_tanh(a, _SQRT_2_OVER_PI, _GELU_K)  # (None: declined)
+    # a^3 overflows to inf for huge a (tanh is 1), -inf * 0 is nan
+    t, out = be.quietly(_gelu_tanh, xp, a) if made is None else made
 
     def backward(g):
+        if fused.gelu_tanh_backward is not None:  # the operations below in one pass
+            grad = fused.gelu_tanh_backward(g, a, t, _SQRT_2_OVER_PI, _GELU_K)
+            if grad is not None:
+                return (grad,)
         # d/da = 0.5 (1 + t) - u (1 + 3 k a^2) a, with u = 0.5 c (t^2 - 1): exactly 0 where tanh
         # saturates. Each a is multiplied in after u, so no power of a is ever formed alone
         # (a^2 overflows for |a| > 1e154, and inf * 0 would be NaN); where t^2 < 1, a is moderate
@@ -431,6 +438,22 @@ def layer_norm(be, x, weight=None, bias=None, count=1, eps=1e-5, needs=(True, Tr
     return out, backward
 
 
+def _masked_softmax(xp, scores, allowed, masked):
+    """Attention's weights: the softmax of ``scores`` along the last axis, where the bool
+    ``allowed`` (or None) says the query may look; ``masked``: a mask was given (then a
+    row that may look nowhere, its scores all -inf, gets weights 0, as PyTorch's)."""
+    if allowed is not None:
+        scores = xp.where(allowed, scores, -math.inf)
+    top = _top(xp, scores, -1)  # no keys: 0, and the weights are empty
+    if masked and scores.shape[-1]:
+        top = xp.where(top == -math.inf, 0.0, top)
+    e = xp.exp(scores - top)
+    total = xp.sum(e, axis=-1, keepdims=True)
+    if masked:
+        total = xp.where(total == 0.0, 1.0, total)
+    return e / total
+
+
 @op("scaled_dot_product_attention", saves=(0, 1, 2), saves_out=False, needs=True)
 def attention(be, q, k, v, mask=None, scale=1.0, needs=(True, True, True, True)):
     """``softmax(q @ k^T * scale + mask) @ v`` in one node: ``mask`` (optional) is bool,
@@ -440,23 +463,21 @@ def attention(be, q, k, v, mask=None, scale=1.0, needs=(True, True, True, True))
     ``gs = w * (gw - sum(gw * w))`` (along the keys), and then ``q: gs @ k * scale``,
     ``k: gs^T @ q * scale``, ``v: w^T @ g``, a float mask: ``gs``."""
     xp = be.xp
+    fused = be.fused
     scores = be.matmul(q, xp.matrix_transpose(k))
     scores = be.scale_fresh(scores, scale)  # the product's own array (a view of it in replays)
+    allowed = None  # a bool mask: True where a query may look
     if mask is not None:
         if mask.dtype == xp.bool:
-            scores = xp.where(mask, scores, -math.inf)
+            allowed = mask
         elif mask.shape == scores.shape and mask.dtype == scores.dtype:
             scores += mask
         else:
             scores = scores + mask
-    top = _top(xp, scores, -1)  # no keys: 0, and the weights are empty
-    if mask is not None and scores.shape[-1]:  # a row masked everywhere (scores all -inf) gets weights 0, as PyTorch's
-        top = xp.where(top == -math.inf, 0.0, top)
-    e = xp.exp(scores - top)
-    total = xp.sum(e, axis=-1, keepdims=True)
-    if mask is not None:
-        total = xp.where(total == 0.0, 1.0, total)
-    weights = e / total
+    safe = mask is not None  # (a row that may look nowhere: weights 0)
+    weights = None if fused.softmax_rows is None else fused.softmax_rows(scores, allowed, safe)  # None: declined
+    if weights is None:
+        weights = _masked_softmax(xp, scores, allowed, safe)
     out = be.matmul(weights, v)
     need_q, need_k, need_v = needs[:3]
     need_mask = mask is not None and mask.dtype != xp.bool and needs[3]
@@ -464,9 +485,11 @@ def attention(be, q, k, v, mask=None, scale=1.0, needs=(True, True, True, True))
     def backward(g):
         gs = None
         if need_q or need_k or need_mask:
-            gw = be.matmul(g, xp.matrix_transpose(v))
-            gs = gw - xp.sum(gw * weights, axis=-1, keepdims=True)
-            gs *= weights
+            gw = be.matmul(g, xp.matrix_transpose(v))  # a fresh array
+            gs = None if fused.softmax_rows_backward is None else fused.softmax_rows_backward(gw, weights)
+            if gs is None:
+                gs = gw - xp.sum(gw * weights, axis=-1, keepdims=True)
+                gs *= weights
         gq = gk = None
         if need_q:
             gq = be.matmul(gs, k)
