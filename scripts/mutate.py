@@ -292,6 +292,8 @@ MUTANTS = [
     Mutant("gelu-cuda-order", "leanpass/backends/cupy_backend.py", "        s = s + u;\n        s = s * a;\n",
            "        s = s * a;\n        s = s + u;\n", ("tests/test_fused.py",),
            "the CUDA statements must be the generic operations in their order"),
+    Mutant("layer-norm-kernel-mean", "leanpass/backends/_numba.py", "(gk - (h * m_gx + m_g)) * inv",
+           "(gk - h * m_gx) * inv", ("tests/test_fused.py",), "the row's mean gradient is part of the input's"),
     Mutant("backward-pass-warns", "leanpass/_graph/engine.py",
            "no_grad(), quiet:", "no_grad():", ("tests/test_no_warnings.py",),
            "the backward rules (log's g / x at 0) run with floating-point warnings off"),

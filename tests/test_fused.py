@@ -60,9 +60,10 @@ def test_fused_path_matches_the_generic_path(activation, name):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
 
-ROW_KERNELS = ["relu_backward", "gelu_tanh", "gelu_tanh_backward", "softmax_rows", "softmax_rows_backward", "sgd",
-               "sgd_momentum", "adam", "affine_rows", "affine2_rows", "centered_squares", "centered_dot", "patches2d",
-               "scatter_add2d", "im2col2d", "col2im2d", "elementwise"]
+ROW_KERNELS = ["relu_backward", "gelu_tanh", "gelu_tanh_backward", "softmax_rows", "softmax_rows_backward",
+               "layer_norm_rows", "layer_norm_rows_backward", "sgd", "sgd_momentum", "adam", "affine_rows",
+               "affine2_rows", "centered_squares", "centered_dot", "patches2d", "scatter_add2d", "im2col2d", "col2im2d",
+               "elementwise"]
 needs_numba = pytest.mark.skipif(not _numba.enabled(), reason="Numba (the fuse extra) is not installed")
 
 
@@ -513,3 +514,65 @@ def test_cpus_softmax_kernels_decline_what_they_do_not_take():
     read_only = np.ones((2, 3))
     read_only.flags.writeable = False
     assert fused.softmax_rows_backward(read_only, np.ones((2, 3))) is None
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("form", ["weight and bias", "weight", "none", "strided g", "two axes"])
+def test_cpus_layer_norm_kernels_give_the_generic_paths_values(dtype, form, monkeypatch):
+    """LayerNorm over the last axis in three passes over each row (in the cache), its
+    gradients in two: the generic path's values up to rounding (the sums in float64), a
+    constant row exactly 0 (shifted by its first value, as the generic path), NaN along
+    a row holding one; over two axes (``count=2``) the generic path runs."""
+    rng = np.random.default_rng(0)
+    shape = (3, 4, 8)
+    x = (rng.normal(size=shape) * 3 + 1).astype(dtype)
+    x[0, 0] = 5.0  # a constant row
+    x[1, 2, 3] = np.nan
+    g = rng.normal(size=(3, 4, 16) if form == "strided g" else shape).astype(dtype)
+    if form == "strided g":
+        g = g[:, :, ::2]
+    normalized = (4, 8) if form == "two axes" else (8,)
+    weight = rng.normal(size=normalized).astype(dtype)
+    bias = rng.normal(size=normalized).astype(dtype)
+    cpu = get_backend("cpu")
+    fused, calls = cpu.fused, []
+    counted = dataclasses.replace(
+        fused, layer_norm_rows=lambda *a: calls.append("forward") or fused.layer_norm_rows(*a),
+        layer_norm_rows_backward=lambda *a: calls.append("backward") or fused.layer_norm_rows_backward(*a))
+
+    def run():
+        xt = Tensor(x, requires_grad=True)
+        w = None if form == "none" else Tensor(weight, requires_grad=True)
+        b = None if form in ("none", "weight") else Tensor(bias, requires_grad=True)
+        y = nn.functional.layer_norm(xt, normalized, w, b)
+        y.backward(Tensor(g))
+        return [y.numpy(), np.asarray(xt.grad)] + [np.asarray(p.grad) for p in (w, b) if p is not None]
+
+    monkeypatch.setattr(cpu, "fused", counted)
+    with_kernels = run()
+    assert calls == ([] if form == "two axes" else ["forward", "backward"])
+    monkeypatch.setattr(cpu, "fused", NO_FUSED)
+    generic = run()
+    tol = {"float32": 1e-5, "float64": 1e-13}[dtype]
+    for ours, theirs in zip(with_kernels, generic):
+        assert ours.dtype == theirs.dtype == dtype and ours.shape == theirs.shape
+        np.testing.assert_allclose(ours, theirs, rtol=tol, atol=tol)  # (NaN where NaN)
+    out = with_kernels[0]
+    if form == "none":
+        assert not out[0, 0].any()  # the constant row: exactly 0
+    assert np.isnan(out[1, 2]).all() and (form == "two axes" or not np.isnan(out[1, 1]).any())  # (two: a sample)
+
+
+@needs_numba
+def test_cpus_layer_norm_kernels_decline_what_they_do_not_take():
+    fused = get_backend("cpu").fused
+    x = np.ones((4, 6))
+    assert fused.layer_norm_rows(x[:, ::2], None, None, 1e-5) is None  # strided
+    assert fused.layer_norm_rows(x.astype(np.int64), None, None, 1e-5) is None
+    assert fused.layer_norm_rows(x, np.ones(6, np.float32), None, 1e-5) is None  # another dtype
+    assert fused.layer_norm_rows(x, np.ones(5), None, 1e-5) is None  # another shape
+    assert fused.layer_norm_rows(np.ones((0, 6)), None, None, 1e-5) is None  # empty: the generic path
+    xhat, out, inv_std = fused.layer_norm_rows(x, None, None, 1e-5)
+    assert fused.layer_norm_rows_backward(np.ones((4, 6), np.float32), xhat, inv_std, None) is None
+    assert out is not xhat and inv_std.dtype == np.float64 and inv_std.shape == (4,)

@@ -165,6 +165,12 @@ class FusedKernels:
       given); up to rounding; None for arrays it declines
     - ``softmax_rows_backward(gw, w) -> (gw - sum(gw * w)) * w`` along the last axis,
       into ``gw`` (the caller's own), up to rounding; None for arrays it declines
+    - ``layer_norm_rows(x, weight, bias, eps) -> (xhat, out, inv_std)``: LayerNorm over
+      the last axis (leanpass/ops/nn.py's ``layer_norm`` with ``count=1``), up to
+      rounding, ``inv_std`` one float64 per row; None for arrays it declines
+    - ``layer_norm_rows_backward(g, xhat, inv_std, weight) -> (gx, gweight, gbias)``:
+      its gradients (None for the weight's and bias's without ``weight``), up to
+      rounding; None for arrays it declines
     - ``sgd(grad, lr, wd, param)``: ``param -= lr * (grad + wd * param)``, in place
     - ``sgd_momentum(grad, lr, momentum, wd, nesterov, first, param, buf)``: PyTorch's
       SGD with momentum (dampening 0), ``param`` and ``buf`` in place
@@ -221,6 +227,8 @@ class FusedKernels:
     gelu_tanh_backward: object = None
     softmax_rows: object = None
     softmax_rows_backward: object = None
+    layer_norm_rows: object = None
+    layer_norm_rows_backward: object = None
     sgd: object = None
     sgd_momentum: object = None
     adam: object = None

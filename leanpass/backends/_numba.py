@@ -292,9 +292,57 @@ def _compiled():
             for j in range(w.shape[1]):
                 gw[r, j] = (np.float64(gw[r, j]) - dot) * np.float64(w[r, j])
 
+    # LayerNorm over the last axis of rows: the shift by the row's first value, the mean
+    # and the biased variance in float64, the normalised row and the output in one more
+    # pass; the gradient, and the weight's and the bias's (sums over the rows, in float64)
+    @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
+    def layer_norm(x, w, b, affine, shifted, eps, xhat, out, inv_std):
+        r_, k_ = x.shape
+        for r in range(r_):
+            first = np.float64(x[r, 0])
+            total = 0.0
+            for k in range(k_):
+                total += np.float64(x[r, k]) - first
+            mean = total / k_
+            squares = 0.0
+            for k in range(k_):
+                d = (np.float64(x[r, k]) - first) - mean
+                squares += d * d
+            inv = 1.0 / np.sqrt(squares / k_ + eps)
+            inv_std[r] = inv
+            for k in range(k_):
+                v = ((np.float64(x[r, k]) - first) - mean) * inv
+                xhat[r, k] = v
+                if shifted:
+                    out[r, k] = v * np.float64(w[k]) + np.float64(b[k])
+                elif affine:
+                    out[r, k] = v * np.float64(w[k])
+                else:
+                    out[r, k] = v
+
+    @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
+    def layer_norm_backward(g, xhat, inv_std, w, affine, gx, gw, gb):
+        r_, k_ = g.shape
+        for r in range(r_):
+            m_g = 0.0
+            m_gx = 0.0
+            for k in range(k_):
+                gk = np.float64(g[r, k]) * np.float64(w[k]) if affine else np.float64(g[r, k])
+                m_g += gk
+                m_gx += gk * np.float64(xhat[r, k])
+            m_g /= k_
+            m_gx /= k_
+            inv = inv_std[r]
+            for k in range(k_):
+                gk = np.float64(g[r, k]) * np.float64(w[k]) if affine else np.float64(g[r, k])
+                h = np.float64(xhat[r, k])
+                gx[r, k] = (gk - (h * m_gx + m_g)) * inv
+                gw[k] += np.float64(g[r, k]) * h
+                gb[k] += np.float64(g[r, k])
+
     return (affine, affine2, centered_squares, centered_dot, patches2d, scatter_add2d, sgd_momentum, adam,
             im2col2d, col2im2d, relu_backward, sgd, gelu_inner, gelu_out, gelu_backward, softmax_shift,
-            softmax_scale, softmax_grad)
+            softmax_scale, softmax_grad, layer_norm, layer_norm_backward)
 
 
 def _rows(x):
@@ -584,6 +632,49 @@ def softmax_rows_backward(gw, w):
     return gw
 
 
+def layer_norm_rows(x, weight, bias, eps):
+    """LayerNorm over the last axis of ``x``: ``(xhat, out, inv_std)``, ``xhat`` the
+    normalised ``x`` (shifted by each row's first value first, as the generic path),
+    ``out = xhat * weight + bias`` (``xhat``'s copy without ``weight``; ``bias`` only with
+    it) and ``inv_std`` one value per row, float64. Three passes over each row, in the
+    cache, where NumPy's operations take about ten over the whole array; the values up
+    to rounding (the sums in float64). None where ``x`` is not a C-contiguous float32 or
+    float64 array with a last axis, or ``weight``/``bias`` not of that axis and dtype."""
+    if x.dtype not in _FLOATS or x.ndim < 1 or x.size == 0 or not x.flags.c_contiguous:
+        return None
+    keys = x.shape[-1]
+    affine = weight is not None
+    for p in (weight, bias):
+        if p is not None and (p.dtype != x.dtype or p.shape != (keys,)):
+            return None
+    rows = x.reshape(-1, keys)
+    w = weight if affine else rows[0]  # (an array of the right type where there is none)
+    b = bias if bias is not None else rows[0]
+    xhat, out = np.empty_like(rows), np.empty_like(rows)
+    inv_std = np.empty(rows.shape[0])
+    _compiled()[18](rows, w, b, affine, bias is not None, float(eps), xhat, out, inv_std)
+    return xhat.reshape(x.shape), out.reshape(x.shape), inv_std
+
+
+def layer_norm_rows_backward(g, xhat, inv_std, weight):
+    """:func:`layer_norm_rows`'s gradients: ``(gx, gweight, gbias)`` (the last two sums
+    over the rows, None without ``weight``), two passes over each row. None where ``g``
+    is not of ``xhat``'s shape and dtype (a strided ``g`` is copied first)."""
+    if g.dtype != xhat.dtype or g.shape != xhat.shape:
+        return None
+    if not g.flags.c_contiguous:
+        g = np.ascontiguousarray(g)
+    keys = xhat.shape[-1]
+    affine = weight is not None
+    rows = g.reshape(-1, keys)
+    gx = np.empty_like(rows)
+    gw, gb = np.zeros(keys), np.zeros(keys)
+    _compiled()[19](rows, xhat.reshape(-1, keys), inv_std, weight if affine else rows[0], affine, gx, gw, gb)
+    if not affine:
+        return gx.reshape(g.shape), None, None
+    return gx.reshape(g.shape), gw.astype(g.dtype), gb.astype(g.dtype)
+
+
 def _flat(*arrays):
     """The arrays as 1-D views, or None where one is not C-contiguous or the dtypes differ
     (the optimizer then runs its generic code)."""
@@ -634,4 +725,5 @@ def kernels() -> dict:
             "elementwise": elementwise, "sgd": sgd, "sgd_momentum": sgd_momentum, "adam": adam, "im2col2d": im2col2d,
             "col2im2d": col2im2d, "relu_backward": relu_backward, "gelu_tanh": gelu_tanh,
             "gelu_tanh_backward": gelu_tanh_backward, "softmax_rows": softmax_rows,
-            "softmax_rows_backward": softmax_rows_backward, "scalar_calls": True, "row_dtypes": _FLOATS}
+            "softmax_rows_backward": softmax_rows_backward, "layer_norm_rows": layer_norm_rows,
+            "layer_norm_rows_backward": layer_norm_rows_backward, "scalar_calls": True, "row_dtypes": _FLOATS}
