@@ -283,10 +283,16 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
             if not watched and not hooks.retaining:  # (a retain_grad may come during the pass: read each time)
                 pass
             elif wanted is not None and id(node) in wanted:
-                found[id(node)] = grad  # as PyTorch's autograd.grad: before the input's own hooks
+                # As PyTorch's autograd.grad (2.13): an input the pass goes on through (another
+                # input lies below it) gives its gradient before its own hooks; one where it
+                # stops, after them
+                last = isinstance(node._prev, Released) or not any(id(p) in needed for p in node._prev)
+                if not last:
+                    found[id(node)] = grad
                 if hooked:
                     grad = _with_grad_hooks(node, grad)
-                if isinstance(node._prev, Released) or not any(id(p) in needed for p in node._prev):
+                if last:
+                    found[id(node)] = grad
                     continue  # nothing asked for lies below it
             else:  # its gradient is complete: the hooks registered on this value see it (and may change it)
                 if hooked:

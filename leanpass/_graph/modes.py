@@ -148,7 +148,8 @@ class set_grad_enabled(_GradMode):
         self._prev = _state.enabled
         _set(mode)
 
-    def __enter__(self):
+    def __enter__(self):  # the mode again (the object may be entered twice, as PyTorch's)
+        _set(self._enabled)
         return self
 
     def _fresh(self):
