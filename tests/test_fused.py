@@ -576,3 +576,21 @@ def test_cpus_layer_norm_kernels_decline_what_they_do_not_take():
     xhat, out, inv_std = fused.layer_norm_rows(x, None, None, 1e-5)
     assert fused.layer_norm_rows_backward(np.ones((4, 6), np.float32), xhat, inv_std, None) is None
     assert out is not xhat and inv_std.dtype == np.float64 and inv_std.shape == (4,)
+
+
+@needs_numba
+def test_layer_norms_backward_takes_the_generic_rule_where_the_kernel_declines_the_gradient(monkeypatch):
+    """A gradient the backward kernel declines (another dtype) goes through the generic
+    rule, on the forward kernel's values: the generic path's gradients, up to rounding."""
+    from leanpass.ops.nn import layer_norm
+
+    rng = np.random.default_rng(0)
+    x, w, b = rng.normal(size=(3, 5)), rng.normal(size=5), rng.normal(size=5)
+    g = rng.normal(size=(3, 5)).astype(np.float32)
+    cpu = get_backend("cpu")
+    _, backward = layer_norm.fn(cpu, x, w, b, needs=(True, True, True))
+    with_kernel = backward(g)
+    monkeypatch.setattr(cpu, "fused", NO_FUSED)
+    _, backward = layer_norm.fn(cpu, x, w, b, needs=(True, True, True))
+    for ours, theirs in zip(with_kernel, backward(g)):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-12)

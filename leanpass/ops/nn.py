@@ -398,27 +398,12 @@ def layer_norm(be, x, weight=None, bias=None, count=1, eps=1e-5, needs=(True, Tr
     axes = tuple(range(x.ndim - count, x.ndim))
     lead = tuple(range(x.ndim - count))
     fused = be.fused.layer_norm_rows if count == 1 else None
-    made = None if fused is None else fused(x, weight, bias, eps)  # (None: declined)
+    made = None if fused is None else fused(x, weight, bias, eps)  # one pass per row where the backend can
     if made is not None:
-        xhat, out, rows_inv_std = made
-        inv_std = None  # (made from rows_inv_std where the generic backward needs it)
+        xhat, out, row_inv_std = made  # (one float64 per row: the generic backward reshapes it if it must)
+        inv_std = None
     else:
-        # shifted by each row's first value first (the variance does not change): a constant
-        # row is then exactly 0, where the rounding of its mean would leave +-1 ulp that a
-        # small eps scales up to +-1 (PyTorch's Welford mean is exact there)
-        shifted = x - x[(...,) + (slice(0, 1),) * count]
-        centered = shifted - xp.mean(shifted, axis=axes, keepdims=True)
-        inv_std = 1.0 / xp.sqrt(xp.mean(centered * centered, axis=axes, keepdims=True) + eps)
-        xhat = centered * inv_std
-        if weight is None:
-            out = be.copy(xhat)  # backward reads xhat: a change of the output in place must not reach it
-        else:
-            out = xhat * weight
-            if bias is not None:
-                if bias.dtype == out.dtype:
-                    out += bias
-                else:
-                    out = out + bias
+        xhat, out, inv_std = _normalised(be, x, weight, bias, axes, eps)
     need_x = needs[0]
     need_w = weight is not None and needs[1]
     need_b = bias is not None and needs[2]
@@ -429,17 +414,13 @@ def layer_norm(be, x, weight=None, bias=None, count=1, eps=1e-5, needs=(True, Tr
     def backward(g):
         nonlocal inv_std
         if made is not None:
-            found = be.fused.layer_norm_rows_backward(g, xhat, rows_inv_std, weight)
+            found = be.fused.layer_norm_rows_backward(g, xhat, row_inv_std, weight)
             if found is not None:
-                gx, gw, gb = found
-                grads = [gx if need_x else None]
-                if weight is not None:
-                    grads.append(gw if need_w else None)
-                if bias is not None:
-                    grads.append(gb if need_b else None)
-                return tuple(grads)
-            if inv_std is None:
-                inv_std = xp.reshape(xp.astype(rows_inv_std, xhat.dtype), x.shape[:-1] + (1,))
+                return tuple(grad if need else None for grad, need, given in
+                             zip(found, (need_x, need_w, need_b), (True, weight is not None, bias is not None))
+                             if given)
+            if inv_std is None:  # declined (another dtype of g): the generic rule, on the kernel's values
+                inv_std = xp.reshape(xp.astype(row_inv_std, xhat.dtype), x.shape[:-1] + (1,))
         grads = [None]
         if need_x:
             gw = g if weight is None else g * weight
@@ -455,6 +436,27 @@ def layer_norm(be, x, weight=None, bias=None, count=1, eps=1e-5, needs=(True, Tr
         return tuple(grads)
 
     return out, backward
+
+
+def _normalised(be, x, weight, bias, axes, eps):
+    """:func:`layer_norm`'s forward with ``xp``: ``(xhat, out, inv_std)``."""
+    xp = be.xp
+    # shifted by each row's first value first (the variance does not change): a constant
+    # row is then exactly 0, where the rounding of its mean would leave +-1 ulp that a
+    # small eps scales up to +-1 (PyTorch's Welford mean is exact there)
+    shifted = x - x[(...,) + (slice(0, 1),) * len(axes)]
+    centered = shifted - xp.mean(shifted, axis=axes, keepdims=True)
+    inv_std = 1.0 / xp.sqrt(xp.mean(centered * centered, axis=axes, keepdims=True) + eps)
+    xhat = centered * inv_std
+    if weight is None:
+        return xhat, be.copy(xhat), inv_std  # backward reads xhat: a change of the output in place must not reach it
+    out = xhat * weight
+    if bias is not None:
+        if bias.dtype == out.dtype:
+            out += bias
+        else:
+            out = out + bias
+    return xhat, out, inv_std
 
 
 def _masked_softmax(xp, scores, allowed, masked):
