@@ -594,3 +594,26 @@ def test_layer_norms_backward_takes_the_generic_rule_where_the_kernel_declines_t
     _, backward = layer_norm.fn(cpu, x, w, b, needs=(True, True, True))
     for ours, theirs in zip(with_kernel, backward(g)):
         np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-12)
+
+
+@needs_numba
+@pytest.mark.parametrize("shape", [(2, 3), (4, 1)])
+def test_layer_norm_kernels_row_of_variance_0_with_eps_0_is_nan_as_the_generic_path(shape, monkeypatch):
+    """eps 0 and a row of variance 0 (a constant row; every row of length 1): NaN in that
+    row, as the generic path and PyTorch, and the other rows as usual (a review found the
+    kernel raising ZeroDivisionError, Numba's Python error model)."""
+    x = np.zeros(shape, np.float32)
+    if shape[1] > 1:
+        x[1] = [1.0, 2.0, 3.0]
+    results = []
+    for fused in (get_backend("cpu").fused, NO_FUSED):
+        monkeypatch.setattr(get_backend("cpu"), "fused", fused)
+        xt = Tensor(x, requires_grad=True)
+        y = nn.functional.layer_norm(xt, (shape[1],), eps=0.0)
+        y.sum().backward()
+        results.append((y.numpy(), np.asarray(xt.grad)))
+    for ours, theirs in zip(*results):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-6)  # (NaN where NaN)
+    assert np.isnan(results[0][0][0]).all()
+    if shape[1] > 1:
+        assert not np.isnan(results[0][0][1]).any()

@@ -294,8 +294,10 @@ def _compiled():
 
     # LayerNorm over the last axis of rows: the shift by the row's first value, the mean
     # and the biased variance in float64, the normalised row and the output in one more
-    # pass; the gradient, and the weight's and the bias's (sums over the rows, in float64)
-    @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
+    # pass; the gradient, and the weight's and the bias's (sums over the rows, in float64).
+    # NumPy's error model: a row of variance 0 with eps 0 divides by 0 (inf, then NaN, as
+    # the generic path), where Python's would raise ZeroDivisionError
+    @numba.njit(cache=True, nogil=True, fastmath={"reassoc"}, error_model="numpy")
     def layer_norm(x, w, b, affine, shifted, eps, xhat, out, inv_std):
         r_, k_ = x.shape
         for r in range(r_):
@@ -320,7 +322,7 @@ def _compiled():
                 else:
                     out[r, k] = v
 
-    @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
+    @numba.njit(cache=True, nogil=True, fastmath={"reassoc"}, error_model="numpy")
     def layer_norm_backward(g, xhat, inv_std, w, affine, gx, gw, gb):
         r_, k_ = g.shape
         for r in range(r_):
