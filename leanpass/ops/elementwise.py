@@ -311,10 +311,11 @@ def mul_scalar(be, a, s):
         out = a * s if _calm_product(a, s) else be.quietly(operator.mul, a, s)
     else:  # calm where -1.0 <= s <= 1.0 (a kept number is real, at least 1e-30 in size)
         out = a * c if -1.0 <= s <= 1.0 else be.quietly(operator.mul, a, c)
-    return out, MethodType(_scale_rule, c)
+    return out, MethodType(_times, c)
 
 
-def _scale_rule(c, g):
+def _times(c, g):
+    """The gradient ``g * c`` (a product by ``c``; exp's, ``c`` its output)."""
     return (g * c,)
 
 
@@ -326,10 +327,11 @@ def div_scalar(be, a, s):
         out = a / s if _calm_quotient(a, s) else be.quietly(operator.truediv, a, s)
     else:  # calm where not -1.0 < s < 1.0 (a kept number is at most 1e30)
         out = a / c if not -1.0 < s < 1.0 else be.quietly(operator.truediv, a, c)
-    return out, MethodType(_shrink_rule, c)
+    return out, MethodType(_over, c)
 
 
-def _shrink_rule(c, g):
+def _over(c, g):
+    """The gradient ``g / c`` (a quotient by ``c``; log's, ``c`` its input)."""
     return (g / c,)
 
 
@@ -423,17 +425,13 @@ def _exp_rule(xp, inputs, out, g):
 def exp(be, a):
     xp = be.xp
     out = be.quietly(xp.exp, a)  # overflow: inf
-    return out, MethodType(_scale_rule, out)  # _exp_rule: g * out
+    return out, MethodType(_times, out)  # _exp_rule: g * out
 
 
 @op("log", saves=(0,), saves_out=False)
 def log(be, a):
     """Natural log; log(0) is -inf and log(x < 0) is nan, without warnings."""
-    return be.quietly(be.xp.log, a), MethodType(_log_rule, a)
-
-
-def _log_rule(a, g):
-    return (g / a,)
+    return be.quietly(be.xp.log, a), MethodType(_over, a)
 
 
 def _tanh_rule(xp, inputs, out, g):
