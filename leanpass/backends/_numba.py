@@ -342,9 +342,38 @@ def _compiled():
                 gw[k] += np.float64(g[r, k]) * h
                 gb[k] += np.float64(g[r, k])
 
+    # max_pool2d's backward over 2 x 2 windows at stride 2, every window inside the input:
+    # each window's first maximum in row-major order takes its gradient (its last NaN
+    # where it holds one), every other element 0 (g times 0, as the generic path's
+    # product). The stride is a constant here: a stride read at run time kept LLVM from
+    # vectorising the loop (2.9 against 1.1 ms on W5c's (64, 32, 28, 28) float32)
+    @jit
+    def max_pool_2x2_backward(x, best, g, one, zero, gx):
+        p_, oh, ow = best.shape
+        for p in range(p_):
+            for i in range(oh):
+                r = 2 * i
+                for j in range(ow):
+                    q = 2 * j
+                    b, gg = best[p, i, j], g[p, i, j]
+                    v00, v01, v10, v11 = x[p, r, q], x[p, r, q + 1], x[p, r + 1, q], x[p, r + 1, q + 1]
+                    h00 = v00 == b
+                    h01 = (v01 == b) & (not h00)
+                    h10 = (v10 == b) & (not (h00 | h01))
+                    h11 = (v11 == b) & (not (h00 | h01 | h10))
+                    if b != b:
+                        h11 = v11 != v11
+                        h10 = (v10 != v10) & (not h11)
+                        h01 = (v01 != v01) & (not (h11 | h10))
+                        h00 = (v00 != v00) & (not (h11 | h10 | h01))
+                    gx[p, r, q] = gg * (one if h00 else zero)
+                    gx[p, r, q + 1] = gg * (one if h01 else zero)
+                    gx[p, r + 1, q] = gg * (one if h10 else zero)
+                    gx[p, r + 1, q + 1] = gg * (one if h11 else zero)
+
     return (affine, affine2, centered_squares, centered_dot, patches2d, scatter_add2d, sgd_momentum, adam,
             im2col2d, col2im2d, relu_backward, sgd, gelu_inner, gelu_out, gelu_backward, softmax_shift,
-            softmax_scale, softmax_grad, layer_norm, layer_norm_backward)
+            softmax_scale, softmax_grad, layer_norm, layer_norm_backward, max_pool_2x2_backward)
 
 
 def _rows(x):
@@ -545,6 +574,25 @@ def col2im2d(cols, size, kernel, stride, dilation):
     return out
 
 
+def max_pool_2x2_backward(x, best, g):
+    """The gradient of ``x`` (``(..., H, W)``) through max_pool2d over 2 x 2 windows at
+    stride 2 without padding (``best`` its output, ``(..., H // 2, W // 2)``; ``g`` the
+    output's gradient): the generic path's values, bit for bit, in one pass where it
+    takes about twelve (1.1 against 3.7 ms for W5c's (64, 32, 28, 28) float32). None
+    where the arrays are not of one float dtype and those shapes."""
+    if (x.dtype not in _FLOATS or best.dtype != x.dtype or g.dtype != x.dtype or x.ndim < 2
+            or best.shape != g.shape or best.shape != (*x.shape[:-2], x.shape[-2] // 2, x.shape[-1] // 2)):
+        return None
+    (h, w), (oh, ow) = x.shape[-2:], best.shape[-2:]
+    whole = 2 * oh == h and 2 * ow == w  # every element in a window: each is written
+    gx = np.empty(x.shape, x.dtype) if whole else np.zeros(x.shape, x.dtype)
+    if gx.size:
+        t = x.dtype.type
+        _compiled()[20](np.ascontiguousarray(x).reshape(-1, h, w), np.ascontiguousarray(best).reshape(-1, oh, ow),
+                        np.ascontiguousarray(g).reshape(-1, oh, ow), t(1), t(0), gx.reshape(-1, h, w))
+    return gx
+
+
 def relu_backward(g, y):
     """``g`` where ``y`` is not ``<= 0``, else 0, a new array (into ``g`` itself the loop
     would not vectorise: 112 against 4 us on W1's layer); None where they are not floats
@@ -725,7 +773,8 @@ def kernels() -> dict:
     return {"affine_rows": affine_rows, "affine2_rows": affine2_rows, "centered_squares": centered_squares,
             "centered_dot": centered_dot, "patches2d": patches2d, "scatter_add2d": scatter_add2d,
             "elementwise": elementwise, "sgd": sgd, "sgd_momentum": sgd_momentum, "adam": adam, "im2col2d": im2col2d,
-            "col2im2d": col2im2d, "relu_backward": relu_backward, "gelu_tanh": gelu_tanh,
+            "col2im2d": col2im2d, "max_pool_2x2_backward": max_pool_2x2_backward, "relu_backward": relu_backward,
+            "gelu_tanh": gelu_tanh,
             "gelu_tanh_backward": gelu_tanh_backward, "softmax_rows": softmax_rows,
             "softmax_rows_backward": softmax_rows_backward, "layer_norm_rows": layer_norm_rows,
             "layer_norm_rows_backward": layer_norm_rows_backward, "scalar_calls": True, "row_dtypes": _FLOATS}

@@ -112,8 +112,14 @@ def max_pool2d(be, a, kernel, stride, padding, dilation, out):
     disjoint = all((k - 1) * d < s for k, d, s in zip(kernel, dilation, stride))
     tiled = disjoint and all(k == s and d == 1 and n == o * s
                              for k, s, d, n, o in zip(kernel, stride, dilation, shape[-2:], out))
+    kernel_2x2 = be.fused.max_pool_2x2_backward if (
+        buf is a and tuple(kernel) == tuple(stride) == (2, 2) and tuple(dilation) == (1, 1)) else None
 
     def backward(g):
+        if kernel_2x2 is not None:  # one pass, the same values (the common MaxPool2d(2))
+            grad = kernel_2x2(a, saved, g)
+            if grad is not None:
+                return (grad,)
         parts = (g * xp.astype(hit, g.dtype) for hit in _winners(be, buf, saved, keys, inside))
         if not disjoint:
             return (_scatter(be, parts, keys, shape, dtype, inner),)
