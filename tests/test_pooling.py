@@ -164,7 +164,8 @@ def test_avg_pool2d_matches_torch(device, kernel_size, stride, padding, ceil_mod
     compare(torch, nn.AvgPool2d(*args), torch.nn.AvgPool2d(*args), array, device)
 
 
-@pytest.mark.parametrize("output_size", [1, 3, 4, (None, 3), (5, None), (7, 8), (2, 5), (6, 7), (9, 11)])
+@pytest.mark.parametrize("output_size", [1, 3, 4, (None, 3), (5, None), (7, 8), (2, 5), (6, 7), (9, 11),
+                                         (7, 4), (1, 2)])  # (7, 4): avg_pool2d's windows; 1: a mean
 @pytest.mark.parametrize("shape", [(2, 3, 7, 8), (3, 7, 8)], ids=["batched", "unbatched"])
 def test_adaptive_avg_pool2d_matches_torch(device, output_size, shape):
     torch = torch_or_skip()
@@ -199,7 +200,10 @@ def test_max_pool2d_gradcheck_and_gradgradcheck(device, fn):
     lambda x: F.avg_pool2d(x, (2, 3), 1, (1, 1), False, True, 5),
     lambda x: F.adaptive_avg_pool2d(x, (3, 4)),
     lambda x: F.adaptive_avg_pool2d(x, (None, 2)),
-], ids=["avg-overlap", "avg-ceil-padded", "avg-divisor", "adaptive-bins", "adaptive-reshape"])
+    lambda x: F.adaptive_avg_pool2d(x, (2, 5)),
+    lambda x: F.adaptive_avg_pool2d(x, 1),
+], ids=["avg-overlap", "avg-ceil-padded", "avg-divisor", "adaptive-bins", "adaptive-reshape", "adaptive-windows",
+        "adaptive-global"])
 def test_avg_pools_gradcheck_and_gradgradcheck(device, fn):
     x = Tensor(np.random.default_rng(6).normal(size=(1, 4, 5)), requires_grad=True, device=device)
     assert gradcheck(fn, (x,))
