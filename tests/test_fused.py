@@ -63,7 +63,7 @@ def test_fused_path_matches_the_generic_path(activation, name):
 ROW_KERNELS = ["relu_backward", "gelu_tanh", "gelu_tanh_backward", "softmax_rows", "softmax_rows_backward",
                "layer_norm_rows", "layer_norm_rows_backward", "sgd", "sgd_momentum", "adam", "affine_rows",
                "affine2_rows", "centered_squares", "centered_dot", "patches2d", "scatter_add2d", "im2col2d", "col2im2d",
-               "max_pool_2x2_backward", "elementwise"]
+               "max_pool_2x2", "max_pool_2x2_backward", "elementwise"]
 needs_numba = pytest.mark.skipif(not _numba.enabled(), reason="Numba (the fuse extra) is not installed")
 
 
@@ -634,19 +634,23 @@ MAX_POOL_CASES = [  # input shape, MaxPool2d's arguments, whether the 2 x 2 kern
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("layout", ["contiguous", "strided g", "strided input"])
 @pytest.mark.parametrize("shape, kw, taken", MAX_POOL_CASES)
-def test_cpus_max_pool_kernel_gives_the_generic_paths_gradient_bit_for_bit(dtype, layout, shape, kw, taken,
-                                                                           monkeypatch):
+def test_cpus_max_pool_kernels_give_the_generic_paths_values_bit_for_bit(dtype, layout, shape, kw, taken,
+                                                                         monkeypatch):
     rng = np.random.default_rng(3)
     x = rng.integers(-3, 3, size=shape).astype(dtype)  # ties: the first maximum takes the gradient
     x.reshape(-1)[::7] = -np.inf
     x.reshape(-1)[5:9] = np.nan  # windows with one NaN, and with two: the last takes it
     x.reshape(-1)[-4:] = -np.inf  # a window of -inf alone
+    plane = x.reshape(-1, *x.shape[-2:])[0]
+    plane[2:4, 0:2] = [[-0.0, -0.0], [0.0, -1.0]]  # windows of -0 and 0: NumPy's maximum gives 0 here,
+    plane[2:4, 2:4] = [[0.0, 0.0], [-0.0, -1.0]]  # and -0 here (the second operand where neither is larger)
     if layout == "strided input":
         x = np.swapaxes(np.swapaxes(x, -1, -2).copy(), -1, -2)
     cpu = get_backend("cpu")
     fused, calls = cpu.fused, []
     counted = dataclasses.replace(
-        fused, max_pool_2x2_backward=lambda *a: calls.append(1) or fused.max_pool_2x2_backward(*a))
+        fused, max_pool_2x2=lambda *a: calls.append("forward") or fused.max_pool_2x2(*a),
+        max_pool_2x2_backward=lambda *a: calls.append("backward") or fused.max_pool_2x2_backward(*a))
 
     def run():
         xt = Tensor(x, requires_grad=True)
@@ -654,24 +658,30 @@ def test_cpus_max_pool_kernel_gives_the_generic_paths_gradient_bit_for_bit(dtype
         g = rng_fixed(y.numel(), dtype).reshape(y.shape)
         if layout == "strided g":
             g = np.swapaxes(np.swapaxes(g, -1, -2).copy(), -1, -2)
+        out = y.numpy()
         y.backward(Tensor(g))
-        return y.numpy(), np.asarray(xt.grad)
+        return out, np.asarray(xt.grad)
 
     monkeypatch.setattr(cpu, "fused", counted)
-    with_kernel = run()
-    assert calls == ([1] if taken else [])
+    with_kernels = run()
+    assert calls == (["forward", "backward"] if taken else [])
     monkeypatch.setattr(cpu, "fused", NO_FUSED)
     generic = run()
-    for ours, theirs in zip(with_kernel, generic):
+    for ours, theirs in zip(with_kernels, generic):
         assert ours.dtype == theirs.dtype == dtype and ours.shape == theirs.shape
         np.testing.assert_array_equal(ours, theirs)  # NaN where NaN
         assert (np.signbit(ours) == np.signbit(theirs)).all()  # g * 0 is -0 for a negative g, as the product's
+    if taken:  # the gradient kernel declines: the generic rule finds the maxima again (no copy was kept)
+        monkeypatch.setattr(cpu, "fused", dataclasses.replace(fused, max_pool_2x2_backward=lambda x, g: None))
+        for ours, theirs in zip(run(), generic):
+            np.testing.assert_array_equal(ours, theirs)
 
 
 @needs_numba
-def test_cpus_max_pool_kernel_declines_what_it_does_not_take():
-    kernel = get_backend("cpu").fused.max_pool_2x2_backward
+def test_cpus_max_pool_kernels_decline_what_they_do_not_take():
+    fused = get_backend("cpu").fused
     x = np.zeros((2, 4, 4), "float32")
-    assert kernel(x, np.zeros((2, 2, 2), "float32"), np.zeros((2, 2, 2), "float64")) is None  # dtypes differ
-    assert kernel(x, np.zeros((2, 2, 3), "float32"), np.zeros((2, 2, 3), "float32")) is None  # not its windows
-    assert kernel(x.astype("int32"), np.zeros((2, 2, 2), "int32"), np.zeros((2, 2, 2), "int32")) is None
+    assert fused.max_pool_2x2_backward(x, np.zeros((2, 2, 2), "float64")) is None  # dtypes differ
+    assert fused.max_pool_2x2_backward(x, np.zeros((2, 2, 3), "float32")) is None  # not its windows
+    assert fused.max_pool_2x2(x.astype("int32")) is None and fused.max_pool_2x2(np.zeros(4, "float32")) is None
+    assert fused.max_pool_2x2_backward(x.astype("int32"), np.zeros((2, 2, 2), "int32")) is None

@@ -210,10 +210,11 @@ class FusedKernels:
       ``(A, B, *size)``, the contributions to each element added in the kernel
       offsets' order (the generic loop's values, bit for bit)
 
-    ``max_pool_2x2_backward(x, best, g)``: max_pool2d's input gradient over 2 x 2 windows
-    at stride 2 without padding (``x`` of ``(..., H, W)``, ``best`` the output, ``g`` its
-    gradient): each window's first maximum in row-major order (its last NaN where it
-    holds one) gets ``g``, every other element ``g * 0``; None for arrays it declines.
+    ``max_pool_2x2(x)``: max_pool2d of ``x`` (``(..., H, W)``) over 2 x 2 windows at
+    stride 2 without padding, NumPy's chain of ``maximum`` (NaN where a window holds one);
+    ``max_pool_2x2_backward(x, g)``: its input gradient from ``x`` and ``g`` alone, each
+    window's first maximum in row-major order (its last NaN where it holds one) given
+    ``g``, every other element ``g * 0``. Each is None for arrays it declines.
 
     ``elementwise(program)``: a run of element-wise operations that ``lp.compile``
     fused (:class:`leanpass._fusion.Program`) compiled into one loop over the
@@ -245,6 +246,7 @@ class FusedKernels:
     scatter_add2d: object = None
     im2col2d: object = None
     col2im2d: object = None
+    max_pool_2x2: object = None
     max_pool_2x2_backward: object = None
     elementwise: object = None
     scalar_calls: bool = False

@@ -342,23 +342,44 @@ def _compiled():
                 gw[k] += np.float64(g[r, k]) * h
                 gb[k] += np.float64(g[r, k])
 
-    # max_pool2d's backward over 2 x 2 windows at stride 2, every window inside the input:
-    # each window's first maximum in row-major order takes its gradient, every other
-    # element 0 (g times 0, as the generic path's product). A plane with a NaN maximum
-    # is gone over again, where its windows' last NaN takes the gradient: the test in the
-    # first loop kept LLVM from vectorising it (2.5 against 1.5 ms on W5c's (64, 32, 28,
-    # 28) float32), as did a stride read at run time (2.9)
+    # max_pool2d over 2 x 2 windows at stride 2, every window inside the input: the
+    # maximum as NumPy's chain of ``maximum`` makes it (``a if a > b or a != a else b``:
+    # the second operand where neither is larger, so -0 against 0 too; NaN where either is
+    # NaN), and the gradient, which
+    # finds the maxima again: each window's first maximum in row-major order takes the
+    # gradient, every other element 0 (g times 0, as the generic path's product). A plane
+    # with a NaN maximum is gone over again, where its windows' last NaN takes the
+    # gradient: the test in the first loop kept LLVM from vectorising it (2.5 against 1.5
+    # ms on W5c's (64, 32, 28, 28) float32), as did a stride read at run time (2.9)
     @jit
-    def max_pool_2x2_backward(x, best, g, one, zero, gx):
-        p_, oh, ow = best.shape
+    def max_pool_2x2(x, out):
+        p_, oh, ow = out.shape
+        for p in range(p_):
+            for i in range(oh):
+                r = 2 * i
+                for j in range(ow):
+                    q = 2 * j
+                    b, v = x[p, r, q], x[p, r, q + 1]
+                    b = b if b > v or b != b else v  # (a call to a jitted function here missed Numba's cache)
+                    v = x[p, r + 1, q]
+                    b = b if b > v or b != b else v
+                    v = x[p, r + 1, q + 1]
+                    out[p, i, j] = b if b > v or b != b else v
+
+    @jit
+    def max_pool_2x2_backward(x, g, one, zero, gx):
+        p_, oh, ow = g.shape
         for p in range(p_):
             nan = False
             for i in range(oh):
                 r = 2 * i
                 for j in range(ow):
                     q = 2 * j
-                    b, gg = best[p, i, j], g[p, i, j]
+                    gg = g[p, i, j]
                     v00, v01, v10, v11 = x[p, r, q], x[p, r, q + 1], x[p, r + 1, q], x[p, r + 1, q + 1]
+                    b = v00 if v00 > v01 or v00 != v00 else v01
+                    b = b if b > v10 or b != b else v10
+                    b = b if b > v11 or b != b else v11
                     h00 = v00 == b
                     h01 = (v01 == b) & (not h00)
                     h10 = (v10 == b) & (not (h00 | h01))
@@ -374,10 +395,10 @@ def _compiled():
                 r = 2 * i
                 for j in range(ow):
                     q = 2 * j
-                    b, gg = best[p, i, j], g[p, i, j]
-                    if b == b:
-                        continue
+                    gg = g[p, i, j]
                     v00, v01, v10, v11 = x[p, r, q], x[p, r, q + 1], x[p, r + 1, q], x[p, r + 1, q + 1]
+                    if not (v00 != v00 or v01 != v01 or v10 != v10 or v11 != v11):
+                        continue
                     h11 = v11 != v11
                     h10 = (v10 != v10) & (not h11)
                     h01 = (v01 != v01) & (not (h11 | h10))
@@ -389,7 +410,8 @@ def _compiled():
 
     return (affine, affine2, centered_squares, centered_dot, patches2d, scatter_add2d, sgd_momentum, adam,
             im2col2d, col2im2d, relu_backward, sgd, gelu_inner, gelu_out, gelu_backward, softmax_shift,
-            softmax_scale, softmax_grad, layer_norm, layer_norm_backward, max_pool_2x2_backward)
+            softmax_scale, softmax_grad, layer_norm, layer_norm_backward, max_pool_2x2,
+            max_pool_2x2_backward)
 
 
 def _rows(x):
@@ -590,24 +612,47 @@ def col2im2d(cols, size, kernel, stride, dilation):
     return out
 
 
-def max_pool_2x2_backward(x, best, g):
-    """The gradient of ``x`` (``(..., H, W)``) through max_pool2d over 2 x 2 windows at
-    stride 2 without padding (``best`` its output, ``(..., H // 2, W // 2)``; ``g`` the
-    output's gradient): the generic path's values, bit for bit, in one pass where it
-    takes about twelve (1.5 against 3.7 ms for W5c's (64, 32, 28, 28) float32). None
-    where the arrays are not of one float dtype and those shapes."""
-    if (x.dtype not in _FLOATS or best.dtype != x.dtype or g.dtype != x.dtype or x.ndim < 2
-            or best.shape != g.shape or best.shape != (*x.shape[:-2], x.shape[-2] // 2, x.shape[-1] // 2)):
+def _planes(x):
+    """``x`` (``(..., H, W)``) as C-contiguous ``(P, H, W)``, and the 2 x 2 windows' output
+    shape; None where it is not a float array with an axis to pool."""
+    if x.dtype not in _FLOATS or x.ndim < 2:
         return None
-    (h, w), (oh, ow) = x.shape[-2:], best.shape[-2:]
+    h, w = x.shape[-2:]
+    return np.ascontiguousarray(x).reshape(-1, h, w), (*x.shape[:-2], h // 2, w // 2)
+
+
+def max_pool_2x2(x):
+    """max_pool2d of ``x`` (``(..., H, W)``) over 2 x 2 windows at stride 2 without
+    padding, ``(..., H // 2, W // 2)``: the generic path's chain of ``maximum``, bit for
+    bit, in one pass where it takes three (and a copy of the output for the gradient:
+    :func:`max_pool_2x2_backward` finds the maxima again). None for an array that is not a
+    float32/float64 one."""
+    planes = _planes(x)
+    if planes is None:
+        return None
+    flat, shape = planes
+    out = np.empty(shape, x.dtype)
+    if out.size:
+        _compiled()[20](flat, out.reshape(-1, *shape[-2:]))
+    return out
+
+
+def max_pool_2x2_backward(x, g):
+    """The gradient of ``x`` (``(..., H, W)``) through :func:`max_pool_2x2` (``g`` the
+    output's gradient): the generic path's values, bit for bit, in one pass where it takes
+    about twelve (1.5 against 3.7 ms for W5c's (64, 32, 28, 28) float32). None where ``g``
+    is not of the output's shape and ``x``'s float dtype."""
+    planes = _planes(x)
+    if planes is None or g.dtype != x.dtype or tuple(g.shape) != planes[1]:
+        return None
+    flat, shape = planes
+    (h, w), (oh, ow) = x.shape[-2:], shape[-2:]
     whole = 2 * oh == h and 2 * ow == w  # every element in a window: each is written
     gx = np.empty(x.shape, x.dtype) if whole else np.zeros(x.shape, x.dtype)
     if gx.size:
         t = x.dtype.type
-        _compiled()[20](np.ascontiguousarray(x).reshape(-1, h, w), np.ascontiguousarray(best).reshape(-1, oh, ow),
-                        np.ascontiguousarray(g).reshape(-1, oh, ow), t(1), t(0), gx.reshape(-1, h, w))
+        _compiled()[21](flat, np.ascontiguousarray(g).reshape(-1, oh, ow), t(1), t(0), gx.reshape(-1, h, w))
     return gx
-
 
 def relu_backward(g, y):
     """``g`` where ``y`` is not ``<= 0``, else 0, a new array (into ``g`` itself the loop
@@ -789,8 +834,8 @@ def kernels() -> dict:
     return {"affine_rows": affine_rows, "affine2_rows": affine2_rows, "centered_squares": centered_squares,
             "centered_dot": centered_dot, "patches2d": patches2d, "scatter_add2d": scatter_add2d,
             "elementwise": elementwise, "sgd": sgd, "sgd_momentum": sgd_momentum, "adam": adam, "im2col2d": im2col2d,
-            "col2im2d": col2im2d, "max_pool_2x2_backward": max_pool_2x2_backward, "relu_backward": relu_backward,
-            "gelu_tanh": gelu_tanh,
+            "col2im2d": col2im2d, "max_pool_2x2": max_pool_2x2, "max_pool_2x2_backward": max_pool_2x2_backward,
+            "relu_backward": relu_backward, "gelu_tanh": gelu_tanh,
             "gelu_tanh_backward": gelu_tanh_backward, "softmax_rows": softmax_rows,
             "softmax_rows_backward": softmax_rows_backward, "layer_norm_rows": layer_norm_rows,
             "layer_norm_rows_backward": layer_norm_rows_backward, "scalar_calls": True, "row_dtypes": _FLOATS}

@@ -96,31 +96,49 @@ def _winners(be, buf, best, keys, inside):
     return hits
 
 
+def _maxima(be, buf, keys):
+    """The windows' maxima: a chain of ``maximum`` over the kernel offsets (NaN where a
+    window holds one)."""
+    xp = be.xp
+    if len(keys) == 1:
+        return be.copy(buf[keys[0]])
+    best = xp.maximum(buf[keys[0]], buf[keys[1]])
+    for key in keys[2:]:
+        best = xp.maximum(best, buf[key])
+    return best
+
+
 @op("max_pool2d", saves=(0,), saves_out=False)
 def max_pool2d(be, a, kernel, stride, padding, dilation, out):
     """The maximum of each window over the last two axes (padding never wins); the
     gradient of a window goes to its first maximum in row-major order, summed where
     windows overlap, as PyTorch's. The forward is a running maximum alone; the
-    backward finds the winners (:func:`_winners`) against a copy of the output."""
+    backward finds the winners (:func:`_winners`) against a copy of the output. Over
+    2 x 2 windows at stride 2 without padding (``MaxPool2d(2)``) the backend's kernels
+    may do both in one pass each, the backward finding the maxima again from the input."""
     xp = be.xp
     buf, keys, inner, inside = _windows(be, a, kernel, stride, padding, dilation, out)
-    best = be.copy(buf[keys[0]]) if len(keys) == 1 else xp.maximum(buf[keys[0]], buf[keys[1]])
-    for key in keys[2:]:  # the windows' maxima (NaN where a window holds one)
-        best = xp.maximum(best, buf[key])
-    saved = be.copy(best)  # the output may be changed in place; the input may not (saves=(0,))
+    fused = be.fused
+    two = buf is a and tuple(kernel) == tuple(stride) == (2, 2) and tuple(dilation) == (1, 1)
+    best = fused.max_pool_2x2(a) if two and fused.max_pool_2x2 is not None else None
+    if best is None:
+        best = _maxima(be, buf, keys)
+    kernel_back = fused.max_pool_2x2_backward if two else None
+    # the output may be changed in place (the input may not: saves=(0,)), so the generic
+    # backward reads a copy of it; the kernel needs none
+    saved = be.copy(best) if kernel_back is None else None
     shape, dtype = buf.shape, a.dtype
     disjoint = all((k - 1) * d < s for k, d, s in zip(kernel, dilation, stride))
     tiled = disjoint and all(k == s and d == 1 and n == o * s
                              for k, s, d, n, o in zip(kernel, stride, dilation, shape[-2:], out))
-    kernel_2x2 = be.fused.max_pool_2x2_backward if (
-        buf is a and tuple(kernel) == tuple(stride) == (2, 2) and tuple(dilation) == (1, 1)) else None
 
     def backward(g):
-        if kernel_2x2 is not None:  # one pass, the same values (the common MaxPool2d(2))
-            grad = kernel_2x2(a, saved, g)
+        if kernel_back is not None:  # one pass, the same values
+            grad = kernel_back(a, g)
             if grad is not None:
                 return (grad,)
-        parts = (g * xp.astype(hit, g.dtype) for hit in _winners(be, buf, saved, keys, inside))
+        maxima = saved if saved is not None else _maxima(be, buf, keys)  # (the kernel declined)
+        parts = (g * xp.astype(hit, g.dtype) for hit in _winners(be, buf, maxima, keys, inside))
         if not disjoint:
             return (_scatter(be, parts, keys, shape, dtype, inner),)
         grad = be.create("empty", shape, dtype=dtype) if tiled else be.zeros(shape, dtype)
