@@ -215,6 +215,8 @@ CONV_CASES = [  # input shape, out channels, kernel, keywords
     ((2, 3, 12, 13), 4, 4, {"stride": 3, "padding": 2}),
     ((3, 4, 7, 7), 8, 1, {}),
     ((2, 6, 9, 9), 4, 3, {"groups": 2, "padding": 1, "dilation": 2}),
+    ((2, 3, 8, 9), 4, (2, 4), {"padding": "same"}),  # more padding after than before
+    ((2, 3, 8, 9), 4, 3, {"padding": 1, "strided": True}),  # an input seen through strides
 ]
 
 
@@ -242,12 +244,15 @@ def test_conv2d_with_the_patch_kernels_is_conv2d_without_bit_for_bit(dtype, shap
     rng = np.random.default_rng(5)
     ks = (kernel,) * 2 if isinstance(kernel, int) else kernel
     x, w = rng.normal(size=shape), rng.normal(size=(out, shape[1] // kw.get("groups", 1), *ks))
+    kw = dict(kw)
+    if kw.pop("strided", False):
+        x = np.swapaxes(np.swapaxes(x, 1, 3).copy(), 1, 3)
 
     def run():
-        xt, wt = Tensor(x.astype(dtype), requires_grad=True), Tensor(w.astype(dtype), requires_grad=True)
+        xt, wt = Tensor(x.astype(dtype, copy=False), requires_grad=True), Tensor(w.astype(dtype), requires_grad=True)
         y = nn.functional.conv2d(xt, wt, **kw)
         y.backward(Tensor(rng_fixed(y.size, dtype, 6).reshape(y.shape)))
-        plain = {k: v for k, v in kw.items() if k != "groups"}
+        plain = {k: v for k, v in kw.items() if k != "groups" and v != "same"}
         cols = nn.functional.unfold(xt.detach(), ks, **plain)
         back = nn.functional.fold(cols, shape[2:], ks, **plain)
         return [y.numpy(), xt.grad, wt.grad, cols.numpy(), back.numpy()]

@@ -204,11 +204,13 @@ class FusedKernels:
     A convolution's patches, channel-major (a convolution's forward and backward, and
     ``unfold``/``fold``, are made of them), arrays of one of ``row_dtypes``:
 
-    - ``im2col2d(x, kernel, stride, dilation, out_shape)``: the patches of ``x`` (``(A, B,
-      H, W)``, padded already), ``(A, B, K0 * K1, *out_shape)``
-    - ``col2im2d(cols, size, kernel, stride, dilation)``: their adjoint, into zeros of
-      ``(A, B, *size)``, the contributions to each element added in the kernel
-      offsets' order (the generic loop's values, bit for bit)
+    - ``im2col2d(x, kernel, stride, dilation, out_shape, padding)``: the patches of ``x``
+      (``(A, B, H, W)``) padded with zeros by ``padding`` (a ``(before, after)`` pair per
+      axis), ``(A, B, K0 * K1, *out_shape)``
+    - ``col2im2d(cols, size, kernel, stride, dilation, padding)``: their adjoint, into
+      zeros of ``(A, B, *size)`` padded by ``padding``, the contributions to each element
+      added in the kernel offsets' order (the generic loop's values, bit for bit), the
+      padding cut off: ``(A, B, *size)``
 
     ``max_pool_2x2(x)``: max_pool2d of ``x`` (``(..., H, W)``) over 2 x 2 windows at
     stride 2 without padding, NumPy's chain of ``maximum`` (NaN where a window holds one);

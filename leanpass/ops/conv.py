@@ -48,41 +48,43 @@ def _unpad(x, padding):
     return x[_interior(x.shape, padding)]
 
 
-def _im2col(be, x, kernel, stride, dilation, axis=2):
-    """``(A, B, *S)`` (padded) to patches with the ``K = prod(kernel)`` kernel offsets
-    at ``axis``: ``(A, B, K, *O)`` (``axis=2``) or ``(A, K, B, *O)`` (``axis=1``)."""
-    out = _out_size(x.shape[2:], kernel, stride, dilation)
+def _im2col(be, x, kernel, stride, dilation, padding):
+    """``(A, B, *S)`` padded with zeros by ``padding`` to patches with the ``K =
+    prod(kernel)`` kernel offsets at axis 2: ``(A, B, K, *O)``."""
+    size = tuple(n + lo + hi for n, (lo, hi) in zip(x.shape[2:], padding))
+    out = _out_size(size, kernel, stride, dilation)
     fused = be.fused
-    if fused.im2col2d is not None and axis == 2 and len(kernel) == 2 and x.dtype in fused.row_dtypes:
-        return fused.im2col2d(x, kernel, stride, dilation, out)  # one pass, a row at a time
-    return be.xp.stack([x[index] for index in _slices(kernel, stride, dilation, out)], axis=axis)
+    if fused.im2col2d is not None and len(kernel) == 2 and x.dtype in fused.row_dtypes:
+        return fused.im2col2d(x, kernel, stride, dilation, out, padding)  # one pass, a row at a time
+    x = _pad(be, x, padding)
+    return be.xp.stack([x[index] for index in _slices(kernel, stride, dilation, out)], axis=2)
 
 
-def _col2im(be, cols, size, kernel, stride, dilation, axis=2):
-    """The adjoint of :func:`_im2col`: patches summed back into ``(A, B, *size)`` (padded size)."""
+def _col2im(be, cols, size, kernel, stride, dilation, padding):
+    """The adjoint of :func:`_im2col`: patches summed back into ``(A, B, *size)`` (``size``
+    without the padding, which is cut off)."""
     fused = be.fused
-    if fused.col2im2d is not None and axis == 2 and len(kernel) == 2 and cols.dtype in fused.row_dtypes:
-        return fused.col2im2d(cols, size, kernel, stride, dilation)  # one pass, a row at a time
-    a, b = (cols.shape[0], cols.shape[1 if axis == 2 else 2])
-    out = be.zeros((a, b, *size), cols.dtype)
-    lead = (slice(None),) * axis
+    if fused.col2im2d is not None and len(kernel) == 2 and cols.dtype in fused.row_dtypes:
+        return fused.col2im2d(cols, size, kernel, stride, dilation, padding)  # one pass, a row at a time
+    padded = tuple(n + lo + hi for n, (lo, hi) in zip(size, padding))
+    out = be.zeros((cols.shape[0], cols.shape[1], *padded), cols.dtype)
     for k, index in enumerate(_slices(kernel, stride, dilation, cols.shape[3:])):
-        out[index] += cols[(*lead, k, ...)]
-    return out
+        out[index] += cols[:, :, k, ...]
+    return _unpad(out, padding)
 
 
 @op("unfold", saves=(), saves_out=False, complex="holomorphic")
 def unfold(be, x, kernel, stride, padding, dilation):
     """``torch.nn.functional.unfold`` for any number of spatial axes: ``(N, C, *S)`` to
     ``(N, C * prod(kernel), L)``, ``L`` the number of output positions. Its backward is :func:`fold`."""
-    size = tuple(n + lo + hi for n, (lo, hi) in zip(x.shape[2:], padding))
-    cols = _im2col(be, _pad(be, x, padding), kernel, stride, dilation)
+    size = x.shape[2:]
+    cols = _im2col(be, x, kernel, stride, dilation, padding)
     n, c, k = cols.shape[:3]
     out_shape = cols.shape[3:]
 
     def backward(g):
         cols = be.xp.reshape(g, (n, c, k, *out_shape))
-        return (_unpad(_col2im(be, cols, size, kernel, stride, dilation), padding),)
+        return (_col2im(be, cols, size, kernel, stride, dilation, padding),)
 
     return be.xp.reshape(cols, (n, c * k, math.prod(out_shape))), backward
 
@@ -96,10 +98,10 @@ def fold(be, cols, size, kernel, stride, padding, dilation):
     k = math.prod(kernel)
     n, c = cols.shape[0], cols.shape[1] // k
     patches = be.xp.reshape(cols, (n, c, k, *out_shape))
-    out = _unpad(_col2im(be, patches, padded, kernel, stride, dilation), padding)
+    out = _col2im(be, patches, tuple(size), kernel, stride, dilation, padding)
 
     def backward(g):
-        grad = _im2col(be, _pad(be, g, padding), kernel, stride, dilation)
+        grad = _im2col(be, g, kernel, stride, dilation, padding)
         return (be.xp.reshape(grad, cols.shape),)
 
     return out, backward
@@ -130,8 +132,8 @@ def convolution(be, x, w, b=None, *, stride, padding, dilation, groups, needs=(T
     gather than the product saves (CHANGELOG)."""
     xp = be.xp
     kernel, spatial = w.shape[2:], tuple(range(2, x.ndim))
-    size = tuple(n + lo + hi for n, (lo, hi) in zip(x.shape[2:], padding))
-    cols = _im2col(be, _pad(be, x, padding), kernel, stride, dilation)  # (N, C, K, *O)
+    size = x.shape[2:]
+    cols = _im2col(be, x, kernel, stride, dilation, padding)  # (N, C, K, *O)
     n, c, k = cols.shape[:3]
     out_shape = cols.shape[3:]
     pixels, channels, rows = math.prod(out_shape), w.shape[0], c // groups * k
@@ -154,7 +156,7 @@ def convolution(be, x, w, b=None, *, stride, padding, dilation, groups, needs=(T
         gx = gw = None
         if need_x:
             patches = xp.reshape(xp.matrix_transpose(wm) @ gm, (n, c, k, *out_shape))
-            gx = _unpad(_col2im(be, patches, size, kernel, stride, dilation), padding)
+            gx = _col2im(be, patches, size, kernel, stride, dilation, padding)
         if need_w and channels // groups <= pixels and xp.isdtype(g.dtype, xp.float32) and \
                 rows >= channels // groups:  # per-sample products summed, as (rows, out) then turned (*)
             turned = xp.matrix_transpose(xp.sum(cols @ xp.matrix_transpose(gm), axis=0))
