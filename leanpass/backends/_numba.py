@@ -359,12 +359,13 @@ def _compiled():
     # max_pool2d over 2 x 2 windows at stride 2, every window inside the input: the
     # maximum as NumPy's chain of ``maximum`` makes it (``a if a > b or a != a else b``:
     # the second operand where neither is larger, so -0 against 0 too; NaN where either is
-    # NaN), and the gradient, which
-    # finds the maxima again: each window's first maximum in row-major order takes the
-    # gradient, every other element 0 (g times 0, as the generic path's product). A plane
+    # NaN), and the gradient, which finds the maxima again: each window's first maximum in
+    # row-major order takes the gradient, every other element 0 (g times 0, as the
+    # generic path's product). A plane
     # with a NaN maximum is gone over again, where its windows' last NaN takes the
-    # gradient: the test in the first loop kept LLVM from vectorising it (2.5 against 1.5
-    # ms on W5c's (64, 32, 28, 28) float32), as did a stride read at run time (2.9)
+    # gradient: a test for NaN in the first pass kept LLVM from vectorising it (2.5 against
+    # 1.5 ms on W5c's (64, 32, 28, 28) float32), as did a stride read at run time (2.9);
+    # one loop body for both passes, its flag fixed for a whole pass, measured as fast as two
     @jit
     def max_pool_2x2(x, out):
         p_, oh, ow = out.shape
@@ -385,42 +386,35 @@ def _compiled():
         p_, oh, ow = g.shape
         for p in range(p_):
             nan = False
-            for i in range(oh):
-                r = 2 * i
-                for j in range(ow):
-                    q = 2 * j
-                    gg = g[p, i, j]
-                    v00, v01, v10, v11 = x[p, r, q], x[p, r, q + 1], x[p, r + 1, q], x[p, r + 1, q + 1]
-                    b = v00 if v00 > v01 or v00 != v00 else v01
-                    b = b if b > v10 or b != b else v10
-                    b = b if b > v11 or b != b else v11
-                    h00 = v00 == b
-                    h01 = (v01 == b) & (not h00)
-                    h10 = (v10 == b) & (not (h00 | h01))
-                    h11 = (v11 == b) & (not (h00 | h01 | h10))
-                    nan = nan | (b != b)
-                    gx[p, r, q] = gg * (one if h00 else zero)
-                    gx[p, r, q + 1] = gg * (one if h01 else zero)
-                    gx[p, r + 1, q] = gg * (one if h10 else zero)
-                    gx[p, r + 1, q + 1] = gg * (one if h11 else zero)
-            if not nan:
-                continue
-            for i in range(oh):
-                r = 2 * i
-                for j in range(ow):
-                    q = 2 * j
-                    gg = g[p, i, j]
-                    v00, v01, v10, v11 = x[p, r, q], x[p, r, q + 1], x[p, r + 1, q], x[p, r + 1, q + 1]
-                    if not (v00 != v00 or v01 != v01 or v10 != v10 or v11 != v11):
-                        continue
-                    h11 = v11 != v11
-                    h10 = (v10 != v10) & (not h11)
-                    h01 = (v01 != v01) & (not (h11 | h10))
-                    h00 = (v00 != v00) & (not (h11 | h10 | h01))
-                    gx[p, r, q] = gg * (one if h00 else zero)
-                    gx[p, r, q + 1] = gg * (one if h01 else zero)
-                    gx[p, r + 1, q] = gg * (one if h10 else zero)
-                    gx[p, r + 1, q + 1] = gg * (one if h11 else zero)
+            for again in (False, True):  # again: the windows with a NaN of a plane that has one
+                if again and not nan:
+                    break
+                for i in range(oh):
+                    r = 2 * i
+                    for j in range(ow):
+                        q = 2 * j
+                        gg = g[p, i, j]
+                        v00, v01, v10, v11 = x[p, r, q], x[p, r, q + 1], x[p, r + 1, q], x[p, r + 1, q + 1]
+                        if not again:
+                            b = v00 if v00 > v01 or v00 != v00 else v01
+                            b = b if b > v10 or b != b else v10
+                            b = b if b > v11 or b != b else v11
+                            h00 = v00 == b
+                            h01 = (v01 == b) & (not h00)
+                            h10 = (v10 == b) & (not (h00 | h01))
+                            h11 = (v11 == b) & (not (h00 | h01 | h10))
+                            nan = nan | (b != b)
+                        else:
+                            if not (v00 != v00 or v01 != v01 or v10 != v10 or v11 != v11):
+                                continue
+                            h11 = v11 != v11
+                            h10 = (v10 != v10) & (not h11)
+                            h01 = (v01 != v01) & (not (h11 | h10))
+                            h00 = (v00 != v00) & (not (h11 | h10 | h01))
+                        gx[p, r, q] = gg * (one if h00 else zero)
+                        gx[p, r, q + 1] = gg * (one if h01 else zero)
+                        gx[p, r + 1, q] = gg * (one if h10 else zero)
+                        gx[p, r + 1, q + 1] = gg * (one if h11 else zero)
 
     return (affine, affine2, centered_squares, centered_dot, patches2d, scatter_add2d, sgd_momentum, adam,
             im2col2d, col2im2d, relu_backward, sgd, gelu_inner, gelu_out, gelu_backward, softmax_shift,
