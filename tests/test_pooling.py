@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from helpers import host, torch_or_skip
 
+import leanpass as lp
 from leanpass import Tensor, gradcheck, gradgradcheck, nn
 from leanpass.nn import functional as F
 
@@ -173,6 +174,17 @@ def test_adaptive_avg_pool2d_matches_torch(device, output_size, shape):
     compare(torch, lambda x: F.adaptive_avg_pool2d(x, output_size),
             lambda t: torch.nn.functional.adaptive_avg_pool2d(t, output_size), array, device)
     compare(torch, nn.AdaptiveAvgPool2d(output_size), torch.nn.AdaptiveAvgPool2d(output_size), array, device)
+
+
+def test_adaptive_avg_pool2d_to_the_inputs_size_is_a_new_tensor(device):
+    x = Tensor(np.arange(4.0).reshape(1, 1, 2, 2), requires_grad=True, device=device)
+    y = F.adaptive_avg_pool2d(x, (2, None))
+    assert y is not x and y.requires_grad
+    with lp.no_grad():
+        y += 1  # as PyTorch's: the input is not changed
+    np.testing.assert_array_equal(x.numpy(), np.arange(4.0).reshape(1, 1, 2, 2))
+    (F.adaptive_avg_pool2d(x, 2) * 3).sum().backward()
+    np.testing.assert_array_equal(helpers.host(x.grad), np.full((1, 1, 2, 2), 3.0))
 
 
 def tie_free(shape, device):

@@ -139,11 +139,12 @@ def adaptive_avg_pool2d(input: Tensor, output_size, *, _op: str = "adaptive_avg_
     _check_tensor(input, _op, floating=True)
     oh, ow = _adaptive_size(output_size, input, _op)
     h, w = input.shape[-2:]
-    if (oh, ow) != (h, w):
-        if (oh, ow) == (1, 1):  # global average pooling (a CNN's head): one mean over each plane
-            return input.mean(axis=(-2, -1), keepdims=True)
-        if h % oh == 0 and w % ow == 0 and (h // oh) * (w // ow) <= _FEW:  # small bins that tile: windows
-            return avg_pool2d(input, (h // oh, w // ow), _op=_op)
+    if (oh, ow) == (h, w):  # bins of one element: a new tensor, as PyTorch's (never the input itself)
+        return input.clone()
+    if (oh, ow) == (1, 1):  # global average pooling (a CNN's head): one mean over each plane
+        return input.mean(axis=(-2, -1), keepdims=True)
+    if h % oh == 0 and w % ow == 0 and (h // oh) * (w // ow) <= _FEW:  # small bins that tile: windows
+        return avg_pool2d(input, (h // oh, w // ow), _op=_op)
     return _adaptive_axis(_adaptive_axis(input, -2, oh), -1, ow)
 
 
