@@ -17,7 +17,8 @@ the one the eager call gives, bit for bit: the same kernels run in the same orde
 What a replay could not reproduce makes the function run eagerly for those
 arguments, with one warning naming what and where: a value read on the host
 (``.item()``, ``bool(t)``, ``float(t)``, ``.numpy()``), an array that leaves the
-recorded operations (``.data``, ``.grad``), a shape that depends on values, a random
+recorded operations (``.data``; ``.grad`` reads as a Tensor whose value a replay reads
+again), a shape that depends on values, a random
 draw LeanPass does not record (``lp.manual_seed`` inside, a layer made inside: the
 others, dropout, ``lp.rand``/``randn``/``randint``/``randperm``, ``t.uniform_()``,
 ``nn.init``, are drawn again at each replay), a recorded in-place change of a tensor
@@ -449,14 +450,16 @@ class Tracer:
         return array
 
     def set_grad(self, t, value) -> None:
-        if value is not None:
+        # its own gradient given back, changed in place (``p.grad *= 2``: read_grad's Tensor), or None
+        own = isinstance(value, Tensor) and value._data is t._grad is not None
+        if value is not None and not own:
             self.unsupported("Tensor.grad = an array")
         elif self.reason is None:
             src = self.source_of(t)
             if src is not None and src[0] == VAL:
-                self.unsupported("Tensor.grad = None of a tensor made in the call")
+                self.unsupported("Tensor.grad = ... of a tensor made in the call")
             elif src is not None:
-                self.events.append(("grad", src))
+                self.events.append(("grad", src, own))
         TRACER[0] = None
         try:
             t.grad = value
@@ -479,6 +482,29 @@ class Tracer:
             self.poisoned[id(result)] = method.__qualname__
             self.keep.append(result)
         return result
+
+    def read_grad(self, t, get):
+        """``t.grad`` read in the call: its array now, as a Tensor whose value a replay
+        reads from ``t`` at the same point (after the same backward passes and steps)."""
+        g = get()
+        if self.reason is not None:
+            return g
+        if g is None:
+            self.unsupported("Tensor.grad read as None (a replay may find a gradient)")
+            return g
+        src = self.source_of(t)
+        if src is None:
+            return g
+        if src[0] == VAL:
+            self.unsupported("Tensor.grad of a tensor made in the call")
+            return g
+        slot = self.slots
+        self.slots += 1
+        self.meta[slot] = (tuple(g.shape), g.dtype)
+        self.arrays[id(g)] = (VAL, slot)  # (the Tensor below is registered as this value)
+        self.keep.append(g)
+        self.events.append(("grad_read", src, slot, t._backend))
+        return leaf(g, t._backend)
 
     def check(self, fn, values) -> None:
         """``fn(*arrays)`` checks the values of ``values`` (tensors, or arrays the call has
@@ -710,6 +736,8 @@ class Plan:
         self.slot_backend.update({slot: e[7] for e in self.events if e[0] == "several"
                                   for slot in (*e[4], *([] if e[5] is None else [e[5]]))})
         self.slot_backend.update({slot: e[3] for e in self.events if e[0] == "autograd" for _, slot in e[5]})
+        self.slot_backend.update({e[2]: e[3] for e in self.events if e[0] == "grad_read"})
+        self.grad_meta = {e[2]: tracer.meta[e[2]] for e in self.events if e[0] == "grad_read"}
         self.runs = self.replays = self.kernels = 0
         # fusion plans at the first replay (the trace, and a call made once, do not pay for it),
         # from the shapes and dtypes of what the operations read
@@ -890,6 +918,17 @@ class Plan:
                 self._backward(event, get, backwards, args, slots)
             elif kind == "leaf":  # a leaf made in the call on values it has (lp.func.grad's input)
                 slots[event[2]] = get(event[1])
+            elif kind == "grad_read":  # t.grad read in the call: its array at this point
+                _, (kind_, ref), slot, _ = event
+                g = (args[ref] if kind_ == ARG else ref)._read_grad()
+                if g is None or (tuple(g.shape), g.dtype) != self.grad_meta[slot]:
+                    what = f"a gradient read as {None if g is None else (tuple(g.shape), g.dtype)}"
+                    if changed:
+                        raise RuntimeError(f"lp.compile: a replay met {what} where the trace read "
+                                           f"{self.grad_meta[slot]}, after it had changed state: it cannot fall back "
+                                           "to an eager call")
+                    raise _Stale(what)
+                slots[slot] = g
             elif kind == "action":
                 changed = True
                 _, method, a, kw = event
@@ -897,11 +936,12 @@ class Plan:
             elif kind == "inplace":
                 changed = True
                 self._inplace(event, slots, get, args)
-            else:  # "grad": .grad = None
+            else:  # "grad": .grad = None, or its own array given back (changed in place)
                 changed = True
-                kind_, ref = event[1]
+                _, (kind_, ref), own = event
                 t = args[ref] if kind_ == ARG else ref
-                t._grad = None
+                if not own:
+                    t._grad = None
                 t._read_zeros = False
             for slot in free.get(i, ()):  # never a result's: those are read after the last event
                 slots[slot] = None

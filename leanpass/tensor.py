@@ -25,6 +25,7 @@ from ._graph.trace import TRACER
 from ._graph.trace import implicit_seed as _trace_implicit_seed
 from ._graph.trace import note as _trace_note
 from ._graph.trace import read as _trace_read
+from ._graph.trace import read_grad as _trace_read_grad
 from ._graph.versions import version_of
 from ._indexing import getitem, setitem
 from ._node import _check_grad_dtype as check_grad_dtype
@@ -108,10 +109,15 @@ class Tensor:
 
         A leaf that requires grad reads zeros until a backward pass adds to it; the
         zeros are allocated only when read. A non-leaf has a gradient only after
-        :meth:`retain_grad`.
+        :meth:`retain_grad`. Inside a function :func:`leanpass.compile` traces, it reads
+        as a Tensor on the gradient's array (docs/compile.md).
         """
         if TRACER[0] is not None:
-            _trace_note("Tensor.grad (the gradient array leaves the recorded operations)")
+            return _trace_read_grad(self, self._read_grad)
+        return self._read_grad()
+
+    def _read_grad(self):
+        """:attr:`grad`'s array (zeros made on the first read of a leaf's)."""
         g = self._grad
         if g is None and self._rg and (self._node is None or getattr(self, "_retain", False)):
             with grad_lock:  # a backward call on another thread may be storing one now

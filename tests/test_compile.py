@@ -281,6 +281,66 @@ def test_what_a_replay_cannot_reproduce_runs_eagerly_with_one_warning(what, body
     assert "eager:" in f.explain()
 
 
+@pytest.mark.parametrize("fuse", [True, False])
+def test_a_hand_written_update_through_grad_is_replayed_as_eager_bit_for_bit(device, fuse):
+    """``p.grad`` read in the call is a Tensor on the gradient's array, which a replay
+    reads again at that point: an update written by hand (the gradient scaled in place
+    and given back, ``p -= lr * p.grad``, a leaf's zeros read before any gradient came)
+    replays, and gives eager's parameters and results, bit for bit."""
+    def setup():
+        model = mlp(device)
+        params = list(model.parameters())
+        spare = Tensor(np.zeros(3), requires_grad=True, device=device)  # no gradient ever reaches it
+
+        def step(x, y):
+            for p in params:
+                p.grad = None
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            with lp.no_grad():
+                for p in params:
+                    p.grad *= 0.5
+                    p -= 0.1 * p.grad
+                spare.grad += 1.0  # zeros made at the first read, each call, as eagerly
+            return loss, params[0].grad, spare.grad
+
+        return step, params, spare
+
+    eager, params, spare = setup()
+    step, compiled_params, compiled_spare = setup()
+    compiled = lp.compile(step, fuse=fuse)
+    for _ in range(4):
+        x = Tensor(RNG.normal(size=(8, 6)), device=device)
+        y = lp.asarray(RNG.integers(0, 3, size=8), device=device)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no fallback
+            got = compiled(x, y)
+        want = eager(x, y)
+        for a, b in zip(got, want):
+            same(a, b)
+        assert isinstance(got[1], Tensor)  # inside a compiled function .grad reads as a Tensor
+        for p, q in zip(compiled_params, params):
+            same(p, q)
+        same(compiled_spare.grad, spare.grad)
+    assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}
+
+
+def test_a_gradient_read_as_none_runs_eagerly_with_a_warning():
+    w = Tensor(np.ones(3), requires_grad=True)
+
+    def f(x):
+        h = x * w
+        return h * 2.0 if h.grad is None else h  # a non-leaf's gradient: None
+
+    compiled = lp.compile(f)
+    x = Tensor(np.arange(3.0))
+    with pytest.warns(RuntimeWarning, match="Tensor.grad read as None"):
+        same(compiled(x), f(x))
+    assert compiled.calls == {"traced": 1, "replayed": 0, "eager": 0}
+    same(compiled(x), f(x))
+    assert compiled.calls["eager"] == 1
+
+
 def test_dropout_and_randn_draw_again_at_each_replay_and_follow_the_seed(device):
     """A draw is replayed as a draw: fresh masks at each call, from lp.manual_seed's
     stream in eager's order (a seeded compiled run equals a seeded eager run)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 
-__all__ = ["TRACER", "action", "note", "check", "implicit_seed", "draw"]
+__all__ = ["TRACER", "action", "note", "check", "implicit_seed", "draw", "read_grad"]
 
 TRACER = [None]  # [the active tracer, or None]
 
@@ -77,6 +77,17 @@ def read(t) -> None:
     tracer = TRACER[0]
     if tracer is not None and tracer.records() and tracer.reason is None:
         tracer.source_of(t)
+
+
+def read_grad(t, get):
+    """``t.grad``: the gradient array ``get()`` gives. Read in a traced call, it comes as
+    a Tensor on that array, which a replay reads again at that point, so that
+    arithmetic on it is recorded (a hand-written update, ``p -= lr * p.grad``; a
+    gradient scaled in place)."""
+    tracer = TRACER[0]
+    if tracer is None or not tracer.records():
+        return get()
+    return tracer.read_grad(t, get)
 
 
 def note(what: str) -> None:
