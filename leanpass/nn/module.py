@@ -136,7 +136,7 @@ class Module:
                 continue
             note_transposed(t)
             backend = get_backend(t.device)
-            grad = t.grad if t.has_grad else None
+            grad = t._read_grad() if t.has_grad else None
             t._set_data(transposed_copy(t.data, backend), changed=False)
             t.grad = None if grad is None else transposed_copy(grad, backend)
 
@@ -354,7 +354,7 @@ class Module:
             cast = dtype is not None and dtype_name(p.dtype) in ("float32", "float64") and dtype_name(p.dtype) != dtype
             if not (move or cast):
                 continue
-            grad = p.grad if p.has_grad else None
+            grad = p._read_grad() if p.has_grad else None
             moved = p.detach()
             if move:
                 moved = moved.to(target.device)
