@@ -138,7 +138,8 @@ def _key_of(value, tensors: list, objects: list | None = None):
     if isinstance(value, Tensor):
         tensors.append(value)
         data = value._data  # (the dtype itself: its str() is slow in NumPy)
-        return ("T", tuple(data.shape), data.dtype, value._backend.device, value._rg)
+        # (a leaf that requires grad gets a .grad; a value of a graph made outside, of the same kind, does not)
+        return ("T", tuple(data.shape), data.dtype, value._backend.device, value._rg, value._node is None)
     if isinstance(value, (tuple, list)):
         return (type(value).__name__, tuple(_key_of(v, tensors, objects) for v in value))
     if isinstance(value, dict):
@@ -229,6 +230,7 @@ class Tracer:
         self.draws = 0
         self.graph_passes = 0  # autograd.grad(create_graph=True) passes: recorded as their operations
         self.inner_leaves: dict = {}  # id(tensor) -> slot: leaves that require grad made in the call (new_leaf)
+        self.grad_slots: set = set()  # slots of gradients read in the call (t.grad)
         self.rng_state = _backends_base._host_rng.bit_generator.state  # the host generator's, after the last draw
         self.actions: list = []
         self.keep_args = list(args)
@@ -368,6 +370,8 @@ class Tracer:
         why = None
         if src is None or src[0] != VAL:
             why = "of a tensor not made in the call (an argument, a parameter)"
+        elif src[1] in self.grad_slots:
+            why = "of a gradient read from .grad (its array is the tensor's gradient)"
         elif getattr(t, "_base", None) is not None or (vc is not None and vc.live_views()):
             why = "of a view, or of a tensor with views"
         elif any(isinstance(o, Tensor) for o in plain) or _has_array(t._backend, (plain, params)):
@@ -492,6 +496,9 @@ class Tracer:
         if g is None:
             self.unsupported("Tensor.grad read as None (a replay may find a gradient)")
             return g
+        if isinstance(g, Tensor):
+            self.unsupported("Tensor.grad holding a Tensor (from backward(create_graph=True))")
+            return g
         src = self.source_of(t)
         if src is None:
             return g
@@ -499,6 +506,7 @@ class Tracer:
             self.unsupported("Tensor.grad of a tensor made in the call")
             return g
         slot = self.slots
+        self.grad_slots.add(slot)  # its memory is the tensor's .grad: no change in the graph replays out of place
         self.slots += 1
         self.meta[slot] = (tuple(g.shape), g.dtype)
         self.arrays[id(g)] = (VAL, slot)  # (the Tensor below is registered as this value)
@@ -919,10 +927,11 @@ class Plan:
             elif kind == "leaf":  # a leaf made in the call on values it has (lp.func.grad's input)
                 slots[event[2]] = get(event[1])
             elif kind == "grad_read":  # t.grad read in the call: its array at this point
-                _, (kind_, ref), slot, _ = event
+                _, (kind_, ref), slot, backend = event
                 g = (args[ref] if kind_ == ARG else ref)._read_grad()
-                if g is None or (tuple(g.shape), g.dtype) != self.grad_meta[slot]:
-                    what = f"a gradient read as {None if g is None else (tuple(g.shape), g.dtype)}"
+                if type(g) is not backend.array_type or (tuple(g.shape), g.dtype) != self.grad_meta[slot]:
+                    what = "a gradient read as " + (repr(g) if type(g) is not backend.array_type else
+                                                    str((tuple(g.shape), g.dtype)))
                     if changed:
                         raise RuntimeError(f"lp.compile: a replay met {what} where the trace read "
                                            f"{self.grad_meta[slot]}, after it had changed state: it cannot fall back "
@@ -940,8 +949,7 @@ class Plan:
                 changed = True
                 _, (kind_, ref), own = event
                 t = args[ref] if kind_ == ARG else ref
-                if not own:
-                    t._grad = None
+                t._grad = t._backend.copy(t._grad) if own else None  # (the setter's copy, as eagerly)
                 t._read_zeros = False
             for slot in free.get(i, ()):  # never a result's: those are read after the last event
                 slots[slot] = None

@@ -148,6 +148,8 @@ class Tensor:
         ``.grad``) since the gradient was last reset. Reading ``.grad`` before that
         gives zeros and does not count: optimizers skip such tensors, as PyTorch's
         skip parameters whose ``.grad`` is ``None``."""
+        if TRACER[0] is not None:
+            _trace_note("Tensor.has_grad (a Python bool a replay would not read again)")
         g = self._grad
         return g is not None and (not self._read_zeros or _written(self))
 

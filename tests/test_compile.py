@@ -325,6 +325,91 @@ def test_a_hand_written_update_through_grad_is_replayed_as_eager_bit_for_bit(dev
     assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}
 
 
+def _twins(body, compiled_warns=None, calls=4):
+    """``body(w, x)`` eagerly and compiled on twin leaves ``w``, several calls: the
+    same results and gradients each time; ``compiled_warns``: the fallback's words."""
+    ws = [Tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True) for _ in range(2)]
+    compiled = lp.compile(lambda x: body(ws[1], x))
+    for k in range(calls):
+        x = Tensor(np.array([1.0, 2.0, 3.0]) * (k + 1))
+        want = body(ws[0], x)
+        if compiled_warns and k == 0:
+            with pytest.warns(RuntimeWarning, match=compiled_warns):
+                got = compiled(x)
+        else:
+            got = compiled(x)
+        for a, b in zip(got, want):
+            same(a, b)
+        same(ws[1].grad, ws[0].grad)
+    return compiled
+
+
+def test_a_gradient_handle_read_before_it_is_given_back_stays_apart_as_eagerly():
+    """``w.grad *= 0.5`` sets ``.grad`` to a copy (the setter's): a handle read before
+    is another array, which a replay leaves apart too."""
+    def body(w, x):
+        w.grad = None
+        (w * x).sum().backward()
+        with lp.no_grad():
+            g = w.grad
+            w.grad *= 0.5
+            g *= 0.0
+        return (x,)
+
+    assert _twins(body).calls["replayed"] == 3
+
+
+def test_a_gradient_changed_in_place_in_the_graph_runs_eagerly():
+    """With grad on and an operand that requires grad, the change of a gradient read
+    from ``.grad`` is recorded in the graph, where a replay would make it out of place
+    (and never write the gradient): the call runs eagerly, with eager's values."""
+    def body(w, x):
+        w.grad = None
+        (w * x).sum().backward()
+        g = lp.as_tensor(w.grad)  # (the array eagerly, the Tensor compiled: a Tensor on it either way)
+        g += 0.1 * w
+        w.grad = g
+        return (x,)
+
+    compiled = _twins(body, "of a gradient read from .grad")
+    assert compiled.calls["replayed"] == 0
+
+
+def test_has_grad_and_a_tensor_gradient_run_eagerly():
+    def decay(w, x):  # LeanPass's "if p.grad is None": a Python bool a replay would not read again
+        loss = (w * x).sum()
+        if x.shape[0] == 3:
+            loss.backward()
+        with lp.no_grad():
+            if w.has_grad:
+                w -= 0.1 * w.grad
+        return (x,)
+
+    assert _twins(decay, "has_grad").calls["replayed"] == 0
+    w = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    (w * w).sum().backward(create_graph=True)  # .grad holds a Tensor in a graph
+    compiled = lp.compile(lambda x: x * w.grad)
+    with pytest.warns(RuntimeWarning, match="Tensor.grad holding a Tensor"):
+        same(compiled(Tensor(np.ones(2))), np.array([2.0, 4.0]))
+
+
+def test_a_leaf_argument_and_a_value_of_a_graph_are_two_traces():
+    """A leaf that requires grad gets a .grad from a backward in the call; a value of
+    a graph made outside does not (its leaves do): not the same kind of argument."""
+    def f(x):
+        (x * x).sum().backward()
+
+    compiled = lp.compile(f)
+    leaf = Tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+    compiled(leaf)
+    base = Tensor(np.array([0.5, 1.0, 1.5]), requires_grad=True)
+    with pytest.warns(RuntimeWarning, match="backward through a graph made before the call"):
+        compiled(base * 2.0)  # traced again (a replay of the leaf's trace would write leaf.grad)
+    same(base.grad, np.array([4.0, 8.0, 12.0]))
+    same(leaf.grad, np.array([2.0, 4.0, 6.0]))
+    assert compiled.calls == {"traced": 2, "replayed": 0, "eager": 0}
+
+
 def test_a_gradient_read_as_none_runs_eagerly_with_a_warning():
     w = Tensor(np.ones(3), requires_grad=True)
 
