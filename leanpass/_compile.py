@@ -230,7 +230,7 @@ class Tracer:
         self.draws = 0
         self.graph_passes = 0  # autograd.grad(create_graph=True) passes: recorded as their operations
         self.inner_leaves: dict = {}  # id(tensor) -> slot: leaves that require grad made in the call (new_leaf)
-        self.grad_slots: set = set()  # slots of gradients read in the call (t.grad)
+        self.grad_slots: dict = {}  # slot of a gradient read in the call (t.grad) -> t's source
         self.rng_state = _backends_base._host_rng.bit_generator.state  # the host generator's, after the last draw
         self.actions: list = []
         self.keep_args = list(args)
@@ -454,8 +454,9 @@ class Tracer:
         return array
 
     def set_grad(self, t, value) -> None:
-        # its own gradient given back, changed in place (``p.grad *= 2``: read_grad's Tensor), or None
-        own = isinstance(value, Tensor) and value._data is t._grad is not None
+        # its own gradient given back, changed in place (``p.grad *= 2``: read_grad's Tensor for ``t``), or None
+        read = self.arrays.get(id(value._data)) if isinstance(value, Tensor) and value._data is t._grad else None
+        own = read is not None and read[0] == VAL and self.grad_slots.get(read[1]) == self.source.get(id(t))
         if value is not None and not own:
             self.unsupported("Tensor.grad = an array")
         elif self.reason is None:
@@ -506,7 +507,7 @@ class Tracer:
             self.unsupported("Tensor.grad of a tensor made in the call")
             return g
         slot = self.slots
-        self.grad_slots.add(slot)  # its memory is the tensor's .grad: no change in the graph replays out of place
+        self.grad_slots[slot] = src  # its memory is the tensor's .grad: no change in the graph replays out of place
         self.slots += 1
         self.meta[slot] = (tuple(g.shape), g.dtype)
         self.arrays[id(g)] = (VAL, slot)  # (the Tensor below is registered as this value)
@@ -746,6 +747,8 @@ class Plan:
         self.slot_backend.update({slot: e[3] for e in self.events if e[0] == "autograd" for _, slot in e[5]})
         self.slot_backend.update({e[2]: e[3] for e in self.events if e[0] == "grad_read"})
         self.grad_meta = {e[2]: tracer.meta[e[2]] for e in self.events if e[0] == "grad_read"}
+        self.grads_read = list({id(e[1][1]) if e[1][0] == EXT else e[1]: e[1] for e in self.events
+                                if e[0] == "grad_read"}.values())
         self.runs = self.replays = self.kernels = 0
         # fusion plans at the first replay (the trace, and a call made once, do not pay for it),
         # from the shapes and dtypes of what the operations read
@@ -860,6 +863,9 @@ class Plan:
             self._fuse()
         if self.replays == COMPILE_AFTER and self.runs:  # a plan replayed again: worth compiling its runs
             self.kernels = compile_runs(self.events)
+        for kind_, ref in self.grads_read:  # a gradient set to a Tensor (create_graph) since: trace again
+            if isinstance((args[ref] if kind_ == ARG else ref)._grad, Tensor):
+                raise _Stale("a gradient the call reads holds a Tensor (backward(create_graph=True))")
         slots = [None] * self.slots
         backwards = {}
         keeps = self.keeps_backward

@@ -393,6 +393,66 @@ def test_has_grad_and_a_tensor_gradient_run_eagerly():
         same(compiled(Tensor(np.ones(2))), np.array([2.0, 4.0]))
 
 
+def test_a_gradient_handed_in_is_not_taken_for_the_tensors_own():
+    """``w.grad = h`` with ``h`` on ``w``'s gradient array at the trace, but handed in
+    (an argument): not the gradient read and given back, so the call runs eagerly."""
+    ws = [Tensor(np.ones(3), requires_grad=True) for _ in range(2)]
+
+    def body(w, h):
+        w.grad = h
+        with lp.no_grad():
+            w.sub_(0.1 * w.grad)
+
+    compiled = lp.compile(lambda h: body(ws[1], h))
+    for w in ws:
+        (w * 2.0).sum().backward()
+    for k in range(3):
+        hs = [lp.as_tensor(w.grad) if k == 0 else Tensor(np.full(3, 10.0 * k)) for w in ws]
+        body(ws[0], hs[0])
+        if k == 0:
+            with pytest.warns(RuntimeWarning, match="Tensor.grad = an array"):
+                compiled(hs[1])
+        else:
+            compiled(hs[1])
+        same(ws[1], ws[0])
+        same(ws[1].grad, ws[0].grad)
+
+
+def test_a_gradient_set_to_a_tensor_between_calls_makes_that_call_eager():
+    """A gradient the call reads, set to a Tensor in a graph since the trace (a
+    ``backward(create_graph=True)`` outside): the replay would meet it after changing
+    state, so the call runs eagerly instead, before anything changed."""
+    def make():
+        w, v = Tensor(np.ones(3), requires_grad=True), Tensor(np.full(3, 2.0), requires_grad=True)
+
+        def step(x):
+            (w * x).sum().backward()
+            with lp.no_grad():
+                w.sub_(0.1 * w.grad)
+                v.sub_(0.1 * v.grad)
+            w.grad = None
+            v.grad = None
+
+        return step, w, v
+
+    (eager, we, ve), (step, wc, vc) = make(), make()
+    compiled = lp.compile(step)
+    for k in range(3):
+        x = Tensor(np.arange(3.0) + k)
+        if k == 2:
+            for v in (ve, vc):
+                (v * v * x).sum().backward(create_graph=True)
+        eager(x)
+        if k == 2:
+            with pytest.warns(RuntimeWarning, match="holds a Tensor"):
+                compiled(x)
+        else:
+            compiled(x)
+        same(wc, we)
+        same(vc, ve)
+    assert compiled.calls == {"traced": 1, "replayed": 1, "eager": 1}
+
+
 def test_a_leaf_argument_and_a_value_of_a_graph_are_two_traces():
     """A leaf that requires grad gets a .grad from a backward in the call; a value of
     a graph made outside does not (its leaves do): not the same kind of argument."""
