@@ -529,8 +529,16 @@ class Tracer:
         TRACER[0] = None
         try:
             return fn(*args, **kwargs)
+        except BaseException:
+            self.raised(getattr(fn, "__qualname__", "an in-place change"))
+            raise
         finally:
             TRACER[0] = self
+
+    def raised(self, what: str) -> None:
+        """``what``, recorded (or about to be), raised: the call may catch the error and go
+        on, where a replay would run it without the error, so the call runs eagerly."""
+        self.unsupported(f"{what} raised an error inside the function")
 
     def backprop(self, roots, grads, create_graph, targets) -> None:
         if self.reason is not None or not self.records():

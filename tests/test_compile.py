@@ -1515,3 +1515,42 @@ def test_requires_grad_set_on_an_argument_runs_eagerly():
     with pytest.warns(RuntimeWarning, match="requires_grad set inside the function, on an argument"):
         assert float(compiled(x)) == 6.0
     assert x.requires_grad
+
+
+def test_an_error_caught_inside_the_function_makes_it_run_eagerly():
+    # a replay would run what raised without the error: a backward pass through a saved
+    # value changed in place, an in-place change of the wrong shape
+    def backward_refused(x, w):
+        s = (x * w).exp().sum()
+        try:
+            e = (x * w).exp()
+            e.add_(1.0)  # exp saved its output
+            e.sum().backward()
+        except RuntimeError:
+            pass
+        s.backward()
+        return s
+
+    def change_refused(x, w):
+        y = x * 2.0
+        try:
+            y.add_(Tensor(np.ones(5)))
+        except ValueError:
+            pass
+        return y * w
+
+    for fn in (backward_refused, change_refused):
+        w_eager = Tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+        w_compiled = Tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+        g = lp.compile(fn)
+        for k in range(4):
+            x = Tensor(np.array([0.1, 0.2, 0.3]) * (k + 1))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                got = g(x, w_compiled)
+            assert k > 0 or "raised an error inside the function" in str(caught[0].message)
+            same(got, fn(x, w_eager))
+            assert (w_eager.grad is None) == (w_compiled.grad is None)
+            if w_eager.grad is not None:
+                same(w_compiled.grad, w_eager.grad)
+        assert g.calls["replayed"] == 0 and "raised an error" in g.explain()

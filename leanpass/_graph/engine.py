@@ -238,8 +238,17 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
     with floating-point warnings off (the first root's ``backend.quiet()``).
     """
     tracer = TRACER[0]
-    if tracer is not None:  # lp.compile records the pass (its schedule, read from the graph now)
-        tracer.backprop(roots, grads, create_graph, targets)
+    if tracer is None:
+        return _backprop(roots, grads, create_graph, retain_graph, targets, None)
+    tracer.backprop(roots, grads, create_graph, targets)  # lp.compile records the pass (its schedule, read now)
+    try:
+        return _backprop(roots, grads, create_graph, retain_graph, targets, tracer)
+    except BaseException:  # caught in the call, the error would not come in a replay of the pass recorded
+        tracer.raised("a backward pass")
+        raise
+
+
+def _backprop(roots, grads, create_graph, retain_graph, targets, tracer):
     wanted = needed = None
     if targets is not None:
         wanted = {id(edge(t)) for t in targets}
