@@ -85,6 +85,10 @@ class GraphBackend:
     def as_array(self, value):
         return self.xp.asarray(value, device=self.device)
 
+    @staticmethod
+    def c_order(t):
+        return t  # a Tensor: its array's layout is its operations' own business
+
     def context(self):
         return self.base.context()
 

@@ -252,7 +252,7 @@ class Tensor:
     # ---- Python scalars -----------------------------------------------------------
     def _scalar(self, op):
         if TRACER[0] is not None:
-            _trace_note(f"{op}() of a tensor (its value read on the host)")
+            _trace_note(f"{op}() of a tensor (its value read on the host: return the tensor, and convert the result)")
         data = self._data
         if math.prod(data.shape) != 1:
             raise TypeError(f"{op}: only a tensor of one element converts to a Python scalar, got shape {self.shape}")
@@ -299,7 +299,7 @@ class Tensor:
     def item(self):
         """The value of a one-element tensor as a Python number."""
         if TRACER[0] is not None:
-            _trace_note("Tensor.item() (a value read on the host)")
+            _trace_note("Tensor.item() (a value read on the host: return the tensor, and call .item() on the result)")
         data = self._data
         if math.prod(data.shape) != 1:
             raise ValueError(f"item: only a tensor of one element converts to a number, got shape {self.shape}")

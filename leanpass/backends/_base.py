@@ -550,6 +550,12 @@ class Backend:
     def copy(self, array):
         return self.xp.asarray(array, copy=True)
 
+    def c_order(self, array):
+        """``array`` laid out in C order: itself where it is, else a copy (the standard has
+        no layouts: a flat reshape copies in C order where a view cannot be had)."""
+        xp = self.xp
+        return xp.reshape(xp.reshape(array, (-1,)), array.shape) if array.ndim > 1 else array
+
     def zeros(self, shape, dtype):
         return self.xp.zeros(shape, dtype=dtype, device=self.xp_device)
 

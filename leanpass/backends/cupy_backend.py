@@ -303,6 +303,12 @@ class CupyBackend(Backend):
         with self._cuda_device:
             return array.copy()
 
+    def c_order(self, array):
+        if array.flags.c_contiguous:
+            return array
+        with self._cuda_device:
+            return cupy.ascontiguousarray(array)
+
     # array_api_compat drops device= for CuPy: allocate inside the device's context
     def zeros(self, shape, dtype):
         with self._cuda_device:

@@ -144,6 +144,9 @@ class NumpyBackend(Backend):
     def copy(self, array):
         return np.array(array, copy=True)
 
+    def c_order(self, array):
+        return np.ascontiguousarray(array) if array.ndim else array
+
     def zeros(self, shape, dtype):
         return np.zeros(shape, dtype=dtype)  # NumPy's own: the wrapper's device check costs more than a small array
 

@@ -30,8 +30,11 @@ def _slices(kernel, stride, dilation, out):
 
 
 def _pad(be, x, padding):
+    """``x`` padded with zeros, a fresh array in C order; without padding, ``x`` in C
+    order (a copy only where it is laid out otherwise: channels last, Fortran order),
+    so that the patches, and so the product's rounding, do not depend on its layout."""
     if not any(lo or hi for lo, hi in padding):
-        return x
+        return be.c_order(x)
     shape = x.shape[:2] + tuple(n + lo + hi for n, (lo, hi) in zip(x.shape[2:], padding))
     out = be.zeros(shape, x.dtype)
     out[_interior(shape, padding)] = x
