@@ -62,16 +62,17 @@ def test_a_weight_decay_that_is_0_in_float32_still_decays_as_numpy():
     assert np.isnan(p.numpy()[0]) and p.numpy()[1] == np.float32(1.0) - np.float32(0.1)
 
 
-def test_a_declined_update_runs_the_generic_code():
+@pytest.mark.parametrize("wd", [0.0, 0.01])  # plain SGD takes a path of its own
+def test_a_declined_update_runs_the_generic_code(wd):
     """A parameter the kernel does not take (in Fortran order) is updated by NumPy."""
     rng = np.random.default_rng(2)
     w0, grads = rng.normal(size=(200, 300)), [rng.normal(size=(200, 300)) for _ in range(2)]
     p = leanpass.Tensor(np.asfortranarray(w0), requires_grad=True)
-    opt = optim.SGD([p], lr=0.1, weight_decay=0.01)
+    opt = optim.SGD([p], lr=0.1, weight_decay=wd)
     for g in grads:
         p.grad = np.asfortranarray(g)
         opt.step()
-    np.testing.assert_allclose(p.numpy(), ref_sgd(w0, grads, 0.1, weight_decay=0.01), rtol=1e-13)
+    np.testing.assert_allclose(p.numpy(), ref_sgd(w0, grads, 0.1, weight_decay=wd), rtol=1e-13)
 
 
 @pytest.mark.parametrize("make", [lambda p: optim.SGD(p, lr=0.0), lambda p: optim.Adam(p, lr=0.0),

@@ -421,10 +421,10 @@ class SGD(Optimizer):
             return super()._update_group(items, group)
         lr = group["lr"]
         for p, data, grad, state, backend in items:  # plain SGD: data -= lr * grad (a fused kernel where there is one)
-            if backend.guard is not None or backend.fused.sgd is not None:
+            if backend.guard is not None:
                 super()._update_group([(p, data, grad, state, backend)], group)
-            else:
-                backend.add_scaled(data, -lr, grad)
+            elif (sgd := backend.fused.sgd) is None or sgd(grad, lr, 0.0, data) is False:  # False: arrays it does
+                backend.add_scaled(data, -lr, grad)  # not take
 
     def _update(self, backend, data, grad, state, group):
         wd, momentum, dampening = group["weight_decay"], group["momentum"], group["dampening"]
