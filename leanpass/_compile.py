@@ -16,7 +16,9 @@ the one the eager call gives, bit for bit: the same kernels run in the same orde
 
 What a replay could not reproduce makes the function run eagerly for those
 arguments, with one warning naming what and where: a value read on the host
-(``.item()``, ``bool(t)``, ``float(t)``, ``.numpy()``), an array that leaves the
+(``.item()``, ``bool(t)``, ``float(t)``, ``.numpy()``; a float the function's own
+``return`` gives as it is, ``return loss.item()``, is read again at each replay:
+:func:`_returned_reads`), an array that leaves the
 recorded operations (``.data``; ``.grad`` reads as a Tensor whose value a replay reads
 again), a shape that depends on values, a random
 draw LeanPass does not record (``lp.manual_seed`` inside, a layer made inside: the
@@ -29,8 +31,10 @@ docs/compile.md.
 
 from __future__ import annotations
 
+import ast
 import collections
 import functools
+import inspect
 import math
 import os
 import sys
@@ -124,6 +128,102 @@ def _values(names) -> tuple:
             out.append(_NOT_KEYED)
     out.extend(namespace.get(name, _NOT_KEYED) for namespace, name in globals_)
     return tuple(out)
+
+
+# ---- values read on the host that the function returns ---------------------------------------
+
+
+def _is_host_read(node) -> bool:
+    """Whether ``node`` is ``<expr>.item()`` or ``float(<expr>)``."""
+    if not isinstance(node, ast.Call) or node.keywords:
+        return False
+    func = node.func
+    if isinstance(func, ast.Attribute):
+        return func.attr == "item" and not node.args
+    return isinstance(func, ast.Name) and func.id == "float" and len(node.args) == 1
+
+
+def _returned_whole(value) -> bool:
+    """Whether every host read in the expression ``value`` is the expression itself or
+    an item of tuple and list displays or a value of dict displays, from the top down
+    (``return loss.item()``, ``return {"loss": loss.item(), "out": out}``): then its
+    number goes into the result as it is, and no code sees it."""
+    placed = set()
+
+    def place(node):
+        if _is_host_read(node):
+            placed.add(id(node))
+        elif isinstance(node, (ast.Tuple, ast.List)):
+            for item in node.elts:
+                place(item)
+        elif isinstance(node, ast.Dict):
+            for item in node.values:
+                place(item)
+
+    place(value)
+    return all(id(node) in placed for node in ast.walk(value) if _is_host_read(node))
+
+
+_HEADERS = {ast.If: "test", ast.While: "test", ast.For: "iter", ast.AsyncFor: "iter"}
+
+
+def _returned_reads(fn):
+    """``(code, lines)``: ``fn``'s code and the lines of its own return statements whose
+    host reads (``t.item()``, ``float(t)``) only give the result (:func:`_returned_whole`),
+    where no other statement's code lies; None where the source cannot be read (a
+    lambda, a callable object, code typed at a prompt)."""
+    code = getattr(fn, "__code__", None)
+    if code is None or code.co_name == "<lambda>" or code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE):
+        return None
+    try:
+        lines, first = inspect.getsourcelines(fn)
+        tree = ast.parse("".join(lines) if lines[0][:1] not in " \t" else "if 1:\n" + "".join(lines))
+    except (OSError, TypeError, SyntaxError, IndexError):
+        return None
+    shift = first - (1 if lines[0][:1] not in " \t" else 2)  # the tree's line numbers -> the file's
+    defs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    if not defs or defs[0].name != code.co_name or \
+            min([defs[0].lineno] + [d.lineno for d in defs[0].decorator_list]) + shift != code.co_firstlineno:
+        return None  # the source read is not this code's
+    taken: set = set()  # lines with code of a statement other than a return that qualifies
+    returns = []
+
+    def occupy(start, end):
+        taken.update(range(start, end + 1))
+
+    def visit(statements):
+        for st in statements:
+            if isinstance(st, ast.Return) and st.value is not None and _returned_whole(st.value):
+                returns.append(st)
+                continue
+            bodies = [getattr(st, name) for name in ("body", "orelse", "finalbody")
+                      if isinstance(getattr(st, name, None), list)]
+            if not bodies or isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                occupy(st.lineno, st.end_lineno)  # a simple statement, a definition, a match: all its lines
+                continue
+            header = getattr(st, _HEADERS.get(type(st), ""), None)  # the code before the first body
+            end = header.end_lineno if header is not None else st.lineno
+            for item in getattr(st, "items", ()):  # with
+                end = max(end, item.context_expr.end_lineno, getattr(item.optional_vars, "end_lineno", 0) or 0)
+            occupy(st.lineno, end)
+            for handler in getattr(st, "handlers", ()):  # try: except ...:
+                occupy(handler.lineno, handler.type.end_lineno if handler.type is not None else handler.lineno)
+                visit(handler.body)
+            for body in bodies:
+                visit(body)
+
+    visit(defs[0].body)
+    allowed = set()
+    for st in returns:
+        span = set(range(st.lineno, st.end_lineno + 1))
+        if not span & taken:
+            allowed.update(line + shift for line in span)
+    return code, frozenset(allowed)
+
+
+def _host_float(backend, array) -> float:
+    """What ``Tensor.item()`` (or ``float(t)``) gives for a one-element float ``array``."""
+    return float(backend.to_host(backend.xp.reshape(array, ())).item())
 
 
 # ---- the key of a call -----------------------------------------------------------------------
@@ -233,6 +333,8 @@ class Tracer:
         self.grad_slots: dict = {}  # slot of a gradient read in the call (t.grad) -> t's source
         self.rng_state = _backends_base._host_rng.bit_generator.state  # the host generator's, after the last draw
         self.actions: list = []
+        self.returns = None  # (code, lines): where the function returns host reads as they are (_returned_reads)
+        self.host: dict = {}  # id(number) -> (slot, what, where) of a value read on the host in a return
         self.keep_args = list(args)
         for i, t in enumerate(args):
             if id(t) not in self.source:
@@ -525,6 +627,25 @@ class Tracer:
             return self.unsupported("a check of values computed outside the recorded operations")
         self.events.append(("check", fn, tuple(sources)))
 
+    def host_read(self, t, value, frame, what) -> None:
+        """``value``, a Python number read from ``t`` by the code of ``frame``: recorded
+        where the function returns it as it is (``return loss.item()``: a replay reads it
+        again); anywhere else a replay could not follow what Python does with it."""
+        if self.reason is not None or not self.records():
+            return
+        returns = self.returns
+        src = self.source_of(t)
+        if (type(value) is not float or returns is None or frame.f_code is not returns[0]
+                or frame.f_back is None or frame.f_back.f_code is not _TRACE_CODE  # (not a recursive call's)
+                or frame.f_lineno not in returns[1] or src is None):
+            return self.unsupported(what)
+        slot = self.slots
+        self.slots += 1
+        self.meta[slot] = ((), None)
+        self.host[id(value)] = (slot, what, _where())
+        self.keep.append(value)
+        self.events.append(("host", _host_float, (src,), slot, t._backend))
+
     def _untraced(self, fn, *args, **kwargs):
         TRACER[0] = None
         try:
@@ -699,6 +820,12 @@ class Tracer:
     # ---- the plan
     def plan(self, result, fuse: bool = True):
         outputs = self._outputs(result)
+        if self.reason is None:
+            returned = set(_output_slots(outputs))
+            for slot, what, where in self.host.values():
+                if slot not in returned:  # (a read in a return, its number not in the result: an error's path)
+                    self.reason = (what, where)
+                    break
         if self.reason is not None:
             return None
         return Plan(self, outputs, _MODULE_CHANGES[0], fuse)
@@ -729,10 +856,28 @@ class Tracer:
             return (type(value), [self._outputs(v) for v in value])
         if isinstance(value, dict):
             return (dict, {k: self._outputs(v) for k, v in value.items()})
+        if type(value) is float and id(value) in self.host:  # read on the host in the return: read again
+            return ("host", self.host[id(value)][0])
         if value is None or isinstance(value, (bool, int, float, complex, str)):
             return ("py", value)
         self.unsupported(f"a result of type {type(value).__name__}")
         return None
+
+
+def _output_slots(spec) -> list:
+    """The slots a result ``spec`` (:meth:`Tracer._outputs`) reads."""
+    if spec is None:
+        return []
+    kind = spec[0]
+    if kind == "T":
+        return [spec[1][1]] if spec[1][0] == VAL else []
+    if kind == "host":
+        return [spec[1]]
+    if kind in (list, tuple):
+        return [s for item in spec[1] for s in _output_slots(item)]
+    if kind is dict:
+        return [s for item in spec[1].values() for s in _output_slots(item)]
+    return []
 
 
 class Plan:
@@ -780,7 +925,7 @@ class Plan:
 
     def _fuse(self) -> None:
         meta, self._to_fuse = self._to_fuse, None
-        self.events, self.runs = fuse(self.events, meta.__getitem__, self._output_slots(self.outputs))
+        self.events, self.runs = fuse(self.events, meta.__getitem__, _output_slots(self.outputs))
         self._prepare()
 
     def _liveness(self) -> dict:
@@ -811,30 +956,18 @@ class Plan:
                 for kind_, ref in event[2]:
                     if kind_ == VAL:
                         last[ref] = i
-            elif kind == "check":
+            elif kind in ("check", "host"):
                 for src in event[2]:
                     if src[0] == VAL:
                         last[src[1]] = i
             elif kind in ("leaf", "several") and event[1 if kind == "leaf" else 2][0] == VAL:
                 last[event[1 if kind == "leaf" else 2][1]] = i
-        for slot in self._output_slots(self.outputs):
+        for slot in _output_slots(self.outputs):
             last[slot] = len(self.events)
         free = collections.defaultdict(list)
         for slot, i in last.items():
             free[i].append(slot)
         return dict(free)
-
-    def _output_slots(self, spec):
-        if spec is None:
-            return []
-        kind = spec[0]
-        if kind == "T":
-            return [spec[1][1]] if spec[1][0] == VAL else []
-        if kind in (list, tuple):
-            return [s for item in spec[1] for s in self._output_slots(item)]
-        if kind is dict:
-            return [s for item in spec[1].values() for s in self._output_slots(item)]
-        return []
 
     def fusion(self) -> str:
         """What fusion made of the plan, for ``explain()``."""
@@ -933,6 +1066,8 @@ class Plan:
                 slots[event[2]] = event[3].copy(event[1])
             elif kind == "check":
                 event[1](*[get(src) for src in event[2]])
+            elif kind == "host":  # a number read on the host, which the call returns
+                slots[event[3]] = event[1](event[4], get(event[2][0]))
             elif kind == "backward":
                 changed = True
                 self._backward(event, get, backwards, args)
@@ -1090,6 +1225,8 @@ class Plan:
             return leaf(slots[ref], backend)
         if kind == "py":
             return spec[1]
+        if kind == "host":
+            return slots[spec[1]]
         if kind is dict:
             return {key: self._result(v, slots, args) for key, v in spec[1].items()}
         items = [self._result(v, slots, args) for v in spec[1]]
@@ -1111,6 +1248,7 @@ class Compiled:
         self.cache_size = cache_size
         self._entries: collections.OrderedDict = collections.OrderedDict()
         self._warned: set = set()
+        self._returns = False  # _returned_reads(fn), read at the first trace
         self.calls = {"traced": 0, "replayed": 0, "eager": 0}
 
     def __call__(self, *args, **kwargs):
@@ -1149,6 +1287,9 @@ class Compiled:
     def _trace(self, key, tensors, objects, args, kwargs):
         self._entries.pop(key, None)
         tracer = Tracer(tensors)
+        if self._returns is False:
+            self._returns = _returned_reads(self.fn)
+        tracer.returns = self._returns
         rng = _backends_base._host_rng
         modules, names = _MODULE_CHANGES[0], _values(self._names)
         hooked = hooks.post_hook_changes[0]
@@ -1213,13 +1354,16 @@ class Compiled:
             lines.append(f"{head} replays {c['op']} operations, {passes} backward pass"
                          f"{'es' * (passes != 1)}{of_grad}, {c['inplace']} in-place changes, "
                          f"{c['action']} steps ({', '.join(entry.actions) or 'none'}), {entry.constants} constants, "
-                         f"{c['draw']} random draws; "
+                         f"{c['draw']} random draws, {c['host']} numbers read on the host; "
                          f"{len(entry.externals)} tensors from outside, checked before each replay; "
                          f"fusion: {entry.fusion()}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
         return f"<lp.compile of {self.fn!r}>"
+
+
+_TRACE_CODE = Compiled._trace.__code__  # the frame that calls the traced function
 
 
 def _flat_tensor_keys(key):

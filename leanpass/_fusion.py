@@ -526,7 +526,7 @@ def _reads(event):
         return (*event[2], *arrays)
     if kind == "inplace":
         return (event[1], *(o for o in event[3] if o[0] is not None))
-    if kind == "check":
+    if kind in ("check", "host"):
         return event[2]
     if kind == "several":
         return (event[2],)

@@ -22,6 +22,7 @@ from ._graph.hooks import add_grad_hook, add_post_accumulate_grad_hook
 from ._graph.modes import enable_grad, grad_lock
 from ._graph.node import note_complex
 from ._graph.trace import TRACER
+from ._graph.trace import host_read as _trace_host_read
 from ._graph.trace import implicit_seed as _trace_implicit_seed
 from ._graph.trace import note as _trace_note
 from ._graph.trace import read as _trace_read
@@ -250,8 +251,8 @@ class Tensor:
         return bool(equal.any())
 
     # ---- Python scalars -----------------------------------------------------------
-    def _scalar(self, op):
-        if TRACER[0] is not None:
+    def _scalar(self, op, traced=True):
+        if traced and TRACER[0] is not None:
             _trace_note(f"{op}() of a tensor (its value read on the host: return the tensor, and convert the result)")
         data = self._data
         if math.prod(data.shape) != 1:
@@ -269,7 +270,11 @@ class Tensor:
     def __float__(self) -> float:
         if dtype_name(self._data.dtype).startswith("complex"):
             raise TypeError("float() of a complex tensor; use leanpass.real() or complex()")
-        return float(self._scalar("float"))
+        value = float(self._scalar("float", traced=False))
+        if TRACER[0] is not None:  # lp.compile: replayed where the function returns it as it is
+            _trace_host_read(self, value, sys._getframe(1), "float() of a tensor (its value read on the host: "
+                             "return it as it is, return float(t), or return the tensor)")
+        return value
 
     def __int__(self) -> int:
         if dtype_name(self._data.dtype).startswith("complex"):
@@ -298,13 +303,15 @@ class Tensor:
     # ---- conversions ------------------------------------------------------------
     def item(self):
         """The value of a one-element tensor as a Python number."""
-        if TRACER[0] is not None:
-            _trace_note("Tensor.item() (a value read on the host: return the tensor, and call .item() on the result)")
         data = self._data
         if math.prod(data.shape) != 1:
             raise ValueError(f"item: only a tensor of one element converts to a number, got shape {self.shape}")
         value = self._backend.to_host(self._backend.xp.reshape(data, ())).item()
-        return float(value) if dtype_name(data.dtype) in FLOAT_DTYPES else value
+        value = float(value) if dtype_name(data.dtype) in FLOAT_DTYPES else value
+        if TRACER[0] is not None:  # lp.compile: replayed where the function returns it as it is
+            _trace_host_read(self, value, sys._getframe(1), "Tensor.item() (a value read on the host: return it as "
+                             "it is, return loss.item(), or return the tensor)")
+        return value
 
     def numpy(self):
         """A NumPy copy of the data on the host."""

@@ -1554,3 +1554,159 @@ def test_an_error_caught_inside_the_function_makes_it_run_eagerly():
             if w_eager.grad is not None:
                 same(w_compiled.grad, w_eager.grad)
         assert g.calls["replayed"] == 0 and "raised an error" in g.explain()
+
+
+def _host_read_twins(make, calls=4):
+    """Run ``make(w)``'s function eagerly and compiled on twin weights: the results of
+    each call, and the compiled function."""
+    w_eager, w_compiled = (Tensor(np.array([0.5, -1.0, 2.0]), requires_grad=True) for _ in range(2))
+    eager, compiled = make(w_eager), lp.compile(make(w_compiled))
+    pairs = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for k in range(calls):
+            x = Tensor(np.array([0.1, 0.2, 0.3]) * (k + 1))
+            pairs.append((eager(x), compiled(x)))
+            same(w_compiled.grad, w_eager.grad)
+    return pairs, compiled, [str(c.message) for c in caught]
+
+
+def test_a_number_read_on_the_host_and_returned_as_it_is_is_read_again_in_each_replay():
+    def plain(w):
+        def step(x):
+            w.grad = None
+            loss = (x * w).exp().sum()
+            loss.backward()
+            return loss.item()
+        return step
+
+    def displays(w):
+        def step(x):
+            w.grad = None
+            loss = (x * w).exp().sum()
+            loss.backward()
+            return {"loss": loss.item(),
+                    "both": (float(loss * 2.0), [w.grad.sum().item()]),
+                    "out": loss}
+        return step
+
+    for make in (plain, displays):
+        pairs, compiled, caught = _host_read_twins(make)
+        assert not caught and compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}
+        assert "numbers read on the host" in compiled.explain()
+        for eager, got in pairs:
+            if isinstance(eager, dict):
+                assert type(got["loss"]) is float and type(got["both"][0]) is float
+                assert (eager["loss"], eager["both"][0], eager["both"][1]) == \
+                       (got["loss"], got["both"][0], got["both"][1])
+                same(got["out"], eager["out"])
+            else:
+                assert type(got) is float and got == eager
+        assert len({p[1] if isinstance(p[1], float) else p[1]["loss"] for p in pairs}) == 4  # read again each time
+
+
+def _used_after_the_read(w):
+    def step(x):
+        loss = (x * w).sum()
+        value = loss.item()
+        if value > 1.0:  # Python steered by the value: a replay would not follow it
+            return value
+        return -value
+    return step
+
+
+def _passed_to_a_function(w):
+    def step(x):
+        loss = (x * w).sum()
+        return min(loss.item(), 1.0), (x * w).prod().item()  # (the read itself at the trace, 0.45: not later)
+    return step
+
+
+def _in_a_conditional_expression(w):
+    def step(x):
+        loss = (x * w).sum()
+        return loss.item() if loss.item() > 1.0 else -1.0
+    return step
+
+
+def _on_the_line_of_an_if(w):
+    def step(x):
+        loss = (x * w).sum()
+        if x.shape[0] == 3: return loss.item()  # noqa: E701 - the test's point: the if's code shares the line
+        return 0.0
+    return step
+
+
+def _returned_changed(w):
+    def step(x):
+        return (x * w).sum().item() * 2.0
+    return step
+
+
+def _an_integer(w):
+    def step(x):
+        return ((x * w) > 0.5).astype("int64").sum().item()
+    return step
+
+
+def _in_a_helper(w):
+    def helper(t):
+        return t.item() + 1.0
+
+    def step(x):
+        return helper((x * w).sum())
+    return step
+
+
+def _recursive(w):
+    def step(x, depth=1):
+        if depth:
+            return min(step(x, depth - 1), 0.5)  # (the inner read itself at the trace, 0.45: not later)
+        return (x * w).sum().item()
+    return step
+
+
+def _dropped(w):
+    def step(x):
+        return {"loss": (x * w).sum().item(), "loss": 2.0}  # noqa: F601 - the first value is not in the result
+    return step
+
+
+@pytest.mark.parametrize("make", [_used_after_the_read, _passed_to_a_function, _in_a_conditional_expression,
+                                  _on_the_line_of_an_if, _returned_changed, _an_integer, _in_a_helper, _recursive,
+                                  _dropped])
+def test_a_number_read_on_the_host_that_code_may_see_runs_eagerly(make):
+    pairs, compiled, caught = _host_read_twins(make)
+    assert compiled.calls["replayed"] == 0, compiled.explain()
+    assert len(caught) == 1 and "read on the host" in caught[0]
+    for eager, got in pairs:
+        assert got == eager
+
+
+def test_a_number_read_on_the_host_in_a_lambda_runs_eagerly():
+    w = Tensor(np.array([0.5, -1.0, 2.0]))
+    f = lp.compile(lambda x: (x * w).sum().item())
+    with pytest.warns(RuntimeWarning, match=r"Tensor.item\(\)"):
+        f(Tensor(np.ones(3)))
+    assert f(Tensor(np.full(3, 2.0))) == 3.0 and f.calls["replayed"] == 0
+
+
+def test_a_method_and_a_decorated_function_returning_a_number_read_on_the_host_replay():
+    class Model:
+        def __init__(self):
+            self.w = Tensor(np.array([0.5, -1.0, 2.0]))
+
+        def score(self, x):
+            return (x * self.w).sum().item()
+
+    model = Model()
+    bound = lp.compile(model.score)
+
+    @lp.compile
+    def decorated(x):
+        return (x * model.w).sum().item()
+
+    for k in range(3):
+        x = Tensor(np.full(3, float(k)))
+        assert bound(x) == decorated(x) == model.score(x) == 1.5 * k
+    assert bound.calls == decorated.calls == {"traced": 1, "replayed": 2, "eager": 0}

@@ -90,6 +90,16 @@ def read_grad(t, get):
     return tracer.read_grad(t, get)
 
 
+def host_read(t, value, frame, what: str) -> None:
+    """``value``, a Python number read from the tensor ``t`` (``t.item()``, ``float(t)``)
+    by the code of ``frame``: a traced call records it where the function returns it
+    as it is (``return loss.item()``), and runs eagerly otherwise, with a warning
+    naming ``what``."""
+    tracer = TRACER[0]
+    if tracer is not None:
+        tracer.host_read(t, value, frame, what)
+
+
 def note(what: str) -> None:
     """Tell the tracer, if a call is traced, that ``what`` happened, which a replay
     cannot reproduce (a host read of a value, a shape that depends on values): the
