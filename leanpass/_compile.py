@@ -49,6 +49,8 @@ from ._graph.engine import Released, _needed, _store, _unbroadcast
 from ._graph.modes import grad_lock, is_grad_enabled, no_grad
 from ._graph.node import COMPLEX, Node, edge
 from ._graph.trace import TRACER
+from ._graph.trace import WATCHED as _WATCHED
+from ._graph.trace import WRITES as _WRITES
 from ._node import _part_backward, inplace, leaf
 from .backends import _base as _backends_base
 from .backends import get_default_device, get_default_dtype
@@ -106,8 +108,18 @@ def _names_seen(fn) -> tuple:
         return (), ()
     cells = tuple(fn.__closure__ or ())
     namespace = fn.__globals__
-    names = tuple(name for name in code.co_names if name in namespace)
+    names = tuple(sorted(name for name in _names_in(code) if name in namespace))
     return cells, tuple((namespace, name) for name in names)
+
+
+def _names_in(code) -> set:
+    """The names ``code`` reads as globals or attributes, with those of the code inside
+    it: comprehensions (code of their own before Python 3.12), lambdas, functions."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, type(code)):
+            names |= _names_in(const)
+    return names
 
 
 def _same(a, b) -> bool:
@@ -116,6 +128,13 @@ def _same(a, b) -> bool:
     if type(a) is float and type(b) is float:
         return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
     return type(a) is type(b) and isinstance(a, (bool, int, complex, str)) and a == b
+
+
+def _equal(a, b) -> bool:
+    """:func:`_same`, item by item in tuples."""
+    if type(a) is tuple and type(b) is tuple:
+        return len(a) == len(b) and all(map(_equal, a, b))
+    return _same(a, b)
 
 
 def _values(names) -> tuple:
@@ -334,6 +353,9 @@ class Tracer:
         self.rng_state = _backends_base._host_rng.bit_generator.state  # the host generator's, after the last draw
         self.actions: list = []
         self.returns = None  # (code, lines): where the function returns host reads as they are (_returned_reads)
+        self.watched = [(obj, obj._traced_state()) for obj in list(_WATCHED)]  # (optimizers' options)
+        self.state_changed = False  # whether the call changed a watched object other than through an action
+        self.writes = _WRITES[0]  # the count of writes into watched state the call's own code made: + ...
         self.host: dict = {}  # id(number) -> (slot, what, where) of a value read on the host in a return
         self.keep_args = list(args)
         for i, t in enumerate(args):
@@ -584,11 +606,29 @@ class Tracer:
         if self.reason is None:
             self.events.append(("action", method, args, kwargs))
             self.actions.append(method.__qualname__)
-        result = self._untraced(method, *args, **kwargs)
+        self.check_watched()  # changed by the function's own code since the last look: a replay would not
+        writes = _WRITES[0]
+        try:
+            result = self._untraced(method, *args, **kwargs)
+        finally:
+            self.writes += _WRITES[0] - writes  # (an action's writes are replayed)
+        self.check_watched(by_action=True)  # (an action's changes are replayed: the state to compare with now)
         if isinstance(result, Tensor):
             self.poisoned[id(result)] = method.__qualname__
             self.keep.append(result)
         return result
+
+    def check_watched(self, by_action: bool = False) -> None:
+        """Compare the watched objects (:data:`leanpass._graph.trace.WATCHED`) with their
+        last snapshot: a change not made ``by_action`` sets :attr:`state_changed`, as
+        does a write the call's own code made (even of the value there was)."""
+        if not by_action and _WRITES[0] != self.writes:
+            self.state_changed = True
+        for k, (obj, seen) in enumerate(self.watched):
+            now = obj._traced_state()
+            if not _equal(now, seen):
+                self.watched[k] = (obj, now)
+                self.state_changed = self.state_changed or not by_action
 
     def read_grad(self, t, get):
         """``t.grad`` read in the call: its array now, as a Tensor whose value a replay
@@ -1293,22 +1333,28 @@ class Compiled:
         rng = _backends_base._host_rng
         modules, names = _MODULE_CHANGES[0], _values(self._names)
         hooked = hooks.post_hook_changes[0]
+        modes = (is_grad_enabled(), get_default_dtype(), get_default_device())
         TRACER[0] = tracer
         try:
             result = self.fn(*args, **kwargs)
         finally:
             TRACER[0] = None
         self.calls["traced"] += 1
+        if (is_grad_enabled(), get_default_dtype(), get_default_device()) != modes:  # a replay would leave them
+            tracer.unsupported("grad mode, the default dtype or the default device set inside the function and "
+                               "left so (lp.set_grad_enabled, lp.set_default_dtype...)")
         if _backends_base._host_rng is not rng or rng.bit_generator.state != tracer.rng_state:
             tracer.unsupported("a random draw the trace does not record (a layer made inside, lp.manual_seed...)")
         if hooks.post_hook_changes[0] != hooked:  # a replay runs the hooks there are, and would not add this one
             tracer.unsupported("a post-accumulate-grad hook added or removed inside the function")
         if any(value is t for value in names for t in tensors):  # one object, two roles: a replay would merge them
             tracer.unsupported("an argument the function also reads by name (a global or closure variable)")
-        retrace = _MODULE_CHANGES[0] != modules or not all(map(_same, _values(self._names), names))
+        tracer.check_watched()
+        retrace = (_MODULE_CHANGES[0] != modules or not all(map(_same, _values(self._names), names))
+                   or tracer.state_changed)
         if retrace and tracer.reason is None:  # the call changed Python state a replay would not change
-            self._warn("the function changed a module's attributes or members, or rebound a name it reads "
-                       "(a replay would not); it is traced again at the next call", "trace")
+            self._warn("the function changed a module's attributes or members, an optimizer's options, or "
+                       "rebound a name it reads (a replay would not); it is traced again at the next call", "trace")
             return result  # no entry: the next call traces again (a module's first call may set up a cache)
         plan = tracer.plan(result, self.fuse)
         if plan is not None:

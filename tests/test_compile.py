@@ -1710,3 +1710,79 @@ def test_a_method_and_a_decorated_function_returning_a_number_read_on_the_host_r
         x = Tensor(np.full(3, float(k)))
         assert bound(x) == decorated(x) == model.score(x) == 1.5 * k
     assert bound.calls == decorated.calls == {"traced": 1, "replayed": 2, "eager": 0}
+
+
+_SCALE = Tensor(np.ones(3))
+
+
+def test_a_global_named_only_inside_a_comprehension_or_lambda_rebound_traces_again():
+    global _SCALE
+
+    def f(x):
+        return lp.stack([_SCALE * t for t in (x, x)]).sum(axis=0) + (lambda: _SCALE)()
+
+    g = lp.compile(f, fuse=False)
+    try:
+        for k in range(4):
+            if k == 2:
+                _SCALE = Tensor(np.full(3, 5.0))
+            same(g(Tensor(np.ones(3))), f(Tensor(np.ones(3))))
+    finally:
+        _SCALE = Tensor(np.ones(3))
+    assert g.calls == {"traced": 2, "replayed": 2, "eager": 0}
+
+
+@pytest.mark.parametrize("change", [lambda: lp.set_grad_enabled(False), lambda: lp.set_default_dtype("float32")])
+def test_a_mode_the_function_sets_and_leaves_runs_it_eagerly(change):
+    def f(x):
+        change()
+        return x * 2.0
+
+    g = lp.compile(f, fuse=False)
+    try:
+        for _ in range(3):
+            lp.set_grad_enabled(True)
+            lp.set_default_dtype("float64")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                g(Tensor(np.ones(2)))
+            assert (lp.is_grad_enabled(), lp.get_default_dtype()) != (True, "float64")  # as eagerly
+    finally:
+        lp.set_grad_enabled(True)
+        lp.set_default_dtype("float64")
+    assert g.calls["replayed"] == 0 and "left so" in g.explain()
+
+
+@pytest.mark.parametrize("inside", ["set by hand", "a scheduler"])
+def test_an_optimizer_option_set_inside_the_function_by_hand_traces_again(inside):
+    # a learning rate written into the groups by the function's own code (even the value it
+    # had) is not replayed: each call traces again; a scheduler's step is, and replays
+    def run(compiled):
+        model = mlp("cpu")
+        opt = lp.optim.SGD(model.parameters(), lr=0.1)
+        sched = lp.optim.lr_scheduler.StepLR(opt, 2)
+
+        def step(x, lr):
+            if inside == "set by hand":
+                for group in opt.param_groups:
+                    group["lr"] = lr
+            opt.zero_grad()
+            loss = model(x).sum()
+            loss.backward()
+            opt.step()
+            if inside == "a scheduler":
+                sched.step()
+            return loss
+
+        f = lp.compile(step, fuse=False) if compiled else step
+        for k, lr in enumerate([0.1, 0.1, 0.01, 0.01, 0.1, 0.1]):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                f(Tensor(RNG.normal(size=(4, 6)) * 0 + k), lr)
+        return [host(p) for p in model.parameters()], opt.param_groups[0]["lr"], getattr(f, "calls", None)
+
+    (eager, lr, _), (compiled, clr, calls) = run(False), run(True)
+    assert lr == clr
+    for a, b in zip(eager, compiled):
+        same(b, a)
+    assert calls["replayed"] == (0 if inside == "set by hand" else 4)

@@ -12,10 +12,32 @@ operations: :func:`note`). Only the traced call's thread is recorded (the tracer
 from __future__ import annotations
 
 import functools
+import weakref
 
-__all__ = ["TRACER", "action", "note", "check", "implicit_seed", "draw", "read_grad"]
+__all__ = ["TRACER", "action", "note", "check", "implicit_seed", "draw", "read_grad", "watch"]
 
 TRACER = [None]  # [the active tracer, or None]
+
+# objects whose Python state a traced call must not change other than through an action:
+# ``obj._traced_state()`` gives a snapshot of it (an optimizer's options); lp.compile
+# compares them around the call, and traces again where they changed
+WATCHED: weakref.WeakSet = weakref.WeakSet()
+
+
+WRITES = [0]  # writes into watched Python state (an optimizer's parameter groups): see :func:`wrote`
+
+
+def wrote() -> None:
+    """A write into watched Python state (a parameter group's option set): lp.compile
+    traces a function that makes one outside an action again at every call, since a
+    replay would not make it (even where it wrote the value there was)."""
+    WRITES[0] += 1
+
+
+def watch(obj) -> None:
+    """Have lp.compile check ``obj._traced_state()`` around each traced call (an
+    optimizer: a learning rate set by hand inside a step is not replayed)."""
+    WATCHED.add(obj)
 
 
 def action(method):

@@ -21,7 +21,7 @@ import math
 import numbers
 
 from .._graph.modes import enable_grad
-from .._graph.trace import action
+from .._graph.trace import action, watch, wrote
 from .._graph.versions import increment_versions
 from ..backends import FLOAT_DTYPES, backend_of_array, dtype_name, get_backend
 from ..backends._base import NO_FUSED
@@ -36,6 +36,43 @@ def _params_error(name: str, params) -> TypeError:
         f"{name}: params argument given to the optimizer should be an iterable of Tensors or dicts, "
         f"but got {type(params).__name__}"
     )
+
+
+class _Group(dict):
+    """A parameter group: a dict that reports its writes (:func:`leanpass._graph.trace.wrote`),
+    so that a compiled step that sets an option itself (``group["lr"] = lr``) is traced
+    again at every call, as a replay would not set it."""
+
+    __slots__ = ()
+
+    def __setitem__(self, key, value):
+        wrote()
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key):
+        wrote()
+        super().__delitem__(key)
+
+    def update(self, *args, **kwargs):
+        wrote()
+        super().update(*args, **kwargs)
+
+    def setdefault(self, key, default=None):
+        if key not in self:
+            wrote()
+        return super().setdefault(key, default)
+
+    def pop(self, *args):
+        wrote()
+        return super().pop(*args)
+
+    def popitem(self):
+        wrote()
+        return super().popitem()
+
+    def clear(self):
+        wrote()
+        super().clear()
 
 
 class Optimizer:
@@ -74,6 +111,14 @@ class Optimizer:
         self._layouts: dict = {}
         for group in groups:
             self.add_param_group(group)
+        watch(self)
+
+    def _traced_state(self) -> tuple:
+        """What lp.compile compares around a traced call: each group's parameters and
+        options (one set by hand inside a compiled step, not by a scheduler's ``step``,
+        is not replayed: the step is traced again)."""
+        return tuple((tuple(map(id, g["params"])), tuple((k, v) for k, v in g.items() if k != "params"))
+                     for g in self.param_groups)
 
     def add_param_group(self, param_group: dict) -> None:
         """Add a group ``{"params": [...], **options}`` whose missing options are the
@@ -113,7 +158,7 @@ class Optimizer:
             if id(p) in seen:
                 raise ValueError(f"{name}: a parameter appears in more than one place ({where})")
             seen.add(id(p))
-        self.param_groups.append(group)
+        self.param_groups.append(_Group(group))
 
     # ---- copies and pickles -----------------------------------------------------------
     def __getstate__(self) -> dict:
@@ -129,6 +174,8 @@ class Optimizer:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+        self.param_groups = [_Group(g) for g in self.param_groups]  # (plain dicts in an older pickle)
+        watch(self)
         params = list(self._params())
         self.state = {id(params[i]): v for i, v in state["state"].items()}
         for group in (self.defaults, *self.param_groups):  # pickled before an option existed
