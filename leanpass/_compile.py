@@ -34,12 +34,14 @@ from __future__ import annotations
 import ast
 import collections
 import functools
+import gc
 import inspect
 import math
 import os
 import sys
 import threading
 import warnings
+import weakref
 
 from . import ops
 from ._checks import broadcast_shapes
@@ -352,6 +354,7 @@ class Tracer:
         self.grad_slots: dict = {}  # slot of a gradient read in the call (t.grad) -> t's source
         self.rng_state = _backends_base._host_rng.bit_generator.state  # the host generator's, after the last draw
         self.actions: list = []
+        self.made_here: list = []  # weak references to the tensors on the call's values (:meth:`escaped`)
         self.returns = None  # (code, lines): where the function returns host reads as they are (_returned_reads)
         self.watched = [(obj, obj._traced_state()) for obj in list(_WATCHED)]  # (optimizers' options)
         self.state_changed = False  # whether the call changed a watched object other than through an action
@@ -367,6 +370,8 @@ class Tracer:
         self.source[id(t)] = src
         self.arrays[id(t._data)] = src
         self.keep.append(t)
+        if src[0] == VAL:  # a tensor on a value of the call: it must not outlive the call but in the result
+            self.made_here.append(weakref.ref(t))
 
     def _new_slot(self, t) -> int:
         slot = self.slots
@@ -870,6 +875,37 @@ class Tracer:
             return None
         return Plan(self, outputs, _MODULE_CHANGES[0], fuse)
 
+    def escaped(self, result) -> bool:
+        """Whether a tensor on a value of the call outlives it other than in ``result``:
+        kept in an optimizer's state made at the first step, appended to a list, stored
+        in a global. A replay makes new arrays for the call's values and would leave
+        that tensor as the trace made it. (The trace's own references go first.)"""
+        returned: set = set()  # the ids of the tensors the result keeps: its own, their bases, their graphs'
+        stack = [result]
+        while stack:
+            value = stack.pop()
+            if isinstance(value, Tensor):
+                if id(value) not in returned:
+                    returned.add(id(value))
+                    base = getattr(value, "_base", None)  # (base, key, ...) on a view: unset elsewhere
+                    stack.append(base[0] if base else None)
+                    stack.append(value._node)
+            elif isinstance(value, Node):
+                if id(value) not in returned:
+                    returned.add(id(value))
+                    stack.append(value._prev)
+            elif isinstance(value, Released):  # the leaves a backward wrote into
+                stack.extend(value)
+            elif isinstance(value, (tuple, list)):
+                stack.extend(value)
+            elif isinstance(value, dict):
+                stack.extend(value.values())
+        made, self.made_here = self.made_here, []
+        self.keep.clear()
+        if any(ref() is not None and id(ref()) not in returned for ref in made):
+            gc.collect(1)  # (a cycle the call made may hold one: an exception caught inside, with its frames)
+        return any((t := ref()) is not None and id(t) not in returned for ref in made)
+
     def meta_of(self, src):
         """``(shape, dtype)`` of the value a source gives (at every replay: checked)."""
         kind, ref = src
@@ -1357,6 +1393,12 @@ class Compiled:
                        "rebound a name it reads (a replay would not); it is traced again at the next call", "trace")
             return result  # no entry: the next call traces again (a module's first call may set up a cache)
         plan = tracer.plan(result, self.fuse)
+        if plan is not None and tracer.escaped(result):
+            plan, tracer.reason = None, (
+                "a tensor made in the call kept after it other than in the result (in an optimizer's state made "
+                "at its first step, a list, a global): a replay would leave it as the first call made it",
+                f"{getattr(getattr(self.fn, '__code__', None), 'co_filename', '?')}:"
+                f"{getattr(getattr(self.fn, '__code__', None), 'co_firstlineno', '?')}")
         if plan is not None:
             plan.names = names
             plan.objects = objects

@@ -360,8 +360,9 @@ def setitem(t, index, value, name="setitem"):
         if perm:
             value = run1(ops.permute_dims, run1(ops.reshape, value, index_shape + tuple(sizes)), perm)
         value = run1(ops.reshape, value, stored)
-    inplace(t, ops.setitem, [value], p.kind, key, name=name,
-            write=lambda data, v, *_: t._backend.index_set(data, p.kind, key, v))
+    backend, kind = t._backend, p.kind  # (the write keeps no Tensor: lp.compile's record holds it)
+    inplace(t, ops.setitem, [value], kind, key, name=name,
+            write=lambda data, v, *_: backend.index_set(data, kind, key, v))
 
 
 def _scalar_for(t, value, name):

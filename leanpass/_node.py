@@ -376,12 +376,14 @@ def run(op: Op, args, *params, **kw):
             if isinstance(out, backend.array_type):
                 backward = _cast_back(backward, backend.xp, dtypes)
 
+    others = [None if isinstance(x, above.tensor) else x for x in args]  # (a replay keeps no Tensor of the call)
+
     def replay(gb, prev):  # on Tensors with a GraphBackend, or on arrays with the backend (lp.compile)
-        full = list(args)
+        full = list(others)
         for i, p in zip(positions, prev):
             full[i] = p
         out, backward = op.fn(gb, *full, *params, **kw)
-        if len(prev) == len(args):
+        if len(prev) == len(others):
             return out, backward
         return out, lambda g: tuple(backward(g)[i] for i in positions)
 

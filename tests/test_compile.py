@@ -1786,3 +1786,56 @@ def test_an_optimizer_option_set_inside_the_function_by_hand_traces_again(inside
     for a, b in zip(eager, compiled):
         same(b, a)
     assert calls["replayed"] == (0 if inside == "set by hand" else 4)
+
+
+class _LazyMomentum(lp.optim.Optimizer):
+    """A hand-written optimizer in PyTorch's style: its state made at the first step."""
+
+    def __init__(self, params):
+        super().__init__(params, dict(lr=0.1))
+
+    def step(self):
+        with lp.no_grad():
+            for p in self.param_groups[0]["params"]:
+                state = self.state.setdefault(id(p), {})
+                if "buf" not in state:
+                    state["buf"] = lp.zeros_like(p)
+                state["buf"].mul_(0.9).add_(p.grad)
+                p.sub_(0.1 * state["buf"])
+
+
+@pytest.mark.parametrize("keep", ["optimizer state made at the first step", "a list of losses"])
+def test_a_tensor_made_in_the_call_and_kept_after_it_runs_the_call_eagerly(keep):
+    def run(compiled):
+        model = mlp("cpu")
+        opt = _LazyMomentum(model.parameters()) if keep.startswith("optimizer") else lp.optim.SGD(
+            model.parameters(), lr=0.1)
+        history = []
+
+        def step(x):
+            opt.zero_grad()
+            out = model(x)
+            loss = (out * out).mean()
+            loss.backward()
+            opt.step()
+            history.append(loss.detach())
+            return loss, out.detach()[0]  # (a view: its base is kept by the result, not outside it)
+
+        f = lp.compile(step, fuse=False) if compiled else step
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for k in range(4):
+                f(Tensor(np.full((4, 6), 0.1 * k)))
+        return [host(p) for p in model.parameters()], [host(h) for h in history], caught, f
+
+    (params, history, _, _), (c_params, c_history, caught, f) = run(False), run(True)
+    for a, b in zip(params + history, c_params + c_history):
+        same(b, a)
+    assert f.calls["replayed"] == 0 and any("kept after it" in str(w.message) for w in caught)
+
+
+def test_a_result_that_is_a_view_replays():
+    f = lp.compile(lambda x: (x * 2.0)[1:])
+    for k in range(3):
+        same(f(Tensor(np.arange(4.0) + k)), (np.arange(4.0) + k)[1:] * 2.0)
+    assert f.calls == {"traced": 1, "replayed": 2, "eager": 0}
