@@ -354,6 +354,8 @@ class Tracer:
         self.grad_slots: dict = {}  # slot of a gradient read in the call (t.grad) -> t's source
         self.rng_state = _backends_base._host_rng.bit_generator.state  # the host generator's, after the last draw
         self.actions: list = []
+        self.modules_called: dict = {}  # id -> module called in the call
+        self.member_lists: list = []  # (list or dict of a called module's members, ids of its items)
         self.made_here: list = []  # weak references to the tensors on the call's values (:meth:`escaped`)
         self.returns = None  # (code, lines): where the function returns host reads as they are (_returned_reads)
         self.watched = [(obj, obj._traced_state()) for obj in list(_WATCHED)]  # (optimizers' options)
@@ -387,7 +389,9 @@ class Tracer:
         if id(t) in self.poisoned:
             self.unsupported(f"a tensor returned by {self.poisoned[id(t)]} used by an operation")
             return None
-        src = self.arrays.get(id(t._data))  # another tensor on an array the call has seen (as_tensor)
+        src = self.arrays.get(id(t._data))  # another tensor on a value of the call (a node's, held apart)
+        if src is not None and src[0] != VAL:  # a tensor from outside on an argument's or another's array: its own
+            src = None
         if src is None:
             slot = self.node_slot.get(id(t._node)) if t._node is not None else None
             if slot is not None:  # a node's value, held apart (the copy a node keeps of a value changed in place
@@ -622,6 +626,13 @@ class Tracer:
             self.poisoned[id(result)] = method.__qualname__
             self.keep.append(result)
         return result
+
+    def module_called(self, module, member_lists) -> None:
+        """``module`` was called in the call: its lists of members, ``member_lists(module)``
+        (:func:`leanpass.nn.module._member_lists`), must hold the same items at a replay."""
+        if id(module) not in self.modules_called and self.records():
+            self.modules_called[id(module)] = module
+            self.member_lists.extend(member_lists(module))
 
     def check_watched(self, by_action: bool = False) -> None:
         """Compare the watched objects (:data:`leanpass._graph.trace.WATCHED`) with their
@@ -965,6 +976,7 @@ class Plan:
         self.slots = tracer.slots
         self.outputs = outputs
         self.externals = list(tracer.externals.values())
+        self.member_lists = tracer.member_lists
         self.counts = collections.Counter(e[0] for e in self.events)
         self.passes = self.counts["backward"] + self.counts["autograd"] + tracer.graph_passes
         self.slot_backend = {e[5]: e[7] for e in self.events if e[0] == "op"}
@@ -1066,6 +1078,9 @@ class Plan:
         may reach other tensors, or take another path)."""
         if _MODULE_CHANGES[0] != self.modules:
             return False
+        for members, ids in self.member_lists:  # an item replaced in place: model.layers[0] = other
+            if tuple(map(id, members.values() if type(members) is dict else members)) != ids:
+                return False
         if self.passes and hooks._grad_hooks_registered:
             return False  # gradient hooks registered since: a trace now runs eagerly (not replayed yet)
         for t, shape, dtype, backend, rg in self.externals:

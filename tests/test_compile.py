@@ -1839,3 +1839,69 @@ def test_a_result_that_is_a_view_replays():
     for k in range(3):
         same(f(Tensor(np.arange(4.0) + k)), (np.arange(4.0) + k)[1:] * 2.0)
     assert f.calls == {"traced": 1, "replayed": 2, "eager": 0}
+
+
+def test_tensors_from_outside_that_share_an_array_stay_apart():
+    # a constant on the array of the first call's argument, and two parameters on one array
+    table = np.arange(4.0)
+    w = lp.as_tensor(table)
+
+    def f(x):
+        return (x * 2.0 + w).sum()
+
+    g = lp.compile(f, fuse=False)
+    for x in (lp.as_tensor(table), Tensor(np.zeros(4)), Tensor(np.ones(4))):
+        same(g(x), f(x))
+    assert g.calls == {"traced": 1, "replayed": 2, "eager": 0}
+
+    def tied():
+        a, b = Tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True), Tensor(np.zeros(3), requires_grad=True)
+        b.data = a.data
+
+        def step(x):
+            a.grad = b.grad = None
+            ((a * x).sum() + (b * 10.0 * x).sum()).backward()
+        return a, b, step
+
+    (a, b, eager), (c, d, step) = tied(), tied()
+    compiled = lp.compile(step, fuse=False)
+    for k in range(3):
+        x = Tensor(np.arange(3.0) + k)
+        eager(x)
+        compiled(x)
+        same(c.grad, a.grad)
+        same(d.grad, b.grad)
+    assert compiled.calls["replayed"] == 2
+
+
+class _Blocks(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = [nn.Linear(4, 4, dtype="float64"), nn.Linear(4, 4, dtype="float64")]
+        self.heads = {"out": nn.Linear(4, 2, dtype="float64")}
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x).tanh()
+        return self.heads["out"](x)
+
+
+@pytest.mark.parametrize("replace", ["Sequential.layers", "MLP.layers", "a custom module's list",
+                                     "a custom module's dict"])
+def test_a_member_replaced_inside_a_list_or_dict_traces_again(replace):
+    lp.manual_seed(0)
+    model = {"Sequential.layers": lambda: nn.Sequential(nn.Linear(4, 2, dtype="float64"), nn.Tanh()),
+             "MLP.layers": lambda: nn.MLP([4, 3, 2], dtype="float64")}.get(replace, _Blocks)()
+    spare = nn.Linear(4, 3 if replace == "MLP.layers" else 4 if "list" in replace else 2, dtype="float64")
+    f = lp.compile(lambda x: model(x).detach(), fuse=False)
+    x = Tensor(RNG.normal(size=(2, 4)))
+    f(x)
+    f(x)
+    if replace == "a custom module's list":
+        model.blocks[1] = spare
+    elif replace == "a custom module's dict":
+        model.heads["out"] = spare
+    else:
+        model.layers[0] = spare
+    same(f(x), model(x).detach())
+    assert f.calls == {"traced": 2, "replayed": 1, "eager": 0}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .._dtypes import as_dtype
-from .._graph.trace import action
+from .._graph.trace import TRACER, action
 from ..backends import dtype_name, get_backend
 from ..serialization import TORCH_LAYOUTS, note_transposed, transposed_copy, was_transposed
 from ..tensor import Tensor, as_tensor, clear_gradients
@@ -74,6 +74,19 @@ def _check_layout(layout, op: str) -> None:
 _CHANGES = [0]
 
 
+def _member_lists(module) -> list:
+    """The lists and dicts among ``module``'s attributes that hold modules or tensors
+    (``Sequential.layers``, a custom module's ``self.blocks = [...]``), each with the
+    identities of its items: an item replaced in place (``model.layers[0] = other``)
+    changes no attribute, so a compiled function checks these before each replay."""
+    found = []
+    for value in vars(module).values():
+        items = value.values() if type(value) is dict else value if type(value) is list else None
+        if items is not None and any(isinstance(v, (Module, Tensor)) for v in items):
+            found.append((value, tuple(map(id, items))))
+    return found
+
+
 class Module:
     """Base class of layers and models.
 
@@ -114,6 +127,9 @@ class Module:
             del buffers[name]
 
     def __call__(self, *args, **kwargs):
+        tracer = TRACER[0]
+        if tracer is not None:  # lp.compile: a replay checks that the module's lists still hold these members
+            tracer.module_called(self, _member_lists)
         return self.forward(*args, **kwargs)
 
     # ---- pickles -------------------------------------------------------------------
