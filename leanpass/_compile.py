@@ -284,10 +284,31 @@ def _call_key(args, kwargs):
            get_default_dtype(), get_default_device())
     first: dict = {}
     aliasing = tuple(first.setdefault(id(t), i) for i, t in enumerate(tensors))  # f(a, a) is not f(a, b)
-    return key + (aliasing,), tensors, objects
+    return key + (aliasing, _sharing(tensors)), tensors, objects
+
+
+def _sharing(tensors) -> tuple:
+    """For each tensor, the first one before it whose memory it may share (``f(a,
+    a.detach())``, ``f(a, a[:])`` is not ``f(a, b)``: eagerly, a change of one is a
+    change of the other, which a backward that saved it refuses), else its own place:
+    arrays compared by their bounds where there are a few tensors, by identity else."""
+    if len(tensors) < 2:
+        return ()
+    if len(tensors) > 8:
+        first: dict = {}
+        return tuple(first.setdefault(id(t._data), i) for i, t in enumerate(tensors))
+    out = []
+    for i, t in enumerate(tensors):
+        data, backend = t._data, t._backend
+        out.append(next((j for j in range(i) if tensors[j]._backend is backend
+                         and backend.shares_memory(tensors[j]._data, data)), i))
+    return tuple(out)
 
 
 # ---- the record ----------------------------------------------------------------------------------
+
+
+_CAST_FIRST = "cast first"  # a schedule entry's gradients: cast to the inputs' dtypes before anything else
 
 
 class _Stale(Exception):
@@ -355,6 +376,7 @@ class Tracer:
         self.rng_state = _backends_base._host_rng.bit_generator.state  # the host generator's, after the last draw
         self.actions: list = []
         self.modules_called: dict = {}  # id -> module called in the call
+        self.views_apart: dict = {}  # id(version counter) -> [it, weak references to views made in no_grad mode]
         self.member_lists: list = []  # (list or dict of a called module's members, ids of its items)
         self.made_here: list = []  # weak references to the tensors on the call's values (:meth:`escaped`)
         self.returns = None  # (code, lines): where the function returns host reads as they are (_returned_reads)
@@ -505,7 +527,8 @@ class Tracer:
             why = "of a tensor not made in the call (an argument, a parameter)"
         elif src[1] in self.grad_slots:
             why = "of a gradient read from .grad (its array is the tensor's gradient)"
-        elif getattr(t, "_base", None) is not None or (vc is not None and vc.live_views()):
+        elif getattr(t, "_base", None) is not None or (vc is not None and (
+                vc.live_views() or any(ref() is not None for ref in self.views_apart.get(id(vc), [None])[1:]))):
             why = "of a view, or of a tensor with views"
         elif any(isinstance(o, Tensor) for o in plain) or _has_array(t._backend, (plain, params)):
             why = "with an array among its operands or parameters (an index)"
@@ -626,6 +649,13 @@ class Tracer:
             self.poisoned[id(result)] = method.__qualname__
             self.keep.append(result)
         return result
+
+    def view_apart(self, vc, view) -> None:
+        """``view`` was made in ``no_grad`` mode on the memory whose version counter is
+        ``vc`` (it is not among ``vc``'s live views): a change of that memory recorded in
+        the graph, which a replay makes out of place, would leave it stale."""
+        if self.records():
+            self.views_apart.setdefault(id(vc), [vc]).append(weakref.ref(view))
 
     def module_called(self, module, member_lists) -> None:
         """``module`` was called in the call: its lists of members, ``member_lists(module)``
@@ -870,7 +900,9 @@ class Tracer:
                     parents.append((kind, ref, shape, dtype))
                 else:
                     parents.append(None)
-            schedule.append((slot, tuple(parents), node._op.fresh, node._op.exact))
+            # (a rule of mixed dtypes that eagerly returned its gradients cast: the replay's rule does not)
+            exact = _CAST_FIRST if getattr(node._backward, "casts", False) else bool(node._op.exact)
+            schedule.append((slot, tuple(parents), node._op.fresh, exact))
         return tuple(schedule)
 
     # ---- the plan
@@ -1274,7 +1306,10 @@ class Plan:
                         continue
                     kind, ref, shape, dtype = parent
                     fresh = fresh_op
-                    if not exact:
+                    if exact is not True:  # as eagerly: summed over broadcast axes, then cast; cast first
+                        if exact is _CAST_FIRST and pg.dtype != dtype:  # where the rule casts (_cast_back's)
+                            pg = gradient_as(xp, pg, dtype)
+                            fresh = True
                         if tuple(pg.shape) != shape:
                             pg = _unbroadcast(xp, pg, shape)
                             fresh = True

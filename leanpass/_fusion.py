@@ -618,7 +618,9 @@ def _rewrite(events, runs, meta, result_slots):
     backward_runs = []
     new_events = []
     schedules = {}
-    changes = [i for i, event in enumerate(events) if event[0] in ("inplace", "action")]  # of state, in place
+    # changes of state in place, after which a run's inputs may hold other values: a backward
+    # pass too, whose post-accumulate hooks may step the parameters (an optimizer in backward)
+    changes = [i for i, event in enumerate(events) if event[0] in ("inplace", "action", "backward")]
     for index, event in enumerate(events):
         if event[0] in ("backward", "autograd"):
             def unchanged(run, index=index):  # nothing changed in place between the run and this backward pass

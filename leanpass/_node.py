@@ -148,6 +148,8 @@ def mark_view(out, base, key=None, remake=None, op=None):
     out._base = (base, key, remake, op if op is not None else remake[0] if remake else None)
     if _grad_state.enabled:
         vc.add_view(out)
+    elif TRACER[0] is not None:  # lp.compile: a change of the memory recorded in the graph must see this view too
+        TRACER[0].view_apart(vc, out)
     return out
 
 
@@ -303,6 +305,7 @@ def _cast_back(backward, xp, dtypes):
             for grad, dtype in zip(backward(g), dtypes)
         )
 
+    cast.casts = True  # (lp.compile replays the rule without this wrapper, and casts first as it does)
     return cast
 
 

@@ -1905,3 +1905,123 @@ def test_a_member_replaced_inside_a_list_or_dict_traces_again(replace):
         model.layers[0] = spare
     same(f(x), model(x).detach())
     assert f.calls == {"traced": 2, "replayed": 1, "eager": 0}
+
+
+def _eager_and_compiled(make, inputs, fuse=False):
+    """``make()`` -> (function, tensors to compare); runs it eagerly and compiled on twin
+    setups over ``inputs`` (each a tuple of arguments, made by a function), comparing
+    each result, error and the tensors after every call: the compiled function."""
+    (eager, e_state), (step, c_state) = make(), make()
+    compiled = lp.compile(step, fuse=fuse)
+    agree = (lambda a, b: np.testing.assert_allclose(host(a), host(b), rtol=1e-12)) if fuse else same
+    for args in inputs:
+        results = []
+        for fn in (eager, compiled):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)  # (a fallback's: explain() says it)
+                    results.append(fn(*args()))
+            except RuntimeError as exc:
+                results.append(type(exc))
+        if isinstance(results[0], type):
+            assert results[1] is results[0]
+        else:
+            agree(results[1], results[0])
+        for a, b in zip(e_state, c_state):
+            agree(b.grad if a.grad is not None else b, a.grad if a.grad is not None else a)
+    return compiled
+
+
+def test_a_view_made_in_no_grad_mode_sees_a_recorded_change_of_its_base():
+    def make():
+        w = Tensor(np.ones(3), requires_grad=True)
+
+        def step(x):
+            w.grad = None
+            y = w * x
+            with lp.no_grad():
+                v = y[:2]
+            y += 1.0  # recorded in the graph: eagerly v sees it (one memory)
+            ((y[:2] - 2 * v) ** 2).sum().backward()
+            return v * 1.0
+        return step, [w]
+
+    compiled = _eager_and_compiled(make, [lambda k=k: (Tensor(np.arange(3.0) + k),) for k in range(3)])
+    assert compiled.calls["replayed"] == 0 and "with views" in compiled.explain()
+
+
+def test_a_post_accumulate_hook_that_steps_the_parameter_between_two_backward_passes():
+    def make():
+        w = Tensor(np.linspace(-1, 1, 6), requires_grad=True)
+
+        def sgd_in_backward(p):
+            with lp.no_grad():
+                p -= 0.5 * lp.as_tensor(p._grad)
+            p._grad = None
+
+        w.register_post_accumulate_grad_hook(sgd_in_backward)
+
+        def step(x):
+            a = (w + x).tanh()
+            b = (w - x).sin()  # its backward reads w - x as the forward saw it
+            a.sum().backward()
+            b.sum().backward()
+            return a.detach()
+        return step, [w]
+
+    for fuse in (False, True):
+        compiled = _eager_and_compiled(make, [lambda k=k: (Tensor(np.full(6, 0.1 * k)),) for k in range(4)], fuse=fuse)
+        assert compiled.calls["replayed"] == 3
+
+
+def test_a_mixed_dtype_broadcast_gradient_is_cast_then_summed_as_eagerly():
+    def make():
+        b = Tensor(np.zeros(3, dtype=np.float32), requires_grad=True)
+
+        def step(x):
+            b.grad = None
+            ((x + b) ** 2).mean().backward()  # the rule casts to float32, then the engine sums
+        return step, [b]
+
+    compiled = _eager_and_compiled(make, [lambda k=k: (Tensor(np.random.default_rng(k).normal(size=(4096, 3))),)
+                             for k in range(4)])
+    assert compiled.calls["replayed"] == 3
+
+
+def test_take_along_axis_follows_new_negative_indices_in_a_replay():
+    def make():
+        w = Tensor(np.arange(12.0).reshape(4, 3), requires_grad=True)
+
+        def step(idx):
+            w.grad = None
+            y = lp.take_along_axis(w, idx, axis=1)
+            (y * lp.arange(4.0).reshape(4, 1)).sum().backward()
+            return y.detach()
+        return step, [w]
+
+    indices = [[0, 1, 2, 0], [1, 1, 2, 0], [0, -1, 2, 0], [-3, -1, -2, 2]]
+    compiled = _eager_and_compiled(make, [lambda i=i: (lp.asarray(np.array(i).reshape(4, 1)),) for i in indices])
+    assert compiled.calls["replayed"] == 3
+    same(compiled(lp.asarray(np.array(indices[3]).reshape(4, 1))),
+         np.take_along_axis(np.arange(12.0).reshape(4, 3), np.array(indices[3]).reshape(4, 1), axis=1))
+
+
+def test_arguments_that_share_memory_are_another_kind_of_call():
+    def make():
+        w = Tensor(np.ones(3), requires_grad=True)
+
+        def step(a, b):
+            w.grad = None
+            y = (w * a).sum()  # saves a
+            with lp.no_grad():
+                b += 1.0  # b may be a's memory: eagerly, the backward then refuses
+            y.backward()
+            return y.detach()
+        return step, [w]
+
+    def args(kind):
+        a = Tensor(np.arange(3.0))
+        return a, {"apart": lambda: Tensor(np.zeros(3)), "detached": a.detach, "view": lambda: a[:]}[kind]()
+
+    compiled = _eager_and_compiled(make, [lambda k=k: args(k) for k in ("apart", "apart", "detached", "view")])
+    assert compiled.calls["replayed"] == 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .. import ops
 from .._checks import broadcast_shapes, device_message, normalize_axis
-from .._indexing import _check_positions, _checked_positions
+from .._indexing import _check_positions
 from .._node import run1
 from ._records import recorded
 from ._util import asarray_like
@@ -69,7 +69,7 @@ def take_along_axis(x, indices, /, *, axis=-1):
         ) from None
     shape = rest[:axis] + (x.shape[axis],) + rest[axis:]
     out_shape = rest[:axis] + (index.shape[axis],) + rest[axis:]
-    index = _checked_positions(x, index, axis, "take_along_axis")
+    _check_positions(x, index, axis, "take_along_axis")  # (the operation wraps negative positions itself)
     return run1(ops.take_along_axis, x, index, axis, shape, out_shape)
 
 

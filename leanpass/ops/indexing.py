@@ -72,12 +72,15 @@ def flat_positions(be, shape, index, axis):
 
 @op("take_along_axis", saves=(), saves_out=False, complex="holomorphic")
 def take_along_axis(be, a, index, axis, shape, out_shape):
-    """``a`` (broadcast to ``shape``) at the integer ``index`` (non-negative, in
-    range, broadcast to ``out_shape``) along ``axis``: one ``take`` from the
-    flattened array; repeated indices accumulate their gradients (a scatter-add)."""
+    """``a`` (broadcast to ``shape``) at the integer ``index`` (in range, negative
+    positions counted from the end, broadcast to ``out_shape``) along ``axis``: one
+    ``take`` from the flattened array; repeated indices accumulate their gradients (a
+    scatter-add). ``index % n`` wraps the negative positions here, from the index's
+    values, so that a replay of lp.compile's follows new ones."""
     xp = be.xp
     dtype = a.dtype
-    positions = flat_positions(be, shape, xp.broadcast_to(index, out_shape), axis)
+    index = xp.broadcast_to(index, out_shape)
+    positions = flat_positions(be, shape, index % shape[axis] if shape[axis] else index, axis)
     flat = xp.reshape(xp.broadcast_to(a, shape), (-1,))
 
     def backward(g):
