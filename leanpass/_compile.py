@@ -384,6 +384,7 @@ class Tracer:
         self.state_changed = False  # whether the call changed a watched object other than through an action
         self.writes = _WRITES[0]  # the count of writes into watched state the call's own code made: + ...
         self.host: dict = {}  # id(number) -> (slot, what, where) of a value read on the host in a return
+        self.out_specs: dict = {}  # id(tensor) -> its spec in the result (_outputs)
         self.keep_args = list(args)
         for i, t in enumerate(args):
             if id(t) not in self.source:
@@ -958,19 +959,11 @@ class Tracer:
         return tuple(data.shape), data.dtype
 
     def _outputs(self, value):
-        if isinstance(value, Tensor):
-            src = self.source_of(value)
-            if src is None:
-                return None
-            if value._rg and value._node is not None and not isinstance(value._node._prev, Released):
-                self.unsupported("a result that requires grad in a graph still alive (its graph is not replayed: "
-                                 "call backward inside the function)")
-            if id(value) in self.inner_leaves:
-                self.unsupported("a leaf made in the call (requires_grad_(), lp.func's input) as a result: its .grad "
-                                 "is not replayed")
-            if src[0] != VAL and value is not (self.keep_args[src[1]] if src[0] == ARG else src[1]):
-                return ("T", src, value._backend, "view")  # another tensor on its array (x.detach())
-            return ("T", src, value._backend)
+        if isinstance(value, Tensor):  # one tensor twice in the result (return y, y): one spec, one object
+            spec = self.out_specs.get(id(value))
+            if spec is None:
+                spec = self.out_specs[id(value)] = self._tensor_output(value)
+            return spec
         if isinstance(value, (tuple, list)):
             return (type(value), [self._outputs(v) for v in value])
         if isinstance(value, dict):
@@ -981,6 +974,20 @@ class Tracer:
             return ("py", value)
         self.unsupported(f"a result of type {type(value).__name__}")
         return None
+
+    def _tensor_output(self, value):
+        src = self.source_of(value)
+        if src is None:
+            return None
+        if value._rg and value._node is not None and not isinstance(value._node._prev, Released):
+            self.unsupported("a result that requires grad in a graph still alive (its graph is not replayed: "
+                             "call backward inside the function)")
+        if id(value) in self.inner_leaves:
+            self.unsupported("a leaf made in the call (requires_grad_(), lp.func's input) as a result: its .grad "
+                             "is not replayed")
+        if src[0] != VAL and value is not (self.keep_args[src[1]] if src[0] == ARG else src[1]):
+            return ("T", src, value._backend, "view")  # another tensor on its array (x.detach())
+        return ("T", src, value._backend)
 
 
 def _output_slots(spec) -> list:
@@ -1337,25 +1344,32 @@ class Plan:
         if hooks._hooks_registered:  # the leaves' post-accumulate hooks (DDP's averaging), as eagerly
             hooks._run_post_hooks(leaves)
 
-    def _result(self, spec, slots, args):
+    def _result(self, spec, slots, args, made=None):
         kind = spec[0]
         if kind == "T":
             src, backend = spec[1], spec[2]
             k, ref = src
-            if len(spec) == 4:  # another tensor on an argument's or a state tensor's array
-                return leaf(args[ref]._data if k == ARG else ref._data, backend)
-            if k == EXT:
+            if k == EXT and len(spec) == 3:
                 return ref
-            if k == ARG:
+            if k == ARG and len(spec) == 3:
                 return args[ref]
-            return leaf(slots[ref], backend)
+            if made is not None and id(spec) in made:  # the same tensor again in the result (return y, y)
+                return made[id(spec)]
+            if len(spec) == 4:  # another tensor on an argument's or a state tensor's array
+                t = leaf(args[ref]._data if k == ARG else ref._data, backend)
+            else:
+                t = leaf(slots[ref], backend)
+            if made is not None:
+                made[id(spec)] = t
+            return t
         if kind == "py":
             return spec[1]
         if kind == "host":
             return slots[spec[1]]
+        made = {} if made is None else made
         if kind is dict:
-            return {key: self._result(v, slots, args) for key, v in spec[1].items()}
-        items = [self._result(v, slots, args) for v in spec[1]]
+            return {key: self._result(v, slots, args, made) for key, v in spec[1].items()}
+        items = [self._result(v, slots, args, made) for v in spec[1]]
         return kind(*items) if hasattr(kind, "_fields") else kind(items)  # a named tuple takes its fields
 
 

@@ -2025,3 +2025,12 @@ def test_arguments_that_share_memory_are_another_kind_of_call():
 
     compiled = _eager_and_compiled(make, [lambda k=k: args(k) for k in ("apart", "apart", "detached", "view")])
     assert compiled.calls["replayed"] == 1
+
+
+def test_a_tensor_twice_in_the_result_is_one_object_as_eagerly():
+    f = lp.compile(lambda x: (lambda y: (y, {"again": y}, y.detach()))(x * 2.0))
+    for _ in range(3):
+        y, d, other = f(Tensor(np.ones(2)))
+        assert d["again"] is y and other is not y
+        same(other, [2.0, 2.0])
+    assert f.calls["replayed"] == 2
