@@ -2034,3 +2034,18 @@ def test_a_tensor_twice_in_the_result_is_one_object_as_eagerly():
         assert d["again"] is y and other is not y
         same(other, [2.0, 2.0])
     assert f.calls["replayed"] == 2
+
+
+def test_batch_norm_with_a_cumulative_average_replays():
+    def make():
+        lp.manual_seed(0)
+        return nn.BatchNorm1d(3, momentum=None, dtype="float64")
+
+    eager, layer = make(), make()
+    f = lp.compile(lambda x: layer(x).sum().detach(), fuse=False)
+    for k in range(4):
+        x = Tensor(RNG.normal(size=(8, 3)) + k)
+        same(f(x), eager(x).sum())
+        for name in ("running_mean", "running_var", "num_batches_tracked"):
+            same(getattr(layer, name), getattr(eager, name))
+    assert f.calls == {"traced": 1, "replayed": 3, "eager": 0}

@@ -320,12 +320,27 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
     return y
 
 
+class _Cumulative:
+    """``batch_norm``'s momentum for ``BatchNorm(momentum=None)``: ``1 / (n + 1)`` of the
+    ``n`` batches counted so far (``tracked``, the layer's 0-d ``num_batches_tracked``),
+    computed in the update step itself, so that a replay of lp.compile's computes it
+    from each call's count (a momentum Tensor computed in the call would run it eagerly)."""
+
+    __slots__ = ("tracked",)
+
+    def __init__(self, tracked):
+        self.tracked = tracked
+
+
 @action
 def _update_running(stats, running_mean, running_var, momentum, count, device) -> None:
     """The running statistics moved toward the batch's (``stats``: the mean and the biased
     variance the op put in it), in place, outside the graph. A step of its own, so that
     lp.compile replays it after the op has put the replay's statistics in ``stats``."""
     with no_grad():
+        if isinstance(momentum, _Cumulative):
+            dtype = (running_mean if running_mean is not None else running_var).dtype
+            momentum = 1.0 / (momentum.tracked.astype(dtype) + 1)
         mean, var = (as_tensor(a, device=device) for a in stats)
         if running_mean is not None:
             running_mean *= 1 - momentum

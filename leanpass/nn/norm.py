@@ -94,8 +94,7 @@ class _BatchNorm(Module):
         update = self.training and self.running_mean is not None
         momentum = self.momentum
         if update and momentum is None:  # the cumulative average, without reading the count on the host
-            with no_grad():
-                momentum = 1.0 / (self.num_batches_tracked.astype(self.running_mean.dtype) + 1)
+            momentum = F._Cumulative(self.num_batches_tracked)  # (computed by the update: lp.compile replays it)
         y = F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
                          self.training or self.running_mean is None, momentum, self.eps, _op=name)
         if update:
