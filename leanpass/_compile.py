@@ -33,9 +33,11 @@ from __future__ import annotations
 
 import ast
 import collections
+import dis
 import functools
 import gc
 import inspect
+import itertools
 import math
 import os
 import sys
@@ -110,17 +112,21 @@ def _names_seen(fn) -> tuple:
         return (), ()
     cells = tuple(fn.__closure__ or ())
     namespace = fn.__globals__
-    names = tuple(sorted(name for name in _names_in(code) if name in namespace))
+    builtins = namespace.get("__builtins__", {})
+    builtins = vars(builtins) if not isinstance(builtins, dict) else builtins
+    # (a global bound only after lp.compile wrapped the function is read too; a builtin not shadowed, not)
+    names = tuple(sorted(name for name in _globals_in(code) if name in namespace or name not in builtins))
     return cells, tuple((namespace, name) for name in names)
 
 
-def _names_in(code) -> set:
-    """The names ``code`` reads as globals or attributes, with those of the code inside
-    it: comprehensions (code of their own before Python 3.12), lambdas, functions."""
-    names = set(code.co_names)
+def _globals_in(code) -> set:
+    """The names ``code`` reads as globals (not as attributes: ``opt.step()`` reads no
+    global ``step``), with those of the code inside it: comprehensions (code of their
+    own before Python 3.12), lambdas, functions."""
+    names = {ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
     for const in code.co_consts:
         if isinstance(const, type(code)):
-            names |= _names_in(const)
+            names |= _globals_in(const)
     return names
 
 
@@ -164,16 +170,18 @@ def _is_host_read(node) -> bool:
     return isinstance(func, ast.Name) and func.id == "float" and len(node.args) == 1
 
 
-def _returned_whole(value) -> bool:
-    """Whether every host read in the expression ``value`` is the expression itself or
-    an item of tuple and list displays or a value of dict displays, from the top down
-    (``return loss.item()``, ``return {"loss": loss.item(), "out": out}``): then its
-    number goes into the result as it is, and no code sees it."""
-    placed = set()
+def _placed_reads(value):
+    """The host reads in the expression ``value`` that give the result as they are: the
+    expression itself, or items of tuple and list displays, values of dict displays,
+    from the top down (``return loss.item()``, ``return {"loss": loss.item(), "out":
+    out}``): their numbers go into the result, and no code sees them. None where another
+    host read lies in ``value``; on Python 3.10 also where a call lies outside them (a
+    ``map(float, ...)`` reads implicitly, and 3.10 cannot say from which call a read came)."""
+    placed = []
 
     def place(node):
         if _is_host_read(node):
-            placed.add(id(node))
+            placed.append(node)
         elif isinstance(node, (ast.Tuple, ast.List)):
             for item in node.elts:
                 place(item)
@@ -182,17 +190,30 @@ def _returned_whole(value) -> bool:
                 place(item)
 
     place(value)
-    return all(id(node) in placed for node in ast.walk(value) if _is_host_read(node))
+    ids = {id(node) for node in placed}
+    if not all(id(node) in ids for node in ast.walk(value) if _is_host_read(node)):
+        return None
+    if sys.version_info < (3, 11):
+        stack = [value]
+        while stack:
+            node = stack.pop()
+            if id(node) in ids:
+                continue
+            if isinstance(node, ast.Call):
+                return None
+            stack.extend(ast.iter_child_nodes(node))
+    return placed
 
 
 _HEADERS = {ast.If: "test", ast.While: "test", ast.For: "iter", ast.AsyncFor: "iter"}
 
 
 def _returned_reads(fn):
-    """``(code, lines)``: ``fn``'s code and the lines of its own return statements whose
-    host reads (``t.item()``, ``float(t)``) only give the result (:func:`_returned_whole`),
-    where no other statement's code lies; None where the source cannot be read (a
-    lambda, a callable object, code typed at a prompt)."""
+    """``(code, places)``: ``fn``'s code and where in its source (as :func:`_read_at` says)
+    lie the host reads (``t.item()``, ``float(t)``) of its own return statements that only
+    give the result (:func:`_placed_reads`), on lines where no other statement's code
+    lies; None where the source cannot be read (a lambda, a callable object, code typed
+    at a prompt)."""
     code = getattr(fn, "__code__", None)
     if code is None or code.co_name == "<lambda>" or code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE):
         return None
@@ -214,8 +235,9 @@ def _returned_reads(fn):
 
     def visit(statements):
         for st in statements:
-            if isinstance(st, ast.Return) and st.value is not None and _returned_whole(st.value):
-                returns.append(st)
+            placed = _placed_reads(st.value) if isinstance(st, ast.Return) and st.value is not None else None
+            if placed is not None:
+                returns.append((st, placed))
                 continue
             bodies = [getattr(st, name) for name in ("body", "orelse", "finalbody")
                       if isinstance(getattr(st, name, None), list)]
@@ -235,11 +257,22 @@ def _returned_reads(fn):
 
     visit(defs[0].body)
     allowed = set()
-    for st in returns:
-        span = set(range(st.lineno, st.end_lineno + 1))
-        if not span & taken:
-            allowed.update(line + shift for line in span)
+    for st, placed in returns:
+        if set(range(st.lineno, st.end_lineno + 1)) & taken:
+            continue
+        if sys.version_info < (3, 11):  # the lines of the statement (whose only calls are its reads)
+            allowed.update(range(st.lineno + shift, st.end_lineno + shift + 1))
+        else:  # the reads themselves
+            allowed.update((n.lineno + shift, n.end_lineno + shift, n.col_offset, n.end_col_offset) for n in placed)
     return code, frozenset(allowed)
+
+
+def _read_at(frame) -> tuple:
+    """Where in its source ``frame`` stands: ``(line, end line, column, end column)`` of the
+    call it is making (Python 3.11 and later), or its line alone (3.10)."""
+    if sys.version_info < (3, 11):
+        return frame.f_lineno
+    return next(itertools.islice(frame.f_code.co_positions(), frame.f_lasti // 2, None), None)
 
 
 def _host_float(backend, array) -> float:
@@ -313,6 +346,12 @@ _CAST_FIRST = "cast first"  # a schedule entry's gradients: cast to the inputs' 
 
 class _Stale(Exception):
     """A replay met something the trace did not see (a shape): the call runs eagerly."""
+
+
+class _Retry(Exception):
+    """A replay raised before it changed any state: this call runs eagerly (a ``try``
+    in the function may catch the error, which the replay cannot follow), later ones
+    replay again."""
 
 
 def _has_array(backend, value) -> bool:
@@ -663,7 +702,7 @@ class Tracer:
         (:func:`leanpass.nn.module._member_lists`), must hold the same items at a replay."""
         if id(module) not in self.modules_called and self.records():
             self.modules_called[id(module)] = module
-            self.member_lists.extend(member_lists(module))
+            self.member_lists.extend(member_lists(module))  # (of lists and dicts, by item: not nested ones)
 
     def check_watched(self, by_action: bool = False) -> None:
         """Compare the watched objects (:data:`leanpass._graph.trace.WATCHED`) with their
@@ -724,7 +763,7 @@ class Tracer:
         src = self.source_of(t)
         if (type(value) is not float or returns is None or frame.f_code is not returns[0]
                 or frame.f_back is None or frame.f_back.f_code is not _TRACE_CODE  # (not a recursive call's)
-                or frame.f_lineno not in returns[1] or src is None):
+                or _read_at(frame) not in returns[1] or src is None):
             return self.unsupported(what)
         slot = self.slots
         self.slots += 1
@@ -970,7 +1009,11 @@ class Tracer:
             return (dict, {k: self._outputs(v) for k, v in value.items()})
         if type(value) is float and id(value) in self.host:  # read on the host in the return: read again
             return ("host", self.host[id(value)][0])
-        if value is None or isinstance(value, (bool, int, float, complex, str)):
+        if isinstance(value, (bool, int, float, complex)):  # (a learning rate, a count: read from state, mostly)
+            self.unsupported(f"a Python number in the result ({type(value).__name__}): a replay would return the "
+                             "trace's; return a tensor, or a float read on the host as it is (return loss.item())")
+            return None
+        if value is None or isinstance(value, str):
             return ("py", value)
         self.unsupported(f"a result of type {type(value).__name__}")
         return None
@@ -1118,7 +1161,7 @@ class Plan:
         if _MODULE_CHANGES[0] != self.modules:
             return False
         for members, ids in self.member_lists:  # an item replaced in place: model.layers[0] = other
-            if tuple(map(id, members.values() if type(members) is dict else members)) != ids:
+            if tuple(map(id, members.values() if isinstance(members, dict) else members)) != ids:
                 return False
         if self.passes and hooks._grad_hooks_registered:
             return False  # gradient hooks registered since: a trace now runs eagerly (not replayed yet)
@@ -1129,6 +1172,20 @@ class Plan:
         return True
 
     def replay(self, args: list):
+        """The recorded call on ``args``' arrays: its result. An error before anything
+        changed state (an operation's, a check's: one the eager call may have caught)
+        is a :class:`_Retry`, after which the call runs eagerly; after, it propagates."""
+        self.changed = False
+        try:
+            return self._replay(args)
+        except _Stale:
+            raise
+        except Exception as exc:
+            if self.changed:
+                raise
+            raise _Retry(repr(exc)) from exc
+
+    def _replay(self, args: list):
         self.replays += 1
         if self._to_fuse is not None:
             self._fuse()
@@ -1199,7 +1256,7 @@ class Plan:
             elif kind == "host":  # a number read on the host, which the call returns
                 slots[event[3]] = event[1](event[4], get(event[2][0]))
             elif kind == "backward":
-                changed = True
+                changed = self.changed = True
                 self._backward(event, get, backwards, args)
             elif kind == "autograd":  # autograd.grad: its gradients are values of the call
                 self._backward(event, get, backwards, args, slots)
@@ -1218,15 +1275,17 @@ class Plan:
                     raise _Stale(what)
                 slots[slot] = g
             elif kind == "action":
-                changed = True
                 _, method, a, kw = event
+                if not getattr(method, "idempotent", False):  # (zero_grad: an eager call runs it again alike)
+                    changed = self.changed = True
                 method(*a, **kw)
             elif kind == "inplace":
-                changed = True
+                changed = self.changed = True
                 self._inplace(event, slots, get, args)
             else:  # "grad": .grad = None, or its own array given back (changed in place)
-                changed = True
                 _, (kind_, ref), own = event
+                if own:  # (.grad = None: an eager call sets it again alike)
+                    changed = self.changed = True
                 t = args[ref] if kind_ == ARG else ref
                 t._grad = t._backend.copy(t._grad) if own else None  # (the setter's copy, as eagerly)
                 t._read_zeros = False
@@ -1389,6 +1448,7 @@ class Compiled:
         self._entries: collections.OrderedDict = collections.OrderedDict()
         self._warned: set = set()
         self._returns = False  # _returned_reads(fn), read at the first trace
+        self._escaped: set = set()  # keys whose trace kept a tensor made in the call: one more trace, then eagerly
         self.calls = {"traced": 0, "replayed": 0, "eager": 0}
 
     def __call__(self, *args, **kwargs):
@@ -1415,10 +1475,11 @@ class Compiled:
         drawn = _backends_base._host_rng.bit_generator.state if entry.counts["draw"] else None
         try:
             out = entry.replay(tensors)
-        except _Stale as exc:  # a shape the trace did not see: eagerly from now on
+        except (_Stale, _Retry) as exc:  # a shape the trace did not see: eagerly from now on; an error: this once
             if drawn is not None:
                 _backends_base._host_rng.bit_generator.state = drawn
-            self._fall_back(key, (f"a replay met {exc}", "replay"))
+            if isinstance(exc, _Stale):
+                self._fall_back(key, (f"a replay met {exc}", "replay"))
             self.calls["eager"] += 1
             return self.fn(*args, **kwargs)
         self.calls["replayed"] += 1
@@ -1458,6 +1519,9 @@ class Compiled:
             return result  # no entry: the next call traces again (a module's first call may set up a cache)
         plan = tracer.plan(result, self.fuse)
         if plan is not None and tracer.escaped(result):
+            if key not in self._escaped:  # once: a cache filled at the first call (a mask made once): trace again
+                self._escaped.add(key)
+                return result
             plan, tracer.reason = None, (
                 "a tensor made in the call kept after it other than in the result (in an optimizer's state made "
                 "at its first step, a list, a global): a replay would leave it as the first call made it",
@@ -1484,7 +1548,8 @@ class Compiled:
     def _warn(self, what: str, where: str) -> None:
         if what not in self._warned:  # once per function and reason
             self._warned.add(what)
-            warnings.warn(f"lp.compile: {self.__name__} {what} at {where}", RuntimeWarning, stacklevel=4)
+            name = getattr(self, "__name__", None) or repr(self.fn)  # (a callable object, a partial: no name)
+            warnings.warn(f"lp.compile: {name} {what} at {where}", RuntimeWarning, stacklevel=4)
 
     def explain(self) -> str:
         """What was traced: per cache entry, the operations, backward passes, in-place

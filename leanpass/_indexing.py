@@ -226,7 +226,8 @@ def _check_positions(t, array, axis, op, wraps: bool = True) -> bool:
     if low < -n or high >= n:
         raise _out_of_range(op, high if high >= n else low, axis, n, t.shape)
     negative = low < 0
-    check(lambda values: _in_range(xp, values, n, axis, t.shape, op, wraps or negative), array)
+    shape = t.shape  # (the check keeps no Tensor: lp.compile's record holds it)
+    check(lambda values: _in_range(xp, values, n, axis, shape, op, wraps or negative), array)
     return negative
 
 

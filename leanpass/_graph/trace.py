@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import weakref
 
-__all__ = ["TRACER", "action", "note", "check", "implicit_seed", "draw", "read_grad", "watch"]
+__all__ = ["TRACER", "action", "idempotent", "note", "check", "implicit_seed", "draw", "read_grad", "watch"]
 
 TRACER = [None]  # [the active tracer, or None]
 
@@ -54,6 +54,13 @@ def action(method):
         return tracer.action(method, args, kwargs)
 
     return traced
+
+
+def idempotent(method):
+    """Mark an :func:`action` whose second run changes nothing more (``zero_grad``): a
+    replay that meets an error after it may still run the call eagerly instead."""
+    method.idempotent = True
+    return method
 
 
 def check(fn, *values) -> None:

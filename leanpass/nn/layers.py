@@ -11,7 +11,7 @@ from .._graph.trace import draw
 from ..backends import get_backend, get_default_dtype
 from ..serialization import transposed_copy
 from ..tensor import Tensor, apply, as_tensor
-from .module import _CHANGES, Module, Parameter
+from .module import _CHANGES, Module, Parameter, report_members
 
 __all__ = [
     "Linear", "MLP", "Sequential", "Dropout",
@@ -236,6 +236,7 @@ class Sequential(Module):
     def __getitem__(self, i):
         """A module, or for a slice a Sequential of those modules (shared, as PyTorch's:
         ``model[:-1](x)`` runs all but the last)."""
+        report_members(self)  # (lp.compile: a replay checks that the layers are still these)
         if isinstance(i, slice):
             return Sequential(self.layers[i])
         try:
@@ -259,9 +260,11 @@ class Sequential(Module):
             raise IndexError(f"Sequential: index {i} is out of range for {len(self.layers)} layers") from None
 
     def __len__(self):
+        report_members(self)
         return len(self.layers)
 
     def __iter__(self):
+        report_members(self)
         return iter(self.layers)
 
     def append(self, module) -> Sequential:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .._dtypes import as_dtype
-from .._graph.trace import TRACER, action
+from .._graph.trace import TRACER, action, idempotent
 from ..backends import dtype_name, get_backend
 from ..serialization import TORCH_LAYOUTS, note_transposed, transposed_copy, was_transposed
 from ..tensor import Tensor, as_tensor, clear_gradients
@@ -81,10 +81,18 @@ def _member_lists(module) -> list:
     changes no attribute, so a compiled function checks these before each replay."""
     found = []
     for value in vars(module).values():
-        items = value.values() if type(value) is dict else value if type(value) is list else None
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
         if items is not None and any(isinstance(v, (Module, Tensor)) for v in items):
             found.append((value, tuple(map(id, items))))
     return found
+
+
+def report_members(module) -> None:
+    """Tell lp.compile, if a call is traced, that it reads ``module``'s members (a
+    module called, or a ``Sequential`` iterated): a replay checks its member lists."""
+    tracer = TRACER[0]
+    if tracer is not None:
+        tracer.module_called(module, _member_lists)
 
 
 class Module:
@@ -127,9 +135,8 @@ class Module:
             del buffers[name]
 
     def __call__(self, *args, **kwargs):
-        tracer = TRACER[0]
-        if tracer is not None:  # lp.compile: a replay checks that the module's lists still hold these members
-            tracer.module_called(self, _member_lists)
+        if TRACER[0] is not None:  # lp.compile: a replay checks that the module's lists still hold these members
+            report_members(self)
         return self.forward(*args, **kwargs)
 
     # ---- pickles -------------------------------------------------------------------
@@ -283,6 +290,7 @@ class Module:
 
     # ---- modes and devices -------------------------------------------------------
     @action
+    @idempotent
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Reset every parameter's gradient (it reads as zeros until the next backward);
         ``set_to_none=False`` sets gradients that exist to zeros in place, as PyTorch."""

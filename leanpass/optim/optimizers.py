@@ -21,7 +21,7 @@ import math
 import numbers
 
 from .._graph.modes import enable_grad
-from .._graph.trace import action, watch, wrote
+from .._graph.trace import action, idempotent, watch, wrote
 from .._graph.versions import increment_versions
 from ..backends import FLOAT_DTYPES, backend_of_array, dtype_name, get_backend
 from ..backends._base import NO_FUSED
@@ -56,6 +56,10 @@ class _Group(dict):
     def update(self, *args, **kwargs):
         wrote()
         super().update(*args, **kwargs)
+
+    def __ior__(self, other):
+        wrote()
+        return super().__ior__(other)
 
     def setdefault(self, key, default=None):
         if key not in self:
@@ -226,6 +230,7 @@ class Optimizer:
             yield from group["params"]
 
     @action
+    @idempotent
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Reset every parameter's gradient; it reads as zeros until the next backward.
         With ``set_to_none=False`` (PyTorch's option), gradients that exist are set to
