@@ -174,9 +174,10 @@ def _placed_reads(value):
     """The host reads in the expression ``value`` that give the result as they are: the
     expression itself, or items of tuple and list displays, values of dict displays,
     from the top down (``return loss.item()``, ``return {"loss": loss.item(), "out":
-    out}``): their numbers go into the result, and no code sees them. None where another
-    host read lies in ``value``; on Python 3.10 also where a call lies outside them (a
-    ``map(float, ...)`` reads implicitly, and 3.10 cannot say from which call a read came)."""
+    out}``): their numbers go into the result, and no code sees them. (A read elsewhere
+    in ``value`` is not among them: Python 3.11 and later tell a read by its call's
+    position.) On Python 3.10, None where any other call lies in ``value``: 3.10 tells a
+    read by its line alone, and a call there may read (``map(float, ...)``)."""
     placed = []
 
     def place(node):
@@ -190,10 +191,8 @@ def _placed_reads(value):
                 place(item)
 
     place(value)
-    ids = {id(node) for node in placed}
-    if not all(id(node) in ids for node in ast.walk(value) if _is_host_read(node)):
-        return None
     if sys.version_info < (3, 11):
+        ids = {id(node) for node in placed}
         stack = [value]
         while stack:
             node = stack.pop()
