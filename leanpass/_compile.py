@@ -32,6 +32,7 @@ docs/compile.md.
 from __future__ import annotations
 
 import ast
+import builtins
 import collections
 import dis
 import functools
@@ -41,6 +42,7 @@ import itertools
 import math
 import os
 import sys
+import textwrap
 import threading
 import warnings
 import weakref
@@ -224,8 +226,9 @@ def _returned_reads(fn):
     shift = first - (1 if lines[0][:1] not in " \t" else 2)  # the tree's line numbers -> the file's
     defs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     if not defs or defs[0].name != code.co_name or \
-            min([defs[0].lineno] + [d.lineno for d in defs[0].decorator_list]) + shift != code.co_firstlineno:
-        return None  # the source read is not this code's
+            min([defs[0].lineno] + [d.lineno for d in defs[0].decorator_list]) + shift != code.co_firstlineno \
+            or not _compiles_to(lines, code):
+        return None  # the source read is not this code's (a file changed since it was imported)
     taken: set = set()  # lines with code of a statement other than a return that qualifies
     returns = []
 
@@ -264,6 +267,26 @@ def _returned_reads(fn):
         else:  # the reads themselves
             allowed.update((n.lineno + shift, n.end_lineno + shift, n.col_offset, n.end_col_offset) for n in placed)
     return code, frozenset(allowed)
+
+
+def _compiles_to(lines, code) -> bool:
+    """Whether the source ``lines`` of a function compile to ``code``'s bytecode (a file
+    edited after it was imported does not): compiled inside a function that binds its
+    free variables, so that they are read as they are in ``code`` (closures, ``super()``)."""
+    body = textwrap.indent(textwrap.dedent("".join(lines)), "    ")
+    source = "def _outer():\n" + "".join(f"    {name} = None\n" for name in code.co_freevars) + body
+    try:
+        outer = builtins.compile(source, code.co_filename, "exec", dont_inherit=True)  # (compile: this module's)
+    except SyntaxError:
+        return False
+    stack = list(outer.co_consts)
+    while stack:
+        const = stack.pop()
+        if isinstance(const, type(code)):
+            if const.co_name == code.co_name and const.co_code == code.co_code:
+                return True
+            stack.extend(const.co_consts)
+    return False
 
 
 def _read_at(frame) -> tuple:

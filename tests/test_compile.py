@@ -2257,3 +2257,22 @@ def test_values_read_through_dlpack_run_the_call_eagerly():
         for k in range(3):
             same(f(Tensor(np.full(2, float(k)))), [2.0 * k, 2.0 * k])
     assert f.calls["replayed"] == 0
+
+
+def test_a_source_edited_after_import_is_not_taken_for_the_code(tmp_path, monkeypatch):
+    # the return the file now shows is not the code's: the read runs eagerly
+    import importlib
+    import linecache
+
+    path = tmp_path / "edited_step.py"
+    path.write_text("def step(a):\n    return max(a.sum().item(), 1.0)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("edited_step")
+    path.write_text("def step(a):\n    return  [  a.sum().item(), 1.0]\n")  # the read where it stood
+    linecache.checkcache(str(path))
+    f = lp.compile(module.step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for value in (5.0, 0.5, -3.0):
+            assert f(Tensor(np.array([value]))) == max(value, 1.0)
+    assert f.calls["replayed"] == 0
