@@ -246,8 +246,8 @@ def _returned_reads(fn):
             if not bodies or isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 occupy(st.lineno, st.end_lineno)  # a simple statement, a definition, a match: all its lines
                 continue
-            header = getattr(st, _HEADERS.get(type(st), ""), None)  # the code before the first body
-            end = header.end_lineno if header is not None else st.lineno
+            header = _HEADERS.get(type(st))  # the code before the first body: if's test, for's iterable
+            end = getattr(st, header).end_lineno if header is not None else st.lineno
             for item in getattr(st, "items", ()):  # with
                 end = max(end, item.context_expr.end_lineno, getattr(item.optional_vars, "end_lineno", 0) or 0)
             occupy(st.lineno, end)
@@ -443,7 +443,7 @@ class Tracer:
         self.returns = None  # (code, lines): where the function returns host reads as they are (_returned_reads)
         self.watched = [(obj, obj._traced_state()) for obj in list(_WATCHED)]  # (optimizers' options)
         self.state_changed = False  # whether the call changed a watched object other than through an action
-        self.writes = _WRITES[0]  # the count of writes into watched state the call's own code made: + ...
+        self.writes = _WRITES[0]  # writes into watched state when the call began, plus those its actions made
         self.host: dict = {}  # id(number) -> (slot, what, where) of a value read on the host in a return
         self.out_specs: dict = {}  # id(tensor) -> its spec in the result (_outputs)
         self.keep_args = list(args)
@@ -1469,7 +1469,7 @@ class Compiled:
         self.cache_size = cache_size
         self._entries: collections.OrderedDict = collections.OrderedDict()
         self._warned: set = set()
-        self._returns = False  # _returned_reads(fn), read at the first trace
+        self._returns = _UNREAD  # _returned_reads(fn), read at the first trace
         self._escaped: set = set()  # keys whose trace kept a tensor made in the call: one more trace, then eagerly
         self.calls = {"traced": 0, "replayed": 0, "eager": 0}
 
@@ -1510,7 +1510,7 @@ class Compiled:
     def _trace(self, key, tensors, objects, args, kwargs):
         self._entries.pop(key, None)
         tracer = Tracer(tensors)
-        if self._returns is False:
+        if self._returns is _UNREAD:
             self._returns = _returned_reads(self.fn)
         tracer.returns = self._returns
         rng = _backends_base._host_rng
@@ -1603,6 +1603,7 @@ class Compiled:
 
 
 _TRACE_CODE = Compiled._trace.__code__  # the frame that calls the traced function
+_UNREAD = object()  # Compiled._returns before the first trace reads the source
 
 
 def _flat_tensor_keys(key):
