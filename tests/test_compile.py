@@ -2062,13 +2062,17 @@ _LOSSES = {
 }
 
 
+def _linear_and_sgd(inputs, outputs):
+    lp.manual_seed(0)
+    model = nn.Linear(inputs, outputs, dtype="float64")
+    return model, lp.optim.SGD(model.parameters(), lr=0.1)
+
+
 @pytest.mark.parametrize("loss", list(_LOSSES))
 def test_a_step_that_indexes_a_value_of_the_call_with_labels_replays(loss):
     # (the checks of the labels keep no tensor of the call: nothing outlives the call)
     def make():
-        lp.manual_seed(0)
-        model = nn.Linear(4, 3, dtype="float64")
-        opt = lp.optim.SGD(model.parameters(), lr=0.1)
+        model, opt = _linear_and_sgd(4, 3)
 
         def step(x, y):
             opt.zero_grad()
@@ -2126,9 +2130,7 @@ def test_a_read_made_by_a_call_in_the_return_runs_eagerly():
 def test_an_error_in_a_replay_before_any_change_runs_the_call_eagerly():
     # an error the function catches takes its eager path; zero_grad before it changes nothing more
     def make():
-        lp.manual_seed(0)
-        model = nn.Linear(3, 4, dtype="float64")
-        opt = lp.optim.SGD(model.parameters(), lr=0.1)
+        model, opt = _linear_and_sgd(3, 4)
 
         def step(x, y):
             opt.zero_grad()
