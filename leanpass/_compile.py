@@ -39,10 +39,10 @@ import functools
 import gc
 import inspect
 import itertools
+import linecache
 import math
 import os
 import sys
-import textwrap
 import threading
 import warnings
 import weakref
@@ -178,8 +178,9 @@ def _placed_reads(value):
     from the top down (``return loss.item()``, ``return {"loss": loss.item(), "out":
     out}``): their numbers go into the result, and no code sees them. (A read elsewhere
     in ``value`` is not among them: Python 3.11 and later tell a read by its call's
-    position.) On Python 3.10, None where any other call lies in ``value``: 3.10 tells a
-    read by its line alone, and a call there may read (``map(float, ...)``)."""
+    position.) On Python 3.10, None where any other read or call lies in ``value``
+    outside them: 3.10 tells a read by its line alone, and a call there may read
+    (``map(float, ...)``)."""
     placed = []
 
     def place(node):
@@ -195,6 +196,8 @@ def _placed_reads(value):
     place(value)
     if sys.version_info < (3, 11):
         ids = {id(node) for node in placed}
+        if not all(id(node) in ids for node in ast.walk(value) if _is_host_read(node)):
+            return None  # (a read inside a placed one: float(max(a.item(), b.item())))
         stack = [value]
         while stack:
             node = stack.pop()
@@ -270,23 +273,35 @@ def _returned_reads(fn):
 
 
 def _compiles_to(lines, code) -> bool:
-    """Whether the source ``lines`` of a function compile to ``code``'s bytecode (a file
-    edited after it was imported does not): compiled inside a function that binds its
-    free variables, so that they are read as they are in ``code`` (closures, ``super()``)."""
-    body = textwrap.indent(textwrap.dedent("".join(lines)), "    ")
-    source = "def _outer():\n" + "".join(f"    {name} = None\n" for name in code.co_freevars) + body
-    try:
-        outer = builtins.compile(source, code.co_filename, "exec", dont_inherit=True)  # (compile: this module's)
-    except SyntaxError:
+    """Whether the source file of ``code`` (``lines`` among it) still compiles to its
+    bytecode and constants (a file edited after it was imported does not): the whole
+    file, as the function was compiled (how a name is loaded depends on its imports)."""
+    text = "".join(linecache.getlines(code.co_filename))
+    if not text or "".join(lines) not in text:
         return False
-    stack = list(outer.co_consts)
+    module = _compiled_file(code.co_filename, text)
+    if module is None:
+        return False
+    stack = [module]
     while stack:
         const = stack.pop()
-        if isinstance(const, type(code)):
-            if const.co_name == code.co_name and const.co_code == code.co_code:
-                return True
-            stack.extend(const.co_consts)
+        if const.co_name == code.co_name and const.co_firstlineno == code.co_firstlineno:
+            return const.co_code == code.co_code and _plain_constants(const) == _plain_constants(code)
+        stack.extend(c for c in const.co_consts if isinstance(c, type(code)))
     return False
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled_file(filename, text):
+    """``text``, the source of ``filename``, compiled (once per text: 16 ms for 2000 lines)."""
+    try:
+        return builtins.compile(text, filename, "exec", dont_inherit=True)  # (compile: this module's lp.compile)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _plain_constants(code) -> tuple:
+    return tuple(repr(c) for c in code.co_consts if not isinstance(c, type(code)))  # (repr: -0.0 is not 0.0)
 
 
 def _read_at(frame) -> tuple:
@@ -567,8 +582,19 @@ class Tracer:
                 target = self.source_of(t)
                 sources = [self.source_of(o) if isinstance(o, Tensor) else (None, o) for o in others]
                 if target is not None and all(s is not None for s in sources):
-                    self.events.append(("inplace", target, op, tuple(sources), params, name, write))
+                    self.events.append(("inplace", target, op, tuple(sources), params, name, write,
+                                        self._own_memory(t, target)))
         return self._untraced(inplace, t, op, others, *params, name=name, write=write)
+
+    def _own_memory(self, t, src) -> bool:
+        """Whether ``t`` (of source ``src``) is a value of the call on memory of its own, no
+        view nor array of an argument or of a tensor from outside: a change of it in place
+        changes no state (an eager call after a replay's error makes it anew)."""
+        if src[0] != VAL or getattr(t, "_base", None) is not None:
+            return False
+        backend, data = t._backend, t._data
+        others = [*self.keep_args, *(e[0] for e in self.externals.values())]
+        return not any(o._backend is backend and backend.shares_memory(o._data, data) for o in others)
 
     def _recorded_change(self, t, op, others, params, name, write):
         """An in-place change recorded in the graph (``h += x``, ``y[:, 0] = 0`` with grad
@@ -1025,19 +1051,20 @@ class Tracer:
             if spec is None:
                 spec = self.out_specs[id(value)] = self._tensor_output(value)
             return spec
-        if isinstance(value, (tuple, list)):
-            return (type(value), [self._outputs(v) for v in value])
-        if isinstance(value, dict):
-            return (dict, {k: self._outputs(v) for k, v in value.items()})
-        if type(value) is float and id(value) in self.host:  # read on the host in the return: read again
+        kind = type(value)
+        if kind in (tuple, list) or (issubclass(kind, tuple) and hasattr(kind, "_make")):  # (a named tuple)
+            return (kind, [self._outputs(v) for v in value])
+        if kind in (dict, collections.OrderedDict):
+            return (kind, {k: self._outputs(v) for k, v in value.items()})
+        if kind is float and id(value) in self.host:  # read on the host in the return: read again
             return ("host", self.host[id(value)][0])
-        if isinstance(value, (bool, int, float, complex)):  # (a learning rate, a count: read from state, mostly)
-            self.unsupported(f"a Python number in the result ({type(value).__name__}): a replay would return the "
-                             "trace's; return a tensor, or a float read on the host as it is (return loss.item())")
+        if kind in (float, complex):  # (a learning rate read from the optimizer: state, which a replay would not read)
+            self.unsupported(f"a Python {kind.__name__} in the result: a replay would return the trace's; return a "
+                             "tensor, or a float read on the host as it is (return loss.item())")
             return None
-        if value is None or isinstance(value, str):
+        if value is None or kind in (bool, int, str):  # (a batch's size, a flag: of the key, mostly)
             return ("py", value)
-        self.unsupported(f"a result of type {type(value).__name__}")
+        self.unsupported(f"a result of type {kind.__name__}")
         return None
 
     def _tensor_output(self, value):
@@ -1230,6 +1257,7 @@ class Plan:
             return ref._data
 
         changed = False  # whether state has changed in this replay (a stale shape after that cannot fall back)
+        read_grads = False  # whether the replay has read a .grad (then clearing gradients is a change too)
         for i, event in enumerate(self.events):
             kind = event[0]
             if kind == "op":
@@ -1285,6 +1313,7 @@ class Plan:
             elif kind == "leaf":  # a leaf made in the call on values it has (lp.func.grad's input)
                 slots[event[2]] = get(event[1])
             elif kind == "grad_read":  # t.grad read in the call: its array at this point
+                read_grads = True  # (a zero_grad after it is no longer one an eager call runs again alike)
                 _, (kind_, ref), slot, backend = event
                 g = (args[ref] if kind_ == ARG else ref)._read_grad()
                 if type(g) is not backend.array_type or (tuple(g.shape), g.dtype) != self.grad_meta[slot]:
@@ -1298,15 +1327,16 @@ class Plan:
                 slots[slot] = g
             elif kind == "action":
                 _, method, a, kw = event
-                if not getattr(method, "idempotent", False):  # (zero_grad: an eager call runs it again alike)
-                    changed = self.changed = True
+                if read_grads or not getattr(method, "idempotent", False):  # (zero_grad: an eager call runs it
+                    changed = self.changed = True  # again alike, unless the call read a gradient before)
                 method(*a, **kw)
             elif kind == "inplace":
-                changed = self.changed = True
+                if not event[7]:  # (a value of the call on memory of its own: an eager call makes it anew)
+                    changed = self.changed = True
                 self._inplace(event, slots, get, args)
             else:  # "grad": .grad = None, or its own array given back (changed in place)
                 _, (kind_, ref), own = event
-                if own:  # (.grad = None: an eager call sets it again alike)
+                if own or read_grads:  # (.grad = None: an eager call sets it again alike)
                     changed = self.changed = True
                 t = args[ref] if kind_ == ARG else ref
                 t._grad = t._backend.copy(t._grad) if own else None  # (the setter's copy, as eagerly)
@@ -1334,7 +1364,7 @@ class Plan:
                 backwards[slot] = _part_backward(k, n, x.dtype)
 
     def _inplace(self, event, slots, get, args):
-        _, target, op, others, params, name, write = event
+        _, target, op, others, params, name, write = event[:7]
 
         def tensor(src):
             kind, ref = src
@@ -1448,10 +1478,10 @@ class Plan:
         if kind == "host":
             return slots[spec[1]]
         made = {} if made is None else made
-        if kind is dict:
-            return {key: self._result(v, slots, args, made) for key, v in spec[1].items()}
+        if kind is dict or kind is collections.OrderedDict:
+            return kind((key, self._result(v, slots, args, made)) for key, v in spec[1].items())
         items = [self._result(v, slots, args, made) for v in spec[1]]
-        return kind(*items) if hasattr(kind, "_fields") else kind(items)  # a named tuple takes its fields
+        return kind._make(items) if hasattr(kind, "_make") else kind(items)  # a named tuple takes its fields
 
 
 # ---- the compiled function -------------------------------------------------------------------

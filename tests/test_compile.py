@@ -2110,7 +2110,34 @@ def test_a_python_number_in_the_result_runs_the_call_eagerly():
         for _ in range(3):
             x = Tensor(RNG.normal(size=(4, 3)))
             assert compiled(x) == eager(x)
-    assert compiled.calls["replayed"] == 0 and "a Python number in the result" in str(caught[0].message)
+    assert compiled.calls["replayed"] == 0 and "a Python float in the result" in str(caught[0].message)
+
+
+def test_results_of_ints_bools_and_the_kinds_of_containers():
+    # an int or a bool of the key (a batch's size) replays; named tuples and ordered dicts keep their
+    # kind; a tuple of another kind (its own __new__) runs the call eagerly
+    import collections
+
+    Pair = collections.namedtuple("Pair", "loss size")
+
+    class Custom(tuple):
+        def __new__(cls, a, b):
+            return super().__new__(cls, (a, b))
+
+    def step(x):
+        y = (x * 2.0).sum()
+        return Pair(y, x.shape[0]), collections.OrderedDict(flag=True, y=y), len(x)
+
+    f = lp.compile(step)
+    for k in range(3):
+        got, want = f(Tensor(np.full(4, float(k)))), step(Tensor(np.full(4, float(k))))
+        assert type(got[0]) is Pair and type(got[1]) is collections.OrderedDict and got[1]["y"] is got[0].loss
+        assert (got[0].size, got[1]["flag"], got[2]) == (4, True, 4)
+        same(got[0].loss, want[0].loss)
+    assert f.calls == {"traced": 1, "replayed": 2, "eager": 0}
+    g = lp.compile(lambda x: Custom(x * 2.0, x))
+    with pytest.warns(RuntimeWarning, match="a result of type Custom"):
+        g(Tensor(np.ones(2)))
 
 
 def _implicit_reads(a, b):
@@ -2278,3 +2305,82 @@ def test_a_source_edited_after_import_is_not_taken_for_the_code(tmp_path, monkey
         for value in (5.0, 0.5, -3.0):
             assert f(Tensor(np.array([value]))) == max(value, 1.0)
     assert f.calls["replayed"] == 0
+
+
+def _hi_lo(a, b):
+    return float(max(x := a.sum().item(), y := b.sum().item())), float(min(x, y))  # reads inside a read
+
+
+def _through_the_namespace(x):
+    return lp.exp(x).sum().item()  # (lp.exp: a name the file imported, loaded as its compiler loads it)
+
+
+def test_reads_inside_a_read_run_eagerly_and_a_read_after_a_namespace_call_replays():
+    f, g = lp.compile(_hi_lo, fuse=False), lp.compile(_through_the_namespace, fuse=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for a0, b0 in ((1.0, 2.0), (3.0, 1.0), (0.0, 5.0), (7.0, -1.0)):
+            a, b = Tensor(np.array([a0])), Tensor(np.array([b0]))
+            assert f(a, b) == _hi_lo(a, b)
+            assert g(a) == _through_the_namespace(a)
+    assert f.calls["replayed"] == 0 and g.calls == {"traced": 1, "replayed": 3, "eager": 0}
+
+
+def test_a_gradient_read_before_zero_grad_makes_a_later_error_propagate():
+    # an eager call after the replay's zero_grad would read no gradient: the error propagates, as after a step
+    w = Tensor(np.ones(2), requires_grad=True)
+    opt = lp.optim.SGD([w], lr=0.1)
+
+    def f(a):
+        g = lp.as_tensor(w.grad).sum() * 1.0
+        opt.zero_grad()
+        try:
+            factor = lp.linalg.cholesky(a)
+        except Exception:
+            factor = a * 0.0
+        return g, factor
+
+    compiled = lp.compile(f, fuse=False)
+    for scale in (1.0, 2.0):
+        w.grad = np.full(2, 3.0)
+        same(compiled(Tensor(np.eye(2) * scale))[0], 6.0)
+    w.grad = np.full(2, 3.0)
+    with pytest.raises(Exception, match="positive definite|Matrix is not"):
+        compiled(Tensor(-np.eye(2)))
+
+
+def test_a_change_under_no_grad_of_a_value_of_the_call_is_no_change_of_state():
+    def factor(a):
+        y = a * 1.0
+        with lp.no_grad():
+            y.add_(0.0)
+        try:
+            return lp.linalg.cholesky(y)
+        except Exception:
+            return lp.linalg.cholesky(y + 10.0 * lp.eye(2, dtype=y.dtype))
+
+    compiled = lp.compile(factor, fuse=False)
+    for scale in (1.0, 2.0, -1.0):
+        a = Tensor(np.eye(2) * scale)
+        same(compiled(a), factor(a))
+    assert compiled.calls == {"traced": 1, "replayed": 1, "eager": 1}
+
+
+def test_a_change_under_no_grad_of_a_view_of_an_argument_is_a_change_of_state():
+    # the view writes into the argument: an eager call after the replay's error would add again
+    def f(x, a):
+        v = x[:2]
+        with lp.no_grad():
+            v.add_(1.0)
+        try:
+            return lp.linalg.cholesky(a)
+        except Exception:
+            return a * 0.0
+
+    compiled = lp.compile(f, fuse=False)
+    x = Tensor(np.zeros(3))
+    for scale in (1.0, 2.0):
+        compiled(x, Tensor(np.eye(2) * scale))
+    with pytest.raises(Exception, match="positive definite|Matrix is not"):
+        compiled(x, Tensor(-np.eye(2)))
+    same(x, [3.0, 3.0, 0.0])  # one change per call, none twice
