@@ -44,6 +44,7 @@ import math
 import os
 import sys
 import threading
+import types
 import warnings
 import weakref
 
@@ -590,8 +591,8 @@ class Tracer:
         """Whether ``t`` (of source ``src``) is a value of the call on memory of its own, no
         view nor array of an argument or of a tensor from outside: a change of it in place
         changes no state (an eager call after a replay's error makes it anew)."""
-        if src[0] != VAL or getattr(t, "_base", None) is not None:
-            return False
+        if src[0] != VAL or src[1] in self.grad_slots or getattr(t, "_base", None) is not None:
+            return False  # (a gradient read from .grad is the tensor's own gradient)
         backend, data = t._backend, t._data
         others = [*self.keep_args, *(e[0] for e in self.externals.values())]
         return not any(o._backend is backend and backend.shares_memory(o._data, data) for o in others)
@@ -1058,11 +1059,11 @@ class Tracer:
             return (kind, {k: self._outputs(v) for k, v in value.items()})
         if kind is float and id(value) in self.host:  # read on the host in the return: read again
             return ("host", self.host[id(value)][0])
-        if kind in (float, complex):  # (a learning rate read from the optimizer: state, which a replay would not read)
-            self.unsupported(f"a Python {kind.__name__} in the result: a replay would return the trace's; return a "
-                             "tensor, or a float read on the host as it is (return loss.item())")
+        if kind in (bool, int, float, complex):  # (a learning rate, a scheduler's count: state a replay reads not)
+            self.unsupported(f"a Python {kind.__name__} in the result: a replay would return the trace's; return "
+                             "a tensor, or a float read on the host as it is (return loss.item())")
             return None
-        if value is None or kind in (bool, int, str):  # (a batch's size, a flag: of the key, mostly)
+        if value is None or kind is str:
             return ("py", value)
         self.unsupported(f"a result of type {kind.__name__}")
         return None
@@ -1502,6 +1503,9 @@ class Compiled:
         self._returns = _UNREAD  # _returned_reads(fn), read at the first trace
         self._escaped: set = set()  # keys whose trace kept a tensor made in the call: one more trace, then eagerly
         self.calls = {"traced": 0, "replayed": 0, "eager": 0}
+
+    def __get__(self, obj, objtype=None):  # @lp.compile on a method: bound as a function is (the instance keyed)
+        return self if obj is None else types.MethodType(self, obj)
 
     def __call__(self, *args, **kwargs):
         if _disabled() or TRACER[0] is not None:  # turned off, or called inside a traced call: eagerly
