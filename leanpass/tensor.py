@@ -363,7 +363,7 @@ class Tensor:
                 "computes would be lost from the gradient. Export t.detach() for the values outside the graph"
             )
         if TRACER[0] is not None:
-            _trace_note("__dlpack__ of a tensor (its values leave the recorded operations: np.from_dlpack...)")
+            _trace_note("__dlpack__ of a tensor (its values leave the recorded operations: numpy.from_dlpack...)")
         kwargs = {}
         if stream is not None:
             kwargs["stream"] = stream
