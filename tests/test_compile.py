@@ -1669,7 +1669,7 @@ def _recursive(w):
 
 def _dropped(w):
     def step(x):
-        return {"loss": (x * w).sum().item(), "loss": 2.0}  # noqa: F601 - the first value is not in the result
+        return {"loss": (x * w).sum().item(), "loss": None}  # noqa: F601 - the first value is not in the result
     return step
 
 
