@@ -63,7 +63,7 @@ from .backends import _base as _backends_base
 from .backends import get_default_device, get_default_dtype
 from .nn.module import _CHANGES as _MODULE_CHANGES
 from .ops.conversion import gradient_as
-from .tensor import Tensor
+from .tensor import Tensor, host_number
 
 __all__ = ["compile", "Compiled"]
 
@@ -315,7 +315,7 @@ def _read_at(frame) -> tuple:
 
 def _host_float(backend, array) -> float:
     """What ``Tensor.item()`` (or ``float(t)``) gives for a one-element float ``array``."""
-    return float(backend.to_host(backend.xp.reshape(array, ())).item())
+    return float(host_number(backend, array))
 
 
 # ---- the key of a call -----------------------------------------------------------------------
@@ -1225,7 +1225,7 @@ class Plan:
         """The recorded call on ``args``' arrays: its result. An error before anything
         changed state (an operation's, a check's: one the eager call may have caught)
         is a :class:`_Retry`, after which the call runs eagerly; after, it propagates."""
-        self.changed = False
+        self.changed = False  # set by _replay at the first change of state
         try:
             return self._replay(args)
         except _Stale:
@@ -1257,7 +1257,6 @@ class Plan:
                 return args[ref]._data
             return ref._data
 
-        changed = False  # whether state has changed in this replay (a stale shape after that cannot fall back)
         read_grads = False  # whether the replay has read a .grad (then clearing gradients is a change too)
         for i, event in enumerate(self.events):
             kind = event[0]
@@ -1278,7 +1277,7 @@ class Plan:
                 if type(out) is not backend.array_type:
                     out = backend.as_array(out)
                 if tuple(out.shape) != shape:
-                    if changed:
+                    if self.changed:  # (a stale shape after a change of state cannot fall back)
                         raise RuntimeError(
                             f"lp.compile: a replay met {op} of shape {tuple(out.shape)} where the trace saw {shape}, "
                             "after it had changed state (a backward pass, a step): it cannot fall back to an eager "
@@ -1307,7 +1306,7 @@ class Plan:
             elif kind == "host":  # a number read on the host, which the call returns
                 slots[event[3]] = event[1](event[4], get(event[2][0]))
             elif kind == "backward":
-                changed = self.changed = True
+                self.changed = True
                 self._backward(event, get, backwards, args)
             elif kind == "autograd":  # autograd.grad: its gradients are values of the call
                 self._backward(event, get, backwards, args, slots)
@@ -1320,7 +1319,7 @@ class Plan:
                 if type(g) is not backend.array_type or (tuple(g.shape), g.dtype) != self.grad_meta[slot]:
                     what = "a gradient read as " + (repr(g) if type(g) is not backend.array_type else
                                                     str((tuple(g.shape), g.dtype)))
-                    if changed:
+                    if self.changed:
                         raise RuntimeError(f"lp.compile: a replay met {what} where the trace read "
                                            f"{self.grad_meta[slot]}, after it had changed state: it cannot fall back "
                                            "to an eager call")
@@ -1329,16 +1328,16 @@ class Plan:
             elif kind == "action":
                 _, method, a, kw = event
                 if read_grads or not getattr(method, "idempotent", False):  # (zero_grad: an eager call runs it
-                    changed = self.changed = True  # again alike, unless the call read a gradient before)
+                    self.changed = True  # again alike, unless the call read a gradient before)
                 method(*a, **kw)
             elif kind == "inplace":
                 if not event[7]:  # (a value of the call on memory of its own: an eager call makes it anew)
-                    changed = self.changed = True
+                    self.changed = True
                 self._inplace(event, slots, get, args)
             else:  # "grad": .grad = None, or its own array given back (changed in place)
                 _, (kind_, ref), own = event
                 if own or read_grads:  # (.grad = None: an eager call sets it again alike)
-                    changed = self.changed = True
+                    self.changed = True
                 t = args[ref] if kind_ == ARG else ref
                 t._grad = t._backend.copy(t._grad) if own else None  # (the setter's copy, as eagerly)
                 t._read_zeros = False

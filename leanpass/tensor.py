@@ -257,7 +257,7 @@ class Tensor:
         data = self._data
         if math.prod(data.shape) != 1:
             raise TypeError(f"{op}: only a tensor of one element converts to a Python scalar, got shape {self.shape}")
-        return self._backend.to_host(self._backend.xp.reshape(data, ())).item()
+        return host_number(self._backend, data)
 
     def __bool__(self) -> bool:
         if math.prod(self._data.shape) != 1:
@@ -306,7 +306,7 @@ class Tensor:
         data = self._data
         if math.prod(data.shape) != 1:
             raise ValueError(f"item: only a tensor of one element converts to a number, got shape {self.shape}")
-        value = self._backend.to_host(self._backend.xp.reshape(data, ())).item()
+        value = host_number(self._backend, data)
         value = float(value) if dtype_name(data.dtype) in FLOAT_DTYPES else value
         if TRACER[0] is not None:  # lp.compile: replayed where the function returns it as it is
             _trace_host_read(self, value, sys._getframe(1), "Tensor.item() (a value read on the host: return it as "
@@ -630,6 +630,11 @@ def _rebuild_tensor(cls, data, backend, requires_grad, name, grad):
     t = object.__new__(cls)
     fill_leaf(t, data, backend, requires_grad, name, grad)
     return t
+
+
+def host_number(backend, data):
+    """The one value of the one-element array ``data`` as a Python number (on the host)."""
+    return backend.to_host(backend.xp.reshape(data, ())).item()
 
 
 def with_gradients(params) -> list:
