@@ -462,7 +462,10 @@ class Tracer:
         self.writes = _WRITES[0]  # writes into watched state when the call began, plus those its actions made
         self.host: dict = {}  # id(number) -> (slot, what, where) of a value read on the host in a return
         self.out_specs: dict = {}  # id(tensor) -> its spec in the result (_outputs)
+        self.options: list = []  # (parameter group, key, value) read by the call's own code: checked (Plan.fits)
+        self.options_set = None  # the action that may have set options since the call began (a scheduler's step)
         self.keep_args = list(args)
+        self.arg_references = _references(self.keep_args)  # what holds the arguments before the call (escaped)
         for i, t in enumerate(args):
             if id(t) not in self.source:
                 self._register(t, (ARG, i))
@@ -727,6 +730,8 @@ class Tracer:
         if self.reason is None:
             self.events.append(("action", method, args, kwargs))
             self.actions.append(method.__qualname__)
+        if getattr(method, "sets_options", False):  # (an option read after it may differ at a replay)
+            self.options_set = method.__qualname__
         self.check_watched()  # changed by the function's own code since the last look: a replay would not
         writes = _WRITES[0]
         try:
@@ -738,6 +743,13 @@ class Tracer:
             self.poisoned[id(result)] = method.__qualname__
             self.keep.append(result)
         return result
+
+    def read_option(self, group, key, value) -> None:
+        """See :func:`leanpass._graph.trace.read_option`."""
+        if self.options_set is not None and key != "params":
+            self.unsupported(f"an optimizer's option ({key!r}) read after {self.options_set} in the call: a replay "
+                             "would use the number the trace read, whatever the scheduler set")
+        self.options.append((group, key, value))
 
     def view_apart(self, vc, view) -> None:
         """``view`` was made in ``no_grad`` mode on the memory whose version counter is
@@ -1007,36 +1019,41 @@ class Tracer:
             return None
         return Plan(self, outputs, _MODULE_CHANGES[0], fuse)
 
-    def escaped(self, result) -> bool:
-        """Whether a tensor on a value of the call outlives it other than in ``result``:
-        kept in an optimizer's state made at the first step, appended to a list, stored
-        in a global. A replay makes new arrays for the call's values and would leave
-        that tensor as the trace made it. (The trace's own references go first.)"""
-        returned: set = set()  # the ids of the tensors the result keeps: its own, their bases, their graphs'
-        stack = [result]
-        while stack:
-            value = stack.pop()
-            if isinstance(value, Tensor):
-                if id(value) not in returned:
-                    returned.add(id(value))
-                    base = getattr(value, "_base", None)  # (base, key, ...) on a view: unset elsewhere
-                    stack.append(base[0] if base else None)
-                    stack.append(value._node)
-            elif isinstance(value, Node):
-                if id(value) not in returned:
-                    returned.add(id(value))
-                    stack.append(value._prev)
-            elif isinstance(value, Released):  # the leaves a backward wrote into
-                stack.extend(value)
-            elif isinstance(value, (tuple, list)):
-                stack.extend(value)
-            elif isinstance(value, dict):
-                stack.extend(value.values())
+    def escaped(self, box: list) -> str | None:
+        """What of the call's values outlives it other than in the result ``box[0]``, if
+        anything (a replay makes new arrays and Python objects for them, and would
+        leave what is kept elsewhere as the trace made it):
+
+        - a tensor on a value of the call, not in the result (held through weak
+          references): kept in an optimizer's state made at its first step, appended
+          to a list, stored in a global;
+        - a tensor or container of the result, or an argument, that something
+          outside the result holds more than before the call (``state["h"] = h;
+          return h``, ``state["prev"] = x``): counted by references, those from the
+          result's own containers, views' bases and graph taken off.
+
+        ``box`` holds the only reference the caller keeps to the result. (The trace's
+        own references go first.)"""
         made, self.made_here = self.made_here, []
         self.keep.clear()
-        if any(ref() is not None and id(ref()) not in returned for ref in made):
-            gc.collect(1)  # (a cycle the call made may hold one: an exception caught inside, with its frames)
-        return any((t := ref()) is not None and id(t) not in returned for ref in made)
+        for attempt in range(2):
+            if attempt:  # (a cycle the call made may hold one: an exception caught inside, with its frames)
+                gc.collect(1)
+            seen, inside, mine = _held_by(box, made)
+            if any(ref() is not None and id(ref()) not in seen for ref in made):
+                if attempt:
+                    return ("a tensor made in the call kept after it other than in the result (in an optimizer's "
+                            "state made at its first step, a list, a global)")
+            elif any(n > inside[id(o)] for o, n in zip(mine, _references(mine))):
+                if attempt:
+                    return "a tensor or container the call returns, kept elsewhere too (state['h'] = h; return h)"
+            elif any(after - before > inside[id(t)] for t, before, after in
+                     zip(self.keep_args, self.arg_references, _references(self.keep_args))):
+                if attempt:
+                    return "an argument kept after the call (state['prev'] = x)"
+            else:
+                return None
+        return None
 
     def meta_of(self, src):
         """``(shape, dtype)`` of the value a source gives (at every replay: checked)."""
@@ -1083,6 +1100,59 @@ class Tracer:
         return ("T", src, value._backend)
 
 
+def _held_by(box: list, made: list) -> tuple:
+    """What the result ``box[0]`` holds (:meth:`Tracer.escaped`): the ids of its
+    containers, tensors, views' bases and graph nodes; how many references these hold
+    to each object (by id); and those of them nothing else may hold: the result's
+    containers that hold tensors, and its tensors on values of the call (``made``,
+    weak references)."""
+    made_ids = {id(ref()) for ref in made}
+    seen: set = {id(box)}
+    held: list = [box]
+    mine: list = []
+    stack = [box[0]]
+    while stack:
+        value = stack.pop()
+        if id(value) in seen:
+            continue
+        if isinstance(value, Tensor):
+            stack += [getattr(value, "_base", None), value._node]  # (base, key, ...) on a view: unset elsewhere
+            if id(value) in made_ids:
+                mine.append(value)
+        elif isinstance(value, Node):
+            stack.append(value._prev)
+        elif isinstance(value, Released):  # the leaves a backward wrote into; weakly, the retained
+            stack += [value.leaves, *value]
+        elif isinstance(value, (tuple, list, dict)):
+            stack.extend(value.values() if isinstance(value, dict) else value)
+            if _holds_tensor(value):
+                mine.append(value)
+        else:
+            continue
+        seen.add(id(value))
+        held.append(value)
+    inside = collections.Counter(map(id, itertools.chain.from_iterable(map(gc.get_referents, held))))
+    return seen, inside, mine
+
+
+def _references(objects: list) -> list:
+    """How many references each of ``objects`` has, beyond the list's own and this
+    function's (a new object in the same place is the zero)."""
+    objects.append(object())  # (held by the list alone: the zero)
+    counts = [sys.getrefcount(o) for o in objects]
+    objects.pop()
+    return [n - counts[-1] for n in counts[:-1]]
+
+
+def _holds_tensor(value) -> bool:
+    """Whether a container of a result holds a Tensor, itself or in a container it holds."""
+    if isinstance(value, Tensor):
+        return True
+    if isinstance(value, (tuple, list)):
+        return any(map(_holds_tensor, value))
+    return isinstance(value, dict) and any(map(_holds_tensor, value.values()))
+
+
 def _output_slots(spec) -> list:
     """The slots a result ``spec`` (:meth:`Tracer._outputs`) reads."""
     if spec is None:
@@ -1109,6 +1179,7 @@ class Plan:
         self.outputs = outputs
         self.externals = list(tracer.externals.values())
         self.member_lists = tracer.member_lists
+        self.options = list({(id(g), k): (g, k, v) for g, k, v in reversed(tracer.options)}.values())  # (first)
         self.counts = collections.Counter(e[0] for e in self.events)
         self.passes = self.counts["backward"] + self.counts["autograd"] + tracer.graph_passes
         self.slot_backend = {e[5]: e[7] for e in self.events if e[0] == "op"}
@@ -1218,6 +1289,9 @@ class Plan:
         for t, shape, dtype, backend, rg in self.externals:
             data = t._data
             if data.dtype != dtype or tuple(data.shape) != shape or t._backend is not backend or t._rg != rg:
+                return False
+        for group, key, value in self.options:  # an optimizer's option the trace used as a number (lr * p.grad)
+            if not _equal(dict.get(group, key, _NOT_KEYED), value):
                 return False
         return True
 
@@ -1552,7 +1626,7 @@ class Compiled:
         modes = (is_grad_enabled(), get_default_dtype(), get_default_device())
         TRACER[0] = tracer
         try:
-            result = self.fn(*args, **kwargs)
+            box = [self.fn(*args, **kwargs)]  # the result, held only here (what else holds it: Tracer.escaped)
         finally:
             TRACER[0] = None
         self.calls["traced"] += 1
@@ -1571,15 +1645,15 @@ class Compiled:
         if retrace and tracer.reason is None:  # the call changed Python state a replay would not change
             self._warn("the function changed a module's attributes or members, an optimizer's options, or "
                        "rebound a name it reads (a replay would not); it is traced again at the next call", "trace")
-            return result  # no entry: the next call traces again (a module's first call may set up a cache)
-        plan = tracer.plan(result, self.fuse)
-        if plan is not None and tracer.escaped(result):
+            return box[0]  # no entry: the next call traces again (a module's first call may set up a cache)
+        plan = tracer.plan(box[0], self.fuse)
+        kept = tracer.escaped(box) if plan is not None else None
+        if kept is not None:
             if key not in self._escaped:  # once: a cache filled at the first call (a mask made once): trace again
                 self._escaped.add(key)
-                return result
+                return box[0]
             plan, tracer.reason = None, (
-                "a tensor made in the call kept after it other than in the result (in an optimizer's state made "
-                "at its first step, a list, a global): a replay would leave it as the first call made it",
+                f"{kept}: a replay would leave it as the first call made it",
                 f"{getattr(getattr(self.fn, '__code__', None), 'co_filename', '?')}:"
                 f"{getattr(getattr(self.fn, '__code__', None), 'co_firstlineno', '?')}")
         if plan is not None:
@@ -1591,7 +1665,7 @@ class Compiled:
             self._entries[key] = plan
             while len(self._entries) > self.cache_size:
                 self._entries.popitem(last=False)
-        return result
+        return box[0]
 
     def _fall_back(self, key, reason) -> None:
         what, where = reason

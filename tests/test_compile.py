@@ -1789,6 +1789,43 @@ def test_an_optimizer_option_set_inside_the_function_by_hand_traces_again(inside
     assert calls["replayed"] == (0 if inside == "set by hand" else 4)
 
 
+@pytest.mark.parametrize("read", ["before the scheduler's step", "after it"])
+def test_an_optimizer_option_the_step_reads_as_a_number_follows_the_scheduler(read):
+    # lr read by the function's own code is a number in the trace: a replay checks it still holds
+    def run(compiled):
+        lp.manual_seed(0)
+        model = nn.Linear(3, 2, dtype="float64")
+        opt = lp.optim.SGD(model.parameters(), lr=0.1)
+        sched = lp.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+
+        def step(x):
+            opt.zero_grad()
+            loss = model(x).sum()
+            loss.backward()
+            if read == "after it":
+                sched.step()
+            with lp.no_grad():
+                for p in opt.param_groups[0]["params"]:
+                    p -= opt.param_groups[0]["lr"] * p.grad
+            if read != "after it":
+                sched.step()
+            return loss
+
+        f = lp.compile(step, fuse=False) if compiled else step
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for k in range(6):
+                f(Tensor(np.full((4, 3), 1.0 + k)))
+        return host(model.weight), f, caught
+
+    (eager, _, _), (compiled, f, caught) = run(False), run(True)
+    same(compiled, eager)
+    if read == "after it":  # which number a replay would need is the scheduler's to say: eagerly
+        assert f.calls["replayed"] == 0 and any("read after" in str(w.message) for w in caught)
+    else:  # traced again where the scheduler set another rate (every second step)
+        assert f.calls == {"traced": 3, "replayed": 3, "eager": 0}
+
+
 class _LazyMomentum(lp.optim.Optimizer):
     """A hand-written optimizer in PyTorch's style: its state made at the first step."""
 
@@ -1833,6 +1870,80 @@ def test_a_tensor_made_in_the_call_and_kept_after_it_runs_the_call_eagerly(keep)
     for a, b in zip(params + history, c_params + c_history):
         same(b, a)
     assert f.calls["replayed"] == 0 and any("kept after it" in str(w.message) for w in caught)
+
+
+@pytest.mark.parametrize("keep", ["a result kept too", "its base kept", "an argument kept", "a result list kept",
+                                  "an argument's view returned, the argument kept"])
+def test_what_the_call_keeps_beside_its_result_runs_the_call_eagerly(keep):
+    # eagerly, state holds this call's tensor; a replay would leave the first call's there
+    def run(compiled):
+        model, state = mlp("cpu"), {}
+
+        def step(x):
+            h = model(x)
+            if keep == "a result kept too":
+                state["h"] = h
+                return h
+            if keep == "its base kept":
+                state["h"] = h
+                return h[0]
+            if keep == "an argument kept":
+                state["prev"] = x
+                return h
+            if keep == "a result list kept":
+                state["out"] = out = [h]
+                return out
+            state["prev"] = x
+            return x[0], h
+
+        f = lp.compile(step, fuse=False) if compiled else step
+        seen = []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with lp.no_grad():
+                for k in range(4):
+                    f(Tensor(np.full((4, 6), 0.1 * k)))
+                    seen.append(host(next(v for v in state.values()) if keep != "a result list kept"
+                                     else state["out"][0]))
+        return seen, caught, f
+
+    (seen, _, _), (c_seen, caught, f) = run(False), run(True)
+    for a, b in zip(seen, c_seen):
+        same(b, a)
+    assert f.calls["replayed"] == 0 and any("kept" in str(w.message) for w in caught)
+
+
+def test_what_the_call_returns_and_keeps_only_in_its_result_replays():
+    # the same step, nothing kept beside the result: views, the graph's leaves, an argument returned
+    model = mlp("cpu")
+    opt = lp.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x, y):
+        opt.zero_grad()
+        out = model(x)
+        loss = nn.functional.cross_entropy(out, y)
+        loss.backward()
+        opt.step()
+        return {"loss": loss, "x": x, "first": x[0], "out": [out.detach(), out.detach()[1:]]}, (loss,)
+
+    f = lp.compile(step, fuse=False)
+    for _ in range(4):
+        f(Tensor(RNG.normal(size=(4, 6))), lp.asarray([0, 1, 2, 0]))
+    assert f.calls == {"traced": 1, "replayed": 3, "eager": 0}
+
+
+def test_a_cache_the_first_call_fills_with_an_argument_replays_after():
+    # an argument kept at the first call only (a lazily set reference): traced once more, then replayed
+    cache = {}
+
+    def f(x):
+        cache.setdefault("first", x)
+        return x * 2.0
+
+    g = lp.compile(f, fuse=False)
+    for k in range(4):
+        same(g(Tensor(np.full(3, float(k)))), np.full(3, 2.0 * k))
+    assert g.calls == {"traced": 2, "replayed": 2, "eager": 0}
 
 
 def test_a_result_that_is_a_view_replays():
@@ -2100,8 +2211,9 @@ def test_a_python_number_in_the_result_runs_the_call_eagerly():
             loss = (model(x) ** 2).mean()
             loss.backward()
             opt.step()
+            lr = opt.param_groups[0]["lr"]  # (before the scheduler's step: after it, that alone runs eagerly)
             sched.step()
-            return {"loss": loss.item(), "lr": opt.param_groups[0]["lr"]}
+            return {"loss": loss.item(), "lr": lr}
         return step
 
     eager, compiled = make(), lp.compile(make())

@@ -14,7 +14,8 @@ from __future__ import annotations
 import functools
 import weakref
 
-__all__ = ["TRACER", "action", "idempotent", "note", "check", "implicit_seed", "draw", "read_grad", "watch"]
+__all__ = ["TRACER", "action", "idempotent", "sets_options", "note", "check", "implicit_seed", "draw", "read_grad",
+           "read_option", "watch"]
 
 TRACER = [None]  # [the active tracer, or None]
 
@@ -32,6 +33,16 @@ def wrote() -> None:
     traces a function that makes one outside an action again at every call, since a
     replay would not make it (even where it wrote the value there was)."""
     WRITES[0] += 1
+
+
+def read_option(group, key, value) -> None:
+    """``group[key]`` (a parameter group's option, ``value``) read by the traced call's
+    own code, outside an action (``lr = group["lr"]``, then ``p -= lr * p.grad``): the
+    number is in the trace, so a replay checks that the option still holds it, and the
+    call is traced again where it does not (a scheduler set another)."""
+    tracer = TRACER[0]
+    if tracer is not None and tracer.records():
+        tracer.read_option(group, key, value)
 
 
 def watch(obj) -> None:
@@ -54,6 +65,13 @@ def action(method):
         return tracer.action(method, args, kwargs)
 
     return traced
+
+
+def sets_options(method):
+    """Mark an :func:`action` that may set an optimizer's options (a scheduler's
+    ``step``): an option the call's own code reads after it may differ at a replay."""
+    method.sets_options = True
+    return method
 
 
 def idempotent(method):

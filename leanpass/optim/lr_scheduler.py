@@ -24,7 +24,7 @@ import warnings
 from bisect import bisect_right
 from collections import Counter
 
-from .._graph.trace import action
+from .._graph.trace import action, sets_options
 from .optimizers import Optimizer
 
 __all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "LinearLR", "ExponentialLR", "SequentialLR",
@@ -155,6 +155,7 @@ class LRScheduler:
         )
 
     @action
+    @sets_options
     def step(self, epoch=None) -> None:
         """Advance one step (call it after ``optimizer.step()``) and set each group's ``lr``.
         ``step(epoch)`` is deprecated (as in PyTorch): it jumps to ``epoch``, with the
@@ -487,6 +488,7 @@ class SequentialLR(LRScheduler):
             scheduler.last_epoch -= 1
 
     @action
+    @sets_options
     def step(self) -> None:
         """Advance one step: the scheduler of the current stretch steps (or starts)."""
         self.last_epoch += 1

@@ -21,7 +21,7 @@ import math
 import numbers
 
 from .._graph.modes import enable_grad
-from .._graph.trace import action, idempotent, watch, wrote
+from .._graph.trace import TRACER, action, idempotent, read_option, watch, wrote
 from .._graph.versions import increment_versions
 from ..backends import FLOAT_DTYPES, backend_of_array, dtype_name, get_backend
 from ..backends._base import NO_FUSED
@@ -41,9 +41,23 @@ def _params_error(name: str, params) -> TypeError:
 class _Group(dict):
     """A parameter group: a dict that reports its writes (:func:`leanpass._graph.trace.wrote`),
     so that a compiled step that sets an option itself (``group["lr"] = lr``) is traced
-    again at every call, as a replay would not set it."""
+    again at every call, as a replay would not set it; and, in a traced call, its reads
+    (:func:`leanpass._graph.trace.read_option`), so that a replay of a step that uses an
+    option as a number (``p -= group["lr"] * p.grad``) checks it still holds."""
 
     __slots__ = ()
+
+    def __getitem__(self, key):
+        value = dict.__getitem__(self, key)
+        if TRACER[0] is not None:
+            read_option(self, key, value)
+        return value
+
+    def get(self, key, default=None):
+        value = dict.get(self, key, default)
+        if TRACER[0] is not None and key in self:
+            read_option(self, key, value)
+        return value
 
     def __setitem__(self, key, value):
         wrote()
@@ -121,8 +135,8 @@ class Optimizer:
         """What lp.compile compares around a traced call: each group's parameters and
         options (one set by hand inside a compiled step, not by a scheduler's ``step``,
         is not replayed: the step is traced again)."""
-        return tuple((tuple(map(id, g["params"])), tuple((k, v) for k, v in g.items() if k != "params"))
-                     for g in self.param_groups)
+        return tuple((tuple(map(id, dict.__getitem__(g, "params"))),  # (read as the group's own, not reported)
+                      tuple((k, v) for k, v in g.items() if k != "params")) for g in self.param_groups)
 
     def add_param_group(self, param_group: dict) -> None:
         """Add a group ``{"params": [...], **options}`` whose missing options are the
