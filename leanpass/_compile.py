@@ -466,6 +466,8 @@ class Tracer:
         self.options_set = None  # the action that may have set options since the call began (a scheduler's step)
         self.keep_args = list(args)
         self.arg_references = _references(self.keep_args)  # what holds the arguments before the call (escaped)
+        self.holders: list = []  # the lists, tuples and dicts in the arguments that hold tensors (f([x, y]))
+        self.holder_references: list = []  # what holds them before the call
         for i, t in enumerate(args):
             if id(t) not in self.source:
                 self._register(t, (ARG, i))
@@ -562,6 +564,8 @@ class Tracer:
         src = self.arrays.get(id(t._data))
         if src is not None:  # another tensor on an array the call has seen (detach, as_tensor)
             self._register(t, src)
+            if src[0] == ARG:  # (a new object at each call, as a value's: it must not outlive the call either)
+                self.made_here.append(weakref.ref(t))
             return
         if id(t._data) in self.implicit:  # the ones autograd.grad(create_graph=True) starts from, as a Tensor
             python = True
@@ -1037,9 +1041,9 @@ class Tracer:
         made, self.made_here = self.made_here, []
         self.keep.clear()
         for attempt in range(2):
-            if attempt:  # (a cycle the call made may hold one: an exception caught inside, with its frames)
-                gc.collect(1)
-            seen, inside, mine = _held_by(box, made)
+            if attempt:  # (a cycle the call made may hold one: an exception caught inside, with its frames;
+                gc.collect()  # one a long call moved to the oldest generation)
+            seen, inside, mine = _held_by(box, made, {id(h) for h in self.holders})
             if any(ref() is not None and id(ref()) not in seen for ref in made):
                 if attempt:
                     return ("a tensor made in the call kept after it other than in the result (in an optimizer's "
@@ -1048,9 +1052,10 @@ class Tracer:
                 if attempt:
                     return "a tensor or container the call returns, kept elsewhere too (state['h'] = h; return h)"
             elif any(after - before > inside[id(t)] for t, before, after in
-                     zip(self.keep_args, self.arg_references, _references(self.keep_args))):
+                     [*zip(self.keep_args, self.arg_references, _references(self.keep_args)),
+                      *zip(self.holders, self.holder_references, _references(self.holders))]):
                 if attempt:
-                    return "an argument kept after the call (state['prev'] = x)"
+                    return "an argument kept after the call (state['prev'] = x, or the list it came in)"
             else:
                 return None
         return None
@@ -1100,16 +1105,17 @@ class Tracer:
         return ("T", src, value._backend)
 
 
-def _held_by(box: list, made: list) -> tuple:
+def _held_by(box: list, made: list, given: set) -> tuple:
     """What the result ``box[0]`` holds (:meth:`Tracer.escaped`): the ids of its
     containers, tensors, views' bases and graph nodes; how many references these hold
     to each object (by id); and those of them nothing else may hold: the result's
-    containers that hold tensors, and its tensors on values of the call (``made``,
-    weak references)."""
+    containers that hold tensors (but those of the arguments, ids in ``given``), and
+    its tensors on values of the call (``made``, weak references)."""
     made_ids = {id(ref()) for ref in made}
     seen: set = {id(box)}
     held: list = [box]
     mine: list = []
+    holds: dict = {}  # id(container) -> whether it holds a tensor (_holds_tensor)
     stack = [box[0]]
     while stack:
         value = stack.pop()
@@ -1125,7 +1131,7 @@ def _held_by(box: list, made: list) -> tuple:
             stack += [value.leaves, *value]
         elif isinstance(value, (tuple, list, dict)):
             stack.extend(value.values() if isinstance(value, dict) else value)
-            if _holds_tensor(value):
+            if id(value) not in given and _holds_tensor(value, holds):
                 mine.append(value)
         else:
             continue
@@ -1144,13 +1150,41 @@ def _references(objects: list) -> list:
     return [n - counts[-1] for n in counts[:-1]]
 
 
-def _holds_tensor(value) -> bool:
-    """Whether a container of a result holds a Tensor, itself or in a container it holds."""
+def _holds_tensor(value, holds: dict) -> bool:
+    """Whether ``value`` is a Tensor or a list, tuple or dict that holds one, itself or
+    in one it holds (``holds``: the answers so far by id, so that each container is
+    looked into once: a nested result costs its size, not its size times its depth).
+    A loop rather than recursion: a result may be nested deeper than Python recurses."""
     if isinstance(value, Tensor):
         return True
-    if isinstance(value, (tuple, list)):
-        return any(map(_holds_tensor, value))
-    return isinstance(value, dict) and any(map(_holds_tensor, value.values()))
+    if not isinstance(value, (tuple, list, dict)):
+        return False
+    order, stack = [], [value]  # the containers to answer for, each after those it holds
+    while stack:
+        v = stack.pop()
+        if id(v) in holds:
+            continue
+        holds[id(v)] = False  # (a container that holds itself: no tensor through that path)
+        order.append(v)
+        stack.extend(c for c in (v.values() if isinstance(v, dict) else v) if isinstance(c, (tuple, list, dict)))
+    for v in reversed(order):
+        items = v.values() if isinstance(v, dict) else v
+        holds[id(v)] = any(isinstance(c, Tensor) or (isinstance(c, (tuple, list, dict)) and holds[id(c)])
+                           for c in items)
+    return holds[id(value)]
+
+
+def _holders(value, found: dict) -> dict:
+    """The lists, tuples and dicts in ``value`` (the call's arguments) that hold tensors,
+    into ``found`` (by id)."""
+    holds: dict = {}
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, (tuple, list, dict)) and id(v) not in found and _holds_tensor(v, holds):
+            found[id(v)] = v
+            stack.extend(v.values() if isinstance(v, dict) else v)
+    return found
 
 
 def _output_slots(spec) -> list:
@@ -1162,10 +1196,9 @@ def _output_slots(spec) -> list:
         return [spec[1][1]] if spec[1][0] == VAL else []
     if kind == "host":
         return [spec[1]]
-    if kind in (list, tuple):
-        return [s for item in spec[1] for s in _output_slots(item)]
-    if kind is dict:
-        return [s for item in spec[1].values() for s in _output_slots(item)]
+    if kind in (list, dict, collections.OrderedDict) or (isinstance(kind, type) and issubclass(kind, tuple)):
+        items = spec[1].values() if isinstance(spec[1], dict) else spec[1]  # (a named tuple's, an OrderedDict's too)
+        return [s for item in items for s in _output_slots(item)]
     return []
 
 
@@ -1617,6 +1650,10 @@ class Compiled:
     def _trace(self, key, tensors, objects, args, kwargs):
         self._entries.pop(key, None)
         tracer = Tracer(tensors)
+        given = _holders(kwargs, _holders(args, {}))
+        given.pop(id(args), None), given.pop(id(kwargs), None)  # (the call's own: made for it, and held by it)
+        tracer.holders = list(given.values())
+        tracer.holder_references = _references(tracer.holders)  # (before the call; after: Tracer.escaped)
         if self._returns is _UNREAD:
             self._returns = _returned_reads(self.fn)
         tracer.returns = self._returns

@@ -8,6 +8,7 @@ operations that Numba would compile, or say ``fuse=False``.)"""
 
 from __future__ import annotations
 
+import collections
 import threading
 import tracemalloc
 import warnings
@@ -812,6 +813,26 @@ def test_results_keep_their_kind():
         out = g(a)
         assert isinstance(out, P) and not out.a.requires_grad and out.a is not a
         same(out.b, [2.0, 4.0])
+
+
+@pytest.mark.parametrize("kind", ["named tuple", "OrderedDict"])
+def test_values_of_the_call_in_a_named_tuple_or_an_ordered_dict_replay(kind):
+    # their slots are the result's: kept to the end of the replay, not freed after their last use
+    P = collections.namedtuple("P", "total y")
+
+    def f(x):
+        y = x * 2.0
+        return P(y.sum(), y) if kind == "named tuple" else collections.OrderedDict(total=y.sum(), y=y)
+
+    g = lp.compile(f, fuse=False)
+    for k in range(3):
+        x = Tensor(np.full(3, float(k)))
+        out, want = g(x), f(x)
+        assert type(out) is type(want)
+        got, want = (out._asdict(), want._asdict()) if kind == "named tuple" else (out, want)
+        for name in ("total", "y"):
+            same(got[name], host(want[name]))
+    assert g.calls == {"traced": 1, "replayed": 2, "eager": 0}
 
 
 def test_hooks_registered_after_the_trace_trace_again():
@@ -1873,7 +1894,7 @@ def test_a_tensor_made_in_the_call_and_kept_after_it_runs_the_call_eagerly(keep)
 
 
 @pytest.mark.parametrize("keep", ["a result kept too", "its base kept", "an argument kept", "a result list kept",
-                                  "an argument's view returned, the argument kept"])
+                                  "an argument's view returned, the argument kept", "a detached argument kept"])
 def test_what_the_call_keeps_beside_its_result_runs_the_call_eagerly(keep):
     # eagerly, state holds this call's tensor; a replay would leave the first call's there
     def run(compiled):
@@ -1893,6 +1914,9 @@ def test_what_the_call_keeps_beside_its_result_runs_the_call_eagerly(keep):
             if keep == "a result list kept":
                 state["out"] = out = [h]
                 return out
+            if keep == "a detached argument kept":  # (a tensor of its own on the argument's array)
+                state["prev"] = x.detach()
+                return h
             state["prev"] = x
             return x[0], h
 
@@ -1929,6 +1953,55 @@ def test_what_the_call_returns_and_keeps_only_in_its_result_replays():
     f = lp.compile(step, fuse=False)
     for _ in range(4):
         f(Tensor(RNG.normal(size=(4, 6))), lp.asarray([0, 1, 2, 0]))
+    assert f.calls == {"traced": 1, "replayed": 3, "eager": 0}
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_an_argument_list_the_call_keeps_runs_it_eagerly_one_it_returns_replays(keep):
+    state = {}
+
+    def f(batch):
+        if keep:
+            state["last"] = batch
+        return batch, batch[0] * 2.0
+
+    g = lp.compile(f, fuse=False)
+    for k in range(4):
+        batch = [Tensor(np.full(2, float(k)))]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = g(batch)
+        assert any("the list it came in" in str(w.message) for w in caught) == (keep and k == 1)
+        assert out[0][0] is batch[0]  # (a replay returns a new list of the same tensors)
+        same(out[1], np.full(2, 2.0 * k))
+        if keep:
+            assert state["last"] is batch
+    assert g.calls == ({"traced": 2, "replayed": 0, "eager": 2} if keep else {"traced": 1, "replayed": 3, "eager": 0})
+
+
+def test_a_cycle_in_the_step_moved_to_the_oldest_generation_holds_nothing_kept():
+    # an exception caught inside leaves a frame <-> traceback cycle holding the call's values; a long
+    # trace moves it to the oldest generation, which the check collects before it counts again
+    model = nn.Linear(6, 3, dtype="float64")
+    opt = lp.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x):
+        try:
+            scale = {}["scale"]
+        except KeyError as e:
+            err = e  # noqa: F841 - kept: the cycle
+            scale = 1.0
+        junk = [[] for _ in range(50000)]  # (allocations enough to move the cycle on)
+        del junk
+        opt.zero_grad()
+        loss = (model(x) * scale).square().mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    f = lp.compile(step, fuse=False)
+    for k in range(4):
+        f(Tensor(np.full((4, 6), float(k))))
     assert f.calls == {"traced": 1, "replayed": 3, "eager": 0}
 
 
