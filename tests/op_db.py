@@ -357,6 +357,13 @@ def _attention(q, k, v, mask):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
+def _self_attention(qkv, mask):
+    """Multi-head self-attention's core (2 heads of 2 features) on packed projections,
+    as ``MultiheadAttention(x, x, x, need_weights=False)`` runs it."""
+    inputs = (qkv,) if mask is None else (qkv, mask)
+    return lp.tensor.apply(ops.self_attention, *inputs, heads=2, scale=1 / math.sqrt(2))
+
+
 def _batch_norm(x, weight, bias):
     return F.batch_norm(x, None, None, weight, bias, training=True)
 
@@ -607,6 +614,11 @@ OP_DB: list[OpInfo] = [
                         (uniform(rng, 3, 2), Const(uniform(rng, 2, 2)), uniform(rng, 2, 2), Const(uniform(rng, 3, 2))),
                         (uniform(rng, 3, 2), uniform(rng, 2, 2), uniform(rng, 2, 2), None)],
            "scaled_dot_product_attention"),
+    OpInfo("nn.self_attention", _self_attention,
+           lambda rng: [(uniform(rng, 2, 3, 12), uniform(rng, 3, 3)),
+                        (uniform(rng, 1, 3, 12), np.tril(np.ones((3, 3), bool))),
+                        (uniform(rng, 2, 3, 12), None)],
+           "MultiheadAttention"),
     OpInfo("norm.group_norm", lambda x, w, b: F.group_norm(x, 2, w, b),
            lambda rng: [(uniform(rng, 2, 4, 2), uniform(rng, 4), uniform(rng, 4)), (uniform(rng, 1, 4, 3), None, None)],
            "group_norm"),

@@ -261,7 +261,8 @@ def mask_case(kind, rng, batched, length, source):
 
 
 @pytest.mark.parametrize("layout,self_attention", [("seq first", True), ("seq first", False),
-                                                   ("batch first", False), ("unbatched", True)])
+                                                   ("batch first", True), ("batch first", False),
+                                                   ("unbatched", True)])
 @pytest.mark.parametrize("mask", ["none", "bool", "float", "float 3-D", "bool 3-D", "padding", "float padding",
                                   "both"])
 @pytest.mark.parametrize("weights", ["averaged", "per head", "none"])
@@ -372,6 +373,27 @@ def test_multihead_attention_second_derivatives(device):
     assert leanpass.gradgradcheck(fn, (q, kv))
 
 
+@pytest.mark.parametrize("mask", ["bool", "float", "padding", "none"])
+@pytest.mark.parametrize("layout", ["batch first", "seq first", "unbatched"])
+def test_multihead_self_attention_second_derivatives(device, mask, layout):
+    # self-attention without weights is one node on the packed projections: its rule twice
+    rng = np.random.default_rng(12)
+    batch_first, batched = layout == "batch first", layout != "unbatched"
+    mha = nn.MultiheadAttention(4, 2, batch_first=batch_first, device=device, dtype="float64")
+    shape = ((2, 3, 4) if batch_first else (3, 2, 4)) if batched else (3, 4)
+    x = Tensor(rng.normal(size=shape), requires_grad=True, device=device)
+    masks = {k: leanpass.asarray(v, device=device) for k, v in {
+        "bool": {"attn_mask": np.triu(np.ones((3, 3), bool), 1)},
+        "float": {"attn_mask": rng.normal(size=(3, 3))},
+        "padding": {"key_padding_mask": np.array([[False, False, True], [False, True, False]])[:2 if batched else 1]
+                    .reshape((2, 3) if batched else (3,))},
+        "none": {}}[mask].items()}
+    fn = lambda x: mha(x, x, x, need_weights=False, **masks)[0]  # noqa: E731
+    assert "multi_head_self_attention" in graph_ops(fn(x))
+    assert leanpass.gradcheck(fn, (x,))
+    assert leanpass.gradgradcheck(fn, (x,))
+
+
 def test_multihead_attention_bad_input_changes_nothing(device):
     mha = nn.MultiheadAttention(E, HEADS, device=device)
     before = snapshot(mha)
@@ -412,6 +434,7 @@ def test_multihead_self_attention_makes_one_input_projection(device):
     x = Tensor(np.random.default_rng(11).normal(size=(N, L, E)), requires_grad=True, device=device)
     y, _ = mha(x, x, x, need_weights=False)
     assert graph_ops(y).count("linear") == 2  # in_proj and out_proj
+    assert graph_ops(y).count("multi_head_self_attention") == 1 and "unstack" not in graph_ops(y)
 
 
 @pytest.mark.parametrize("batched", [True, False])

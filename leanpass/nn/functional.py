@@ -15,7 +15,20 @@ from .. import ops
 from .._checks import broadcast_shapes
 from .._dtypes import dtype_name
 from .._graph.trace import action
-from .._namespace import asarray, ones, permute_dims, positive, reshape, sqrt, take, tril, unstack, where, zeros
+from .._namespace import (
+    asarray,
+    logical_not,
+    ones,
+    permute_dims,
+    positive,
+    reshape,
+    sqrt,
+    take,
+    tril,
+    unstack,
+    where,
+    zeros,
+)
 from .._namespace._util import floating
 from ..autograd import no_grad
 from ..backends import get_backend, host_array
@@ -402,7 +415,7 @@ def multi_head_attention_forward(query: Tensor, key: Tensor, value: Tensor, embe
     mask = _mask(key_padding_mask, (batch, source) if batched else (source,), "key_padding_mask", query,
                  (batch, 1, 1, source), op=_op)
     attn = _mask(attn_mask, (length, source), "attn_mask", query, None, (batch * H, length, source),
-                 (batch, H, length, source), op=_op)
+                 (batch, H, length, source), op=_op, allowed=mask is None and not need_weights)
     if attn is not None:
         mask = attn if mask is None else mask + attn
 
@@ -414,13 +427,22 @@ def multi_head_attention_forward(query: Tensor, key: Tensor, value: Tensor, embe
         return unstack(permute_dims(reshape(t, t.shape[:2] + (parts, H, head_dim)), (2, 0, 3, 1, 4)))
 
     weight, bias = in_proj_weight, in_proj_bias
+    p = dropout_p if training else 0.0
+    if query is key and key is value and not need_weights and p == 0.0:  # one product for q, k and v; one node
+        packed = linear(query, weight, bias)
+        if not batched:
+            packed = reshape(packed, (1,) + packed.shape)
+        elif not batch_first:
+            packed = permute_dims(packed, (1, 0, 2))
+        inputs = (packed,) if mask is None else (packed, mask)
+        out = apply(ops.self_attention, *inputs, heads=H, scale=1.0 / math.sqrt(head_dim))
+        return _out_projection(out, out_proj_weight, out_proj_bias, batched, batch_first, length), None
     if query is key and key is value:  # self-attention: one product for q, k and v
         q, k, v = heads(linear(query, weight, bias), 3)
     else:
         (q,), (k,), (v,) = (heads(linear(t, weight[i * E:(i + 1) * E],
                                            None if bias is None else bias[i * E:(i + 1) * E]))
                             for i, t in enumerate((query, key, value)))
-    p = dropout_p if training else 0.0
     weights = None
     if need_weights:
         scores = (q * (1.0 / math.sqrt(head_dim))) @ k.mT
@@ -436,17 +458,24 @@ def multi_head_attention_forward(query: Tensor, key: Tensor, value: Tensor, embe
             weights = reshape(weights, weights.shape[1:])
     else:
         out = scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-    out = linear(reshape(permute_dims(out, (0, 2, 1, 3)), (batch, length, E)), out_proj_weight, out_proj_bias)
+    out = reshape(permute_dims(out, (0, 2, 1, 3)), (batch, length, E))
+    return _out_projection(out, out_proj_weight, out_proj_bias, batched, batch_first, length), weights
+
+
+def _out_projection(out, weight, bias, batched, batch_first, length):
+    """The heads' outputs ``(N, L, E)`` side by side, projected, in the query's layout."""
+    out = linear(out, weight, bias)
     if not batched:
-        out = reshape(out, (length, E))
-    elif not batch_first:
-        out = permute_dims(out, (1, 0, 2))
-    return out, weights
+        return reshape(out, (length, out.shape[-1]))
+    return out if batch_first else permute_dims(out, (1, 0, 2))
 
 
-def _mask(mask, shape, what, query, target, shape3=None, target3=None, *, op):
+def _mask(mask, shape, what, query, target, shape3=None, target3=None, *, op, allowed=False):
     """``mask`` as a float Tensor to add to the scores ``(N, H, L, S)``: reshaped to
-    ``target`` (``target3`` for a 3-D one of ``shape3``), bool True made -inf."""
+    ``target`` (``target3`` for a 3-D one of ``shape3``), bool True made -inf. With
+    ``allowed``, a bool mask of ``shape`` comes back as the bool mask of where a query
+    may look (its negation), which attention takes as it is: no float mask to make and
+    add to the scores."""
     if mask is None:
         return None
     if not isinstance(mask, Tensor):
@@ -460,6 +489,8 @@ def _mask(mask, shape, what, query, target, shape3=None, target3=None, *, op):
         want = f"{shape}" + ("" if shape3 is None else f" or {shape3}")
         raise ValueError(f"{op}: {what} of shape {mask.shape} does not fit a query of shape "
                          f"{query.shape} (expected {want})")
+    if mask.dtype == "bool" and allowed and mask.shape == shape:
+        return logical_not(mask)
     if mask.dtype == "bool":
         mask = where(mask, -math.inf, zeros(mask.shape, dtype=query.dtype, device=query.device))
     else:

@@ -372,6 +372,37 @@ def _mlp(be, x, *params, needs):
     return out, backward
 
 
+@op("multi_head_self_attention", saves=(0,), saves_out=False, needs=True)
+def self_attention(be, qkv, mask=None, heads=1, scale=1.0, needs=(True, True)):
+    """Multi-head self-attention's core on the packed projections ``qkv`` of shape ``(N,
+    L, 3E)`` (each position's query, key and value side by side, ``heads`` heads of ``E
+    / heads`` features each: PyTorch's ``in_proj`` order), in one node: the heads'
+    :func:`attention` (``mask`` as there, broadcasting to ``(N, heads, L, L)``), their
+    outputs side by side, ``(N, L, E)``. The heads are views of ``qkv``, and the
+    backward writes the packed gradient in one pass, where splitting ``qkv`` into three
+    views made one zero array of the packed size per part, summed them and copied the
+    sum (W6's block: 3.9 ms against 0.33, float32)."""
+    xp = be.xp
+    n, length, packed = qkv.shape
+    width = packed // 3
+    d = width // heads
+    parts = xp.reshape(qkv, (n, length, 3, heads, d))
+    q, k, v = (xp.permute_dims(parts[:, :, i, ...], (0, 2, 1, 3)) for i in range(3))
+    need_mask = mask is not None and mask.dtype != xp.bool and needs[1]
+    out, backward_heads = attention.fn(be, q, k, v, mask, scale, needs=(needs[0],) * 3 + (need_mask,))
+    out = xp.reshape(xp.permute_dims(out, (0, 2, 1, 3)), (n, length, width))
+
+    def backward(g):
+        grads = backward_heads(xp.permute_dims(xp.reshape(g, (n, length, heads, d)), (0, 2, 1, 3)))
+        gqkv = None
+        if needs[0]:
+            gqkv = xp.reshape(xp.stack([xp.permute_dims(gp, (0, 2, 1, 3)) for gp in grads[:3]], axis=2),
+                              (n, length, packed))
+        return (gqkv,) if mask is None else (gqkv, grads[3])
+
+    return out, backward
+
+
 _MLP_OPS: dict = {}
 
 
