@@ -815,6 +815,33 @@ def test_results_keep_their_kind():
         same(out.b, [2.0, 4.0])
 
 
+@pytest.mark.parametrize("kind", ["RNN", "GRU", "LSTM"])
+def test_a_recurrent_training_step_replays_as_the_eager_step(kind):
+    # the initial state (zeros, none given) is a constant of the trace, made anew at each replay
+    def run(compiled):
+        lp.manual_seed(0)
+        model = getattr(nn, kind)(3, 4, num_layers=2, batch_first=True, dtype="float64")
+        opt = lp.optim.Adam(model.parameters(), lr=0.01)
+
+        def step(x):
+            opt.zero_grad()
+            out, _ = model(x)
+            loss = (out ** 2).mean()
+            loss.backward()
+            opt.step()
+            return loss
+
+        f = lp.compile(step, fuse=False) if compiled else step
+        rng = np.random.default_rng(0)
+        losses = [host(f(Tensor(rng.normal(size=(2, 5, 3))))) for _ in range(4)]
+        return losses + [host(p) for p in model.parameters()], f
+
+    (eager, _), (compiled, f) = run(False), run(True)
+    for a, b in zip(eager, compiled):
+        same(b, a)
+    assert f.calls == {"traced": 1, "replayed": 3, "eager": 0}
+
+
 @pytest.mark.parametrize("kind", ["named tuple", "OrderedDict"])
 def test_values_of_the_call_in_a_named_tuple_or_an_ordered_dict_replay(kind):
     # their slots are the result's: kept to the end of the replay, not freed after their last use

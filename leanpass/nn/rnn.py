@@ -15,9 +15,9 @@ import numbers
 import warnings
 
 from .. import ops
-from .._namespace import concat, permute_dims, stack
+from .._namespace import concat, permute_dims, stack, zeros
 from ..backends import get_backend
-from ..tensor import Tensor, apply, as_tensor
+from ..tensor import Tensor, apply
 from .layers import _parameter_dtype, dropped
 from .module import Module, Parameter
 
@@ -68,8 +68,9 @@ def _check_tensor(value, what: str, name: str, like: Tensor) -> Tensor:
 
 
 def _zeros(like: Tensor, shape) -> Tensor:
-    backend = get_backend(like.device)
-    return as_tensor(backend.zeros(shape, like._data.dtype), device=like.device)
+    """The initial state where none is given: a creation function's zeros (lp.compile
+    records them as a constant of the step)."""
+    return zeros(shape, dtype=like.dtype, device=like.device)
 
 
 def _dropout(x: Tensor, p: float) -> Tensor:
