@@ -729,10 +729,13 @@ class Tracer:
             self.unsupported(f"{method.__qualname__} given a function (a closure would run with the trace's values)")
         for value in (*args, *kwargs.values()):
             for t in (value if isinstance(value, (list, tuple)) else (value,)):
-                if isinstance(t, Tensor) and self.source.get(id(t), (EXT,))[0] != EXT:
-                    self.unsupported(f"{method.__qualname__} given a tensor computed in the call")
+                if isinstance(t, Tensor) and self.source.get(id(t), (EXT,))[0] != EXT:  # (a replay would give it
+                    self.unsupported(f"{method.__qualname__} given an argument of the call or a tensor computed "
+                                     "in it (a replay would give it the first call's)")  # the trace's)
+        at = None
         if self.reason is None:
-            self.events.append(("action", method, args, kwargs))
+            at = len(self.events)
+            self.events.append(("action", method, args, kwargs, None))  # (None: what it returns is not used)
             self.actions.append(method.__qualname__)
         if getattr(method, "sets_options", False):  # (an option read after it may differ at a replay)
             self.options_set = method.__qualname__
@@ -744,8 +747,12 @@ class Tracer:
             self.writes += _WRITES[0] - writes  # (an action's writes are replayed)
         self.check_watched(by_action=True)  # (an action's changes are replayed: the state to compare with now)
         if isinstance(result, Tensor):
-            self.poisoned[id(result)] = method.__qualname__
-            self.keep.append(result)
+            if at is not None and self.reason is None and not result._rg and id(result) not in self.source:
+                slot = self._new_slot(result)  # (clip_grad_norm_'s norm): a value of the call, the one the action
+                self.events[at] = (*self.events[at][:4], (slot, *self.meta[slot], result._backend))  # returns
+            elif id(result) not in self.source:
+                self.poisoned[id(result)] = method.__qualname__
+                self.keep.append(result)
         return result
 
     def read_option(self, group, key, value) -> None:
@@ -1223,6 +1230,7 @@ class Plan:
                                   for slot in (*e[4], *([] if e[5] is None else [e[5]]))})
         self.slot_backend.update({slot: e[3] for e in self.events if e[0] == "autograd" for _, slot in e[5]})
         self.slot_backend.update({e[2]: e[3] for e in self.events if e[0] == "grad_read"})
+        self.slot_backend.update({e[4][0]: e[4][3] for e in self.events if e[0] == "action" and e[4] is not None})
         self.grad_meta = {e[2]: tracer.meta[e[2]] for e in self.events if e[0] == "grad_read"}
         self.grads_read = list({id(e[1][1]) if e[1][0] == EXT else e[1]: e[1] for e in self.events
                                 if e[0] == "grad_read"}.values())
@@ -1433,10 +1441,17 @@ class Plan:
                     raise _Stale(what)
                 slots[slot] = g
             elif kind == "action":
-                _, method, a, kw = event
+                _, method, a, kw, returns = event
                 if read_grads or not getattr(method, "idempotent", False):  # (zero_grad: an eager call runs it
                     self.changed = True  # again alike, unless the call read a gradient before)
-                method(*a, **kw)
+                out = method(*a, **kw)
+                if returns is not None:  # a tensor the trace used (clip_grad_norm_'s norm): a value of the call
+                    slot, shape, dtype, _ = returns
+                    if type(out) is not Tensor or tuple(out._data.shape) != shape or out._data.dtype != dtype:
+                        raise RuntimeError(f"lp.compile: a replay met {method.__qualname__} returning {out!r} where "
+                                           f"the trace saw a tensor of shape {shape} and dtype {dtype}, after it had "
+                                           "changed state: it cannot fall back to an eager call")
+                    slots[slot] = out._data
             elif kind == "inplace":
                 if not event[7]:  # (a value of the call on memory of its own: an eager call makes it anew)
                     self.changed = True

@@ -355,6 +355,9 @@ MUTANTS = [
            "    if kind in (list, dict, collections.OrderedDict) or (isinstance(kind, type) and "
            "issubclass(kind, tuple)):", "    if kind in (list, tuple, dict):", ("tests/test_compile.py",),
            "a value of the call in a named tuple or OrderedDict result is freed before the result is made"),
+    Mutant("action-result-not-replayed", "leanpass/_compile.py",
+           "                    slots[slot] = out._data", "                    pass", ("tests/test_compile.py",),
+           "clip_grad_norm_'s norm, returned or computed with, is the trace's at every replay"),
     Mutant("option-read-unchecked", "leanpass/_compile.py",
            "            if not _equal(dict.get(group, key, _NOT_KEYED), value):",
            "            if False:", ("tests/test_compile.py",),

@@ -815,6 +815,32 @@ def test_results_keep_their_kind():
         same(out.b, [2.0, 4.0])
 
 
+@pytest.mark.parametrize("use", ["returned", "computed with"])
+def test_the_norm_clip_grad_norm_returns_is_a_value_of_each_replay(use):
+    def run(compiled):
+        lp.manual_seed(0)
+        model = nn.Linear(3, 2, dtype="float64")
+        opt = lp.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x):
+            opt.zero_grad()
+            loss = (model(x) ** 2).mean()
+            loss.backward()
+            norm = nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            return (loss, norm) if use == "returned" else loss.detach() * norm
+
+        f = lp.compile(step, fuse=False) if compiled else step
+        rng = np.random.default_rng(0)
+        outs = [f(Tensor(rng.normal(size=(4, 3)) * 10.0)) for _ in range(4)]
+        return [host(o) for out in outs for o in (out if isinstance(out, tuple) else (out,))], f
+
+    (eager, _), (compiled, f) = run(False), run(True)
+    for a, b in zip(eager, compiled):
+        same(b, a)
+    assert f.calls == {"traced": 1, "replayed": 3, "eager": 0}
+
+
 @pytest.mark.parametrize("kind", ["RNN", "GRU", "LSTM"])
 def test_a_recurrent_training_step_replays_as_the_eager_step(kind):
     # the initial state (zeros, none given) is a constant of the trace, made anew at each replay
