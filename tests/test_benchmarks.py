@@ -215,3 +215,17 @@ def test_alone_benchmark_runs_a_contestant_in_a_process_of_its_own():
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     assert set(figures) == {"ms", "faults", "sys_ms"}
     assert figures["ms"] > 0 and figures["faults"] >= 0 and figures["sys_ms"] >= 0
+
+
+def test_floor_products_are_the_steps_in_either_layout(capsys):
+    """benchmarks/floor.py times a W1 step's products in two weight layouts: the same
+    values either way; and the script runs."""
+    pytest.importorskip("threadpoolctl", reason="benchmarks/floor.py needs threadpoolctl (the bench extra)")
+    import floor
+
+    for a, b in zip(floor.mlp_products("float64", "(in, out)")(), floor.mlp_products("float64", "(out, in)")()):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    assert len(floor.mlp_products("float32", "(in, out)")()) == 8
+    floor.main(["--rounds", "1"])
+    out = capsys.readouterr().out
+    assert "its 8 products, weights (out, in)" in out and "A target of 0.95x" in out
