@@ -1446,8 +1446,9 @@ class Plan:
                     self.changed = True  # again alike, unless the call read a gradient before)
                 out = method(*a, **kw)
                 if returns is not None:  # a tensor the trace used (clip_grad_norm_'s norm): a value of the call
-                    slot, shape, dtype, _ = returns
-                    if type(out) is not Tensor or tuple(out._data.shape) != shape or out._data.dtype != dtype:
+                    slot, shape, dtype, backend = returns
+                    if (type(out) is not Tensor or out._backend is not backend or tuple(out._data.shape) != shape
+                            or out._data.dtype != dtype):
                         raise RuntimeError(f"lp.compile: a replay met {method.__qualname__} returning {out!r} where "
                                            f"the trace saw a tensor of shape {shape} and dtype {dtype}, after it had "
                                            "changed state: it cannot fall back to an eager call")
@@ -1659,6 +1660,10 @@ class Compiled:
                 self._fall_back(key, (f"a replay met {exc}", "replay"))
             self.calls["eager"] += 1
             return self.fn(*args, **kwargs)
+        except BaseException:  # after a change of state: raised as eagerly; the next call traces again
+            if self._entries.get(key) is entry:
+                del self._entries[key]
+            raise
         self.calls["replayed"] += 1
         return out
 

@@ -841,6 +841,34 @@ def test_the_norm_clip_grad_norm_returns_is_a_value_of_each_replay(use):
     assert f.calls == {"traced": 1, "replayed": 3, "eager": 0}
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_norm_clipped_before_any_gradient_keeps_its_dtype_at_the_replays(dtype):
+    # clipped at the top of the step: the trace's call has no gradient yet (the norm is 0, in the
+    # parameters' dtype and on their device), the replays' have the last step's
+    def run(compiled):
+        lp.manual_seed(0)
+        model = nn.Linear(3, 2, dtype=dtype)
+        opt = lp.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x):
+            norm = nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad()
+            loss = (model(x) ** 2).mean()
+            loss.backward()
+            return loss, norm * 2.0
+
+        f = lp.compile(step, fuse=False) if compiled else step
+        outs = [f(Tensor(np.full((4, 3), 1.0 + k), dtype=dtype)) for k in range(4)]
+        return [host(o) for out in outs for o in out] + [host(p) for p in model.parameters()], f
+
+    (eager, _), (compiled, f) = run(False), run(True)
+    for a, b in zip(eager, compiled):
+        assert a.dtype == b.dtype
+        same(b, a)
+    assert f.calls == {"traced": 1, "replayed": 3, "eager": 0}
+
+
 @pytest.mark.parametrize("kind", ["RNN", "GRU", "LSTM"])
 def test_a_recurrent_training_step_replays_as_the_eager_step(kind):
     # the initial state (zeros, none given) is a constant of the trace, made anew at each replay
@@ -2586,6 +2614,10 @@ def test_a_gradient_read_before_zero_grad_makes_a_later_error_propagate():
     w.grad = np.full(2, 3.0)
     with pytest.raises(Exception, match="positive definite|Matrix is not"):
         compiled(Tensor(-np.eye(2)))
+    assert not compiled._entries  # (a replay that raised leaves no entry: the next call traces again)
+    w.grad = np.full(2, 3.0)
+    same(compiled(Tensor(np.eye(2)))[0], 6.0)
+    assert compiled.calls["traced"] == 2
 
 
 def test_a_change_under_no_grad_of_a_value_of_the_call_is_no_change_of_state():

@@ -370,6 +370,10 @@ def test_clip_grad_norm_scales_by_the_formula_and_keeps_dtypes(device):
     np.testing.assert_allclose(backend_host(p), [3.0 * scale, 0.0], rtol=1e-6)
     r = Tensor([1.0], requires_grad=True, device=device)
     assert nn.utils.clip_grad_norm_(r, 1.0).item() == 0.0  # a single tensor, without a gradient
+    r32 = Tensor(np.ones(1, np.float32), requires_grad=True, device=device)
+    zero = nn.utils.clip_grad_norm_([r32], 1.0)  # no gradient: 0 in the parameter's dtype, on its device
+    assert zero.dtype == "float32" and zero.device == r32.device and zero.item() == 0.0
+    assert nn.utils.clip_grad_norm_([], 1.0).item() == 0.0
     with pytest.raises(TypeError, match="clip_grad_norm_: parameters must be Tensors, got list"):
         nn.utils.clip_grad_norm_([[p]], 1.0)
 
