@@ -2145,15 +2145,18 @@ class _Blocks(nn.Module):
         super().__init__()
         self.blocks = [nn.Linear(4, 4, dtype="float64"), nn.Linear(4, 4, dtype="float64")]
         self.heads = {"out": nn.Linear(4, 2, dtype="float64")}
+        self.stages = ([[nn.Linear(4, 4, dtype="float64")]],)  # (a list of lists in a tuple)
 
     def forward(self, x):
         for block in self.blocks:
             x = block(x).tanh()
+        for stage in self.stages[0]:
+            x = stage[0](x)
         return self.heads["out"](x)
 
 
 @pytest.mark.parametrize("replace", ["Sequential.layers", "MLP.layers", "a custom module's list",
-                                     "a custom module's dict"])
+                                     "a custom module's dict", "a list inside a list"])
 def test_a_member_replaced_inside_a_list_or_dict_traces_again(replace):
     lp.manual_seed(0)
     model = {"Sequential.layers": lambda: nn.Sequential(nn.Linear(4, 2, dtype="float64"), nn.Tanh()),
@@ -2167,6 +2170,8 @@ def test_a_member_replaced_inside_a_list_or_dict_traces_again(replace):
         model.blocks[1] = spare
     elif replace == "a custom module's dict":
         model.heads["out"] = spare
+    elif replace == "a list inside a list":
+        model.stages[0][0][0] = spare
     else:
         model.layers[0] = spare
     same(f(x), model(x).detach())

@@ -76,14 +76,29 @@ _CHANGES = [0]
 
 def _member_lists(module) -> list:
     """The lists and dicts among ``module``'s attributes that hold modules or tensors
-    (``Sequential.layers``, a custom module's ``self.blocks = [...]``), each with the
-    identities of its items: an item replaced in place (``model.layers[0] = other``)
-    changes no attribute, so a compiled function checks these before each replay."""
-    found = []
-    for value in vars(module).values():
-        items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
-        if items is not None and any(isinstance(v, (Module, Tensor)) for v in items):
+    (``Sequential.layers``, a custom module's ``self.blocks = [...]``), also inside
+    one another (``self.stages = [[a, b], [c]]``; and inside tuples), each with the
+    identities of its items: an item replaced in place (``model.layers[0] = other``,
+    ``model.stages[1][0] = other``) changes no attribute, so a compiled function
+    checks these before each replay."""
+    found: list = []
+    holds: dict = {}  # id(container) -> whether it holds a module or a tensor, itself or deeper
+
+    def visit(value) -> bool:
+        if id(value) in holds:
+            return holds[id(value)]
+        holds[id(value)] = False  # (a container inside itself)
+        items = list(value.values() if isinstance(value, dict) else value)
+        inner = [visit(v) for v in items if isinstance(v, (list, dict, tuple))]  # (each looked into, as it may be
+        held = any(inner) or any(isinstance(v, (Module, Tensor)) for v in items)  # replaced in place)
+        if held and not isinstance(value, tuple):
             found.append((value, tuple(map(id, items))))
+        holds[id(value)] = held
+        return held
+
+    for value in vars(module).values():
+        if isinstance(value, (list, dict, tuple)):
+            visit(value)
     return found
 
 

@@ -381,7 +381,8 @@ def self_attention(be, qkv, mask=None, heads=1, scale=1.0, needs=(True, True)):
     outputs side by side, ``(N, L, E)``. The heads are views of ``qkv``, and the
     backward writes the packed gradient in one pass, where splitting ``qkv`` into three
     views made one zero array of the packed size per part, summed them and copied the
-    sum (W6's block: 3.9 ms against 0.33, float32)."""
+    sum (that path alone, written out in NumPy for W6's block, float32: 3.9 ms against
+    0.33)."""
     xp = be.xp
     n, length, packed = qkv.shape
     width = packed // 3
