@@ -815,6 +815,17 @@ def test_results_keep_their_kind():
         same(out.b, [2.0, 4.0])
 
 
+def _replays_as_eager(run, replays=3):
+    """``run(compiled)`` -> (arrays to compare, the function run): the compiled twin's
+    arrays are the eager one's, dtypes and values bit for bit, and every call after the
+    first replayed."""
+    (eager, _), (compiled, f) = run(False), run(True)
+    for a, b in zip(eager, compiled, strict=True):
+        assert a.dtype == b.dtype
+        same(b, a)
+    assert f.calls == {"traced": 1, "replayed": replays, "eager": 0}
+
+
 @pytest.mark.parametrize("use", ["returned", "computed with"])
 def test_the_norm_clip_grad_norm_returns_is_a_value_of_each_replay(use):
     def run(compiled):
@@ -835,10 +846,7 @@ def test_the_norm_clip_grad_norm_returns_is_a_value_of_each_replay(use):
         outs = [f(Tensor(rng.normal(size=(4, 3)) * 10.0)) for _ in range(4)]
         return [host(o) for out in outs for o in (out if isinstance(out, tuple) else (out,))], f
 
-    (eager, _), (compiled, f) = run(False), run(True)
-    for a, b in zip(eager, compiled):
-        same(b, a)
-    assert f.calls == {"traced": 1, "replayed": 3, "eager": 0}
+    _replays_as_eager(run)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -862,11 +870,7 @@ def test_a_norm_clipped_before_any_gradient_keeps_its_dtype_at_the_replays(dtype
         outs = [f(Tensor(np.full((4, 3), 1.0 + k), dtype=dtype)) for k in range(4)]
         return [host(o) for out in outs for o in out] + [host(p) for p in model.parameters()], f
 
-    (eager, _), (compiled, f) = run(False), run(True)
-    for a, b in zip(eager, compiled):
-        assert a.dtype == b.dtype
-        same(b, a)
-    assert f.calls == {"traced": 1, "replayed": 3, "eager": 0}
+    _replays_as_eager(run)
 
 
 @pytest.mark.parametrize("kind", ["RNN", "GRU", "LSTM"])
@@ -890,10 +894,7 @@ def test_a_recurrent_training_step_replays_as_the_eager_step(kind):
         losses = [host(f(Tensor(rng.normal(size=(2, 5, 3))))) for _ in range(4)]
         return losses + [host(p) for p in model.parameters()], f
 
-    (eager, _), (compiled, f) = run(False), run(True)
-    for a, b in zip(eager, compiled):
-        same(b, a)
-    assert f.calls == {"traced": 1, "replayed": 3, "eager": 0}
+    _replays_as_eager(run)
 
 
 @pytest.mark.parametrize("kind", ["named tuple", "OrderedDict"])
