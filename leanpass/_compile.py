@@ -62,6 +62,7 @@ from ._node import _part_backward, inplace, leaf
 from .backends import _base as _backends_base
 from .backends import get_default_device, get_default_dtype
 from .nn.module import _CHANGES as _MODULE_CHANGES
+from .nn.module import Module, holding_members
 from .ops.conversion import gradient_as
 from .tensor import Tensor, host_number
 
@@ -334,18 +335,58 @@ def _key_of(value, tensors: list, objects: list | None = None):
         return ("T", tuple(data.shape), data.dtype, value._backend.device, value._rg, value._node is None)
     if isinstance(value, (tuple, list)):
         return (type(value).__name__, tuple(_key_of(v, tensors, objects) for v in value))
-    if isinstance(value, dict):
-        return ("dict", tuple((k, _key_of(v, tensors, objects)) for k, v in sorted(value.items(),
-                                                                                  key=lambda kv: repr(kv[0]))))
+    if isinstance(value, dict):  # (in their order: a function may iterate them)
+        return ("dict", tuple((k, _key_of(v, tensors, objects)) for k, v in value.items()))
     if isinstance(value, float):  # -0.0 is not 0.0 (1 / s)
         return ("float", value, math.copysign(1.0, value))
     if value is None or isinstance(value, (bool, int, complex, str, bytes)):
         return (type(value).__name__, value)
     if getattr(value, "shape", None) == () and hasattr(value, "item") and hasattr(value, "dtype"):  # a NumPy scalar
         return ("scalar", str(value.dtype), _key_of(value.item(), tensors, objects))
+    if isinstance(value, collections.abc.Iterator):  # (a replay would not advance it: every call runs eagerly)
+        raise TypeError("an iterator argument")
     if objects is not None:
         objects.append(value)  # kept by the trace: its id is not reused while the entry lives
     return ("id", id(value))
+
+
+def _python_state(value, objects) -> tuple:
+    """What a call could change of its arguments other than tensors' values, and a
+    replay would not: the items of each list and dict in them (by identity), and the
+    attributes of each plain object among ``objects`` (``self.steps += 1`` in a method;
+    not a module's or an optimizer's, which have checks of their own)."""
+    state, seen, stack = [], set(), [value]
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if isinstance(v, dict):
+            state.append((id(v), tuple((k, id(x)) for k, x in v.items())))
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            if isinstance(v, list):
+                state.append((id(v), tuple(map(id, v))))
+            stack.extend(v)
+    watched = {id(obj) for obj in _WATCHED} if objects else ()
+    for obj in objects:
+        attrs = getattr(obj, "__dict__", None)
+        if type(attrs) is dict and not isinstance(obj, (Module, type)) and id(obj) not in watched:
+            state.append((id(obj), tuple((k, id(x)) for k, x in attrs.items())))
+    return tuple(state)
+
+
+def _members_state(values, modules: bool = False) -> tuple:
+    """The lists and dicts holding tensors or modules among ``values`` (what a function
+    reads by name: ``bufs = {"a": t}``, ``layers = [...]``), with their items'
+    identities; with ``modules``, those of the modules among them too (and of their
+    sub-modules; not their private ones, a cache such as MLP's ``_fusion``): a step that
+    changes one before it calls the module."""
+    found = holding_members(values)
+    if modules:
+        found += [x for v in values if isinstance(v, Module) for m in v.modules()
+                  for x in holding_members([a for k, a in vars(m).items() if not k.startswith("_")])]
+    return tuple((id(c), ids) for c, ids in found)
 
 
 def _call_key(args, kwargs):
@@ -1636,7 +1677,10 @@ class Compiled:
         try:
             key, tensors, objects = _call_key(args, kwargs)
             hash(key)
-        except TypeError:  # an argument that cannot be a key (a NumPy array): every call is eager
+        except TypeError as exc:  # an argument that cannot be a key (a NumPy array): every call is eager
+            if str(exc) == "an iterator argument":
+                self._warn("runs eagerly: an iterator argument (a replay would not advance it; pass what it "
+                           "gives)", "the call")
             self.calls["eager"] += 1
             return self.fn(*args, **kwargs)
         entry = self._entries.get(key)
@@ -1646,7 +1690,10 @@ class Compiled:
         if isinstance(entry, str):  # it could not be traced: eagerly
             self.calls["eager"] += 1
             return self.fn(*args, **kwargs)
-        if not entry.fits() or not all(map(_same, _values(self._names), entry.names)):
+        names = _values(self._names)
+        if (not entry.fits() or not all(map(_same, names, entry.names))
+                or (entry.object_state and _python_state((), entry.objects) != entry.object_state)
+                or (entry.name_members and _members_state(names) != entry.name_members)):
             return self._trace(key, tensors, objects, args, kwargs)
         # the host generator's state where the replay draws (dropout's masks on the CPU): a
         # replay that falls back gives its draws back, so the eager call draws as eagerly
@@ -1681,6 +1728,8 @@ class Compiled:
         modules, names = _MODULE_CHANGES[0], _values(self._names)
         hooked = hooks.post_hook_changes[0]
         modes = (is_grad_enabled(), get_default_dtype(), get_default_device())
+        python = _python_state((args, kwargs), objects)
+        members = _members_state(names, modules=True)
         TRACER[0] = tracer
         try:
             box = [self.fn(*args, **kwargs)]  # the result, held only here (what else holds it: Tracer.escaped)
@@ -1696,6 +1745,13 @@ class Compiled:
             tracer.unsupported("a post-accumulate-grad hook added or removed inside the function")
         if any(value is t for value in names for t in tensors):  # one object, two roles: a replay would merge them
             tracer.unsupported("an argument the function also reads by name (a global or closure variable)")
+        changed = None  # Python state the call changed that a replay would leave as it is
+        if _python_state((args, kwargs), objects) != python:
+            changed = "a list or dict argument, or an argument's attribute, changed by the function (lst.pop(), " \
+                      "d[key] = v, self.steps += 1)"
+        elif _members_state(names, modules=True) != members:
+            changed = "a list or dict of tensors or modules the function reads by name, changed by it " \
+                      "(history.append(loss), a module's list of layers)"
         tracer.check_watched()
         retrace = (_MODULE_CHANGES[0] != modules or not all(map(_same, _values(self._names), names))
                    or tracer.state_changed)
@@ -1704,7 +1760,7 @@ class Compiled:
                        "rebound a name it reads (a replay would not); it is traced again at the next call", "trace")
             return box[0]  # no entry: the next call traces again (a module's first call may set up a cache)
         plan = tracer.plan(box[0], self.fuse)
-        kept = tracer.escaped(box) if plan is not None else None
+        kept = (tracer.escaped(box) or changed) if plan is not None else None
         if kept is not None:
             if key not in self._escaped:  # once: a cache filled at the first call (a mask made once): trace again
                 self._escaped.add(key)
@@ -1716,6 +1772,8 @@ class Compiled:
         if plan is not None:
             plan.names = names
             plan.objects = objects
+            plan.object_state = _python_state((), objects)  # (what the caller may change between calls)
+            plan.name_members = _members_state(names)
         if plan is None:
             self._fall_back(key, tracer.reason)
         else:
@@ -1735,7 +1793,10 @@ class Compiled:
         if what not in self._warned:  # once per function and reason
             self._warned.add(what)
             name = getattr(self, "__name__", None) or repr(self.fn)  # (a callable object, a partial: no name)
-            warnings.warn(f"lp.compile: {name} {what} at {where}", RuntimeWarning, stacklevel=4)
+            level, frame = 1, sys._getframe()  # (the warning names the first frame outside LeanPass: the caller's)
+            while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
+                level, frame = level + 1, frame.f_back
+            warnings.warn(f"lp.compile: {name} {what} at {where}", RuntimeWarning, stacklevel=level)
 
     def explain(self) -> str:
         """What was traced: per cache entry, the operations, backward passes, in-place

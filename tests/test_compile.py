@@ -897,6 +897,105 @@ def test_a_recurrent_training_step_replays_as_the_eager_step(kind):
     _replays_as_eager(run)
 
 
+class _Counter:
+    def __init__(self):
+        self.steps = 0
+
+    @lp.compile(fuse=False)
+    def step(self, x):
+        self.steps += 1
+        return x * 2.0
+
+
+def test_python_state_a_call_changes_or_that_changes_between_calls_is_not_replayed_stale():
+    # (found by review) each of these replayed the first call's Python state, silently
+    with pytest.warns(RuntimeWarning, match="changed by the function"):
+        f = lp.compile(lambda lst: lst.pop() * 2.0, fuse=False)  # an argument list changed by the call
+        for k in range(3):
+            lst = [Tensor(np.ones(2)), Tensor(np.full(2, float(k)))]
+            same(f(lst), np.full(2, 2.0 * k))
+            assert len(lst) == 1
+    counter = _Counter()  # a method's object, changed by the call
+    with pytest.warns(RuntimeWarning, match="changed by the function"):
+        for _ in range(4):
+            counter.step(Tensor(np.ones(2)))
+    assert counter.steps == 4
+
+    class Batch:
+        x = None
+
+    lin = nn.Linear(2, 1, dtype="float64")
+    g = lp.compile(lambda b: lin(b.x).detach(), fuse=False)  # an argument's attribute changed between calls
+    batch = Batch()
+    for k in range(3):
+        batch.x = Tensor(np.full((1, 2), float(k)))
+        same(g(batch), host(lin(batch.x).detach()))
+    weights = [lp.ones(3, dtype="float64")]  # a list of tensors the function reads by name
+    h = lp.compile(lambda x: x * weights[0], fuse=False)
+    h(Tensor(np.arange(3.0)))
+    h(Tensor(np.arange(3.0)))
+    weights[0] = lp.zeros(3, dtype="float64")
+    same(h(Tensor(np.arange(3.0))), np.zeros(3))
+    bank = {"a": lp.zeros(3, dtype="float64"), "b": lp.ones(3, dtype="float64")}
+
+    def swap(x):  # ... and changed by the call
+        bank["a"], bank["b"] = bank["b"], bank["a"]
+        return x * bank["a"]
+
+    s = lp.compile(swap, fuse=False)
+    with pytest.warns(RuntimeWarning, match="reads by name, changed by it"):
+        got = [host(s(Tensor(np.arange(3.0)))) for _ in range(4)]
+    for k, value in enumerate(got):
+        same(value, np.arange(3.0) * (k % 2 == 0))
+
+
+def test_an_iterator_argument_runs_the_call_eagerly_and_dicts_key_in_their_order():
+    f = lp.compile(lambda it: next(it) * 1.0, fuse=False)
+    it = iter([Tensor(np.full(2, float(k))) for k in range(3)])
+    with pytest.warns(RuntimeWarning, match="an iterator argument"):
+        got = [host(f(it)) for _ in range(3)]
+    for k, value in enumerate(got):
+        same(value, np.full(2, float(k)))
+    g = lp.compile(lambda d: next(iter(d.values())) * 1.0, fuse=False)
+    a, b = Tensor(np.zeros(2)), Tensor(np.ones(2))
+    same(g({"a": a, "b": b}), np.zeros(2))
+    same(g({"b": b, "a": a}), np.ones(2))
+
+
+def test_a_fallback_warning_names_the_callers_line():
+    f = lp.compile(lambda x: x * float(x.sum().item()), fuse=False)
+    with pytest.warns(RuntimeWarning, match="item") as caught:
+        f(Tensor(np.ones(2)))
+    assert caught[0].filename == __file__
+
+
+def test_a_module_attribute_set_to_an_equal_value_in_forward_is_no_change():
+    class Remember(nn.Module):
+        def forward(self, x):
+            self.rows, self.shape = x.shape[0], tuple(x.shape)  # equal values each call (ints past 256 too)
+            return x * 2.0
+
+    model = Remember()
+    f = lp.compile(lambda x: model(x), fuse=False)
+    with pytest.warns(RuntimeWarning, match="traced again"):  # (the first call sets them)
+        f(Tensor(np.ones((300, 2))))
+    for _ in range(3):
+        f(Tensor(np.ones((300, 2))))
+    assert f.calls == {"traced": 2, "replayed": 2, "eager": 0}
+
+
+def test_a_causal_mask_made_in_the_step_replays():
+    def step(x):
+        mask = nn.Transformer.generate_square_subsequent_mask(3, dtype="float64")
+        return (x + mask).softmax(-1)
+
+    f = lp.compile(step, fuse=False)
+    for _ in range(3):
+        x = Tensor(RNG.normal(size=(3, 3)))
+        same(f(x), host(step(x)))
+    assert f.calls == {"traced": 1, "replayed": 2, "eager": 0}
+
+
 @pytest.mark.parametrize("kind", ["named tuple", "OrderedDict"])
 def test_values_of_the_call_in_a_named_tuple_or_an_ordered_dict_replay(kind):
     # their slots are the result's: kept to the end of the replay, not freed after their last use

@@ -3,6 +3,7 @@ state dicts; ``Parameter``; the containers ``ModuleList`` and ``ModuleDict``."""
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 from .._dtypes import as_dtype
@@ -74,6 +75,20 @@ def _check_layout(layout, op: str) -> None:
 _CHANGES = [0]
 
 
+def _same_value(a, b) -> bool:
+    """Whether ``b`` is ``a``, or an equal Python number, string or tuple of them (of
+    one type: ``1`` is not ``1.0`` nor ``True``; ``-0.0`` is not ``0.0``)."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if type(a) is tuple:
+        return len(a) == len(b) and all(map(_same_value, a, b))
+    if type(a) is float:
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    return type(a) in (int, bool, str) and a == b
+
+
 def _member_lists(module) -> list:
     """The lists and dicts among ``module``'s attributes that hold modules or tensors
     (``Sequential.layers``, a custom module's ``self.blocks = [...]``), also inside
@@ -81,6 +96,13 @@ def _member_lists(module) -> list:
     identities of its items: an item replaced in place (``model.layers[0] = other``,
     ``model.stages[1][0] = other``) changes no attribute, so a compiled function
     checks these before each replay."""
+    return holding_members(vars(module).values())
+
+
+def holding_members(values) -> list:
+    """The lists and dicts among ``values``, and inside them, that hold modules or
+    tensors (themselves or deeper), each with the identities of its items (see
+    :func:`_member_lists`; lp.compile also checks those a function reads by name)."""
     found: list = []
     holds: dict = {}  # id(container) -> whether it holds a module or a tensor, itself or deeper
 
@@ -96,7 +118,7 @@ def _member_lists(module) -> list:
         holds[id(value)] = held
         return held
 
-    for value in vars(module).values():
+    for value in values:
         if isinstance(value, (list, dict, tuple)):
             visit(value)
     return found
@@ -137,8 +159,8 @@ class Module:
             elif not isinstance(value, Tensor):
                 raise TypeError(f"{type(self).__name__}: cannot assign a {type(value).__name__} as buffer {name!r} "
                                 "(a Tensor, a Module or None is expected)")
-        if self.__dict__.get(name, _CHANGES) is value:  # the same object again (train() of a module in training)
-            return
+        if _same_value(self.__dict__.get(name, _CHANGES), value):  # the same again (train() of a module in
+            return  # training; self.n = x.shape[0] in a forward: an equal number is no change)
         object.__setattr__(self, name, value)
         _CHANGES[0] += 1  # after the change: a check that sees the new count sees the new member
 

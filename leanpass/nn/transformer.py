@@ -24,6 +24,7 @@ import copy
 import math
 import numbers
 
+from .._namespace import full, triu
 from ..backends import get_backend, get_default_dtype
 from ..tensor import Tensor
 from . import functional as F
@@ -250,8 +251,5 @@ class Transformer(Module):
         if not isinstance(sz, numbers.Integral) or isinstance(sz, bool) or sz < 0:  # 0: an empty mask, as PyTorch's
             raise ValueError(f"generate_square_subsequent_mask: sz must be a non-negative integer, got {sz!r}")
         backend = get_backend(device)
-        xp = backend.xp
-        rows = backend.arange(int(sz), xp.int64)
-        above = xp.reshape(rows, (-1, 1)) < xp.reshape(rows, (1, -1))
-        zeros = backend.zeros((int(sz), int(sz)), backend.dtype(dtype if dtype is not None else get_default_dtype()))
-        return Tensor(xp.where(above, zeros - math.inf, zeros), device=backend.device)
+        dtype = dtype if dtype is not None else get_default_dtype()  # (from creation functions: lp.compile
+        return triu(full((int(sz), int(sz)), -math.inf, dtype=dtype, device=backend.device), k=1)  # replays them)
