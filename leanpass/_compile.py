@@ -38,6 +38,7 @@ import dis
 import functools
 import gc
 import inspect
+import io
 import itertools
 import linecache
 import math
@@ -62,7 +63,7 @@ from ._node import _part_backward, inplace, leaf
 from .backends import _base as _backends_base
 from .backends import get_default_device, get_default_dtype
 from .nn.module import _CHANGES as _MODULE_CHANGES
-from .nn.module import Module, holding_members
+from .nn.module import Module, _same_value, holding_members, items_of, unchanged
 from .ops.conversion import gradient_as
 from .tensor import Tensor, host_number
 
@@ -343,18 +344,22 @@ def _key_of(value, tensors: list, objects: list | None = None):
         return (type(value).__name__, value)
     if getattr(value, "shape", None) == () and hasattr(value, "item") and hasattr(value, "dtype"):  # a NumPy scalar
         return ("scalar", str(value.dtype), _key_of(value.item(), tensors, objects))
-    if isinstance(value, collections.abc.Iterator):  # (a replay would not advance it: every call runs eagerly)
+    if isinstance(value, collections.abc.Iterator) and not isinstance(value, io.IOBase):  # (a replay would not
+        # advance it: every call runs eagerly; a file given to write a log to is no iterator here)
         raise TypeError("an iterator argument")
     if objects is not None:
         objects.append(value)  # kept by the trace: its id is not reused while the entry lives
     return ("id", id(value))
 
 
-def _python_state(value, objects) -> tuple:
+def _python_state(value, objects, names=None) -> list:
     """What a call could change of its arguments other than tensors' values, and a
-    replay would not: the items of each list and dict in them (by identity), and the
-    attributes of each plain object among ``objects`` (``self.steps += 1`` in a method;
-    not a module's or an optimizer's, which have checks of their own)."""
+    replay would not: each list and dict in them, and each plain object among
+    ``objects`` (``self.steps += 1`` in a method), with its items or attributes
+    (:func:`leanpass.nn.module.items_of`; an object's attributes only those in
+    ``names``, where the function's code names them: a scheduler passed in, whose
+    ``step`` sets its count, is no change unless the code reads the count). Not a
+    module's or an optimizer's (their own checks look after them)."""
     state, seen, stack = [], set(), [value]
     while stack:
         v = stack.pop()
@@ -362,31 +367,68 @@ def _python_state(value, objects) -> tuple:
             continue
         seen.add(id(v))
         if isinstance(v, dict):
-            state.append((id(v), tuple((k, id(x)) for k, x in v.items())))
+            state.append((v, items_of(v)))
             stack.extend(v.values())
         elif isinstance(v, (list, tuple)):
             if isinstance(v, list):
-                state.append((id(v), tuple(map(id, v))))
+                state.append((v, items_of(v)))
             stack.extend(v)
     watched = {id(obj) for obj in _WATCHED} if objects else ()
-    for obj in objects:
-        attrs = getattr(obj, "__dict__", None)
-        if type(attrs) is dict and not isinstance(obj, (Module, type)) and id(obj) not in watched:
-            state.append((id(obj), tuple((k, id(x)) for k, x in attrs.items())))
-    return tuple(state)
+    stack, seen = list(objects), set()
+    while stack:  # the objects, and the plain objects among their attributes (cfg.train.scale)
+        obj = stack.pop()
+        if (id(obj) in seen or isinstance(obj, (Module, Tensor, type, types.FunctionType, types.MethodType))
+                or id(obj) in watched):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, (collections.deque, set, frozenset)):  # (a deque of the last frames: its items)
+            state.append((obj, tuple(obj)))
+            continue
+        attrs = dict(getattr(obj, "__dict__", None) or {})
+        for cls in type(obj).__mro__:  # (and its slots)
+            slots = cls.__dict__.get("__slots__", ())
+            for slot in (slots,) if isinstance(slots, str) else slots:
+                if slot not in ("__dict__", "__weakref__") and hasattr(obj, slot):
+                    attrs[slot] = getattr(obj, slot)
+        attrs = {k: v for k, v in attrs.items() if names is None or k in names}
+        if attrs:
+            state.append((obj, tuple(x for pair in attrs.items() for x in pair)))
+            stack.extend(v for v in attrs.values() if hasattr(v, "__dict__") or hasattr(type(v), "__slots__")
+                         or isinstance(v, (collections.deque, set, frozenset)))
+    return state
 
 
-def _members_state(values, modules: bool = False) -> tuple:
+def _same_state(before: list, now: list) -> bool:
+    """Whether two :func:`_python_state` snapshots agree: the same containers and
+    objects, holding the same items (:func:`leanpass.nn.module.unchanged`)."""
+    return len(before) == len(now) and all(a is b and len(i) == len(j) and all(map(_same_value, i, j))
+                                           for (a, i), (b, j) in zip(before, now))
+
+
+def _named_members(values) -> list:
     """The lists and dicts holding tensors or modules among ``values`` (what a function
-    reads by name: ``bufs = {"a": t}``, ``layers = [...]``), with their items'
-    identities; with ``modules``, those of the modules among them too (and of their
-    sub-modules; not their private ones, a cache such as MLP's ``_fusion``): a step that
-    changes one before it calls the module."""
+    reads by name: ``bufs = {"a": t}``, ``layers = [...]``) and among the public
+    attributes of the modules there and of their sub-modules (not a private cache
+    such as MLP's ``_fusion``), each with its items: checked after the trace (a step
+    that changed one) and before each replay (:func:`leanpass.nn.module.unchanged`)."""
     found = holding_members(values)
-    if modules:
-        found += [x for v in values if isinstance(v, Module) for m in v.modules()
-                  for x in holding_members([a for k, a in vars(m).items() if not k.startswith("_")])]
-    return tuple((id(c), ids) for c, ids in found)
+    found += [x for v in values if isinstance(v, Module) for m in v.modules()
+              for x in holding_members([a for k, a in vars(m).items() if not k.startswith("_")])]
+    return found
+
+
+def _attribute_names(fn):
+    """The names ``fn``'s code and the code nested in it name (``co_names``: globals
+    and attributes), or None where it has no code (a callable object)."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return None
+    names, stack = set(), [code]
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    return frozenset(names)
 
 
 def _call_key(args, kwargs):
@@ -1363,8 +1405,8 @@ class Plan:
         may reach other tensors, or take another path)."""
         if _MODULE_CHANGES[0] != self.modules:
             return False
-        for members, ids in self.member_lists:  # an item replaced in place: model.layers[0] = other
-            if tuple(map(id, members.values() if isinstance(members, dict) else members)) != ids:
+        for members, items in self.member_lists:  # an item replaced in place: model.layers[0] = other
+            if not unchanged(members, items):
                 return False
         if self.passes and hooks._grad_hooks_registered:
             return False  # gradient hooks registered since: a trace now runs eagerly (not replayed yet)
@@ -1664,6 +1706,7 @@ class Compiled:
         self._entries: collections.OrderedDict = collections.OrderedDict()
         self._warned: set = set()
         self._returns = _UNREAD  # _returned_reads(fn), read at the first trace
+        self._attrs = _UNREAD  # the attribute names the function's code names (_attribute_names): at the first trace
         self._escaped: set = set()  # keys whose trace kept a tensor made in the call: one more trace, then eagerly
         self.calls = {"traced": 0, "replayed": 0, "eager": 0}
 
@@ -1690,10 +1733,10 @@ class Compiled:
         if isinstance(entry, str):  # it could not be traced: eagerly
             self.calls["eager"] += 1
             return self.fn(*args, **kwargs)
-        names = _values(self._names)
-        if (not entry.fits() or not all(map(_same, names, entry.names))
-                or (entry.object_state and _python_state((), entry.objects) != entry.object_state)
-                or (entry.name_members and _members_state(names) != entry.name_members)):
+        if not entry.fits() or not all(map(_same, _values(self._names), entry.names)):
+            return self._trace(key, tensors, objects, args, kwargs)
+        if entry.object_state and not _same_state(entry.object_state, _python_state((), entry.objects, self._attrs)):
+            self._warn("traced again: an argument's attribute its code reads was set since the last call", "the call")
             return self._trace(key, tensors, objects, args, kwargs)
         # the host generator's state where the replay draws (dropout's masks on the CPU): a
         # replay that falls back gives its draws back, so the eager call draws as eagerly
@@ -1716,6 +1759,13 @@ class Compiled:
 
     def _trace(self, key, tensors, objects, args, kwargs):
         self._entries.pop(key, None)
+        if self._attrs is _UNREAD:
+            self._attrs = _attribute_names(self.fn)
+        modules, names = _MODULE_CHANGES[0], _values(self._names)
+        # Python state the call may change: snapshots first (they hold the objects: the
+        # references the tracer counts below, before and after the call, include theirs)
+        python = _python_state((args, kwargs), objects, self._attrs)
+        members = _named_members(names)
         tracer = Tracer(tensors)
         given = _holders(kwargs, _holders(args, {}))
         given.pop(id(args), None), given.pop(id(kwargs), None)  # (the call's own: made for it, and held by it)
@@ -1725,11 +1775,8 @@ class Compiled:
             self._returns = _returned_reads(self.fn)
         tracer.returns = self._returns
         rng = _backends_base._host_rng
-        modules, names = _MODULE_CHANGES[0], _values(self._names)
         hooked = hooks.post_hook_changes[0]
         modes = (is_grad_enabled(), get_default_dtype(), get_default_device())
-        python = _python_state((args, kwargs), objects)
-        members = _members_state(names, modules=True)
         TRACER[0] = tracer
         try:
             box = [self.fn(*args, **kwargs)]  # the result, held only here (what else holds it: Tracer.escaped)
@@ -1746,10 +1793,10 @@ class Compiled:
         if any(value is t for value in names for t in tensors):  # one object, two roles: a replay would merge them
             tracer.unsupported("an argument the function also reads by name (a global or closure variable)")
         changed = None  # Python state the call changed that a replay would leave as it is
-        if _python_state((args, kwargs), objects) != python:
+        if not _same_state(python, _python_state((args, kwargs), objects, self._attrs)):
             changed = "a list or dict argument, or an argument's attribute, changed by the function (lst.pop(), " \
                       "d[key] = v, self.steps += 1)"
-        elif _members_state(names, modules=True) != members:
+        elif not all(unchanged(c, items) for c, items in members):
             changed = "a list or dict of tensors or modules the function reads by name, changed by it " \
                       "(history.append(loss), a module's list of layers)"
         tracer.check_watched()
@@ -1772,8 +1819,8 @@ class Compiled:
         if plan is not None:
             plan.names = names
             plan.objects = objects
-            plan.object_state = _python_state((), objects)  # (what the caller may change between calls)
-            plan.name_members = _members_state(names)
+            plan.object_state = _python_state((), objects, self._attrs)  # (what the caller may change
+            plan.member_lists = plan.member_lists + _named_members(names)  # between calls)
         if plan is None:
             self._fall_back(key, tracer.reason)
         else:

@@ -927,9 +927,13 @@ def test_python_state_a_call_changes_or_that_changes_between_calls_is_not_replay
     lin = nn.Linear(2, 1, dtype="float64")
     g = lp.compile(lambda b: lin(b.x).detach(), fuse=False)  # an argument's attribute changed between calls
     batch = Batch()
-    for k in range(3):
-        batch.x = Tensor(np.full((1, 2), float(k)))
-        same(g(batch), host(lin(batch.x).detach()))
+    with pytest.warns(RuntimeWarning, match="an argument's attribute its code reads was set"):
+        for k in range(3):
+            batch.x = Tensor(np.full((1, 2), float(k)))
+            same(g(batch), host(lin(batch.x).detach()))
+    batch.unread = 1  # (one its code does not read: no new trace)
+    g(batch)
+    assert g.calls["replayed"] == 1
     weights = [lp.ones(3, dtype="float64")]  # a list of tensors the function reads by name
     h = lp.compile(lambda x: x * weights[0], fuse=False)
     h(Tensor(np.arange(3.0)))
@@ -947,6 +951,69 @@ def test_python_state_a_call_changes_or_that_changes_between_calls_is_not_replay
         got = [host(s(Tensor(np.arange(3.0)))) for _ in range(4)]
     for k, value in enumerate(got):
         same(value, np.arange(3.0) * (k % 2 == 0))
+
+
+def test_python_state_of_arguments_found_by_a_fourth_review():
+    import types as pytypes
+
+    counter = pytypes.SimpleNamespace(count=1000)  # two changes in one call: a number made at a freed one's place
+
+    def twice(x, st):
+        st.count += 1
+        st.count += 1
+        return x * 2.0
+
+    f = lp.compile(twice, fuse=False)
+    with pytest.warns(RuntimeWarning, match="changed by the function"):
+        for _ in range(5):
+            f(Tensor(np.ones(2)), counter)
+    assert counter.count == 1010
+
+    class Slotted:
+        __slots__ = ("scale",)
+
+    slotted, nested = Slotted(), pytypes.SimpleNamespace(train=pytypes.SimpleNamespace(scale=1.0))
+    frames = collections.deque([Tensor(np.zeros(2)), Tensor(np.zeros(2))], maxlen=2)
+    g = lp.compile(lambda x, s: x * s.scale, fuse=False)
+    h = lp.compile(lambda x, cfg: x * cfg.train.scale, fuse=False)
+    d = lp.compile(lambda fr: fr[0] + fr[1], fuse=False)
+    with pytest.warns(RuntimeWarning, match="attribute its code reads was set"):
+        for k in range(3):  # a slot, an attribute's attribute and a deque's items, set by the caller
+            slotted.scale, nested.train.scale = float(k + 1), float(k + 2)
+            frames.append(Tensor(np.full(2, float(k))))
+            same(g(Tensor(np.ones(2)), slotted), np.full(2, k + 1.0))
+            same(h(Tensor(np.ones(2)), nested), np.full(2, k + 2.0))
+            same(d(frames), np.full(2, (k - 1.0 if k else 0.0) + k))
+
+
+def test_a_scheduler_passed_as_an_argument_replays():
+    # its state changes in its step, an action a replay makes again: no change of an argument
+    lp.manual_seed(0)
+    model = nn.Linear(3, 2, dtype="float64")
+    opt = lp.optim.SGD(model.parameters(), lr=0.1)
+    sched = lp.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+
+    def step(x, scheduler):
+        opt.zero_grad()
+        loss = model(x).sum()
+        loss.backward()
+        opt.step()
+        scheduler.step()
+        return loss
+
+    f = lp.compile(step, fuse=False)
+    for k in range(4):
+        f(Tensor(np.full((2, 3), float(k))), sched)
+    assert f.calls == {"traced": 1, "replayed": 3, "eager": 0} and sched.last_epoch == 4
+
+    def reads_the_count(x, scheduler):  # a number its step sets, read by the code: not replayed stale
+        scheduler.step()
+        return x * float(scheduler.last_epoch)
+
+    g = lp.compile(reads_the_count, fuse=False)
+    with pytest.warns(RuntimeWarning, match="changed by the function"):
+        for k in range(4):
+            same(g(Tensor(np.ones(2)), sched), np.full(2, 5.0 + k))
 
 
 def test_an_iterator_argument_runs_the_call_eagerly_and_dicts_key_in_their_order():

@@ -92,17 +92,17 @@ def _same_value(a, b) -> bool:
 def _member_lists(module) -> list:
     """The lists and dicts among ``module``'s attributes that hold modules or tensors
     (``Sequential.layers``, a custom module's ``self.blocks = [...]``), also inside
-    one another (``self.stages = [[a, b], [c]]``; and inside tuples), each with the
-    identities of its items: an item replaced in place (``model.layers[0] = other``,
+    one another (``self.stages = [[a, b], [c]]``; and inside tuples), each with its
+    items (:func:`items_of`): an item replaced in place (``model.layers[0] = other``,
     ``model.stages[1][0] = other``) changes no attribute, so a compiled function
-    checks these before each replay."""
+    checks these before each replay (:func:`unchanged`)."""
     return holding_members(vars(module).values())
 
 
 def holding_members(values) -> list:
     """The lists and dicts among ``values``, and inside them, that hold modules or
-    tensors (themselves or deeper), each with the identities of its items (see
-    :func:`_member_lists`; lp.compile also checks those a function reads by name)."""
+    tensors (themselves or deeper), each with its items (see :func:`_member_lists`;
+    lp.compile also checks those a function reads by name)."""
     found: list = []
     holds: dict = {}  # id(container) -> whether it holds a module or a tensor, itself or deeper
 
@@ -114,7 +114,7 @@ def holding_members(values) -> list:
         inner = [visit(v) for v in items if isinstance(v, (list, dict, tuple))]  # (each looked into, as it may be
         held = any(inner) or any(isinstance(v, (Module, Tensor)) for v in items)  # replaced in place)
         if held and not isinstance(value, tuple):
-            found.append((value, tuple(map(id, items))))
+            found.append((value, items_of(value)))
         holds[id(value)] = held
         return held
 
@@ -122,6 +122,21 @@ def holding_members(values) -> list:
         if isinstance(value, (list, dict, tuple)):
             visit(value)
     return found
+
+
+def items_of(container) -> tuple:
+    """A list's items, or a dict's keys and values, as one tuple: the objects
+    themselves, so that one freed and another made at its address is no match."""
+    if isinstance(container, dict):
+        return tuple(x for pair in container.items() for x in pair)
+    return tuple(container)
+
+
+def unchanged(container, items: tuple) -> bool:
+    """Whether ``container`` still holds ``items`` (:func:`items_of`): the same objects,
+    or equal numbers and strings."""
+    now = items_of(container)
+    return len(now) == len(items) and all(map(_same_value, now, items))
 
 
 def report_members(module) -> None:
