@@ -107,6 +107,29 @@ def _internal_maker():
     return None
 
 
+def _unwrapped(fn) -> tuple:
+    """``(function, owners)``: the plain function a compiled callable runs (a bound
+    method's, a ``functools.partial``'s, a callable object's ``__call__``), and the
+    objects it carries (the method's instance, the partial's arguments, the callable
+    object): their attributes are Python state the function reads."""
+    owners = []
+    for _ in range(8):  # (a partial of a bound method of ...: a few layers at most)
+        if isinstance(fn, types.MethodType):
+            owners.append(fn.__self__)
+            fn = fn.__func__
+        elif isinstance(fn, functools.partial):
+            owners += [v for v in (*fn.args, *fn.keywords.values()) if not isinstance(v, Tensor)]
+            fn = fn.func
+        elif not isinstance(fn, (types.FunctionType, types.BuiltinFunctionType)) and callable(fn):
+            owners.append(fn)
+            fn = types.MethodType(type(fn).__call__, fn) if isinstance(type(fn).__call__, types.FunctionType) else None
+            if fn is None:
+                break
+        else:
+            break
+    return fn, owners
+
+
 def _names_seen(fn) -> tuple:
     """What ``fn`` (a plain function) reads by name: its closure cells and the globals
     its code names, as ``(cells, globals)``: a replay checks that each still holds the
@@ -1701,7 +1724,9 @@ class Compiled:
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.fuse = fuse
-        self._names = _names_seen(fn)
+        function, self._owners = _unwrapped(fn)  # (what a method, a partial or a callable object runs)
+        self._names = _names_seen(function)
+        self._function = function
         self.cache_size = cache_size
         self._entries: collections.OrderedDict = collections.OrderedDict()
         self._warned: set = set()
@@ -1735,7 +1760,7 @@ class Compiled:
             return self.fn(*args, **kwargs)
         if not entry.fits() or not all(map(_same, _values(self._names), entry.names)):
             return self._trace(key, tensors, objects, args, kwargs)
-        if entry.object_state and not _same_state(entry.object_state, _python_state((), entry.objects, self._attrs)):
+        if entry.object_state and not _same_state(entry.object_state, self._object_state(entry.objects)):
             self._warn("traced again: an argument's attribute its code reads was set since the last call", "the call")
             return self._trace(key, tensors, objects, args, kwargs)
         # the host generator's state where the replay draws (dropout's masks on the CPU): a
@@ -1760,11 +1785,11 @@ class Compiled:
     def _trace(self, key, tensors, objects, args, kwargs):
         self._entries.pop(key, None)
         if self._attrs is _UNREAD:
-            self._attrs = _attribute_names(self.fn)
+            self._attrs = _attribute_names(self._function)
         modules, names = _MODULE_CHANGES[0], _values(self._names)
         # Python state the call may change: snapshots first (they hold the objects: the
         # references the tracer counts below, before and after the call, include theirs)
-        python = _python_state((args, kwargs), objects, self._attrs)
+        python = _python_state((args, kwargs), [*objects, *self._owners], self._attrs)
         members = _named_members(names)
         tracer = Tracer(tensors)
         given = _holders(kwargs, _holders(args, {}))
@@ -1793,7 +1818,7 @@ class Compiled:
         if any(value is t for value in names for t in tensors):  # one object, two roles: a replay would merge them
             tracer.unsupported("an argument the function also reads by name (a global or closure variable)")
         changed = None  # Python state the call changed that a replay would leave as it is
-        if not _same_state(python, _python_state((args, kwargs), objects, self._attrs)):
+        if not _same_state(python, _python_state((args, kwargs), [*objects, *self._owners], self._attrs)):
             changed = "a list or dict argument, or an argument's attribute, changed by the function (lst.pop(), " \
                       "d[key] = v, self.steps += 1)"
         elif not all(unchanged(c, items) for c, items in members):
@@ -1819,8 +1844,8 @@ class Compiled:
         if plan is not None:
             plan.names = names
             plan.objects = objects
-            plan.object_state = _python_state((), objects, self._attrs)  # (what the caller may change
-            plan.member_lists = plan.member_lists + _named_members(names)  # between calls)
+            plan.object_state = self._object_state(objects)  # (what a caller may
+            plan.member_lists = plan.member_lists + _named_members(names)  # change between calls)
         if plan is None:
             self._fall_back(key, tracer.reason)
         else:
@@ -1828,6 +1853,11 @@ class Compiled:
             while len(self._entries) > self.cache_size:
                 self._entries.popitem(last=False)
         return box[0]
+
+    def _object_state(self, objects) -> list:
+        """The attributes of the plain objects among the arguments and of the callable's
+        own (:func:`_unwrapped`) that the function's code reads: checked before a replay."""
+        return _python_state((), [*objects, *self._owners], self._attrs)
 
     def _fall_back(self, key, reason) -> None:
         what, where = reason

@@ -9,6 +9,7 @@ operations that Numba would compile, or say ``fuse=False``.)"""
 from __future__ import annotations
 
 import collections
+import functools
 import threading
 import tracemalloc
 import warnings
@@ -984,6 +985,37 @@ def test_python_state_of_arguments_found_by_a_fourth_review():
             same(g(Tensor(np.ones(2)), slotted), np.full(2, k + 1.0))
             same(h(Tensor(np.ones(2)), nested), np.full(2, k + 2.0))
             same(d(frames), np.full(2, (k - 1.0 if k else 0.0) + k))
+
+
+@pytest.mark.parametrize("wrap", ["partial", "callable object", "bound method"])
+def test_what_a_partial_a_callable_object_or_a_method_reads_is_checked(wrap):
+    layers = [nn.Identity()]
+
+    class Holder:
+        def __init__(self):
+            self.act = nn.Identity()
+
+        def __call__(self, x):
+            return self.act(x)
+
+    def body(x, scale):
+        for layer in layers:
+            x = layer(x)
+        return x * scale
+
+    holder = Holder()
+    f = lp.compile({"partial": functools.partial(body, scale=1.0), "callable object": holder,
+                    "bound method": holder.__call__}[wrap], fuse=False)
+    x = Tensor(np.ones(2))
+    same(f(x), np.ones(2))
+    if wrap == "partial":
+        layers[0] = nn.Tanh()  # a list its function reads by name
+    else:
+        holder.act = nn.Tanh()  # the object's attribute
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        same(f(x), np.tanh(np.ones(2)))
+    assert f.calls == {"traced": 2, "replayed": 0, "eager": 0}
 
 
 def test_a_scheduler_passed_as_an_argument_replays():
