@@ -1228,7 +1228,7 @@ def _held_by(box: list, made: list, given: set) -> tuple:
     seen: set = {id(box)}
     held: list = [box]
     mine: list = []
-    holds: dict = {}  # id(container) -> whether it holds a tensor (_holds_tensor)
+    holding = {id(c) for c, _ in holding_members([box[0]], tuples=True)}  # (its containers that hold tensors)
     stack = [box[0]]
     while stack:
         value = stack.pop()
@@ -1244,7 +1244,7 @@ def _held_by(box: list, made: list, given: set) -> tuple:
             stack += [value.leaves, *value]
         elif isinstance(value, (tuple, list, dict)):
             stack.extend(value.values() if isinstance(value, dict) else value)
-            if id(value) not in given and _holds_tensor(value, holds):
+            if id(value) not in given and id(value) in holding:
                 mine.append(value)
         else:
             continue
@@ -1261,43 +1261,6 @@ def _references(objects: list) -> list:
     counts = [sys.getrefcount(o) for o in objects]
     objects.pop()
     return [n - counts[-1] for n in counts[:-1]]
-
-
-def _holds_tensor(value, holds: dict) -> bool:
-    """Whether ``value`` is a Tensor or a list, tuple or dict that holds one, itself or
-    in one it holds (``holds``: the answers so far by id, so that each container is
-    looked into once: a nested result costs its size, not its size times its depth).
-    A loop rather than recursion: a result may be nested deeper than Python recurses."""
-    if isinstance(value, Tensor):
-        return True
-    if not isinstance(value, (tuple, list, dict)):
-        return False
-    order, stack = [], [value]  # the containers to answer for, each after those it holds
-    while stack:
-        v = stack.pop()
-        if id(v) in holds:
-            continue
-        holds[id(v)] = False  # (a container that holds itself: no tensor through that path)
-        order.append(v)
-        stack.extend(c for c in (v.values() if isinstance(v, dict) else v) if isinstance(c, (tuple, list, dict)))
-    for v in reversed(order):
-        items = v.values() if isinstance(v, dict) else v
-        holds[id(v)] = any(isinstance(c, Tensor) or (isinstance(c, (tuple, list, dict)) and holds[id(c)])
-                           for c in items)
-    return holds[id(value)]
-
-
-def _holders(value, found: dict) -> dict:
-    """The lists, tuples and dicts in ``value`` (the call's arguments) that hold tensors,
-    into ``found`` (by id)."""
-    holds: dict = {}
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, (tuple, list, dict)) and id(v) not in found and _holds_tensor(v, holds):
-            found[id(v)] = v
-            stack.extend(v.values() if isinstance(v, dict) else v)
-    return found
 
 
 def _output_slots(spec) -> list:
@@ -1792,9 +1755,8 @@ class Compiled:
         python = _python_state((args, kwargs), [*objects, *self._owners], self._attrs)
         members = _named_members(names)
         tracer = Tracer(tensors)
-        given = _holders(kwargs, _holders(args, {}))
-        given.pop(id(args), None), given.pop(id(kwargs), None)  # (the call's own: made for it, and held by it)
-        tracer.holders = list(given.values())
+        tracer.holders = [c for c, _ in holding_members([args, kwargs], tuples=True)  # (not the call's own
+                          if c is not args and c is not kwargs]  # tuple and dict: made for it, and held by it)
         tracer.holder_references = _references(tracer.holders)  # (before the call; after: Tracer.escaped)
         if self._returns is _UNREAD:
             self._returns = _returned_reads(self.fn)

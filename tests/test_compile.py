@@ -1019,11 +1019,9 @@ def test_what_a_partial_a_callable_object_or_a_method_reads_is_checked(wrap):
 
 
 def test_a_scheduler_passed_as_an_argument_replays():
-    # its state changes in its step, an action a replay makes again: no change of an argument
-    lp.manual_seed(0)
-    model = nn.Linear(3, 2, dtype="float64")
-    opt = lp.optim.SGD(model.parameters(), lr=0.1)
-    sched = lp.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    # its step (an action, made again by a replay) sets its count, which the function's code does
+    # not read: no change of an argument
+    model, opt, sched = _scheduled_linear()
 
     def step(x, scheduler):
         opt.zero_grad()
@@ -2090,14 +2088,19 @@ def test_an_optimizer_option_set_inside_the_function_by_hand_traces_again(inside
     assert calls["replayed"] == (0 if inside == "set by hand" else 4)
 
 
+def _scheduled_linear(outputs=2, step_size=2):
+    """A seeded ``Linear(3, outputs)``, its SGD (lr 0.1) and a StepLR halving the rate."""
+    lp.manual_seed(0)
+    model = nn.Linear(3, outputs, dtype="float64")
+    opt = lp.optim.SGD(model.parameters(), lr=0.1)
+    return model, opt, lp.optim.lr_scheduler.StepLR(opt, step_size=step_size, gamma=0.5)
+
+
 @pytest.mark.parametrize("read", ["before the scheduler's step", "after it"])
 def test_an_optimizer_option_the_step_reads_as_a_number_follows_the_scheduler(read):
     # lr read by the function's own code is a number in the trace: a replay checks it still holds
     def run(compiled):
-        lp.manual_seed(0)
-        model = nn.Linear(3, 2, dtype="float64")
-        opt = lp.optim.SGD(model.parameters(), lr=0.1)
-        sched = lp.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+        model, opt, sched = _scheduled_linear()
 
         def step(x):
             opt.zero_grad()
@@ -2559,10 +2562,7 @@ def test_a_step_that_indexes_a_value_of_the_call_with_labels_replays(loss):
 
 def test_a_python_number_in_the_result_runs_the_call_eagerly():
     def make():
-        lp.manual_seed(0)
-        model = nn.Linear(3, 1, dtype="float64")
-        opt = lp.optim.SGD(model.parameters(), lr=0.1)
-        sched = lp.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+        model, opt, sched = _scheduled_linear(outputs=1, step_size=1)
 
         def step(x):
             opt.zero_grad()

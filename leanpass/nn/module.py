@@ -99,28 +99,32 @@ def _member_lists(module) -> list:
     return holding_members(vars(module).values())
 
 
-def holding_members(values) -> list:
+def holding_members(values, tuples: bool = False) -> list:
     """The lists and dicts among ``values``, and inside them, that hold modules or
     tensors (themselves or deeper), each with its items (see :func:`_member_lists`;
-    lp.compile also checks those a function reads by name)."""
+    lp.compile also checks those a function reads by name, and the containers of a
+    call's arguments and result); with ``tuples``, the tuples too. Each container is
+    looked into once, without recursion (a result may nest deeper than Python recurses)."""
     found: list = []
     holds: dict = {}  # id(container) -> whether it holds a module or a tensor, itself or deeper
-
-    def visit(value) -> bool:
-        if id(value) in holds:
-            return holds[id(value)]
-        holds[id(value)] = False  # (a container inside itself)
-        items = list(value.values() if isinstance(value, dict) else value)
-        inner = [visit(v) for v in items if isinstance(v, (list, dict, tuple))]  # (each looked into, as it may be
-        held = any(inner) or any(isinstance(v, (Module, Tensor)) for v in items)  # replaced in place)
-        if held and not isinstance(value, tuple):
-            found.append((value, items_of(value)))
-        holds[id(value)] = held
-        return held
-
+    kinds = (list, dict, tuple)
     for value in values:
-        if isinstance(value, (list, dict, tuple)):
-            visit(value)
+        if not isinstance(value, kinds) or id(value) in holds:
+            continue
+        order, stack = [], [value]  # each container after those that hold it
+        while stack:
+            v = stack.pop()
+            if id(v) in holds:
+                continue
+            holds[id(v)] = False  # (a container inside itself: nothing found through that path)
+            order.append(v)
+            stack.extend(c for c in (v.values() if isinstance(v, dict) else v) if isinstance(c, kinds))
+        for v in reversed(order):  # (each container after those it holds)
+            held = any(isinstance(c, (Module, Tensor)) or (isinstance(c, kinds) and holds.get(id(c), False))
+                       for c in (v.values() if isinstance(v, dict) else v))
+            holds[id(v)] = held
+            if held and (tuples or not isinstance(v, tuple)):
+                found.append((v, items_of(v)))
     return found
 
 
