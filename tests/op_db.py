@@ -353,15 +353,16 @@ def _diff(x, before, after):
     return lp.diff(x, axis=1, n=2, prepend=before, append=after)
 
 
-def _attention(q, k, v, mask):
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+def _attention(q, k, v, mask, causal=False):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
 
 
-def _self_attention(qkv, mask):
+def _self_attention(qkv, mask, causal=False):
     """Multi-head self-attention's core (2 heads of 2 features) on packed projections,
-    as ``MultiheadAttention(x, x, x, need_weights=False)`` runs it."""
+    as ``MultiheadAttention(x, x, x, need_weights=False)`` runs it; ``causal``: with
+    ``is_causal`` (the mask not given but used, a block of queries at a time)."""
     inputs = (qkv,) if mask is None else (qkv, mask)
-    return lp.tensor.apply(ops.self_attention, *inputs, heads=2, scale=1 / math.sqrt(2))
+    return lp.tensor.apply(ops.self_attention, *inputs, heads=2, scale=1 / math.sqrt(2), causal=causal)
 
 
 def _batch_norm(x, weight, bias):
@@ -612,12 +613,17 @@ OP_DB: list[OpInfo] = [
     OpInfo("nn.attention", _attention,
            lambda rng: [(uniform(rng, 2, 3, 2), uniform(rng, 2, 2), uniform(rng, 2, 2), uniform(rng, 3, 2)),
                         (uniform(rng, 3, 2), Const(uniform(rng, 2, 2)), uniform(rng, 2, 2), Const(uniform(rng, 3, 2))),
-                        (uniform(rng, 3, 2), uniform(rng, 2, 2), uniform(rng, 2, 2), None)],
+                        (uniform(rng, 3, 2), uniform(rng, 2, 2), uniform(rng, 2, 2), None),
+                        # is_causal: 5 queries in blocks of 3, then 2; 3 queries in blocks of 2, then 1
+                        (uniform(rng, 2, 5, 2), uniform(rng, 2, 5, 2), uniform(rng, 2, 5, 3), None, True),
+                        (uniform(rng, 3, 2), uniform(rng, 5, 2), Const(uniform(rng, 5, 2)), None, True),
+                        (uniform(rng, 5, 2), Const(uniform(rng, 3, 2)), uniform(rng, 3, 2), None, True)],
            "scaled_dot_product_attention"),
     OpInfo("nn.self_attention", _self_attention,
            lambda rng: [(uniform(rng, 2, 3, 12), uniform(rng, 3, 3)),
                         (uniform(rng, 1, 3, 12), np.tril(np.ones((3, 3), bool))),
-                        (uniform(rng, 2, 3, 12), None)],
+                        (uniform(rng, 2, 3, 12), None),
+                        (uniform(rng, 2, 5, 12), None, True)],
            "MultiheadAttention"),
     OpInfo("norm.group_norm", lambda x, w, b: F.group_norm(x, 2, w, b),
            lambda rng: [(uniform(rng, 2, 4, 2), uniform(rng, 4), uniform(rng, 4)), (uniform(rng, 1, 4, 3), None, None)],

@@ -504,6 +504,54 @@ def test_cpus_attention_softmax_kernels_give_the_generic_paths_values(dtype, mas
 
 
 @needs_numba
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("rows", [2, 3, 32])
+@pytest.mark.parametrize("shape", [(7, 7), (9, 4), (4, 9)])
+def test_cpus_causal_attention_kernels_give_the_generic_paths_values(dtype, rows, shape, monkeypatch):
+    """``is_causal``, a block of ``rows`` queries at a time: with the kernels (each row's
+    softmax bounded where the causal mask ends, the scale in its pass), without them,
+    and as the attention under the full causal mask, the same output and gradients up
+    to rounding; a NaN key reaches the outputs of the queries that may look at it and no
+    other."""
+    monkeypatch.setattr(leanpass.ops.nn, "CAUSAL_ROWS", rows)
+    rng = np.random.default_rng(1)
+    (length, source), b, h, d = shape, 2, 3, 4
+    q = rng.normal(size=(b, h, length, d)).astype(dtype)
+    k, v = (rng.normal(size=(b, h, source, d)).astype(dtype) for _ in range(2))
+    g = rng.normal(size=(b, h, length, d)).astype(dtype)
+    k[1, 2, 2] = np.nan  # key 2 of the last head
+    cpu = get_backend("cpu")
+    fused, calls = cpu.fused, []
+    counted = dataclasses.replace(
+        fused, softmax_rows=lambda *a: calls.append(fused.softmax_rows(*a)) or calls[-1],
+        softmax_rows_backward=lambda *a: calls.append(fused.softmax_rows_backward(*a)) or calls[-1])
+
+    def run(**kwargs):
+        ts = [Tensor(a, requires_grad=True) for a in (q, k, v)]
+        out = nn.functional.scaled_dot_product_attention(*ts, **kwargs)
+        out.backward(Tensor(g))
+        return [out.numpy(), *(np.asarray(t.grad) for t in ts)]
+
+    monkeypatch.setattr(cpu, "fused", counted)
+    with_kernels = run(is_causal=True)
+    blocks = len(leanpass.ops.nn._causal_blocks(length, source))
+    assert len(calls) == 2 * blocks and all(c is not None for c in calls)
+    monkeypatch.setattr(cpu, "fused", NO_FUSED)
+    generic = run(is_causal=True)
+    masked = run(attn_mask=leanpass.asarray(np.tril(np.ones((length, source), bool))))
+    tol = {"float32": 5e-6, "float64": 1e-14}[dtype]
+    for ours, theirs, whole in zip(with_kernels, generic, masked):
+        assert ours.dtype == theirs.dtype == dtype
+        np.testing.assert_allclose(ours, theirs, rtol=tol, atol=tol)  # (NaN where NaN)
+        # (under the whole mask, 0 * NaN: q's gradient NaN in the rows before the key too, where a block skips it)
+        finite = np.isfinite(whole)
+        np.testing.assert_allclose(ours[finite], whole[finite], rtol=tol, atol=tol)
+    nan = np.isnan(with_kernels[0][1, 2]).any(axis=-1)
+    assert nan.tolist() == [i >= 2 for i in range(length)]
+    assert not np.isnan(with_kernels[0][0]).any()
+
+
+@needs_numba
 def test_cpus_softmax_kernels_decline_what_they_do_not_take():
     fused = get_backend("cpu").fused
     scores = np.zeros((2, 3, 3))

@@ -317,6 +317,39 @@ def test_multihead_attention_is_causal_is_a_hint_as_torch(device):
         ours(x, x, x, is_causal=True)
 
 
+@pytest.mark.parametrize("case", ["causal mask", "another mask", "key padding", "weights"])
+def test_multihead_attention_takes_the_causal_hint_alone_as_torch(device, case, monkeypatch):
+    """``is_causal=True`` without key padding and without weights asked for: PyTorch uses
+    the causal mask and never reads ``attn_mask`` (a wrong hint, a wrong result, alike),
+    and so does LeanPass, a block of queries at a time (blocks of 2 rows here). With key
+    padding or weights, the mask given is used. The output and every gradient agree."""
+    torch = torch_or_skip()
+    monkeypatch.setattr(leanpass.ops.nn, "CAUSAL_ROWS", 2)
+    rng = np.random.default_rng(8)
+    ours, theirs = mha_pair(torch, device, rng, batch_first=True)
+    length = 7
+    data = rng.normal(size=(N, length, E))
+    mask = np.triu(np.ones((length, length), bool), 1)  # True: may not look
+    if case == "another mask":
+        mask = rng.uniform(size=(length, length)) < 0.5
+    kwargs, tkwargs = {"need_weights": case == "weights"}, {"need_weights": case == "weights"}
+    if case == "key padding":
+        padding = np.zeros((N, length), bool)
+        padding[:, 3] = True
+        kwargs["key_padding_mask"], tkwargs["key_padding_mask"] = leanpass.asarray(padding, device=device), \
+            torch.tensor(padding)
+    x, tx = Tensor(data, requires_grad=True, device=device), torch.tensor(data, requires_grad=True)
+    y, _ = ours(x, x, x, attn_mask=leanpass.asarray(mask, device=device), is_causal=True, **kwargs)
+    ty, _ = theirs(tx, tx, tx, attn_mask=torch.tensor(mask), is_causal=True, **tkwargs)
+    close(y, ty)
+    g = rng.normal(size=y.shape)
+    y.backward(Tensor(g, device=device))
+    ty.backward(torch.tensor(g))
+    close(x.grad, tx.grad)
+    close(ours.in_proj_weight.grad, theirs.in_proj_weight.grad)
+    close(ours.out_proj.weight.grad, theirs.out_proj.weight.grad)
+
+
 @pytest.mark.parametrize("bias", [True, False])
 def test_multihead_attention_parameters_and_torch_state_dict(device, bias):
     torch = torch_or_skip()

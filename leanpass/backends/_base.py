@@ -159,12 +159,15 @@ class FusedKernels:
       in its order), or None for an array it declines
     - ``gelu_tanh_backward(g, a, t, c, k) -> grad``: its gradient from ``a`` and the
       forward's ``t`` (the same), or None for arrays it declines
-    - ``softmax_rows(scores, mask, safe) -> weights``: attention's softmax along the last
-      axis, ``mask`` None or bool of the last two axes' shape (True: may look); with
+    - ``softmax_rows(scores, mask, safe, scale=1.0, causal=None) -> weights``: attention's
+      softmax of ``scores * scale`` along the last axis, ``mask`` None or bool of the last
+      two axes' shape (True: may look), ``causal`` None or an offset (row ``i`` may look
+      at keys ``j <= i + causal`` only: a block of a causal attention's queries); with
       ``safe``, a row that may look nowhere gets weights 0 (PyTorch's, where a mask was
       given); up to rounding; None for arrays it declines
-    - ``softmax_rows_backward(gw, w) -> (gw - sum(gw * w)) * w`` along the last axis,
-      into ``gw`` (the caller's own), up to rounding; None for arrays it declines
+    - ``softmax_rows_backward(gw, w, scale=1.0, causal=None) -> (gw - sum(gw * w)) * w *
+      scale`` along the last axis (0 where ``causal`` says a row may not look), into
+      ``gw`` (the caller's own), up to rounding; None for arrays it declines
     - ``layer_norm_rows(x, weight, bias, eps) -> (xhat, out, inv_std)``: LayerNorm over
       the last axis (leanpass/ops/nn.py's ``layer_norm`` with ``count=1``), up to
       rounding, ``inv_std`` one float64 per row; None for arrays it declines
@@ -668,6 +671,22 @@ class Backend:
 
         Generic version: a new array (graph replays, where the product may be a view)."""
         return x * s
+
+    def stack(self, arrays, axis: int = 0):
+        """``xp.stack(arrays, axis)``: arrays of one shape and dtype, joined along a new
+        axis, a new array in C order where the library has layouts."""
+        return self.xp.stack(arrays, axis=axis)
+
+    def add_leading(self, total, part):
+        """``total`` with ``part`` added to its leading rows along the last-but-one axis
+        (``part`` has as many rows or fewer, its other axes ``total``'s): in place where
+        the library writes in place (``total`` is the caller's own, a product).
+
+        Generic version: a new array."""
+        rows = part.shape[-2]
+        if rows == total.shape[-2]:
+            return total + part
+        return self.xp.concat([total[..., :rows, :] + part, total[..., rows:, :]], axis=-2)
 
     def relu_fresh(self, x):
         """``maximum(x, 0)`` of a fresh array ``x`` the caller owns (a layer's product),

@@ -266,50 +266,91 @@ def _compiled():
             r = r - s
             out[i] = r * g[i]
 
-    # attention's softmax along rows under a 2-D bool mask (True: may look) or none, and
-    # its gradient. The shift by each row's largest allowed score, -inf where the mask
-    # forbids; NumPy's vectorised exp, in place; the normalisation. Sums in float64,
-    # each value rounded once, at its store
+    # attention's softmax along rows under a 2-D bool mask (True: may look), a causal
+    # bound (row i of the block may look at keys j <= i + offset: the keys after it are
+    # not read, and their weights are 0), both or neither, and its gradient. The scores
+    # scaled (rounded to their dtype, as a product scaled in place), then shifted by each
+    # row's largest allowed score,
+    # -inf where it may not look; NumPy's vectorised exp, in place; the normalisation.
+    # Sums in float64, each value rounded once, at its store
     @jit
-    def softmax_shift(scores, mask, masked, safe, out):
+    def softmax_shift(scores, mask, masked, causal, offset, safe, scale, out):
         n_, l_, k_ = scores.shape
         for n in range(n_):
             for i in range(l_):
-                top = -np.inf
+                stop = min(k_, max(0, i + offset + 1)) if causal else k_
+                row, o = scores[n, i], out[n, i]
                 nan = False
-                for j in range(k_):
-                    if not masked or mask[i, j]:
-                        x = scores[n, i, j]
-                        if x > top:
-                            top = x
-                        elif x != x:
-                            nan = True
+                if masked:
+                    top = -np.inf
+                    for j in range(stop):
+                        x = row[j] * scale
+                        o[j] = x
+                        if mask[i, j]:
+                            if x > top:
+                                top = x
+                            elif x != x:
+                                nan = True
+                else:  # (eight running maxima, each a register: LLVM vectorises them; a NaN is passed over
+                    # by max here and found after)
+                    t0 = t1 = t2 = t3 = t4 = t5 = t6 = t7 = -np.inf
+                    whole = stop - stop % 8
+                    for j in range(0, whole, 8):
+                        x0, x1, x2, x3 = row[j] * scale, row[j + 1] * scale, row[j + 2] * scale, row[j + 3] * scale
+                        x4, x5, x6, x7 = row[j + 4] * scale, row[j + 5] * scale, row[j + 6] * scale, row[j + 7] * scale
+                        o[j], o[j + 1], o[j + 2], o[j + 3] = x0, x1, x2, x3
+                        o[j + 4], o[j + 5], o[j + 6], o[j + 7] = x4, x5, x6, x7
+                        t0, t1, t2, t3 = max(t0, x0), max(t1, x1), max(t2, x2), max(t3, x3)
+                        t4, t5, t6, t7 = max(t4, x4), max(t5, x5), max(t6, x6), max(t7, x7)
+                    for j in range(whole, stop):
+                        x = row[j] * scale
+                        o[j] = x
+                        t0 = max(t0, x)
+                    top = max(max(max(t0, t1), max(t2, t3)), max(max(t4, t5), max(t6, t7)))
+                    for j in range(stop):
+                        nan |= o[j] != o[j]
                 if nan:  # as NumPy's max: NaN, and so the whole row
                     top = np.nan
                 elif safe and top == -np.inf:  # a row that may look nowhere: weights 0 (PyTorch's safe softmax)
                     top = 0.0
-                for j in range(k_):
-                    out[n, i, j] = scores[n, i, j] - top if not masked or mask[i, j] else -np.inf
+                if masked:
+                    for j in range(stop):
+                        o[j] = o[j] - top if mask[i, j] else -np.inf
+                else:
+                    for j in range(stop):
+                        o[j] = o[j] - top
+                for j in range(stop, k_):
+                    o[j] = -np.inf
 
     @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
-    def softmax_scale(e):
-        for r in range(e.shape[0]):
-            total = 0.0
-            for j in range(e.shape[1]):
-                total += np.float64(e[r, j])
-            if total == 0.0:  # a row that may look nowhere
-                total = 1.0
-            for j in range(e.shape[1]):
-                e[r, j] = np.float64(e[r, j]) / total
+    def softmax_scale(e, causal, offset):
+        n_, l_, k_ = e.shape
+        for n in range(n_):
+            for i in range(l_):
+                stop = min(k_, max(0, i + offset + 1)) if causal else k_  # (after it: exp(-inf), 0 already)
+                row = e[n, i]
+                total = 0.0
+                for j in range(stop):
+                    total += np.float64(row[j])
+                if total == 0.0:  # a row that may look nowhere
+                    total = 1.0
+                for j in range(stop):
+                    row[j] = np.float64(row[j]) / total
 
     @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
-    def softmax_grad(gw, w):
-        for r in range(w.shape[0]):
-            dot = 0.0
-            for j in range(w.shape[1]):
-                dot += np.float64(gw[r, j]) * np.float64(w[r, j])
-            for j in range(w.shape[1]):
-                gw[r, j] = (np.float64(gw[r, j]) - dot) * np.float64(w[r, j])
+    def softmax_grad(gw, w, scale, causal, offset):
+        n_, l_, k_ = w.shape
+        for n in range(n_):
+            for i in range(l_):
+                stop = min(k_, max(0, i + offset + 1)) if causal else k_
+                g, p = gw[n, i], w[n, i]
+                dot = 0.0
+                for j in range(stop):
+                    dot += np.float64(g[j]) * np.float64(p[j])
+                for j in range(stop):
+                    g[j] = (np.float64(g[j]) - dot) * np.float64(p[j]) * scale
+                for j in range(stop, k_):  # (a key it may not look at: no gradient, whatever g says there)
+                    g[j] = 0
 
     # LayerNorm over the last axis of rows: the shift by the row's first value, the mean
     # and the biased variance in float64, the normalised row and the output in one more
@@ -732,15 +773,17 @@ def gelu_tanh_backward(g, a, t, c, k):
 _NO_MASK = np.ones((1, 1), np.bool_)  # (the mask argument where there is none: one type for Numba)
 
 
-def softmax_rows(scores, mask, safe):
-    """``softmax(where(mask, scores, -inf))`` along the last axis, a new array: ``mask``
-    None or a bool array of the last two axes' shape (a causal mask), True where a row
-    may look. ``safe`` (a mask was given, bool or added to the scores): a row that may
-    look nowhere, its scores all -inf, gets weights 0 (PyTorch's safe softmax), not NaN.
-    Three passes (the shift, NumPy's exp in place, the normalisation) where NumPy's
-    operations take eight; the values up to rounding (the sums in float64). None where
-    the scores are not a C-contiguous float32/float64 array of at least two axes, or the
-    mask is not such a bool array."""
+def softmax_rows(scores, mask, safe, scale=1.0, causal=None):
+    """``softmax(where(allowed, scores * scale, -inf))`` along the last axis, a new array:
+    ``mask`` None or a bool array of the last two axes' shape, True where a row may
+    look; ``causal`` None or an offset: row ``i`` of the last-but-one axis may look at
+    keys ``j <= i + causal`` only (a block of a causal attention's rows), and those
+    after it are not read. ``safe`` (a mask was given, bool or added to the scores): a
+    row that may look nowhere, its scores all -inf, gets weights 0 (PyTorch's safe
+    softmax), not NaN. Three passes (the scale and the shift, NumPy's exp in place, the
+    normalisation) where NumPy's operations take nine; the values up to rounding (the
+    sums in float64). None where the scores are not a C-contiguous float32/float64
+    array of at least two axes, or the mask is not such a bool array."""
     if scores.dtype not in _FLOATS or scores.ndim < 2 or not scores.flags.c_contiguous or scores.size == 0:
         return None
     rows, keys = scores.shape[-2:]
@@ -748,23 +791,26 @@ def softmax_rows(scores, mask, safe):
         return None
     kernels = _compiled()
     out = np.empty_like(scores)
-    kernels[15](scores.reshape(-1, rows, keys), _NO_MASK if mask is None else mask, mask is not None, bool(safe),
-                out.reshape(-1, rows, keys))
+    scores, flat = scores.reshape(-1, rows, keys), out.reshape(-1, rows, keys)
+    kernels[15](scores, _NO_MASK if mask is None else mask, mask is not None, causal is not None, causal or 0,
+                bool(safe), scores.dtype.type(scale), flat)
     np.exp(out, out=out)
-    kernels[16](out.reshape(-1, keys))
+    kernels[16](flat, causal is not None, causal or 0)
     return out
 
 
-def softmax_rows_backward(gw, w):
-    """The scores' gradient of :func:`softmax_rows`, ``(gw - sum(gw * w)) * w`` along the
-    last axis, written into ``gw`` (the caller's own array) and returned: two passes
-    where NumPy's operations take four; the values up to rounding. None where the two
-    are not C-contiguous arrays of one shape and float dtype."""
-    if (gw.dtype not in _FLOATS or w.dtype != gw.dtype or gw.shape != w.shape or gw.ndim < 1 or gw.size == 0
+def softmax_rows_backward(gw, w, scale=1.0, causal=None):
+    """The scores' gradient of :func:`softmax_rows`, ``(gw - sum(gw * w)) * w * scale``
+    along the last axis (``causal`` as there: 0 at the keys a row may not look at),
+    written into ``gw`` (the caller's own array) and returned: two passes where NumPy's
+    operations take five; the values up to rounding (one rounding, at the store). None
+    where the two are not C-contiguous arrays of one shape and float dtype."""
+    if (gw.dtype not in _FLOATS or w.dtype != gw.dtype or gw.shape != w.shape or gw.ndim < 2 or gw.size == 0
             or not (gw.flags.c_contiguous and gw.flags.writeable and w.flags.c_contiguous)):
         return None
-    keys = gw.shape[-1]
-    _compiled()[17](gw.reshape(-1, keys), w.reshape(-1, keys))
+    rows, keys = gw.shape[-2:]
+    _compiled()[17](gw.reshape(-1, rows, keys), w.reshape(-1, rows, keys), float(scale), causal is not None,
+                    causal or 0)
     return gw
 
 

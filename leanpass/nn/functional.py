@@ -244,6 +244,9 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask=None
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"{op}: dropout_p must be in [0, 1), got {dropout_p}")
     length, source = q.shape[-2], k.shape[-2]
+    if is_causal and dropout_p == 0.0:  # one node, which skips the keys a block of queries may not look at
+        return apply(ops.attention, q, k, v, scale=1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale),
+                     causal=True)
     if is_causal:
         attn_mask = tril(ones((length, source), dtype="bool", device=q.device))
     elif attn_mask is not None:
@@ -412,6 +415,9 @@ def multi_head_attention_forward(query: Tensor, key: Tensor, value: Tensor, embe
     head_dim = E // H
     if is_causal and attn_mask is None:
         raise RuntimeError(f"{_op}: is_causal is a hint that attn_mask is the causal mask; give attn_mask too")
+    causal = is_causal and key_padding_mask is None and not need_weights
+    if causal:  # the hint taken as PyTorch takes it: the causal mask, attn_mask itself not read
+        attn_mask = None
     mask = _mask(key_padding_mask, (batch, source) if batched else (source,), "key_padding_mask", query,
                  (batch, 1, 1, source), op=_op)
     attn = _mask(attn_mask, (length, source), "attn_mask", query, None, (batch * H, length, source),
@@ -435,7 +441,7 @@ def multi_head_attention_forward(query: Tensor, key: Tensor, value: Tensor, embe
         elif not batch_first:
             packed = permute_dims(packed, (1, 0, 2))
         inputs = (packed,) if mask is None else (packed, mask)
-        out = apply(ops.self_attention, *inputs, heads=H, scale=1.0 / math.sqrt(head_dim))
+        out = apply(ops.self_attention, *inputs, heads=H, scale=1.0 / math.sqrt(head_dim), causal=causal)
         return _out_projection(out, out_proj_weight, out_proj_bias, batched, batch_first, length), None
     if query is key and key is value:  # self-attention: one product for q, k and v
         q, k, v = heads(linear(query, weight, bias), 3)
@@ -457,7 +463,7 @@ def multi_head_attention_forward(query: Tensor, key: Tensor, value: Tensor, embe
         if not batched:
             weights = reshape(weights, weights.shape[1:])
     else:
-        out = scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        out = scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal)
     out = reshape(permute_dims(out, (0, 2, 1, 3)), (batch, length, E))
     return _out_projection(out, out_proj_weight, out_proj_bias, batched, batch_first, length), weights
 

@@ -373,7 +373,7 @@ def _mlp(be, x, *params, needs):
 
 
 @op("multi_head_self_attention", saves=(0,), saves_out=False, needs=True)
-def self_attention(be, qkv, mask=None, heads=1, scale=1.0, needs=(True, True)):
+def self_attention(be, qkv, mask=None, heads=1, scale=1.0, causal=False, needs=(True, True)):
     """Multi-head self-attention's core on the packed projections ``qkv`` of shape ``(N,
     L, 3E)`` (each position's query, key and value side by side, ``heads`` heads of ``E
     / heads`` features each: PyTorch's ``in_proj`` order), in one node: the heads'
@@ -390,14 +390,14 @@ def self_attention(be, qkv, mask=None, heads=1, scale=1.0, needs=(True, True)):
     parts = xp.reshape(qkv, (n, length, 3, heads, d))
     q, k, v = (xp.permute_dims(parts[:, :, i, ...], (0, 2, 1, 3)) for i in range(3))
     need_mask = mask is not None and mask.dtype != xp.bool and needs[1]
-    out, backward_heads = attention.fn(be, q, k, v, mask, scale, needs=(needs[0],) * 3 + (need_mask,))
+    out, backward_heads = attention.fn(be, q, k, v, mask, scale, causal, needs=(needs[0],) * 3 + (need_mask,))
     out = xp.reshape(xp.permute_dims(out, (0, 2, 1, 3)), (n, length, width))
 
     def backward(g):
         grads = backward_heads(xp.permute_dims(xp.reshape(g, (n, length, heads, d)), (0, 2, 1, 3)))
         gqkv = None
         if needs[0]:
-            gqkv = xp.reshape(xp.stack([xp.permute_dims(gp, (0, 2, 1, 3)) for gp in grads[:3]], axis=2),
+            gqkv = xp.reshape(be.stack([xp.permute_dims(gp, (0, 2, 1, 3)) for gp in grads[:3]], axis=2),
                               (n, length, packed))
         return (gqkv,) if mask is None else (gqkv, grads[3])
 
@@ -508,19 +508,25 @@ def _masked_softmax(xp, scores, allowed, masked):
 
 
 @op("scaled_dot_product_attention", saves=(0, 1, 2), saves_out=False, needs=True)
-def attention(be, q, k, v, mask=None, scale=1.0, needs=(True, True, True, True)):
+def attention(be, q, k, v, mask=None, scale=1.0, causal=False, needs=(True, True, True, True)):
     """``softmax(q @ k^T * scale + mask) @ v`` in one node: ``mask`` (optional) is bool,
     True where a query may look (the scores elsewhere are -inf), or float, added to
     the scores; a query that may look nowhere gets weights 0 (PyTorch's safe softmax).
-    With ``w`` the weights and ``gw = g @ v^T``, the scores' gradient is
-    ``gs = w * (gw - sum(gw * w))`` (along the keys), and then ``q: gs @ k * scale``,
-    ``k: gs^T @ q * scale``, ``v: w^T @ g``, a float mask: ``gs``."""
+    ``causal`` (without a mask): query ``i`` may look at keys ``j <= i`` only (see
+    :func:`_causal_attention`). With ``w`` the weights and ``gw = g @ v^T``, the scores'
+    gradient is ``gs = w * (gw - sum(gw * w))`` (along the keys), and then ``q: gs @ k *
+    scale``, ``k: gs^T @ q * scale``, ``v: w^T @ g``, a float mask: ``gs``."""
     xp = be.xp
+    given = mask is not None  # (a mask input: its gradient comes back too)
+    if causal:
+        if q.shape[-2] and k.shape[-2]:
+            return _causal_attention(be, q, k, v, scale, needs)
+        mask = _causal_mask(be, 0, q.shape[-2], k.shape[-2])  # no queries or no keys: nothing to skip
     fused = be.fused
     scores = be.matmul(q, xp.matrix_transpose(k))
-    scores = be.scale_fresh(scores, scale)  # the product's own array (a view of it in replays)
     allowed = None  # a bool mask: True where a query may look
     if mask is not None:
+        scores = be.scale_fresh(scores, scale)  # the product's own array (a view of it in replays)
         if mask.dtype == xp.bool:
             allowed = mask
         elif mask.shape == scores.shape and mask.dtype == scores.dtype:
@@ -528,8 +534,12 @@ def attention(be, q, k, v, mask=None, scale=1.0, needs=(True, True, True, True))
         else:
             scores = scores + mask
     safe = mask is not None  # (a row that may look nowhere: weights 0)
-    weights = None if fused.softmax_rows is None else fused.softmax_rows(scores, allowed, safe)  # None: declined
+    weights = None
+    if fused.softmax_rows is not None:  # (None: declined; the scale in its pass where nothing is added first)
+        weights = fused.softmax_rows(scores, allowed, safe, 1.0 if mask is not None else scale)
     if weights is None:
+        if mask is None:
+            scores = be.scale_fresh(scores, scale)
         weights = _masked_softmax(xp, scores, allowed, safe)
     out = be.matmul(weights, v)
     need_q, need_k, need_v = needs[:3]
@@ -551,6 +561,92 @@ def attention(be, q, k, v, mask=None, scale=1.0, needs=(True, True, True, True))
             gk = be.matmul(xp.matrix_transpose(gs), q)
             gk = be.scale_fresh(gk, scale)
         gv = be.matmul(xp.matrix_transpose(weights), g) if need_v else None
-        return (gq, gk, gv) if mask is None else (gq, gk, gv, gs if need_mask else None)
+        return (gq, gk, gv, gs if need_mask else None) if given else (gq, gk, gv)
 
     return out, backward
+
+
+CAUSAL_ROWS = 32  # the rows of a causal attention's block (see _causal_blocks)
+
+
+def _causal_blocks(length: int, source: int) -> list:
+    """A causal attention's blocks of queries, ``(start, stop, keys)`` each: rows
+    ``[start, stop)``, which may look at the first ``keys`` keys only (row ``i`` at keys
+    ``j <= i``, PyTorch's top-left ``is_causal``). Blocks of :data:`CAUSAL_ROWS` rows,
+    at least two where there are as many rows: the products skip about a quarter of
+    the scores (the keys after the block's last row), more with more blocks."""
+    size = min(CAUSAL_ROWS, max(1, -(-length // 2)))
+    return [(start, min(start + size, length), min(start + size, length, source))
+            for start in range(0, length, size)]
+
+
+def _causal_attention(be, q, k, v, scale, needs):
+    """:func:`attention` with ``causal``, a block of queries at a time: each block's
+    scores only against the keys it may look at (:func:`_causal_blocks`), its softmax
+    bounded per row (where the backend has a kernel for it; else a mask of the block),
+    the blocks' outputs joined. The backward runs the same blocks; a key's gradient is
+    the sum over the blocks that looked at it."""
+    xp, fused = be.xp, be.fused
+    length, source = q.shape[-2], k.shape[-2]
+    blocks = _causal_blocks(length, source)
+    kt = xp.matrix_transpose(k)
+    if len(blocks) > 1:
+        kt = be.c_order(kt)  # once, not a copy of each block's keys
+    outs, weights = [], []
+    for start, stop, keys in blocks:
+        scores = be.matmul(q[..., start:stop, :], kt[..., :keys])
+        w = None if fused.softmax_rows is None else fused.softmax_rows(scores, None, True, scale, start)
+        if w is None:
+            w = _masked_softmax(xp, be.scale_fresh(scores, scale), _causal_mask(be, start, stop, keys), True)
+        weights.append(w)
+        outs.append(be.matmul(w, v[..., :keys, :]))
+    out = outs[0] if len(outs) == 1 else xp.concat(outs, axis=-2)
+    need_q, need_k, need_v = needs[:3]
+
+    def backward(g):
+        gq, gk, gv = [], None, None
+        vt = xp.matrix_transpose(v)
+        if len(blocks) > 1 and (need_q or need_k):
+            vt = be.c_order(vt)
+        for (start, stop, keys), w in zip(reversed(blocks), reversed(weights)):  # the most keys first
+            rows = g[..., start:stop, :]
+            if need_q or need_k:
+                gw = be.matmul(rows, vt[..., :keys])  # a fresh array
+                gs = None if fused.softmax_rows_backward is None else fused.softmax_rows_backward(gw, w, scale, start)
+                if gs is None:
+                    gs = (gw - xp.sum(gw * w, axis=-1, keepdims=True)) * w
+                    gs = be.scale_fresh(xp.where(_causal_mask(be, start, stop, keys), gs, 0.0), scale)
+                if need_q:
+                    gq.append(be.matmul(gs, k[..., :keys, :]))
+                if need_k:
+                    gk = _add_leading(be, gk, be.matmul(xp.matrix_transpose(gs), q[..., start:stop, :]))
+            if need_v:
+                gv = _add_leading(be, gv, be.matmul(xp.matrix_transpose(w), rows))
+        if need_q:
+            gq = gq[0] if len(gq) == 1 else xp.concat(gq[::-1], axis=-2)
+        return (gq if need_q else None, _padded(be, gk, source), _padded(be, gv, source))
+
+    return out, backward
+
+
+def _causal_mask(be, start, stop, keys):
+    """The bool mask of a causal attention's block: row ``i`` (from ``start``) may look at keys ``j <= i``."""
+    xp = be.xp
+    index = be.arange(max(stop, keys), xp.int64)
+    return index[None, :keys] <= index[start:stop, None]
+
+
+def _add_leading(be, total, part):
+    """``part`` added to the leading rows (the last-but-one axis) of ``total``, which has
+    as many or more (None: ``part`` itself); ``total`` is the caller's own."""
+    if total is None:
+        return part
+    return be.add_leading(total, part)
+
+
+def _padded(be, grad, source):
+    """A key's or a value's gradient with zero rows for the keys no query looked at."""
+    if grad is None or grad.shape[-2] == source:
+        return grad
+    zeros = be.zeros(grad.shape[:-2] + (source - grad.shape[-2], grad.shape[-1]), grad.dtype)
+    return be.xp.concat([grad, zeros], axis=-2)
