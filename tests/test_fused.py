@@ -512,7 +512,7 @@ def test_cpus_causal_attention_kernels_give_the_generic_paths_values(dtype, rows
     softmax bounded where the causal mask ends, the scale in its pass), without them,
     and as the attention under the full causal mask, the same output and gradients up
     to rounding; a NaN key reaches the outputs of the queries that may look at it and no
-    other."""
+    other, a NaN query its own output and the values' gradients of its block's keys."""
     monkeypatch.setattr(leanpass.ops.nn, "CAUSAL_ROWS", rows)
     rng = np.random.default_rng(1)
     (length, source), b, h, d = shape, 2, 3, 4
@@ -520,6 +520,7 @@ def test_cpus_causal_attention_kernels_give_the_generic_paths_values(dtype, rows
     k, v = (rng.normal(size=(b, h, source, d)).astype(dtype) for _ in range(2))
     g = rng.normal(size=(b, h, length, d)).astype(dtype)
     k[1, 2, 2] = np.nan  # key 2 of the last head
+    q[0, 1, 1] = np.nan  # query 1 of the second head: NaN along its block's keys, kernels or not
     cpu = get_backend("cpu")
     fused, calls = cpu.fused, []
     counted = dataclasses.replace(
@@ -548,7 +549,8 @@ def test_cpus_causal_attention_kernels_give_the_generic_paths_values(dtype, rows
         np.testing.assert_allclose(ours[finite], whole[finite], rtol=tol, atol=tol)
     nan = np.isnan(with_kernels[0][1, 2]).any(axis=-1)
     assert nan.tolist() == [i >= 2 for i in range(length)]
-    assert not np.isnan(with_kernels[0][0]).any()
+    assert np.isnan(with_kernels[0][0, 1]).any(axis=-1).tolist() == [i == 1 for i in range(length)]
+    assert not np.isnan(with_kernels[0][0, 0]).any()
 
 
 @needs_numba

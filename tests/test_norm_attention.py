@@ -350,6 +350,29 @@ def test_multihead_attention_takes_the_causal_hint_alone_as_torch(device, case, 
     close(ours.out_proj.weight.grad, theirs.out_proj.weight.grad)
 
 
+def test_attention_op_takes_a_mask_or_causal_not_both():
+    """The op itself refuses both (the functions never pass both: the mask would go unread)."""
+    rng = np.random.default_rng(10)
+    q, k, v = (Tensor(rng.normal(size=(3, 2)), requires_grad=True) for _ in range(3))
+    mask = Tensor(rng.normal(size=(3, 3)))
+    with pytest.raises(ValueError, match="attention: give a mask or causal=True, not both"):
+        leanpass.tensor.apply(leanpass.ops.attention, q, k, v, mask, scale=1.0, causal=True)
+
+
+def test_multihead_attention_checks_the_mask_the_causal_hint_replaces(device):
+    """The mask that ``is_causal`` makes unread is still checked, as PyTorch checks it."""
+    rng = np.random.default_rng(9)
+    mha = nn.MultiheadAttention(E, HEADS, batch_first=True, device=device, dtype="float64")
+    x = Tensor(rng.normal(size=(N, L, E)), device=device)
+    causal = np.triu(np.ones((L, L), bool), 1)
+    with pytest.raises(TypeError, match="attn_mask must be bool or floating"):
+        mha(x, x, x, attn_mask=leanpass.asarray(causal.astype(np.int64), device=device), is_causal=True,
+            need_weights=False)
+    with pytest.raises(ValueError, match=r"attn_mask of shape \(1, 1, 3, 3\) does not fit"):
+        mha(x, x, x, attn_mask=leanpass.asarray(causal[None, None], device=device), is_causal=True,
+            need_weights=False)
+
+
 @pytest.mark.parametrize("bias", [True, False])
 def test_multihead_attention_parameters_and_torch_state_dict(device, bias):
     torch = torch_or_skip()

@@ -309,18 +309,19 @@ def _compiled():
                     top = max(max(max(t0, t1), max(t2, t3)), max(max(t4, t5), max(t6, t7)))
                     for j in range(stop):
                         nan |= o[j] != o[j]
-                if nan:  # as NumPy's max: NaN, and so the whole row
+                if nan:  # as NumPy's max: NaN, and so the whole row, where it may not look too (-inf - NaN)
                     top = np.nan
                 elif safe and top == -np.inf:  # a row that may look nowhere: weights 0 (PyTorch's safe softmax)
                     top = 0.0
+                hidden = -np.inf - top  # (-inf, or NaN in a NaN row: as the generic path's where, then shift)
                 if masked:
                     for j in range(stop):
-                        o[j] = o[j] - top if mask[i, j] else -np.inf
+                        o[j] = o[j] - top if mask[i, j] else hidden
                 else:
                     for j in range(stop):
                         o[j] = o[j] - top
                 for j in range(stop, k_):
-                    o[j] = -np.inf
+                    o[j] = hidden
 
     @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
     def softmax_scale(e, causal, offset):

@@ -415,13 +415,12 @@ def multi_head_attention_forward(query: Tensor, key: Tensor, value: Tensor, embe
     head_dim = E // H
     if is_causal and attn_mask is None:
         raise RuntimeError(f"{_op}: is_causal is a hint that attn_mask is the causal mask; give attn_mask too")
+    # the hint as PyTorch takes it: without key padding or weights, the causal mask (attn_mask checked, not read)
     causal = is_causal and key_padding_mask is None and not need_weights
-    if causal:  # the hint taken as PyTorch takes it: the causal mask, attn_mask itself not read
-        attn_mask = None
     mask = _mask(key_padding_mask, (batch, source) if batched else (source,), "key_padding_mask", query,
                  (batch, 1, 1, source), op=_op)
     attn = _mask(attn_mask, (length, source), "attn_mask", query, None, (batch * H, length, source),
-                 (batch, H, length, source), op=_op, allowed=mask is None and not need_weights)
+                 (batch, H, length, source), op=_op, allowed=mask is None and not need_weights, unread=causal)
     if attn is not None:
         mask = attn if mask is None else mask + attn
 
@@ -476,12 +475,13 @@ def _out_projection(out, weight, bias, batched, batch_first, length):
     return out if batch_first else permute_dims(out, (1, 0, 2))
 
 
-def _mask(mask, shape, what, query, target, shape3=None, target3=None, *, op, allowed=False):
+def _mask(mask, shape, what, query, target, shape3=None, target3=None, *, op, allowed=False, unread=False):
     """``mask`` as a float Tensor to add to the scores ``(N, H, L, S)``: reshaped to
     ``target`` (``target3`` for a 3-D one of ``shape3``), bool True made -inf. With
     ``allowed``, a bool mask of ``shape`` comes back as the bool mask of where a query
     may look (its negation), which attention takes as it is: no float mask to make and
-    add to the scores."""
+    add to the scores. With ``unread`` (a mask the causal hint replaces), it is checked
+    alike, and None comes back."""
     if mask is None:
         return None
     if not isinstance(mask, Tensor):
@@ -495,6 +495,8 @@ def _mask(mask, shape, what, query, target, shape3=None, target3=None, *, op, al
         want = f"{shape}" + ("" if shape3 is None else f" or {shape3}")
         raise ValueError(f"{op}: {what} of shape {mask.shape} does not fit a query of shape "
                          f"{query.shape} (expected {want})")
+    if unread:
+        return None
     if mask.dtype == "bool" and allowed and mask.shape == shape:
         return logical_not(mask)
     if mask.dtype == "bool":

@@ -518,6 +518,8 @@ def attention(be, q, k, v, mask=None, scale=1.0, causal=False, needs=(True, True
     scale``, ``k: gs^T @ q * scale``, ``v: w^T @ g``, a float mask: ``gs``."""
     xp = be.xp
     given = mask is not None  # (a mask input: its gradient comes back too)
+    if causal and given:
+        raise ValueError("attention: give a mask or causal=True, not both")
     if causal:
         if q.shape[-2] and k.shape[-2]:
             return _causal_attention(be, q, k, v, scale, needs)
