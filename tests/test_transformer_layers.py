@@ -119,6 +119,54 @@ def test_a_compiled_training_step_equals_eager(device):
     assert compiled.calls == {"traced": 1, "replayed": 2, "eager": 0}
 
 
+@pytest.mark.parametrize("mask", ["float causal", "bool causal", "bool other", "none"])
+def test_an_encoder_finds_a_causal_mask_as_torch(device, mask, monkeypatch):
+    """``TransformerEncoder(..., is_causal=None)`` reads the mask, as PyTorch's
+    ``_detect_is_causal_mask``: a causal one (float from ``generate_square_subsequent_mask``,
+    or bool) makes the layers' attention causal (a block of queries at a time), any
+    other is used as it is; the results are PyTorch's either way."""
+    torch = torch_or_skip()
+    applied = []
+    real = lp.tensor.apply
+    monkeypatch.setattr(lp.nn.functional, "apply", lambda fn, *a, **kw: applied.append(kw.get("causal")) or
+                        real(fn, *a, **kw))
+    layer_t, layer_o = pair(torch, device, batch_first=True)
+    theirs = torch.nn.TransformerEncoder(layer_t, 2, enable_nested_tensor=False)
+    ours = nn.TransformerEncoder(layer_o, 2)
+    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    theirs.eval()
+    ours.eval()
+    x = RNG.normal(size=(2, 6, 8))
+    values = {"float causal": np.triu(np.full((6, 6), -np.inf), 1), "bool causal": np.triu(np.ones((6, 6), bool), 1),
+              "bool other": RNG.uniform(size=(6, 6)) < 0.3, "none": None}[mask]
+    kwargs = {} if values is None else {"mask": lp.asarray(values, device=device)}
+    their_kwargs = {k: torch.tensor(values) for k in kwargs}
+    close(ours(Tensor(x, device=device), **kwargs), theirs(torch.tensor(x), **their_kwargs))
+    assert applied.count(True) == (2 if mask.endswith(" causal") else 0)  # (one attention per layer)
+
+
+def test_a_compiled_step_checks_the_mask_it_found_causal_again(device):
+    """A compiled step whose encoder found the mask causal replays while it still is,
+    and runs that call eagerly (the mask used as it is) when it is not."""
+    lp.manual_seed(4)
+    encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True,
+                                                               device=device, dtype="float64"), 1)
+
+    def step(x, mask):
+        with lp.no_grad():
+            return encoder(x, mask=mask).sum()
+
+    compiled = lp.compile(step)
+    x = Tensor(RNG.normal(size=(2, 5, 8)), device=device)
+    causal = np.triu(np.ones((5, 5), bool), 1)
+    other = causal.copy()
+    other[4, 0] = True  # the last query may not look at the first key: no longer causal
+    for values in (causal, causal, other, causal):
+        mask = lp.asarray(values, device=device)
+        np.testing.assert_allclose(host(compiled(x, mask)), host(step(x, mask)), rtol=1e-12)
+    assert compiled.calls == {"traced": 1, "replayed": 2, "eager": 1}
+
+
 @pytest.mark.parametrize("make, error, message", [
     (lambda: nn.TransformerEncoderLayer(8.0, 2), ValueError, "d_model must be a positive integer"),
     (lambda: nn.TransformerEncoderLayer(8, 3), ValueError, "not divisible by num_heads"),

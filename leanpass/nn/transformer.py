@@ -21,9 +21,11 @@ or before the block (pre-norm, ``norm_first=True``)::
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import numbers
 
+from .._graph.trace import check
 from .._namespace import full, triu
 from ..backends import get_backend, get_default_dtype
 from ..tensor import Tensor
@@ -102,6 +104,41 @@ class _Layer(Module):
         return x
 
 
+def _is_causal_mask(backend, mask) -> bool:
+    """Whether the square array ``mask`` is the causal mask (PyTorch's
+    ``generate_square_subsequent_mask`` in its dtype: True or -inf above the diagonal,
+    False or 0 on and below it), read on the host."""
+    xp = backend.xp
+    index = backend.arange(mask.shape[-1], xp.int64)
+    above = index[None, :] > index[:, None]
+    if mask.dtype != xp.bool:
+        above = xp.where(above, xp.asarray(-math.inf, dtype=mask.dtype, device=backend.xp_device),
+                         xp.asarray(0.0, dtype=mask.dtype, device=backend.xp_device))
+    return bool(xp.all(mask == above))
+
+
+def _still_causal(backend, causal: bool, mask) -> None:
+    """A compiled step's check at each replay: the mask is (or is not) causal as at its trace."""
+    if _is_causal_mask(backend, mask) != causal:
+        raise ValueError("the mask is " + ("no longer" if causal else "now") + " the causal mask")
+
+
+def _detect_causal(mask, is_causal, src, batch_first: bool) -> bool:
+    """PyTorch's ``_detect_is_causal_mask``: ``is_causal`` where given; where None,
+    whether ``mask`` is the causal mask of the sequence's length (then the layers'
+    attention skips, as PyTorch's, what a query may not look at). A compiled step
+    checks the mask again at each replay."""
+    if is_causal is not None or not isinstance(mask, Tensor):
+        return bool(is_causal)
+    length = src.shape[0 if src.ndim == 2 or not batch_first else 1]
+    if tuple(mask.shape) != (length, length) or (mask.dtype != "bool" and mask.dtype.kind != "f"):
+        return False
+    backend = mask._backend
+    causal = _is_causal_mask(backend, mask._data)  # (the array itself: not a read a compiled step must follow)
+    check(functools.partial(_still_causal, backend, causal), mask)
+    return causal
+
+
 class _Stack(Module):
     """``num_layers`` copies of a layer (each its own parameters, as PyTorch's), then an
     optional ``norm``."""
@@ -156,8 +193,9 @@ class TransformerEncoder(_Stack):
         """``src`` through every layer (``mask`` and ``src_key_padding_mask`` given to each),
         then ``norm``."""
         x = src
+        is_causal = _detect_causal(mask, is_causal, src, self.layers[0].batch_first if len(self.layers) else False)
         for layer in self.layers:
-            x = layer(x, src_mask=mask, src_key_padding_mask=src_key_padding_mask, is_causal=bool(is_causal))
+            x = layer(x, src_mask=mask, src_key_padding_mask=src_key_padding_mask, is_causal=is_causal)
         return self._end(x)
 
 
@@ -197,9 +235,11 @@ class TransformerDecoder(_Stack):
                 memory_key_padding_mask=None, tgt_is_causal=None, memory_is_causal: bool = False) -> Tensor:
         """``tgt`` through every layer, each attending to ``memory``, then ``norm``."""
         x = tgt
+        tgt_is_causal = _detect_causal(tgt_mask, tgt_is_causal, tgt,
+                                       self.layers[0].batch_first if len(self.layers) else False)
         for layer in self.layers:
             x = layer(x, memory, tgt_mask=tgt_mask, memory_mask=memory_mask, tgt_key_padding_mask=tgt_key_padding_mask,
-                      memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=bool(tgt_is_causal),
+                      memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=tgt_is_causal,
                       memory_is_causal=memory_is_causal)
         return self._end(x)
 
