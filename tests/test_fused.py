@@ -377,12 +377,15 @@ _GELU_EDGES = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e30, -1e30, 1e-40, 1e-310, 1
 
 @needs_numba
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("layout", ["contiguous", "strided g", "strided input"])
+@pytest.mark.parametrize("layout", ["contiguous", "strided g", "strided input", "chunks of 7"])
 def test_cpus_gelu_kernels_give_the_generic_paths_values_bit_for_bit(dtype, layout, monkeypatch):
     """GELU's tanh approximation (W6's MLP) in three passes forward and one backward:
     the generic operations in their order, so the same bits, at overflowing, infinite,
-    NaN, signed-zero and subnormal inputs too; a strided input is declined (the generic
-    path runs), a strided incoming gradient copied."""
+    NaN, signed-zero and subnormal inputs too, over the values a chunk at a time (215
+    values in chunks of 7: the last one short); a strided input is declined (the
+    generic path runs), a strided incoming gradient copied."""
+    if layout == "chunks of 7":
+        monkeypatch.setattr(_numba, "GELU_CHUNK", 7)
     rng = np.random.default_rng(0)
     with np.errstate(over="ignore"):  # (1e-310 and 3e38 do not fit float32: 0 and inf)
         a = np.concatenate([rng.normal(scale=4.0, size=200), _GELU_EDGES]).astype(dtype).reshape(5, -1)

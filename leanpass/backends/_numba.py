@@ -736,21 +736,27 @@ def relu_backward(g, y):
     return out
 
 
+GELU_CHUNK = 32768  # the values gelu_tanh's three passes take at a time (128 KiB of float32: in the cache)
+
+
 def gelu_tanh(a, c, k):
     """GELU's tanh approximation: ``(t, out)``, ``t = tanh(c (a + k a^3))`` and ``out =
     0.5 a (1 + t)``, in three passes where NumPy's operations take eight (2.1 against 1.2
-    ms for W6's 2048 x 512 float32); the same values, bit for bit (NumPy's ``tanh``
-    itself, and its other operations in their order). None for an array that is not a
-    C-contiguous float32/float64 one."""
+    ms for W6's 2048 x 512 float32), over :data:`GELU_CHUNK` values at a time, so that
+    the second and third read what the first wrote from the cache (2.1 -> 1.7 ms); the
+    same values, bit for bit (NumPy's ``tanh`` itself, and its other operations in their
+    order). None for an array that is not a C-contiguous float32/float64 one."""
     if a.dtype not in _FLOATS or not a.flags.c_contiguous:
         return None
     kernels, f = _compiled(), a.dtype.type
     flat = a.reshape(-1)
-    t = np.empty_like(flat)
-    kernels[12](flat, f(c * k), f(c), t)
-    np.tanh(t, out=t)
-    out = np.empty_like(flat)
-    kernels[13](t, flat, f(1.0), f(0.5), out)
+    t, out = np.empty_like(flat), np.empty_like(flat)
+    ck, c, one, half = f(c * k), f(c), f(1.0), f(0.5)
+    for start in range(0, flat.size, GELU_CHUNK):
+        part, tp = flat[start:start + GELU_CHUNK], t[start:start + GELU_CHUNK]
+        kernels[12](part, ck, c, tp)
+        np.tanh(tp, out=tp)
+        kernels[13](tp, part, one, half, out[start:start + GELU_CHUNK])
     return t.reshape(a.shape), out.reshape(a.shape)
 
 
