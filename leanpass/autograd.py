@@ -79,6 +79,10 @@ class GraphBackend:
                      "scale_fresh", "sum_rows", "add_leading", "stack"):
             setattr(self, name, getattr(Backend, name).__get__(self))
 
+    @property
+    def causal_rows(self):
+        return self.base.causal_rows
+
     def copy(self, t):
         return t * 1 if t._rg else self.xp.asarray(t, copy=True)  # the copy stays in the graph
 

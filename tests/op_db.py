@@ -614,8 +614,9 @@ OP_DB: list[OpInfo] = [
            lambda rng: [(uniform(rng, 2, 3, 2), uniform(rng, 2, 2), uniform(rng, 2, 2), uniform(rng, 3, 2)),
                         (uniform(rng, 3, 2), Const(uniform(rng, 2, 2)), uniform(rng, 2, 2), Const(uniform(rng, 3, 2))),
                         (uniform(rng, 3, 2), uniform(rng, 2, 2), uniform(rng, 2, 2), None),
-                        # is_causal: 5 queries in blocks of 3, then 2; 3 queries in blocks of 2, then 1
+                        # is_causal: 5 queries (one block), 34 (blocks of 32, then 2: the keys after 32 skipped)
                         (uniform(rng, 2, 5, 2), uniform(rng, 2, 5, 2), uniform(rng, 2, 5, 3), None, True),
+                        (uniform(rng, 34, 1), uniform(rng, 34, 1), uniform(rng, 34, 1), None, True),
                         (uniform(rng, 3, 2), uniform(rng, 5, 2), Const(uniform(rng, 5, 2)), None, True),
                         (uniform(rng, 5, 2), Const(uniform(rng, 3, 2)), uniform(rng, 3, 2), None, True)],
            "scaled_dot_product_attention"),

@@ -24,7 +24,7 @@ from test_cuda_standin import CALLS, Standin
 import leanpass
 from leanpass import Tensor, nn
 from leanpass.backends import _numba, get_backend
-from leanpass.backends._base import NO_FUSED, FusedKernels
+from leanpass.backends._base import NO_FUSED, Backend, FusedKernels
 from leanpass.ops.norm import _row_maps
 
 
@@ -516,7 +516,7 @@ def test_cpus_causal_attention_kernels_give_the_generic_paths_values(dtype, rows
     and as the attention under the full causal mask, the same output and gradients up
     to rounding; a NaN key reaches the outputs of the queries that may look at it and no
     other, a NaN query its own output and the values' gradients of its block's keys."""
-    monkeypatch.setattr(leanpass.ops.nn, "CAUSAL_ROWS", rows)
+    monkeypatch.setattr(Backend, "causal_rows", rows)
     rng = np.random.default_rng(1)
     (length, source), b, h, d = shape, 2, 3, 4
     q = rng.normal(size=(b, h, length, d)).astype(dtype)
@@ -538,7 +538,7 @@ def test_cpus_causal_attention_kernels_give_the_generic_paths_values(dtype, rows
 
     monkeypatch.setattr(cpu, "fused", counted)
     with_kernels = run(is_causal=True)
-    blocks = len(leanpass.ops.nn._causal_blocks(length, source))
+    blocks = len(leanpass.ops.nn._causal_blocks(length, source, rows))
     assert len(calls) == 2 * blocks and all(c is not None for c in calls)
     monkeypatch.setattr(cpu, "fused", NO_FUSED)
     generic = run(is_causal=True)

@@ -475,6 +475,7 @@ class Backend:
     always_index = False  # canonical device strings always carry ":N" (cuda)
     syncs_cheaply = True  # reading a value to the host costs little (no queue to drain)
     one_device = False  # the library has one device: an array of its type is on it
+    causal_rows = 32  # a causal attention's block of queries (leanpass/ops/nn.py's _causal_blocks)
     guard = None  # a context manager that makes this device current, where work needs that
     # Optional fused kernels: operations and optimizers use one when it is offered
     # and their generic xp code when it is not.

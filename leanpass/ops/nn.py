@@ -568,18 +568,15 @@ def attention(be, q, k, v, mask=None, scale=1.0, causal=False, needs=(True, True
     return out, backward
 
 
-CAUSAL_ROWS = 32  # the rows of a causal attention's block (see _causal_blocks)
-
-
-def _causal_blocks(length: int, source: int) -> list:
+def _causal_blocks(length: int, source: int, rows: int) -> list:
     """A causal attention's blocks of queries, ``(start, stop, keys)`` each: rows
-    ``[start, stop)``, which may look at the first ``keys`` keys only (row ``i`` at keys
-    ``j <= i``, PyTorch's top-left ``is_causal``). Blocks of :data:`CAUSAL_ROWS` rows,
-    at least two where there are as many rows: the products skip about a quarter of
-    the scores (the keys after the block's last row), more with more blocks."""
-    size = min(CAUSAL_ROWS, max(1, -(-length // 2)))
-    return [(start, min(start + size, length), min(start + size, length, source))
-            for start in range(0, length, size)]
+    ``[start, stop)`` of ``rows`` at most (the backend's ``causal_rows``), which may look
+    at the first ``keys`` keys only (row ``i`` at keys ``j <= i``, PyTorch's top-left
+    ``is_causal``). The products skip the keys after each block's last row: about a
+    quarter of the scores in blocks of 32 at W6's sequence of 128, nearly half for long
+    ones."""
+    return [(start, min(start + rows, length), min(start + rows, length, source))
+            for start in range(0, length, max(1, rows))]
 
 
 def _causal_attention(be, q, k, v, scale, needs):
@@ -590,7 +587,7 @@ def _causal_attention(be, q, k, v, scale, needs):
     the sum over the blocks that looked at it."""
     xp, fused = be.xp, be.fused
     length, source = q.shape[-2], k.shape[-2]
-    blocks = _causal_blocks(length, source)
+    blocks = _causal_blocks(length, source, be.causal_rows)
     kt = xp.matrix_transpose(k)
     if len(blocks) > 1:
         kt = be.c_order(kt)  # once, not a copy of each block's keys
