@@ -1278,12 +1278,62 @@ def _output_slots(spec) -> list:
     return []
 
 
+def _checks_first(events: list, args: list) -> list:
+    """``events`` with each check of values from outside the call (an argument's, a
+    state tensor's: class indices, a mask found causal) moved to the front, where
+    nothing before it could have changed them (no in-place change of one of them, no
+    step given one of them or its holder): a replay that fails it then has changed
+    nothing yet, and the call runs eagerly, as eager code would take another path,
+    where a check met after a backward pass or a step could only raise. ``args``: the
+    traced call's tensor arguments."""
+    first, rest = [], []
+    written = set()  # ids of the tensors an in-place change or a step before here may have written
+
+    def ident(src):
+        kind, ref = src
+        return id(args[ref]) if kind == ARG else id(ref) if kind == EXT else None
+
+    for event in events:
+        kind = event[0]
+        if kind == "check" and all(src[0] in (ARG, EXT) and ident(src) not in written for src in event[2]):
+            first.append(event)
+            continue
+        if kind == "inplace":
+            written.add(ident(event[1]))
+        elif kind == "action" and not getattr(event[1], "idempotent", False):
+            written.update(id(t) for t in _touched(event[1], event[2], event[3]))
+        rest.append(event)
+    return first + rest
+
+
+def _touched(method, args, kwargs) -> list:
+    """The tensors a step may write: those among its arguments (in lists, tuples and
+    dicts too), an optimizer's parameters, a module's parameters and buffers."""
+    found = []
+    stack = [getattr(method, "__self__", None), *args, *kwargs.values()]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, Tensor):
+            found.append(value)
+        elif isinstance(value, Module):
+            found += [*value.parameters(), *value.buffers()]
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+        elif hasattr(value, "param_groups"):  # an optimizer (or a scheduler's): its parameters
+            stack.extend(group.get("params", ()) for group in value.param_groups)
+        elif hasattr(value, "optimizer") and hasattr(value.optimizer, "param_groups"):
+            stack.append(value.optimizer)
+    return found
+
+
 class Plan:
     """A recorded call, ready to replay (see the module's doc)."""
 
     def __init__(self, tracer: Tracer, outputs, modules: int, fuse_runs: bool = True):
         self.modules = modules  # the modules' change count when the trace ended
-        self.events = tracer.events
+        self.events = _checks_first(tracer.events, tracer.keep_args)
         self.slots = tracer.slots
         self.outputs = outputs
         self.externals = list(tracer.externals.values())

@@ -24,7 +24,7 @@ from . import ops
 from ._checks import broadcast_shapes, device_message
 from ._dtypes import DTYPES, dtype_name, iinfo
 from ._graph.above import above
-from ._graph.trace import check
+from ._graph.trace import check, raised
 from ._node import as_tensor, inplace, run1
 from .backends import backend_of_array, host_array
 
@@ -224,7 +224,7 @@ def _check_positions(t, array, axis, op, wraps: bool = True) -> bool:
         return False
     low, high = int(xp.min(array)), int(xp.max(array))
     if low < -n or high >= n:
-        raise _out_of_range(op, high if high >= n else low, axis, n, t.shape)
+        raise raised(_out_of_range(op, high if high >= n else low, axis, n, t.shape))
     negative = low < 0
     shape = t.shape  # (the check keeps no Tensor: lp.compile's record holds it)
     check(lambda values: _in_range(xp, values, n, axis, shape, op, wraps or negative), array)

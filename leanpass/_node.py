@@ -21,6 +21,7 @@ from ._graph.modes import sequence as _sequence
 from ._graph.node import COMPLEX, Node, note_complex
 from ._graph.trace import TRACER
 from ._graph.trace import note as _trace_note
+from ._graph.trace import raised as _raised
 from ._graph.versions import version_of
 from .backends import GRAD_DTYPES, backend_of_array, get_backend, get_default_dtype, host_array, transfer
 from .ops import Op
@@ -156,11 +157,15 @@ def mark_view(out, base, key=None, remake=None, op=None):
 def _guarded(fn, backend, *args, **params):
     """``fn(backend, *args)`` with the backend's device made current where it needs
     that (``cuda:N`` on a machine of several GPUs); a plain call everywhere else."""
-    guard = backend.guard
-    if guard is None:
-        return fn(backend, *args, **params)
-    with guard:
-        return fn(backend, *args, **params)
+    try:
+        guard = backend.guard
+        if guard is None:
+            return fn(backend, *args, **params)
+        with guard:
+            return fn(backend, *args, **params)
+    except Exception as exc:  # (a traced call may catch it: its replays would take that path whatever their values)
+        _raised(exc)
+        raise
 
 
 class Parts:
@@ -277,10 +282,14 @@ def _several_tensors(op, x, params, outs, backward):
 def run1(op: Op, a, *params):
     """A unary operation on ``a``."""
     backend = a._backend
-    if backend.guard is None:
-        out, backward = op.fn(backend, a._data, *params)
-    else:
-        out, backward = _guarded(op.fn, backend, a._data, *params)
+    try:
+        if backend.guard is None:
+            out, backward = op.fn(backend, a._data, *params)
+        else:
+            out, backward = _guarded(op.fn, backend, a._data, *params)
+    except Exception as exc:  # (as _guarded's)
+        _raised(exc)
+        raise
     rg = a._rg and op.differentiable
     t = make(out, backend, op, (a,), backward, rg, params if rg or TRACER[0] is not None else None)
     if op.view and (not op.copies or backend.shares_memory(out, a._data)):
@@ -323,6 +332,7 @@ def run2(op: Op, a, b, *params):
         else:
             out, backward = _guarded(op.fn, backend, a._data, b._data, *params)
     except (ValueError, TypeError) as exc:
+        _raised(exc)  # (as _guarded's)
         broadcast_shapes(op, a.shape, b.shape)
         raise (TypeError if isinstance(exc, TypeError) else ValueError)(
             f"{op}: not defined for tensors of dtypes {a.dtype} and {b.dtype} (shapes {a.shape} and "
@@ -447,10 +457,14 @@ def apply(fn, *inputs, op: str | None = None, **params):
     needs = [t._rg for t in inputs]
     if operation.needs:
         params["needs"] = needs
-    if backend.guard is None:
-        out, backward = operation.fn(backend, *arrays, **params)
-    else:
-        out, backward = _guarded(operation.fn, backend, *arrays, **params)
+    try:
+        if backend.guard is None:
+            out, backward = operation.fn(backend, *arrays, **params)
+        else:
+            out, backward = _guarded(operation.fn, backend, *arrays, **params)
+    except Exception as exc:  # (as _guarded's)
+        _raised(exc)
+        raise
     rg = operation.differentiable and any(needs)
     if rg and _grad_state.enabled and any(out.dtype != a.dtype for a in arrays):  # mixed: real into complex?
         note_complex_mix(inputs, out.dtype)

@@ -2899,3 +2899,124 @@ def test_compile_as_a_method_decorator_binds_the_instance():
         same(a.scale(Tensor(np.ones(1))), [2.0])
         same(b.scale(Tensor(np.ones(1))), [3.0])
     assert Scaler.scale.calls == {"traced": 2, "replayed": 4, "eager": 0}
+
+
+class _NormedEncoder(nn.Module):
+    """A BatchNorm1d (its running statistics: a step of the call) before a causal encoder."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(8, dtype="float64")
+        self.enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, dtype="float64"), 1)
+
+    def forward(self, x, mask):
+        return self.enc(self.bn(x.reshape((-1, 8))).reshape(x.shape), mask=mask)
+
+
+@pytest.mark.parametrize("case", ["class indices after a backward pass", "a mask found causal after a step"])
+def test_a_check_of_an_argument_runs_before_the_replay_changes_state(case):
+    """A check of an argument's values recorded after the call changed state (a backward
+    pass, BatchNorm's running statistics) runs first at a replay: a batch it refuses
+    (a padded target, a mask no longer causal) makes that call run eagerly, as eager
+    code takes its other path, where the replay would have raised half-way through."""
+    rng = np.random.default_rng(0)
+
+    def setup():
+        lp.manual_seed(0)
+        model = nn.Linear(4, 3, dtype="float64") if case.startswith("class") else _NormedEncoder()
+        opt = lp.optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x1, y1, x2, y2):
+            opt.zero_grad()
+            if case.startswith("class"):  # two micro-batches: the second's check comes after a backward pass
+                first = nn.functional.cross_entropy(model(x1), y1, ignore_index=-100)
+                first.backward()
+                second = nn.functional.cross_entropy(model(x2), y2, ignore_index=-100)
+                second.backward()
+                loss = first + second
+            else:
+                loss = model(x1, y1).pow(2).mean()
+                loss.backward()
+            opt.step()
+            return loss.detach()
+
+        return model, step
+
+    batches = []
+    for k in range(4):
+        if case.startswith("class"):
+            y2 = rng.integers(0, 3, size=6)
+            if k == 2:
+                y2[1] = -100  # a padded target
+            batches.append((Tensor(rng.normal(size=(6, 4))), lp.asarray(rng.integers(0, 3, size=6)),
+                            Tensor(rng.normal(size=(6, 4))), lp.asarray(y2)))
+        else:
+            mask = np.triu(np.full((5, 5), -np.inf), 1)
+            if k == 2:
+                mask[0, 1] = 0.0  # no longer causal
+            batches.append((Tensor(rng.normal(size=(5, 2, 8))), lp.asarray(mask), None, None))
+    (eager_model, eager), (model, compiled) = setup(), setup()
+    compiled = lp.compile(compiled, fuse=False)
+    for batch in batches:
+        np.testing.assert_array_equal(host(compiled(*batch)), host(eager(*batch)))
+        for p, q in zip(model.parameters(), eager_model.parameters()):
+            np.testing.assert_array_equal(host(p), host(q))
+    assert compiled.calls == {"traced": 1, "replayed": 2, "eager": 1}
+
+
+def test_an_error_the_function_catches_at_its_trace_makes_it_run_eagerly():
+    """A value an operation refuses at the trace (a matrix that is not positive
+    definite), caught by the function: its replays would take the ``except`` path
+    whatever their values, so every call runs eagerly, with a warning."""
+    def step(m):
+        try:
+            return lp.linalg.cholesky(m).sum()
+        except ValueError:  # (LinAlgError)
+            return m.sum() * 0.0 - 1.0
+
+    compiled = lp.compile(step, fuse=False)
+    with pytest.warns(RuntimeWarning, match="an error raised inside the function"):
+        assert float(compiled(Tensor(-np.eye(3)))) == -1.0
+    for scale in (2.0, 3.0):
+        assert float(compiled(Tensor(scale * np.eye(3)))) == float(step(Tensor(scale * np.eye(3))))
+    assert compiled.calls == {"traced": 1, "replayed": 0, "eager": 2}
+
+
+@pytest.mark.parametrize("case", ["embedding, a negative index", "one_hot, a class too large",
+                                  "one_hot, the classes inferred", "allclose"])
+def test_a_value_read_on_the_host_is_checked_again_or_runs_eagerly(case):
+    """What a function reads of its arguments' values on the host: checked again at each
+    replay where it is a check (an index out of range raises as eagerly), or the call
+    runs eagerly where it decides a shape or a Python value (one_hot's inferred
+    classes, allclose's bool)."""
+    table = Tensor(np.arange(20.0).reshape(10, 2))
+
+    def step(x):
+        if case.startswith("embedding"):
+            return nn.functional.embedding(x, table).sum()
+        if case == "one_hot, a class too large":
+            return nn.functional.one_hot(x, 3).sum(axis=0)
+        if case == "one_hot, the classes inferred":
+            return nn.functional.one_hot(x).sum(axis=0)
+        return lp.asarray(1.0) if lp.allclose(x, lp.zeros_like(x)) else lp.asarray(2.0)
+
+    compiled = lp.compile(step, fuse=False)
+    good = [lp.asarray(np.array([0, 1, 2])), lp.asarray(np.array([2, 2, 1]))]
+    if case == "allclose":
+        good = [Tensor(np.zeros(3)), Tensor(np.ones(3))]
+    elif case == "one_hot, the classes inferred":
+        good = [good[0], lp.asarray(np.array([0, 1, 1]))]
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        for x in good:
+            np.testing.assert_array_equal(host(compiled(x)), host(step(x)))
+    bad = lp.asarray(np.array([0, -1, 2]) if case.startswith("embedding") else np.array([0, 3, 1]))
+    if case in ("embedding, a negative index", "one_hot, a class too large"):
+        error = IndexError if case.startswith("embedding") else ValueError
+        with pytest.raises(error):
+            step(bad)
+        with pytest.raises(error):
+            compiled(bad)
+        assert compiled.calls["replayed"] >= 1
+    else:
+        assert compiled.calls == {"traced": 1, "replayed": 0, "eager": 1}

@@ -14,8 +14,8 @@ from __future__ import annotations
 import functools
 import weakref
 
-__all__ = ["TRACER", "action", "idempotent", "sets_options", "note", "check", "implicit_seed", "draw", "read_grad",
-           "read_option", "watch"]
+__all__ = ["TRACER", "action", "idempotent", "sets_options", "note", "raised", "check", "implicit_seed", "draw",
+           "read_grad", "read_option", "watch"]
 
 TRACER = [None]  # [the active tracer, or None]
 
@@ -145,6 +145,17 @@ def host_read(t, value, frame, what: str) -> None:
     tracer = TRACER[0]
     if tracer is not None:
         tracer.host_read(t, value, frame, what)
+
+
+def raised(error: BaseException) -> BaseException:
+    """``error``, about to be raised by a check of values or an operation, noted where a
+    call is traced: the function may catch it and go on another way, which its replays
+    would take whatever their values (the call then runs eagerly from now on)."""
+    tracer = TRACER[0]
+    if tracer is not None:
+        tracer.unsupported(f"an error raised inside the function ({type(error).__name__}: {error}), which it may "
+                           "catch: a replay would take the same path whatever its values")
+    return error
 
 
 def note(what: str) -> None:

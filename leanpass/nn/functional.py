@@ -14,7 +14,7 @@ import numbers
 from .. import ops
 from .._checks import broadcast_shapes
 from .._dtypes import dtype_name
-from .._graph.trace import action
+from .._graph.trace import action, check, raised
 from .._namespace import (
     asarray,
     logical_not,
@@ -174,19 +174,27 @@ def _index_tensor(indices, weight: Tensor, op: str):
     backend = get_backend(weight.device)
     xp = backend.xp if not host else get_backend("cpu").xp
     if host or backend.syncs_cheaply:
-        if math.prod(data.shape):
-            low, high = int(xp.min(data)), int(xp.max(data))
-            if low < 0 or high >= rows:
-                raise IndexError(f"{op}: indices must be in [0, {rows}) for a table of {rows} rows "
-                                 f"(shape {weight.shape}), got values from {low} to {high}")
+        shape = weight.shape
+        _rows_in_range(xp, data, rows, shape, op)
         if host:  # host data the caller gave: a constant of a compiled call, as lp.asarray's
             indices = asarray(data, device=weight.device, dtype=dtype_name(data.dtype))
+        else:  # (a replay checks them again)
+            check(lambda values: _rows_in_range(xp, values, rows, shape, op), indices)
         return indices, None
     with backend.context():
         bad = (data < 0) | (data >= rows)
         clipped = xp.clip(data, 0, rows - 1)
     return (as_tensor(clipped, device=weight.device, dtype=dtype_name(dtype)),
             as_tensor(bad, device=weight.device, dtype="bool"))
+
+
+def _rows_in_range(xp, data, rows: int, shape, op: str) -> None:
+    """IndexError naming ``op`` unless the integer array ``data`` lies in ``[0, rows)``."""
+    if math.prod(data.shape):
+        low, high = int(xp.min(data)), int(xp.max(data))
+        if low < 0 or high >= rows:
+            raise raised(IndexError(f"{op}: indices must be in [0, {rows}) for a table of {rows} rows (shape "
+                                    f"{shape}), got values from {low} to {high}"))
 
 
 def embedding(indices, weight: Tensor, padding_idx: int | None = None, *, _op: str = "embedding") -> Tensor:

@@ -14,7 +14,7 @@ import numbers
 from .. import ops
 from .._checks import broadcast_shapes
 from .._dtypes import as_dtype, dtype_name
-from .._graph.trace import check, note
+from .._graph.trace import check, note, raised
 from .._namespace import abs as _abs
 from .._namespace import expand_dims, minimum, reshape, squeeze, take, take_along_axis, where
 from .._namespace import sum as _sum
@@ -225,10 +225,8 @@ def _checked(backend, data, kind: str, classes: int, op: str = "cross_entropy_lo
         index = data
         valid = backend.all_in_range(data, classes)
     if not valid:
-        raise ValueError(
-            f"{op}: class indices must be whole numbers in [0, {classes}), "
-            f"got values from {float(xp.min(data))} to {float(xp.max(data))}"
-        )
+        raise raised(ValueError(f"{op}: class indices must be whole numbers in [0, {classes}), "
+                                f"got values from {float(xp.min(data))} to {float(xp.max(data))}"))
     return index
 
 

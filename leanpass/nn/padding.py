@@ -10,8 +10,10 @@ adds up where an index repeats), so their gradients are PyTorch's.
 
 from __future__ import annotations
 
+import math
 import numbers
 
+from .._graph.trace import check, note, raised
 from .._namespace import arange, asarray, concat, expand_dims, full, take
 from ..backends import get_backend
 from ..tensor import Tensor
@@ -146,6 +148,17 @@ def _copy(x: Tensor) -> Tensor:
     return x * 1 if x.requires_grad else asarray(x, copy=True)
 
 
+def _classes_in_range(xp, data, num_classes: int) -> int:
+    """The largest of the class indices ``data`` (-1 for none), after ValueError unless
+    they lie in ``[0, num_classes)`` (``num_classes`` -1: any non-negative)."""
+    low, high = (int(xp.min(data)), int(xp.max(data))) if math.prod(data.shape) else (0, -1)
+    if low < 0:
+        raise raised(ValueError(f"one_hot: class indices must be non-negative, got {low}"))
+    if num_classes != -1 and high >= num_classes:
+        raise raised(ValueError(f"one_hot: class indices must be smaller than num_classes {num_classes}, got {high}"))
+    return high
+
+
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
     """PyTorch's ``F.one_hot``: int64 of shape ``tensor.shape + (num_classes,)``, 1 at
     each class index and 0 elsewhere; ``num_classes=-1`` is one more than the largest
@@ -169,12 +182,12 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
             if num_classes == -1 and not x.size:
                 raise ValueError(f"one_hot: cannot infer the number of classes from an empty tensor of shape "
                                  f"{x.shape}; give num_classes")
-            low, high = (int(xp.min(data)), int(xp.max(data))) if x.size else (0, -1)
-        if low < 0:
-            raise ValueError(f"one_hot: class indices must be non-negative, got {low}")
+            high = _classes_in_range(xp, data, num_classes)
         if num_classes == -1:
+            note("one_hot: num_classes inferred from the values (read on the host)")
             num_classes = high + 1
-        elif high >= num_classes:
-            raise ValueError(f"one_hot: class indices must be smaller than num_classes {num_classes}, got {high}")
+        else:  # (a replay checks them again)
+            count = num_classes
+            check(lambda values: _classes_in_range(xp, values, count), x)
     classes = arange(num_classes, dtype="int64", device=x.device)
     return (expand_dims(x.detach(), axis=-1) == classes).astype("int64")
