@@ -921,15 +921,16 @@ class Tracer:
         self.events.append(("grad_read", src, slot, t._backend))
         return leaf(g, t._backend)
 
-    def check(self, fn, values) -> None:
+    def check(self, fn, values, branch: bool = False) -> None:
         """``fn(*arrays)`` checks the values of ``values`` (tensors, or arrays the call has
-        seen): a replay checks again."""
+        seen): a replay checks again (``branch``: where it fails, eager code takes another
+        path: see :func:`_checks_first`)."""
         if self.reason is not None:
             return
         sources = [self.source_of(v) if isinstance(v, Tensor) else self.arrays.get(id(v)) for v in values]
         if any(s is None for s in sources):
             return self.unsupported("a check of values computed outside the recorded operations")
-        self.events.append(("check", fn, tuple(sources)))
+        self.events.append(("check", fn, tuple(sources), branch))
 
     def host_read(self, t, value, frame, what) -> None:
         """``value``, a Python number read from ``t`` by the code of ``frame``: recorded
@@ -1132,6 +1133,12 @@ class Tracer:
                 if slot not in returned:  # (a read in a return, its number not in the result: an error's path)
                     self.reason = (what, where)
                     break
+        if self.reason is None:
+            self.events, late = _checks_first(self.events, self.keep_args)
+            if late:  # a path eager code takes on values, decided after the call changed state
+                self.reason = (f"a value read on the host that decides a path ({late}) after the call changed state "
+                               "(a backward pass, a step), or of a value it computed: a replay could not take the "
+                               "other path", "replay")
         if self.reason is not None:
             return None
         return Plan(self, outputs, _MODULE_CHANGES[0], fuse)
@@ -1278,32 +1285,47 @@ def _output_slots(spec) -> list:
     return []
 
 
-def _checks_first(events: list, args: list) -> list:
-    """``events`` with each check of values from outside the call (an argument's, a
-    state tensor's: class indices, a mask found causal) moved to the front, where
-    nothing before it could have changed them (no in-place change of one of them, no
-    step given one of them or its holder): a replay that fails it then has changed
-    nothing yet, and the call runs eagerly, as eager code would take another path,
-    where a check met after a backward pass or a step could only raise. ``args``: the
-    traced call's tensor arguments."""
-    first, rest = [], []
-    written = set()  # ids of the tensors an in-place change or a step before here may have written
+def _checks_first(events: list, args: list):
+    """``(events, late)``: ``events`` with each check of values from outside the call (an
+    argument's, a state tensor's: class indices, a mask found causal) moved to the
+    front, where nothing before it could have changed them: no in-place change of one
+    of them or of memory it shares (a view, a second name), nor of a value of the call
+    that may be a view of one; no step given one of them or its holder. A replay that
+    fails it then has changed nothing yet, and the call runs eagerly, as eager code
+    would take another path, where a check met after a backward pass or a step could
+    only raise. ``late``: what a check that decides a path (``branch``) but stays behind
+    is about, else None. ``args``: the traced call's tensor arguments."""
+    first, rest, late = [], [], None
+    written = []  # the tensors from outside an in-place change or a step before here may have written
+    anything = False  # an in-place change before here of a value of the call that is not its own memory
 
-    def ident(src):
+    def tensor(src):
         kind, ref = src
-        return id(args[ref]) if kind == ARG else id(ref) if kind == EXT else None
+        return args[ref] if kind == ARG else ref if kind == EXT else None
+
+    def untouched(src):
+        t = tensor(src)
+        return t is not None and not any(w is t or (w._backend is t._backend and t._backend.shares_memory(
+            w._data, t._data)) for w in written)
 
     for event in events:
         kind = event[0]
-        if kind == "check" and all(src[0] in (ARG, EXT) and ident(src) not in written for src in event[2]):
-            first.append(event)
-            continue
-        if kind == "inplace":
-            written.add(ident(event[1]))
+        if kind == "check":
+            if not anything and all(map(untouched, event[2])):
+                first.append(event)
+                continue
+            if event[3] and late is None:
+                late = getattr(getattr(event[1], "func", event[1]), "__name__", "a check")
+        elif kind == "inplace" and not event[7]:  # (not the call's own memory)
+            target = tensor(event[1])
+            if target is None:  # a value of the call: it may be a view of an argument, or of a state tensor
+                anything = True
+            else:
+                written.append(target)
         elif kind == "action" and not getattr(event[1], "idempotent", False):
-            written.update(id(t) for t in _touched(event[1], event[2], event[3]))
+            written += _touched(event[1], event[2], event[3])
         rest.append(event)
-    return first + rest
+    return first + rest, late
 
 
 def _touched(method, args, kwargs) -> list:
@@ -1333,7 +1355,7 @@ class Plan:
 
     def __init__(self, tracer: Tracer, outputs, modules: int, fuse_runs: bool = True):
         self.modules = modules  # the modules' change count when the trace ended
-        self.events = _checks_first(tracer.events, tracer.keep_args)
+        self.events = tracer.events
         self.slots = tracer.slots
         self.outputs = outputs
         self.externals = list(tracer.externals.values())

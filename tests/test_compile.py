@@ -3020,3 +3020,68 @@ def test_a_value_read_on_the_host_is_checked_again_or_runs_eagerly(case):
         assert compiled.calls["replayed"] >= 1
     else:
         assert compiled.calls == {"traced": 1, "replayed": 0, "eager": 1}
+
+
+def test_an_int_tensor_and_a_float_replay_on_a_library_that_refuses_the_mix():
+    """LeanPass catches array_api_strict's TypeError for an int tensor and a Python float
+    (and computes in float64): an error of dtypes, the same at each replay, which does
+    not make the call run eagerly."""
+    def step(y):
+        return lp.multiply(y, 0.5) * lp.maximum(y, 0.5)
+
+    compiled = lp.compile(step, fuse=False)
+    for k in range(3):
+        y = lp.asarray(np.array([0, 1, 2 + k]), device="strict")
+        np.testing.assert_array_equal(host(compiled(y)), host(step(y)))
+    assert compiled.calls == {"traced": 1, "replayed": 2, "eager": 0}
+
+
+def test_a_check_after_an_in_place_change_through_a_view_stays_in_its_place():
+    """A check of an argument the call changed in place through a view (``y[1:] -= 1``)
+    is not moved ahead of that change: a replay checks the changed values, and raises
+    where eager raises."""
+    model = nn.Linear(2, 3, dtype="float64")
+    x = Tensor(np.ones((3, 2)))
+
+    def step(y):
+        y[1:] -= 1
+        with lp.no_grad():
+            return nn.functional.cross_entropy(model(x), y)
+
+    compiled = lp.compile(step, fuse=False)
+    for labels in ([1, 1, 1], [1, 2, 2]):
+        np.testing.assert_array_equal(host(compiled(lp.asarray(np.array(labels)))),
+                                      host(step(lp.asarray(np.array(labels)))))
+    with pytest.raises(ValueError, match="class indices"):
+        step(lp.asarray(np.array([1, 0, 0])))
+    with pytest.raises(ValueError, match="class indices"):
+        compiled(lp.asarray(np.array([1, 0, 0])))
+
+
+def test_a_mask_made_in_the_step_and_found_causal_after_a_change_of_state_runs_eagerly():
+    """Whether a mask is causal decides a path (never an error): where a replay could
+    only check it after the call changed state (a mask the step computes, after
+    BatchNorm's statistics moved), the call runs eagerly, with a warning."""
+    def setup():
+        lp.manual_seed(0)
+        model = _NormedEncoder()
+
+        def step(x, blocked):
+            mask = lp.where(blocked, lp.asarray(-np.inf), 0.0)
+            with lp.no_grad():
+                return model(x, mask)[..., 0].sum()
+
+        return model, step
+
+    (eager_model, eager), (model, compiled) = setup(), setup()
+    compiled = lp.compile(compiled, fuse=False)
+    rng = np.random.default_rng(0)
+    causal = np.triu(np.ones((5, 5), bool), 1)
+    other = causal.copy()
+    other[4, 0] = True
+    with pytest.warns(RuntimeWarning, match="decides a path"):
+        for blocked in (causal, causal, other):
+            x = lp.asarray(rng.normal(size=(5, 2, 8)))
+            np.testing.assert_array_equal(host(compiled(x, lp.asarray(blocked))), host(eager(x, lp.asarray(blocked))))
+    np.testing.assert_array_equal(host(model.bn.running_mean), host(eager_model.bn.running_mean))
+    assert compiled.calls == {"traced": 1, "replayed": 0, "eager": 2}

@@ -81,13 +81,16 @@ def idempotent(method):
     return method
 
 
-def check(fn, *values) -> None:
+def check(fn, *values, branch: bool = False) -> None:
     """A check of values (class indices in range) that a replay must make again:
     ``fn(*arrays)`` raises on bad values; the tracer records it with where each
-    value (a tensor, or a tensor's array) comes from."""
+    value (a tensor, or a tensor's array) comes from. ``branch``: eager code takes
+    another path where it fails (a mask no longer causal), never an error: a replay
+    must then be able to run the call eagerly instead (the check first, before it
+    changes anything), or the call runs eagerly."""
     tracer = TRACER[0]
     if tracer is not None and tracer.records():
-        tracer.check(fn, values)
+        tracer.check(fn, values, branch)
 
 
 def implicit_seed(array) -> None:
@@ -150,9 +153,11 @@ def host_read(t, value, frame, what: str) -> None:
 def raised(error: BaseException) -> BaseException:
     """``error``, about to be raised by a check of values or an operation, noted where a
     call is traced: the function may catch it and go on another way, which its replays
-    would take whatever their values (the call then runs eagerly from now on)."""
+    would take whatever their values (the call then runs eagerly from now on). Not a
+    ``TypeError``: it comes of dtypes, which the key of a call holds (LeanPass itself
+    catches some, as an int tensor times a float on a library that refuses the mix)."""
     tracer = TRACER[0]
-    if tracer is not None:
+    if tracer is not None and not isinstance(error, TypeError):
         tracer.unsupported(f"an error raised inside the function ({type(error).__name__}: {error}), which it may "
                            "catch: a replay would take the same path whatever its values")
     return error

@@ -135,7 +135,7 @@ def _detect_causal(mask, is_causal, src, batch_first: bool) -> bool:
         return False
     backend = mask._backend
     causal = _is_causal_mask(backend, mask._data)  # (the array itself: not a read a compiled step must follow)
-    check(functools.partial(_still_causal, backend, causal), mask)
+    check(functools.partial(_still_causal, backend, causal), mask, branch=True)
     return causal
 
 
