@@ -3022,16 +3022,19 @@ def test_a_value_read_on_the_host_is_checked_again_or_runs_eagerly(case):
         assert compiled.calls == {"traced": 1, "replayed": 0, "eager": 1}
 
 
-def test_an_int_tensor_and_a_float_replay_on_a_library_that_refuses_the_mix():
+def test_an_int_tensor_and_a_float_replay_on_a_library_that_refuses_the_mix(device):
     """LeanPass catches array_api_strict's TypeError for an int tensor and a Python float
     (and computes in float64): an error of dtypes, the same at each replay, which does
     not make the call run eagerly."""
+    if not device.startswith("strict"):
+        pytest.skip("only array_api_strict refuses an int tensor with a float")
+
     def step(y):
         return lp.multiply(y, 0.5) * lp.maximum(y, 0.5)
 
     compiled = lp.compile(step, fuse=False)
     for k in range(3):
-        y = lp.asarray(np.array([0, 1, 2 + k]), device="strict")
+        y = lp.asarray(np.array([0, 1, 2 + k]), device=device)
         np.testing.assert_array_equal(host(compiled(y)), host(step(y)))
     assert compiled.calls == {"traced": 1, "replayed": 2, "eager": 0}
 
