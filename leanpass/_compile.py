@@ -1298,6 +1298,7 @@ def _checks_first(events: list, args: list):
     first, rest, late = [], [], None
     written = []  # the tensors from outside an in-place change or a step before here may have written
     anything = False  # an in-place change before here of a value of the call that is not its own memory
+    changed = read_grads = False  # a change of state before here, by the replay's rules (Plan._replay)
 
     def tensor(src):
         kind, ref = src
@@ -1314,7 +1315,7 @@ def _checks_first(events: list, args: list):
             if not anything and all(map(untouched, event[2])):
                 first.append(event)
                 continue
-            if event[3] and late is None:
+            if event[3] and changed and late is None:  # (before any change, a failure still runs it eagerly)
                 late = getattr(getattr(event[1], "func", event[1]), "__name__", "a check")
         elif kind == "inplace" and not event[7]:  # (not the call's own memory)
             target = tensor(event[1])
@@ -1322,8 +1323,16 @@ def _checks_first(events: list, args: list):
                 anything = True
             else:
                 written.append(target)
-        elif kind == "action" and not getattr(event[1], "idempotent", False):
-            written += _touched(event[1], event[2], event[3])
+            changed = True
+        elif kind == "action":
+            written += _touched(event[1], event[2], event[3])  # (an idempotent one too: DDP's broadcast)
+            changed = changed or read_grads or not getattr(event[1], "idempotent", False)
+        elif kind == "backward":
+            changed = True
+        elif kind == "grad_read":
+            read_grads = True
+        elif kind == "grad":
+            changed = changed or event[2] or read_grads
         rest.append(event)
     return first + rest, late
 

@@ -227,7 +227,8 @@ def _check_positions(t, array, axis, op, wraps: bool = True) -> bool:
         raise raised(_out_of_range(op, high if high >= n else low, axis, n, t.shape))
     negative = low < 0
     shape = t.shape  # (the check keeps no Tensor: lp.compile's record holds it)
-    check(lambda values: _in_range(xp, values, n, axis, shape, op, wraps or negative), array)
+    check(lambda values: _in_range(xp, values, n, axis, shape, op, wraps or negative), array,
+          branch=not (wraps or negative))  # (a negative index where the trace saw none: eager wraps it)
     return negative
 
 

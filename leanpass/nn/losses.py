@@ -154,7 +154,7 @@ def _class_indices(logits: Tensor, target, classes: int, ignore_index=None, op: 
                 note(f"{op}: targets equal to ignore_index (read on the host)")
                 ignored = as_tensor(ignored, device=logits.device, dtype="bool")
             elif isinstance(target, Tensor):  # a replay of a trace that saw none must see none either
-                check(lambda values: _none_ignored(backend.xp, values, ignore_index, op), target)
+                check(lambda values: _none_ignored(backend.xp, values, ignore_index, op), target, branch=True)
     if backend is None:
         return _index_tensor(logits, _checked(get_backend("cpu"), data, kind, classes, op)), None, ignored
     if backend.syncs_cheaply:

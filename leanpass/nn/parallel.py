@@ -228,6 +228,7 @@ class DistributedDataParallel(Module):
         return self.module(*args, **kwargs)
 
     @trace.action  # lp.compile: a replay arms the wrapper, and broadcasts its buffers, as a forward does
+    @trace.idempotent  # (a second run sets the same flag and broadcasts the same buffers, on every rank alike)
     def _arm(self, recording: bool) -> None:
         """Check the process group, arm the next backward to average (outside
         ``no_sync``) and give every rank rank 0's buffers. Only a forward that records a
