@@ -1134,7 +1134,7 @@ class Tracer:
                     self.reason = (what, where)
                     break
         if self.reason is None:
-            self.events, late = _checks_first(self.events, self.keep_args)
+            self.events, late, self.guards = _checks_first(self.events, self.keep_args)
             if late:  # a path eager code takes on values, decided after the call changed state
                 self.reason = (f"a value read on the host that decides a path ({late}) after the call changed state "
                                "(a backward pass, a step), or of a value it computed: a replay could not take the "
@@ -1286,18 +1286,25 @@ def _output_slots(spec) -> list:
 
 
 def _checks_first(events: list, args: list):
-    """``(events, late)``: ``events`` with each check of values from outside the call (an
-    argument's, a state tensor's: class indices, a mask found causal) moved to the
-    front, where nothing before it could have changed them: no in-place change of one
-    of them or of memory it shares (a view, a second name), nor of a value of the call
-    that may be a view of one; no step given one of them or its holder. A replay that
-    fails it then has changed nothing yet, and the call runs eagerly, as eager code
-    would take another path, where a check met after a backward pass or a step could
-    only raise. ``late``: what a check that decides a path (``branch``) but stays behind
-    is about, else None. ``args``: the traced call's tensor arguments."""
-    first, rest, late = [], [], None
+    """``(events, late, guards)``: ``events`` with each check of values from outside the
+    call (an argument's, a state tensor's: class indices, a mask found causal) moved to
+    the front, where nothing before it could have changed them: no in-place change of
+    one of them or of memory it shares (a view, a second name), nor of a value of the
+    call that may be a view of one; no step given one of them or its holder; no
+    backward pass while post-accumulate hooks (which may write anything) are registered.
+    A replay that fails it then has changed nothing yet, and the call runs eagerly, as
+    eager code would take another path, where a check met after a backward pass or a
+    step could only raise.
+
+    ``late``: what a check that decides a path (``branch``) but stays behind a change of
+    state (by the replay's own rules: :meth:`Plan._replay`) is about, else None.
+    ``guards``: ``(argument, tensor)`` pairs, an argument a moved check reads and a
+    tensor something before the check's place writes: a replay whose argument shares
+    memory with that tensor (``f(state[:])`` where the trace had another) runs eagerly.
+    ``args``: the traced call's tensor arguments."""
+    first, rest, late, guards = [], [], None, []
     written = []  # the tensors from outside an in-place change or a step before here may have written
-    anything = False  # an in-place change before here of a value of the call that is not its own memory
+    anything = False  # an in-place change of a value of the call that is not its own memory; a hooked backward
     changed = read_grads = False  # a change of state before here, by the replay's rules (Plan._replay)
 
     def tensor(src):
@@ -1314,6 +1321,7 @@ def _checks_first(events: list, args: list):
         if kind == "check":
             if not anything and all(map(untouched, event[2])):
                 first.append(event)
+                guards += [(src[1], w) for src in event[2] if src[0] == ARG for w in written]
                 continue
             if event[3] and changed and late is None:  # (before any change, a failure still runs it eagerly)
                 late = getattr(getattr(event[1], "func", event[1]), "__name__", "a check")
@@ -1325,16 +1333,18 @@ def _checks_first(events: list, args: list):
                 written.append(target)
             changed = True
         elif kind == "action":
-            written += _touched(event[1], event[2], event[3])  # (an idempotent one too: DDP's broadcast)
-            changed = changed or read_grads or not getattr(event[1], "idempotent", False)
+            if read_grads or not getattr(event[1], "idempotent", False):  # (zero_grad writes no values)
+                written += _touched(event[1], event[2], event[3])
+                changed = True
         elif kind == "backward":
-            changed = True
+            anything = anything or bool(hooks._hooks_registered)  # (a hook may step the parameters, or write any
+            changed = True  # tensor; a hook added or removed since the trace traces again: Plan.fits)
         elif kind == "grad_read":
             read_grads = True
         elif kind == "grad":
             changed = changed or event[2] or read_grads
         rest.append(event)
-    return first + rest, late
+    return first + rest, late, guards
 
 
 def _touched(method, args, kwargs) -> list:
@@ -1365,6 +1375,8 @@ class Plan:
     def __init__(self, tracer: Tracer, outputs, modules: int, fuse_runs: bool = True):
         self.modules = modules  # the modules' change count when the trace ended
         self.events = tracer.events
+        self.guards = tracer.guards  # (argument, tensor): the argument a moved check reads may not share its memory
+        self.post_hooks = hooks.post_hook_changes[0]  # (a hook added or removed since: trace again)
         self.slots = tracer.slots
         self.outputs = outputs
         self.externals = list(tracer.externals.values())
@@ -1470,7 +1482,7 @@ class Plan:
         the trace saw (a parameter moved: trace again), and no module had a member
         replaced or an attribute set since (a layer replaced, ``.eval()``: the function
         may reach other tensors, or take another path)."""
-        if _MODULE_CHANGES[0] != self.modules:
+        if _MODULE_CHANGES[0] != self.modules or hooks.post_hook_changes[0] != self.post_hooks:
             return False
         for members, items in self.member_lists:  # an item replaced in place: model.layers[0] = other
             if not unchanged(members, items):
@@ -1502,6 +1514,10 @@ class Plan:
 
     def _replay(self, args: list):
         self.replays += 1
+        for ref, written in self.guards:  # (a moved check would read the argument before the call writes it)
+            t = args[ref]
+            if t._backend is written._backend and t._backend.shares_memory(t._data, written._data):
+                raise _Retry("an argument shares memory with a tensor the call writes before it checks the argument")
         if self._to_fuse is not None:
             self._fuse()
         if self.replays == COMPILE_AFTER and self.runs:  # a plan replayed again: worth compiling its runs

@@ -3144,3 +3144,70 @@ def test_a_padded_target_computed_in_a_later_micro_batch_runs_the_call_eagerly()
             np.testing.assert_array_equal(host(compiled(*args)), host(eager(*args)))
     for p, q in zip(model.parameters(), eager_model.parameters()):
         np.testing.assert_array_equal(host(p), host(q))
+
+
+@pytest.mark.parametrize("case", ["a post-accumulate hook writes it", "the argument is a view of it"])
+def test_a_check_is_not_moved_ahead_of_what_writes_its_tensor(case):
+    """A check of targets is not moved ahead of a backward pass whose post-accumulate
+    hook writes them, and a moved check of an argument does not read it before the call
+    writes a tensor the argument turns out to share memory with (``f(state[:])``, where
+    the trace had another tensor): that call runs eagerly, with eager's results."""
+    def setup():
+        lp.manual_seed(0)
+        model = nn.Linear(3, 4, dtype="float64")
+        state = lp.asarray(np.array([3, 3] if case.startswith("a post") else [1, 2]))
+        if case.startswith("a post"):
+            def hook(p):
+                with lp.no_grad():
+                    state.sub_(1)
+
+            model.bias.register_post_accumulate_grad_hook(hook)
+
+            def step(x, t, y):
+                model.zero_grad()
+                model(x).sum().backward()  # the hook moves the targets
+                with lp.no_grad():
+                    return nn.functional.cross_entropy(model(x), state, ignore_index=0)
+        else:
+            def step(x, t, y):
+                with lp.no_grad():
+                    state.copy_(y)
+                    return nn.functional.cross_entropy(model(x), t, ignore_index=0)
+        return state, step
+
+    (eager_state, eager), (state, compiled) = setup(), setup()
+    compiled = lp.compile(compiled, fuse=False)
+    x = lp.asarray(np.arange(6.0).reshape(2, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for k in range(3):
+            t, et = (lp.asarray(np.array([1, 2])),) * 2 if k == 0 else (state[:], eager_state[:])
+            y = lp.asarray(np.array([0, 1]) if k == 2 else np.array([1, 2]))
+            np.testing.assert_array_equal(host(compiled(x, t, y)), host(eager(x, et, y)))
+    assert compiled.calls["eager"] == 2
+
+
+def test_a_step_after_the_model_changes_mode_runs_the_new_mode():
+    """``model.eval()`` (and ``train()`` again) between calls: the next call traces the
+    mode it finds (dropout off, then on again), as eagerly, under one seed."""
+    def setup():
+        lp.manual_seed(0)
+        return nn.Sequential(nn.Linear(4, 4, dtype="float64"), nn.Dropout(0.5))
+
+    eager_model, model = setup(), setup()
+
+    def make(m):
+        def step(x):
+            with lp.no_grad():
+                return m(x)
+        return step
+
+    eager, compiled = make(eager_model), lp.compile(make(model), fuse=False)
+    x = Tensor(np.ones((3, 4)))
+    for mode in ("train", "train", "eval", "eval", "train"):
+        for m in (eager_model, model):
+            getattr(m, mode)()
+        lp.manual_seed(1)
+        expected = host(eager(x))
+        lp.manual_seed(1)
+        np.testing.assert_array_equal(host(compiled(x)), expected)

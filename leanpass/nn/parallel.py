@@ -227,9 +227,8 @@ class DistributedDataParallel(Module):
         self._arm(autograd.is_grad_enabled())
         return self.module(*args, **kwargs)
 
-    @trace.action  # lp.compile: a replay arms the wrapper, and broadcasts its buffers, as a forward does
-    @trace.idempotent  # (a second run sets the same flag and broadcasts the same buffers, on every rank alike)
-    def _arm(self, recording: bool) -> None:
+    @trace.action  # lp.compile: a replay arms the wrapper, and broadcasts its buffers, as a forward does (not
+    def _arm(self, recording: bool) -> None:  # idempotent: a rank whose replay fell back would broadcast twice)
         """Check the process group, arm the next backward to average (outside
         ``no_sync``) and give every rank rank 0's buffers. Only a forward that records a
         graph (``recording``: grad mode was on) arms it (PyTorch's rule): after an
