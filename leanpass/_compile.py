@@ -1313,8 +1313,7 @@ def _checks_first(events: list, args: list):
 
     def untouched(src):
         t = tensor(src)
-        return t is not None and not any(w is t or (w._backend is t._backend and t._backend.shares_memory(
-            w._data, t._data)) for w in written)
+        return t is not None and not any(_share_memory(t, w) for w in written)
 
     for event in events:
         kind = event[0]
@@ -1345,6 +1344,11 @@ def _checks_first(events: list, args: list):
             changed = changed or event[2] or read_grads
         rest.append(event)
     return first + rest, late, guards
+
+
+def _share_memory(a: Tensor, b: Tensor) -> bool:
+    """Whether ``a`` and ``b`` are one tensor or may share memory (by their arrays' bounds)."""
+    return a is b or (a._backend is b._backend and a._backend.shares_memory(a._data, b._data))
 
 
 def _touched(method, args, kwargs) -> list:
@@ -1515,8 +1519,7 @@ class Plan:
     def _replay(self, args: list):
         self.replays += 1
         for ref, written in self.guards:  # (a moved check would read the argument before the call writes it)
-            t = args[ref]
-            if t._backend is written._backend and t._backend.shares_memory(t._data, written._data):
+            if _share_memory(args[ref], written):
                 raise _Retry("an argument shares memory with a tensor the call writes before it checks the argument")
         if self._to_fuse is not None:
             self._fuse()

@@ -270,9 +270,8 @@ def _compiled():
     # bound (row i of the block may look at keys j <= i + offset: the keys after it are
     # not read, and their weights are 0), both or neither, and its gradient. The scores
     # scaled (rounded to their dtype, as a product scaled in place), then shifted by each
-    # row's largest allowed score,
-    # -inf where it may not look; NumPy's vectorised exp, in place; the normalisation.
-    # Sums in float64, each value rounded once, at its store
+    # row's largest allowed score, -inf where it may not look; NumPy's vectorised exp, in
+    # place; the normalisation. Sums in float64, each value rounded once, at its store
     @jit
     def softmax_shift(scores, mask, masked, causal, offset, safe, scale, out):
         n_, l_, k_ = scores.shape

@@ -227,8 +227,10 @@ class DistributedDataParallel(Module):
         self._arm(autograd.is_grad_enabled())
         return self.module(*args, **kwargs)
 
-    @trace.action  # lp.compile: a replay arms the wrapper, and broadcasts its buffers, as a forward does (not
-    def _arm(self, recording: bool) -> None:  # idempotent: a rank whose replay fell back would broadcast twice)
+    # lp.compile: a replay arms the wrapper, and broadcasts its buffers, as a forward does. Not idempotent:
+    # a rank whose replay fell back after it would broadcast twice, the others once (a hang)
+    @trace.action
+    def _arm(self, recording: bool) -> None:
         """Check the process group, arm the next backward to average (outside
         ``no_sync``) and give every rank rank 0's buffers. Only a forward that records a
         graph (``recording``: grad mode was on) arms it (PyTorch's rule): after an
