@@ -5,20 +5,24 @@
     python benchmarks/throughput.py --device cuda --only leanpass --dtype float64
     python benchmarks/throughput.py --device cuda --model cnn      # LeanPass and PyTorch
     python benchmarks/throughput.py --device cuda --model transformer --width 256 --depth 4
+    python benchmarks/throughput.py --device cuda --sizes 784 256 128 10 --batch-size 64 --compile
 
 One step is forward, cross-entropy, backward and an SGD update of:
 - ``--model mlp`` (default): an MLP with ``--depth`` hidden layers of ``--width``
-  units (default 4 x 4096, batch 1024; ``--depth 0`` is one Linear layer), against
-  the same step written by hand with the device's array library too;
+  units (default 4 x 4096, batch 1024; ``--depth 0`` is one Linear layer), or of the
+  layer sizes ``--sizes`` (inputs first, classes last), against the same step
+  written by hand with the device's array library too;
 - ``--model cnn``: ``benchmarks/models.py``'s CNN (3x3 convolutions of ``--width``
   and twice as many channels, BatchNorm, pooling) on 28x28 images (default width
   32, batch 256);
 - ``--model transformer``: ``--depth`` causal GPT-2 blocks of ``--width`` with 4
   heads on sequences of 128, one label per position (default 2 x 128, batch 32).
-Each contestant (LeanPass, PyTorch where installed, and for the MLP the step by
-hand) runs ``--steps`` steps per round, with the device synchronised before the
-clock stops; rounds interleave the contestants, and the table gives medians and
-the ratio to LeanPass.
+Each contestant (LeanPass, with ``--compile`` LeanPass's step through
+``lp.compile`` too, PyTorch where installed, and for the MLP the step by hand)
+runs ``--steps`` steps per round, with the device synchronised before the clock
+stops; rounds interleave the contestants, and the table gives medians and the
+ratio to LeanPass. (The compiled CNN's and transformer's steps are replayed three
+times before: their first loss is the fourth step's.)
 
 Sizes and counts must be integers >= 1 (``--depth`` and ``--warmup`` >= 0): anything
 else is a usage error (exit status 2), as is a device that cannot be used here.
@@ -34,7 +38,14 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from steps import HandStep, LeanPassStep, TorchStep, available_contestants, model_steps  # noqa: E402
+from steps import (  # noqa: E402
+    CompiledLeanPassStep,
+    HandStep,
+    LeanPassStep,
+    TorchStep,
+    available_contestants,
+    model_steps,
+)
 
 from leanpass.backends import get_backend  # noqa: E402
 
@@ -80,8 +91,10 @@ def measure(steps: dict, n_steps: int, rounds: int, warmup: int) -> dict:
 
 def mlp_steps(args):
     """The MLP's contestants, its FLOPs per step and its description."""
-    sizes = [args.features] + [args.width] * args.depth + [args.classes]
+    sizes = args.sizes or [args.features] + [args.width] * args.depth + [args.classes]
     classes = [NAMES[n] for n in args.only] if args.only else available_contestants(args.device)
+    if args.compile and LeanPassStep in classes:
+        classes.insert(classes.index(LeanPassStep) + 1, CompiledLeanPassStep)
     steps = {}
     for cls in classes:
         try:
@@ -102,12 +115,18 @@ def main(argv=None):
                    help="hidden layers (0: one Linear layer) or transformer blocks (>= 1); not used by the CNN")
     p.add_argument("--features", type=positive, default=1024, help="the MLP's inputs")
     p.add_argument("--classes", type=positive, default=10, help="the MLP's classes")
+    p.add_argument("--sizes", type=positive, nargs="+", default=None,
+                   help="the MLP's layer sizes, inputs first and classes last (in place of the three above, "
+                        "--width and --depth)")
+    p.add_argument("--compile", action="store_true", help="LeanPass's step through lp.compile too")
     p.add_argument("--batch-size", type=positive, default=None)
     p.add_argument("--steps", type=positive, default=20, help="steps per round")
     p.add_argument("--rounds", type=positive, default=5)
     p.add_argument("--warmup", type=natural, default=3)
     p.add_argument("--only", nargs="*", choices=list(NAMES), help="contestants (default: all available)")
     args = p.parse_args(argv)
+    if args.sizes is not None and (args.model != "mlp" or len(args.sizes) < 2):
+        p.error("--sizes: an MLP's sizes, at least its inputs and its classes")
     if args.model == "transformer" and args.depth == 0:
         p.error("--depth 0: a transformer needs at least one block")
     try:  # a device that cannot be used is a one-line error (exit status 2), not a traceback
@@ -126,8 +145,10 @@ def main(argv=None):
             p.error(f"--only hand: there is no step by hand for --model {args.model}")
         names = {"leanpass": "leanpass", "torch": "pytorch"}
         frameworks = [names[n] for n in args.only] if args.only else None
+        if frameworks and args.compile and "leanpass" in frameworks:
+            frameworks.append("leanpass compiled")
         steps = model_steps(args.model, args.batch_size, device=args.device, dtype=args.dtype, width=args.width,
-                            depth=args.depth or 2, frameworks=frameworks)
+                            depth=args.depth or 2, frameworks=frameworks, compiled=args.compile)
         flops = None
         described = (f"CNN of {args.width} and {2 * args.width} channels on 28x28 images" if args.model == "cnn"
                      else f"transformer of {args.depth} blocks x width {args.width}, sequences of 128")

@@ -15,7 +15,8 @@
 #  6. tests_warm         only where a kernel cache was brought: one test file again, which must
 #                        compile nothing new
 #  7. train_mlp, train_cnn, train_transformer    at the same time, once the tests passed
-#  8. throughput_mlp, throughput_cnn, throughput_transformer    one after the other, once the tests passed
+#  8. throughput_mlp_small, throughput_mlp, throughput_cnn, throughput_transformer    one after the other, once
+#                        the tests passed, each with LeanPass's step through lp.compile beside the eager one
 #  9. cache_save         CuPy's kernel cache as ONE archive, $OUT/cupy-kernels.tar.gz
 #
 # Each step has a time limit (STEPS below: its own, and never more than the deadline leaves
@@ -59,9 +60,10 @@ tests_warm                   30      -          10            0
 train_mlp                    45      8           8            5
 train_cnn                    45     10          10            5
 train_transformer            45     12          12            5
-throughput_mlp               30     15          15            5
-throughput_cnn               30     15          15            5
-throughput_transformer       30     15          15            5
+throughput_mlp_small         20     12          12           10
+throughput_mlp               25     16          16            5
+throughput_cnn               25     16          16           10
+throughput_transformer       29     20          20           15
 cache_save                   15      3           3            0
 "
 
@@ -290,6 +292,7 @@ extra = {"tests": tests_detail(cold)}
 for model in ("mlp", "cnn", "transformer"):
     extra[f"train_{model}"] = training_detail(f"train_{model}")
     extra[f"throughput_{model}"] = throughput_detail(f"throughput_{model}")
+extra["throughput_mlp_small"] = throughput_detail("throughput_mlp_small")
 steps = [line.split("\t") for line in read("steps.tsv") if line.count("\t") in (3, 5)]
 print("| step | status | seconds | detail |")
 print("|---|---|---|---|")
@@ -359,12 +362,12 @@ trap 'rm -rf "$work"' EXIT
 restored=0
 if [[ -f $cache_in ]]; then
     plan="cache_restore install smoke tests tests_warm train_mlp train_cnn train_transformer
-          throughput_mlp throughput_cnn throughput_transformer cache_save"
+          throughput_mlp_small throughput_mlp throughput_cnn throughput_transformer cache_save"
     run_step cache_restore "$(limit_for cache_restore)" tar -xzf "$cache_in" -C "$CUPY_CACHE_DIR" && restored=1
     echo "$(kernels) kernel cache files restored from $cache_in"
 else
-    plan="install smoke tests train_mlp train_cnn train_transformer throughput_mlp throughput_cnn
-          throughput_transformer cache_save"
+    plan="install smoke tests train_mlp train_cnn train_transformer throughput_mlp_small throughput_mlp
+          throughput_cnn throughput_transformer cache_save"
     record cache_restore N/A 0 "no kernel cache brought ($cache_in): a first run" 0 0
 fi
 
@@ -412,7 +415,7 @@ PY
 smoke_rc=$?
 
 # ---- 5. tests, 6. tests_warm ---------------------------------------------------------------------
-later="train_mlp train_cnn train_transformer throughput_mlp throughput_cnn throughput_transformer"
+later="train_mlp train_cnn train_transformer throughput_mlp_small throughput_mlp throughput_cnn throughput_transformer"
 if (( smoke_rc == 0 )); then
     write_select_plugin "$work"
     export PYTHONPATH="$work:$PYTHONPATH"
@@ -460,12 +463,15 @@ if (( tests_rc == 0 )); then
             || record "$step" FAIL 0 "no result (the step did not record one)" "$(kernels)" "$(kernels)"
         tail -n 3 "$results/$step.log" 2>/dev/null | sed "s/^/  $step: /"
     done
+    # the issue's GPU targets: a small-batch MLP step (W1's layers, batch 64), compiled, against PyTorch eager
+    run_step throughput_mlp_small "$(limit_for throughput_mlp_small)" "$python" benchmarks/throughput.py \
+        --device "$device" --dtype float32 --sizes 784 256 128 10 --batch-size 64 --steps 50 --rounds 5 --compile
     run_step throughput_mlp "$(limit_for throughput_mlp)" "$python" benchmarks/throughput.py --device "$device" \
-        --dtype float32 --width 4096 --depth 4 --batch-size 1024 --steps 20 --rounds 5
+        --dtype float32 --width 4096 --depth 4 --batch-size 1024 --steps 20 --rounds 5 --compile
     run_step throughput_cnn "$(limit_for throughput_cnn)" "$python" benchmarks/throughput.py --device "$device" \
-        --model cnn --batch-size 256 --steps 10 --rounds 5
+        --model cnn --batch-size 256 --steps 10 --rounds 5 --compile
     run_step throughput_transformer "$(limit_for throughput_transformer)" "$python" benchmarks/throughput.py \
-        --device "$device" --model transformer --batch-size 32 --steps 10 --rounds 5
+        --device "$device" --model transformer --batch-size 32 --steps 10 --rounds 5 --compile
 else
     for step in $later; do record "$step" SKIP 0 "the tests did not pass" "$(kernels)" "$(kernels)"; done
 fi

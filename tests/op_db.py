@@ -369,6 +369,11 @@ def _batch_norm(x, weight, bias):
     return F.batch_norm(x, None, None, weight, bias, training=True)
 
 
+def _batch_norm_relu(x, weight, bias):
+    """A Sequential's BatchNorm then ReLU, one node."""
+    return F.batch_norm(x, None, None, weight, bias, training=True, _relu=True)
+
+
 def _layer_norm(x, weight, bias):
     return F.layer_norm(x, (3,), weight, bias)
 
@@ -634,6 +639,11 @@ OP_DB: list[OpInfo] = [
                         (uniform(rng, 4, 2), Const(uniform(rng, 2)), uniform(rng, 2)),
                         (uniform(rng, 3, 2), None, None)],
            "batch_norm"),
+    OpInfo("norm.batch_norm_relu", _batch_norm_relu,
+           lambda rng: [(uniform(rng, 3, 2, 2), uniform(rng, 2), uniform(rng, 2)),
+                        (uniform(rng, 4, 2, 3), Const(uniform(rng, 2)), uniform(rng, 2)),
+                        (uniform(rng, 3, 2), None, None)],
+           "batch_norm_relu"),
     # ---- recurrent layers --------------------------------------------------------------------
     OpInfo("rnn.elman", *_recurrent(lp.nn.RNN, bidirectional=True), "RNN"),
     OpInfo("rnn.lstm", *_recurrent(lp.nn.LSTM), "LSTM"),

@@ -44,6 +44,24 @@ def test_throughput_script_runs(capsys):
                                  "--batch-size", "8", "--steps", "1", "--rounds", "1"])) == ["leanpass"]
 
 
+def test_throughput_script_times_a_compiled_step_of_given_sizes(capsys):
+    """--sizes gives the MLP's layers, --compile adds LeanPass's step through
+    lp.compile beside the eager one; the two start from the same weights and data."""
+    import throughput
+
+    medians = throughput.main(["--sizes", "8", "12", "6", "3", "--batch-size", "16", "--compile", "--steps", "2",
+                               "--rounds", "1", "--warmup", "1", "--only", "leanpass", "hand"])
+    assert list(medians) == ["leanpass", "leanpass compiled", "by hand"]
+    out = capsys.readouterr().out
+    assert "MLP [8, 12, 6, 3], batch 16" in out
+    rows = {line.split("|")[1].strip(): line.split("|")[-2].strip() for line in out.splitlines()
+            if line.startswith("| leanpass")}
+    assert rows["leanpass"] == rows["leanpass compiled"]  # the first loss: the same step
+    for bad in (["--sizes", "8"], ["--model", "cnn", "--sizes", "8", "3"]):
+        with pytest.raises(SystemExit):
+            throughput.main(bad)
+
+
 @pytest.mark.parametrize("kind", ["cnn", "transformer"])
 def test_model_steps_compute_the_same_step(kind):
     """The CNN and the transformer the benchmarks time: LeanPass, loaded with
@@ -62,8 +80,8 @@ def test_throughput_script_runs_the_cnn_and_the_transformer(model, capsys):
     import throughput
 
     medians = throughput.main(["--model", model, "--width", "8", "--depth", "1", "--batch-size", "2", "--steps", "1",
-                               "--rounds", "1", "--warmup", "0", "--only", "leanpass"])
-    assert list(medians) == ["leanpass"]
+                               "--rounds", "1", "--warmup", "0", "--only", "leanpass", "--compile"])
+    assert list(medians) == ["leanpass", "leanpass compiled"]
     assert "samples/s" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         throughput.main(["--model", model, "--only", "hand"])

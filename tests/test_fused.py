@@ -62,7 +62,8 @@ def test_fused_path_matches_the_generic_path(activation, name):
 
 ROW_KERNELS = ["relu_backward", "gelu_tanh", "gelu_tanh_backward", "softmax_rows", "softmax_rows_backward",
                "layer_norm_rows", "layer_norm_rows_backward", "sgd", "sgd_momentum", "adam", "affine_rows",
-               "affine2_rows", "centered_squares", "centered_dot", "patches2d", "scatter_add2d", "im2col2d", "col2im2d",
+               "affine2_rows", "centered_squares", "centered_dot", "affine_relu_rows", "masked_sums",
+               "affine2_masked_rows", "patches2d", "scatter_add2d", "im2col2d", "col2im2d",
                "max_pool_2x2", "max_pool_2x2_backward", "elementwise"]
 needs_numba = pytest.mark.skipif(not _numba.enabled(), reason="Numba (the fuse extra) is not installed")
 
@@ -136,6 +137,62 @@ def test_batch_norm_with_the_kernels_is_batch_norm_without(dtype, affine, monkey
         y.backward(Tensor(g))
         out = [y.numpy(), x.grad, layer.running_mean.numpy(), layer.running_var.numpy()]
         return out + ([layer.weight.grad, layer.bias.grad] if affine else [])
+
+    fused = run()
+    monkeypatch.setattr(get_backend("cpu"), "fused", NO_FUSED)
+    tol = {"float32": 2e-4, "float64": 1e-11}[dtype]
+    for a, b in zip(fused, run()):
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_batch_norm_relu_kernels_give_relu_then_the_row_maps(dtype):
+    """BatchNorm then ReLU's three kernels: the affine map then NumPy's maximum (NaN
+    kept, -0 made 0: the same bits), and the backward's sums and input gradient of
+    ``where(y <= 0, 0, g)`` (0 where y is 0 even for an infinite g, g where y is NaN)."""
+    be = get_backend("cpu")
+    fused = be.fused
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(5, 33)).astype(dtype)
+    x[0, :4] = [np.nan, 0.0, -0.0, np.inf]
+    a, b, c, d, m = (rng.normal(size=5).astype(dtype) for _ in range(5))
+    a[0], b[0] = 1, 0  # row 0: x itself, so that its special values reach the ReLU
+    want = np.maximum(fused.affine_rows(x, a, b), 0)
+    got = fused.affine_relu_rows(x, a, b)
+    assert got.dtype == np.dtype(dtype) and np.array_equal(got, want, equal_nan=True)
+    assert np.array_equal(np.signbit(got), np.signbit(want))  # (-0 * 1 + 0 is 0: no -0 reaches the max)
+    g = rng.normal(size=x.shape).astype(dtype)[:, ::1]
+    g[0, 1] = np.inf  # at y == 0: no NaN from inf * 0
+    h = np.where(got <= 0, 0, g)
+    sums, dots = fused.masked_sums(g, got, x, m)
+    tol = {"float32": 1e-5, "float64": 1e-13}[dtype]
+    finite = np.isfinite(x).all(axis=1)
+    np.testing.assert_allclose(sums[finite], h.sum(1)[finite], rtol=tol)
+    np.testing.assert_allclose(dots[finite], (h * (x - m[:, None])).sum(1)[finite], rtol=tol)
+    assert sums.dtype == dots.dtype == np.dtype(dtype)
+    gx = fused.affine2_masked_rows(g, got, a, x, c, d)
+    assert np.array_equal(gx, fused.affine2_rows(h, a, x, c, d), equal_nan=True)
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_batch_norm_relu_with_the_kernels_is_batch_norm_relu_without(dtype, monkeypatch):
+    """A Sequential's BatchNorm then ReLU (one batch_norm_relu node) with and without the
+    row kernels: output, gradients and running statistics alike."""
+    rng = np.random.default_rng(4)
+    data = rng.normal(size=(4, 3, 5, 6)) * 2 + 1
+    g = rng.normal(size=data.shape).astype(dtype)
+
+    def run():
+        layer = nn.BatchNorm2d(3, dtype=dtype)
+        layer.load_state_dict({**layer.state_dict(), "weight": rng_fixed(3, dtype), "bias": rng_fixed(3, dtype, 1)})
+        x = Tensor(data.astype(dtype), requires_grad=True)
+        y = nn.Sequential(layer, nn.ReLU())(x)
+        assert str(y._node._op) == "batch_norm_relu"
+        y.backward(Tensor(g))
+        return [y.numpy(), x.grad, layer.running_mean.numpy(), layer.running_var.numpy(), layer.weight.grad,
+                layer.bias.grad]
 
     fused = run()
     monkeypatch.setattr(get_backend("cpu"), "fused", NO_FUSED)

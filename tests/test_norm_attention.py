@@ -198,6 +198,67 @@ def test_batch_norm_float32_far_from_zero_matches_torch(device, shape, input_gra
     assert mine[0].has_grad == input_grad
 
 
+@pytest.mark.parametrize("name,shape", BN_CASES)
+@pytest.mark.parametrize("affine", [True, False])
+def test_a_sequentials_batch_norm_then_relu_is_one_node_with_torchs_values(device, name, shape, affine):
+    """A stock BatchNorm followed by a stock ReLU in a Sequential runs as one
+    batch_norm_relu node in training (two nodes in eval): PyTorch's values, gradients
+    and running statistics either way."""
+    torch = torch_or_skip()
+    rng = np.random.default_rng(7)
+    ours, theirs = bn_pair(torch, name, device, rng, affine=affine)
+    seq, tseq = nn.Sequential(ours, nn.ReLU()), torch.nn.Sequential(theirs, torch.nn.ReLU())
+    for training in (True, True, False):
+        seq.train(training)
+        tseq.train(training)
+        data, g = rng.normal(size=shape) * 2 + 0.5, rng.normal(size=shape)
+        x, tx = Tensor(data, requires_grad=True, device=device), torch.tensor(data, requires_grad=True)
+        y, ty = seq(x), tseq(tx)
+        assert graph_nodes(y)[0].name() == ("batch_norm_relu" if training else "relu")
+        close(y, ty)
+        (y * Tensor(g, device=device)).sum().backward()
+        (ty * torch.tensor(g)).sum().backward()
+        for a, b in [(x, tx)] + list(zip(ours.parameters(), theirs.parameters())):
+            close(a.grad, b.grad)
+            a.grad = b.grad = None
+        close_buffers(ours, theirs)
+
+
+def test_only_a_stock_batch_norm_then_a_stock_relu_run_as_one_node(device):
+    class Shifted(nn.BatchNorm2d):  # a subclass that changes forward
+        def forward(self, x):
+            return super().forward(x) + 1.0
+
+    class Capped(nn.ReLU):
+        pass
+
+    x = Tensor(np.random.default_rng(8).normal(size=(2, 3, 2, 2)), requires_grad=True, device=device)
+
+    def top(*layers):
+        return graph_nodes(nn.Sequential(*layers)(x))[0].name()
+
+    bn = nn.BatchNorm2d(3, device=device)
+    assert top(bn, nn.ReLU()) == "batch_norm_relu"
+    assert top(nn.ReLU(), bn) == "batch_norm" and top(bn) == "batch_norm"
+    assert top(bn, Capped()) == "relu" and top(bn, nn.Sigmoid(), nn.ReLU()) == "relu"
+    assert top(Shifted(3, device=device), nn.ReLU()) == "relu"
+    patched = nn.BatchNorm2d(3, device=device)
+    patched.forward = lambda t: t * 2.0  # an instance's own forward is called, not fused past
+    assert top(patched, nn.ReLU()) == "relu"
+    np.testing.assert_array_equal(host(nn.Sequential(patched, nn.ReLU())(x)), np.maximum(host(x) * 2.0, 0))
+
+
+def test_changing_batch_norm_relus_output_in_place_makes_backward_raise(device):
+    """The fused node saves its output (its gradient passes where the output is
+    positive), as a ReLU's does: changed in place, backward raises."""
+    x = Tensor(np.random.default_rng(9).normal(size=(4, 2, 3)), requires_grad=True, device=device)
+    y = nn.Sequential(nn.BatchNorm1d(2, device=device), nn.ReLU())(x)
+    with leanpass.no_grad():
+        y.mul_(2.0)
+    with pytest.raises(RuntimeError, match="'batch_norm_relu': its output .* was changed in place"):
+        y.sum().backward()
+
+
 def test_batch_norm_bad_input_changes_nothing(device):
     bn = nn.BatchNorm2d(3, device=device)
     bn(Tensor(np.random.default_rng(5).normal(size=(2, 3, 2, 2)), device=device))

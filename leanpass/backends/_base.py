@@ -193,6 +193,11 @@ class FusedKernels:
     - ``affine2_rows(g, a, x, c, d) -> g * a[:, None] + (x * c[:, None] + d[:, None])``
     - ``centered_squares(x, m) -> sum((x - m[:, None]) ** 2, axis=1)``
     - ``centered_dot(g, x, m) -> sum(g * (x - m[:, None]), axis=1)``
+    - ``affine_relu_rows(x, a, b) -> maximum(x * a[:, None] + b[:, None], 0)`` (NaN kept)
+    - ``masked_sums(g, y, x, m) -> (sum(h, axis=1), sum(h * (x - m[:, None]), axis=1))``
+      and ``affine2_masked_rows(g, y, a, x, c, d)``, ``affine2_rows`` of ``h``, with ``h =
+      where(y <= 0, 0, g)``, the gradient through a ReLU of output ``y`` (BatchNorm then
+      ReLU in one node)
 
     Patch kernels of a two-dimensional convolution (a transposed convolution's
     forward and backward are made of them), ``stride``, ``padding`` and ``dilation``
@@ -247,6 +252,9 @@ class FusedKernels:
     affine2_rows: object = None
     centered_squares: object = None
     centered_dot: object = None
+    affine_relu_rows: object = None
+    masked_sums: object = None
+    affine2_masked_rows: object = None
     patches2d: object = None
     scatter_add2d: object = None
     im2col2d: object = None

@@ -67,6 +67,40 @@ def _compiled():
             for k in range(x.shape[1]):
                 out[r, k] = g[r, k] * ar + (x[r, k] * cr + dr)
 
+    # BatchNorm then ReLU in one node (a Sequential's pair): the affine map and NumPy's
+    # maximum(v, 0) (``v if v > 0 or v != v else 0``: NaN kept, -0 made 0) in one pass; in the
+    # backward, the gradient through the ReLU (g where the output is not <= 0, as
+    # relu_backward) formed where it is read, by the two sums and by the input's gradient.
+    # ``zero`` comes in the arrays' dtype (a literal 0 would make the select float64)
+    @jit
+    def affine_relu(x, scale, shift, zero, out):
+        for r in range(x.shape[0]):
+            a, b = scale[r], shift[r]
+            for k in range(x.shape[1]):
+                v = x[r, k] * a + b
+                out[r, k] = v if v > 0 or v != v else zero
+
+    @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
+    def masked_sums(g, y, x, mean, zero, sums, dots):
+        for r in range(x.shape[0]):
+            m = np.float64(mean[r])
+            s = 0.0
+            d = 0.0
+            for k in range(x.shape[1]):
+                gk = np.float64(g[r, k] if not y[r, k] <= 0 else zero)
+                s += gk
+                d += gk * (np.float64(x[r, k]) - m)
+            sums[r] = s
+            dots[r] = d
+
+    @jit
+    def affine2_masked(g, y, a, x, c, d, zero, out):
+        for r in range(x.shape[0]):
+            ar, cr, dr = a[r], c[r], d[r]
+            for k in range(x.shape[1]):
+                gk = g[r, k] if not y[r, k] <= 0 else zero
+                out[r, k] = gk * ar + (x[r, k] * cr + dr)
+
     # the sum may be reordered (LLVM then vectorises it), as NumPy's pairwise sums and
     # BLAS dot products reorder theirs; in float64 whatever the data's dtype
     @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
@@ -465,7 +499,7 @@ def _compiled():
     return (affine, affine2, centered_squares, centered_dot, patches2d, scatter_add2d, sgd_momentum, adam,
             im2col2d, col2im2d, relu_backward, sgd, gelu_inner, gelu_out, gelu_backward, softmax_shift,
             softmax_scale, softmax_grad, layer_norm, layer_norm_backward, max_pool_2x2,
-            max_pool_2x2_backward)
+            max_pool_2x2_backward, affine_relu, masked_sums, affine2_masked)
 
 
 def _rows(x):
@@ -484,6 +518,31 @@ def affine2_rows(g, a, x, c, d):
     ``(R, K)``, one pass."""
     out = np.empty(x.shape, x.dtype)
     _compiled()[1](_rows(g), _rows(a), _rows(x), _rows(c), _rows(d), out)
+    return out
+
+
+def affine_relu_rows(x, scale, shift):
+    """``maximum(x * scale[:, None] + shift[:, None], 0)`` for ``x`` of shape ``(R, K)``
+    (NumPy's maximum: NaN kept), one pass."""
+    out = np.empty(x.shape, x.dtype)
+    _compiled()[22](_rows(x), _rows(scale), _rows(shift), x.dtype.type(0), out)
+    return out
+
+
+def masked_sums(g, y, x, mean):
+    """``(sum(m, axis=1), sum(m * (x - mean[:, None]), axis=1))`` with ``m = where(y <= 0,
+    0, g)`` (the gradient through a ReLU of output ``y``), for arrays of shape ``(R, K)``,
+    summed in float64, returned in ``x``'s dtype: one pass, no masked copy."""
+    sums, dots = np.empty(x.shape[0], np.float64), np.empty(x.shape[0], np.float64)
+    _compiled()[23](_rows(g), _rows(y), _rows(x), _rows(mean), g.dtype.type(0), sums, dots)
+    return sums.astype(x.dtype, copy=False), dots.astype(x.dtype, copy=False)
+
+
+def affine2_masked_rows(g, y, a, x, c, d):
+    """:func:`affine2_rows` of ``where(y <= 0, 0, g)`` (the gradient through a ReLU of
+    output ``y``) in place of ``g``, one pass."""
+    out = np.empty(x.shape, x.dtype)
+    _compiled()[24](_rows(g), _rows(y), _rows(a), _rows(x), _rows(c), _rows(d), x.dtype.type(0), out)
     return out
 
 
@@ -908,8 +967,10 @@ def _in_place(kernel, grad, numbers, flags, *state):
 def kernels() -> dict:
     """The kernels as :class:`~leanpass.backends._base.FusedKernels` fields (offer
     them only where :func:`enabled`)."""
-    return {"affine_rows": affine_rows, "affine2_rows": affine2_rows, "centered_squares": centered_squares,
-            "centered_dot": centered_dot, "patches2d": patches2d, "scatter_add2d": scatter_add2d,
+    return {"affine_rows": affine_rows, "affine2_rows": affine2_rows, "affine_relu_rows": affine_relu_rows,
+            "masked_sums": masked_sums, "affine2_masked_rows": affine2_masked_rows,
+            "centered_squares": centered_squares, "centered_dot": centered_dot, "patches2d": patches2d,
+            "scatter_add2d": scatter_add2d,
             "elementwise": elementwise, "sgd": sgd, "sgd_momentum": sgd_momentum, "adam": adam, "im2col2d": im2col2d,
             "col2im2d": col2im2d, "max_pool_2x2": max_pool_2x2, "max_pool_2x2_backward": max_pool_2x2_backward,
             "relu_backward": relu_backward, "gelu_tanh": gelu_tanh,

@@ -293,14 +293,15 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, attn_mask=None
 
 def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | None, weight: Tensor | None = None,
                bias: Tensor | None = None, training: bool = False, momentum=0.1, eps: float = 1e-5, *,
-               _op: str = "batch_norm") -> Tensor:
+               _op: str = "batch_norm", _relu: bool = False) -> Tensor:
     """Batch normalisation of ``x`` of shape ``(N, C, ...)`` per channel (axis 1), as
     ``torch.nn.functional.batch_norm``: ``(x - mean) / sqrt(var + eps) * weight + bias``.
     ``training``: the batch's mean and biased variance (one graph node), and the
     running statistics given are updated in place, outside the graph:
     ``running = (1 - momentum) * running + momentum * batch`` with the *unbiased*
     variance (``momentum`` may be a 0-d Tensor). Otherwise ``running_mean`` and
-    ``running_var`` are used."""
+    ``running_var`` are used. ``_relu`` (``nn.Sequential``'s BatchNorm then ReLU): ReLU
+    on the result, in the same node in training (``batch_norm_relu``)."""
     floating(_tensor(x, _op), _op)  # complex: refused, as PyTorch
     if x.ndim < 2:
         raise ValueError(f"{_op}: input must have at least 2 axes (N, C, ...), got shape {x.shape}")
@@ -328,17 +329,19 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
         shift = -running_mean * scale
         if bias is not None:
             shift = shift + bias
-        return x * reshape(scale, shape) + reshape(shift, shape)
+        y = x * reshape(scale, shape) + reshape(shift, shape)
+        return y.relu() if _relu else y
     if count == 1:
         raise ValueError(f"{_op}: Expected more than 1 value per channel when training, got input of shape {x.shape}")
     if weight is None and bias is not None:
         weight = ones((channels,), dtype=dtype_name(bias.dtype), device=x.device)
     if count == 0:  # an empty batch: nothing to normalise, and the running statistics stay (PyTorch)
         y = positive(x) if weight is None else x * reshape(weight, shape)
-        return y if bias is None else y + reshape(bias, shape)
+        y = y if bias is None else y + reshape(bias, shape)
+        return y.relu() if _relu else y
     stats = ops.norm.Statistics() if running_mean is not None or running_var is not None else None
     inputs = (x,) if weight is None else (x, weight) if bias is None else (x, weight, bias)
-    y = apply(ops.batch_norm, *inputs, axes=axes, eps=float(eps), stats=stats)
+    y = apply(ops.batch_norm_relu if _relu else ops.batch_norm, *inputs, axes=axes, eps=float(eps), stats=stats)
     if stats:
         _update_running(stats, running_mean, running_var, momentum, count, x.device)
     return y

@@ -229,8 +229,22 @@ class Sequential(Module):
         self.layers = [_callable(m) for m in modules]
 
     def forward(self, x):
-        for layer in self.layers:
-            x = layer(x)
+        layers = self.layers
+        last = len(layers) - 1
+        skip = False
+        for i, layer in enumerate(layers):
+            if skip:  # (a ReLU run with the layer before it)
+                skip = False
+                continue
+            fuses = getattr(layer, "_then_relu", None)  # a stock BatchNorm: it and a stock ReLU after it in one node
+            if (fuses is not None and i < last and type(layers[i + 1]) is ReLU and "forward" not in vars(layers[i + 1])
+                    and isinstance(x, Tensor) and fuses()):
+                report_members(layer)
+                report_members(layers[i + 1])
+                x = layer._forward(x, relu=True)
+                skip = True
+            else:
+                x = layer(x)
         return x
 
     def __getitem__(self, i):

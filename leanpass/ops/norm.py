@@ -17,7 +17,7 @@ class Statistics(list):
 
 
 @op("batch_norm", saves=(0, 1), saves_out=False, needs=True)
-def batch_norm(be, x, weight=None, bias=None, axes=(0,), eps=1e-5, stats=None, needs=(True, True, True)):
+def batch_norm(be, x, weight=None, bias=None, axes=(0,), eps=1e-5, stats=None, needs=(True, True, True), relu=False):
     """``(x - mean) / sqrt(var + eps) * weight + bias`` with the mean and the biased
     variance over ``axes`` (every axis but the channels, axis 1); ``weight`` and
     ``bias`` (optional; ``bias`` only with ``weight``) have one value per channel. With ``stats`` (a list) the
@@ -29,10 +29,13 @@ def batch_norm(be, x, weight=None, bias=None, axes=(0,), eps=1e-5, stats=None, n
     no temporary) and ``n`` values per channel, the gradients are ``bias: s_g``,
     ``weight: s_gc * inv_std`` and ``x: scale * (g - s_g / n) - centered * (scale *
     inv_std**2 * s_gc / n)``.
+
+    ``relu``: ReLU on the output too (:func:`batch_norm_relu`, whose gradient then
+    enters the rule above where the output is not ``<= 0``).
     """
     xp = be.xp
     if x.ndim > 2 and _fused_rows(be, x, weight, bias):
-        return _batch_norm_rows(be, x, weight, bias, eps, stats, needs)
+        return _batch_norm_rows(be, x, weight, bias, eps, stats, needs, relu)
     channels = x.shape[1]
     shape = (1, channels) + (1,) * (x.ndim - 2)  # one value per channel, broadcasting over x
     n = math.prod(x.shape[a] for a in axes)
@@ -48,12 +51,16 @@ def batch_norm(be, x, weight=None, bias=None, axes=(0,), eps=1e-5, stats=None, n
             out += b
         else:
             out = out + b
+    if relu:
+        out = be.relu_fresh(out)  # (the affine map's result is this node's own)
     if stats is not None:
         stats[:] = (xp.reshape(mean, (channels,)), xp.reshape(var, (channels,)))
     need_x, need_w = needs[0], weight is not None and needs[1]
     need_b = bias is not None and needs[2]
 
     def backward(g):
+        if relu:
+            g = be.relu_mask(g, out)
         sum_g = xp.sum(g, axis=axes, keepdims=True) if need_x or need_b else None
         sum_gc = xp.reshape(_channel_dot(xp, g, centered), shape) if need_x or need_w else None
         gx = None
@@ -71,6 +78,17 @@ def batch_norm(be, x, weight=None, bias=None, axes=(0,), eps=1e-5, stats=None, n
     return out, backward
 
 
+@op("batch_norm_relu", saves=(0, 1), saves_out=True, needs=True)
+def batch_norm_relu(be, x, weight=None, bias=None, axes=(0,), eps=1e-5, stats=None, needs=(True, True, True)):
+    """``relu(batch_norm(x, ...))`` in one node (``nn.Sequential`` runs a stock
+    ``BatchNorm`` followed by a stock ``ReLU`` so): the same values as the two nodes,
+    where the backend's row kernels take the ReLU into the affine map's pass and the
+    ReLU's gradient into the backward's passes (up to the rounding of the sums, as
+    :func:`batch_norm`'s). The output is saved: changing it in place makes backward
+    raise, as after a ReLU."""
+    return batch_norm.fn(be, x, weight, bias, axes, eps, stats, needs, relu=True)
+
+
 def _fused_rows(be, x, *others) -> bool:
     """Whether the backend has row kernels for ``x``'s dtype (and the other arrays, where
     given, have it too)."""
@@ -79,12 +97,15 @@ def _fused_rows(be, x, *others) -> bool:
             and all(a is None or a.dtype == x.dtype for a in others))
 
 
-def _batch_norm_rows(be, x, weight, bias, eps, stats, needs):
+def _batch_norm_rows(be, x, weight, bias, eps, stats, needs, relu=False):
     """:func:`batch_norm` of ``x`` of shape ``(N, C, *S)`` on the backend's row kernels
     (one pass each; rows of ``(sample, channel)``, as :func:`group_norm`'s): the row sums
     and the centred squares give each channel's mean and variance, the output is ``x *
     scale + shift`` per row, and the backward's sums (``sum(g)``, ``sum(g * (x - mean))``)
-    and the input's gradient, ``g * scale + x * c + d``, are one pass each."""
+    and the input's gradient, ``g * scale + x * c + d``, are one pass each. With ``relu``
+    the output is ``maximum(x * scale + shift, 0)`` and the backward's passes read the
+    gradient through it, ``where(out <= 0, 0, g)``, where they read ``g``, where the
+    backend has those kernels (else the ReLU is a pass of its own each way)."""
     xp = be.xp
     fused = be.fused
     n, c = x.shape[0], x.shape[1]
@@ -105,21 +126,38 @@ def _batch_norm_rows(be, x, weight, bias, eps, stats, needs):
     scale = inv_std if weight is None else inv_std * weight
     shift = -mean * scale if bias is None else bias - mean * scale
     scale_rows = per_row(scale)
-    out = xp.reshape(fused.affine_rows(rows, scale_rows, per_row(shift)), x.shape)
+    masked = relu and fused.affine_relu_rows is not None  # the ReLU inside the passes
+    if masked:
+        out_rows = fused.affine_relu_rows(rows, scale_rows, per_row(shift))
+        out = xp.reshape(out_rows, x.shape)
+    else:
+        out = xp.reshape(fused.affine_rows(rows, scale_rows, per_row(shift)), x.shape)
+        if relu:
+            out = be.relu_fresh(out)
     if stats is not None:
         stats[:] = (mean, var)
     need_x, need_w = needs[0], weight is not None and needs[1]
     need_b = bias is not None and needs[2]
 
     def backward(g):
+        if relu and not masked:
+            g = be.relu_mask(g, out)
         g_rows = xp.reshape(g, (n * c, size))
-        sum_g = per_channel(xp.matmul(g_rows, be.ones((size,), g.dtype)))
-        sum_gxhat = per_channel(fused.centered_dot(g_rows, rows, mean_rows)) * inv_std if need_x or need_w else None
+        if masked:  # the sums of the gradient through the ReLU, one pass
+            sums, dots = fused.masked_sums(g_rows, out_rows, rows, mean_rows)
+            sum_g, sum_gxhat = per_channel(sums), per_channel(dots) * inv_std
+        else:
+            sum_g = per_channel(xp.matmul(g_rows, be.ones((size,), g.dtype)))
+            sum_gxhat = per_channel(fused.centered_dot(g_rows, rows, mean_rows)) * inv_std if need_x or need_w else None
         gx = None
         if need_x:  # scale * (g - mean(g) - xhat * mean(g * xhat)) = g * scale + x * coef + offset
             coef = -scale * inv_std * sum_gxhat / count
             offset = -scale * sum_g / count - coef * mean
-            gx = xp.reshape(fused.affine2_rows(g_rows, scale_rows, rows, per_row(coef), per_row(offset)), x.shape)
+            if masked:
+                gx = fused.affine2_masked_rows(g_rows, out_rows, scale_rows, rows, per_row(coef), per_row(offset))
+            else:
+                gx = fused.affine2_rows(g_rows, scale_rows, rows, per_row(coef), per_row(offset))
+            gx = xp.reshape(gx, x.shape)
         grads = [gx]
         if weight is not None:
             grads.append(sum_gxhat if need_w else None)
