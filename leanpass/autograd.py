@@ -124,7 +124,8 @@ def _graph_grads(node, parents, grad, changed: bool):
     refused an input the rule reads, so the rule runs on what the node saved -- its
     unchanged inputs and its output, the node itself (``Op.rule``); an operation whose
     backward reads neither its output nor the changed input runs again, as the values
-    computed from the changed input are never read."""
+    computed from the changed input are never read. An operation marked ``saved_rule``
+    runs its rule on the saved values whether or not an input changed."""
     op = node._op
     replay = node._replay
     if replay is None:
@@ -135,7 +136,7 @@ def _graph_grads(node, parents, grad, changed: bool):
         )
     gb = graph_backend(node._backend)
     parents = [as_graph_tensor(p) for p in parents]  # the values the node saw, in the graph
-    if changed and op.saves_out:
+    if (changed or op.saved_rule) and op.saves_out:  # (saved_rule: the rule on saved values, always)
         if type(replay) is Outputs and op.rule is not None:  # a decomposition: its rule on its saved outputs
             with gb.quiet():
                 return replay.on_saved(gb, node, grad)

@@ -924,6 +924,28 @@ MUTANTS = [
     Mutant("cpu-momentum-kernel-drops-nesterov", "leanpass/backends/_numba.py",
            "(g + momentum * b if nesterov else b)", "(b)",
            ("tests/test_fused.py",), "Nesterov's step looks ahead along the momentum"),
+    # ---- BatchNorm then ReLU in one node, max-pool's winners ----------------------------------------------
+    Mutant("bn-relu-kernel-keeps-negative", "leanpass/backends/_numba.py",
+           "out[r, k] = v if v > 0 or v != v else zero", "out[r, k] = v if v > -1 or v != v else zero",
+           ("tests/test_fused.py",), "the ReLU inside the normalisation's pass stops every negative value"),
+    Mutant("bn-relu-sums-unmasked", "leanpass/backends/_numba.py",
+           "gk = np.float64(g[r, k] if not y[r, k] <= 0 else zero)", "gk = np.float64(g[r, k])",
+           ("tests/test_fused.py",), "the backward's sums read the gradient through the ReLU"),
+    Mutant("bn-relu-create-graph-runs-forward-again", "leanpass/autograd.py",
+           "    if (changed or op.saved_rule) and op.saves_out:", "    if changed and op.saves_out:",
+           ("tests/test_fused.py",), "a create_graph backward masks with the forward's output, not one made again"),
+    Mutant("bn-relu-fuses-a-patched-relu-class", "leanpass/nn/layers.py",
+           " and ReLU.forward is _RELU_FORWARD", "", ("tests/test_norm_attention.py",),
+           "a ReLU whose class forward was replaced runs as written"),
+    Mutant("bn-relu-fused-in-eval", "leanpass/nn/functional.py",
+           "        return y.relu() if _relu else y\n    if count == 1:", "        return y\n    if count == 1:",
+           ("tests/test_norm_attention.py",), "eval mode applies the ReLU too"),
+    Mutant("max-pool-winner-order", "leanpass/backends/_numba.py",
+           "where[p, i, j] = n00 * (one + n01 * (one + n10))", "where[p, i, j] = n01 * (one + n00 * (one + n10))",
+           ("tests/test_fused.py",), "the first maximum in row-major order takes the gradient"),
+    Mutant("max-pool-winners-ignore-nan", "leanpass/backends/_numba.py",
+           "        if math.isnan(out.sum()):", "        if False:",
+           ("tests/test_fused.py",), "a window with a NaN: its last NaN takes the gradient (the input's way)"),
 ]
 
 

@@ -64,7 +64,7 @@ ROW_KERNELS = ["relu_backward", "gelu_tanh", "gelu_tanh_backward", "softmax_rows
                "layer_norm_rows", "layer_norm_rows_backward", "sgd", "sgd_momentum", "adam", "affine_rows",
                "affine2_rows", "centered_squares", "centered_dot", "affine_relu_rows", "masked_sums",
                "affine2_masked_rows", "patches2d", "scatter_add2d", "im2col2d", "col2im2d",
-               "max_pool_2x2", "max_pool_2x2_backward", "elementwise"]
+               "max_pool_2x2", "max_pool_2x2_backward", "max_pool_2x2_winners", "max_pool_2x2_scatter", "elementwise"]
 needs_numba = pytest.mark.skipif(not _numba.enabled(), reason="Numba (the fuse extra) is not installed")
 
 
@@ -199,6 +199,48 @@ def test_batch_norm_relu_with_the_kernels_is_batch_norm_relu_without(dtype, monk
     tol = {"float32": 2e-4, "float64": 1e-11}[dtype]
     for a, b in zip(fused, run()):
         np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+
+def _near_zero_batch_norm_relu():
+    """A float32 batch whose BatchNorm outputs straddle 0 ulp by ulp, so that the row
+    kernels and the generic path (which rounds otherwise) disagree on the sign of one,
+    as found by review: ``(x, weight, bias)``."""
+    from leanpass import ops
+    from leanpass.autograd import graph_backend
+
+    be = get_backend("cpu")
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        x = (rng.standard_normal((4, 1, 200)) * rng.uniform(0.1, 10) + rng.uniform(-10, 10)).astype(np.float32)
+        w, b = rng.standard_normal(1).astype(np.float32), rng.standard_normal(1).astype(np.float32)
+        for _ in range(6):  # the input whose output is 0, and its neighbours, ulp by ulp
+            m, sd = x.astype(np.float64).mean(), x.astype(np.float64).std()
+            at = np.float32(m - b[0] * np.sqrt(sd * sd + 1e-5) / w[0])
+            x[0, 0, :40] = at + np.arange(-20, 20).astype(np.float32) * np.spacing(at)
+        rows, _ = ops.batch_norm_relu.fn(be, x, w, b, (0, 2), 1e-5, None, (True, True, True))
+        again, _ = ops.batch_norm_relu.fn(graph_backend(be), Tensor(x), Tensor(w), Tensor(b), (0, 2), 1e-5, None,
+                                          (True, True, True))
+        if ((rows > 0) != (again.numpy() > 0)).any():
+            return x, w, b
+    raise AssertionError("no batch found whose outputs the two paths put on either side of 0")
+
+
+@needs_numba
+def test_batch_norm_relus_create_graph_backward_masks_with_the_forwards_output():
+    """A create_graph backward runs batch_norm_relu's rule on the saved output, never
+    the forward again: run again (the generic path), an output the kernels made 0 came
+    out a few ulp above it and let a gradient through (0.145 off, found by review)."""
+    x, w, b = _near_zero_batch_norm_relu()
+
+    def grad(create_graph):
+        bn = nn.BatchNorm1d(1)
+        bn.weight, bn.bias = nn.Parameter(w), nn.Parameter(b)
+        t = Tensor(x, requires_grad=True)
+        y = nn.Sequential(bn, nn.ReLU())(t)
+        g, = leanpass.autograd.grad(y.sum(), t, create_graph=create_graph)
+        return g.detach().numpy() if isinstance(g, Tensor) else np.asarray(g)
+
+    np.testing.assert_allclose(grad(True), grad(False), rtol=0, atol=1e-6)
 
 
 def rng_fixed(n, dtype, seed=0):
@@ -748,13 +790,18 @@ MAX_POOL_CASES = [  # input shape, MaxPool2d's arguments, whether the 2 x 2 kern
 @needs_numba
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("layout", ["contiguous", "strided g", "strided input"])
+@pytest.mark.parametrize("nan", [True, False])
 @pytest.mark.parametrize("shape, kw, taken", MAX_POOL_CASES)
-def test_cpus_max_pool_kernels_give_the_generic_paths_values_bit_for_bit(dtype, layout, shape, kw, taken,
+def test_cpus_max_pool_kernels_give_the_generic_paths_values_bit_for_bit(dtype, layout, nan, shape, kw, taken,
                                                                          monkeypatch):
+    """With the gradient needed, the forward keeps each window's winner and the backward
+    reads those (``max_pool_2x2_winners``, ``max_pool_2x2_scatter``); where the output holds
+    a NaN, the backward finds the maxima again from the input (``max_pool_2x2_backward``)."""
     rng = np.random.default_rng(3)
     x = rng.integers(-3, 3, size=shape).astype(dtype)  # ties: the first maximum takes the gradient
     x.reshape(-1)[::7] = -np.inf
-    x.reshape(-1)[5:9] = np.nan  # windows with one NaN, and with two: the last takes it
+    if nan:
+        x.reshape(-1)[5:9] = np.nan  # windows with one NaN, and with two: the last takes it
     x.reshape(-1)[-4:] = -np.inf  # a window of -inf alone
     plane = x.reshape(-1, *x.shape[-2:])[0]
     plane[2:4, 0:2] = [[-0.0, -0.0], [0.0, -1.0]]  # windows of -0 and 0: NumPy's maximum gives 0 here,
@@ -774,17 +821,26 @@ def test_cpus_max_pool_kernels_give_the_generic_paths_values_bit_for_bit(dtype, 
         y.backward(Tensor(g))
         return out, np.asarray(xt.grad)
 
-    calls = _counted(monkeypatch, "max_pool_2x2", "max_pool_2x2_backward")
+    calls = _counted(monkeypatch, "max_pool_2x2", "max_pool_2x2_backward", "max_pool_2x2_winners",
+                     "max_pool_2x2_scatter")
     with_kernels = run()
-    assert calls == (["max_pool_2x2", "max_pool_2x2_backward"] if taken else [])
+    assert calls == (["max_pool_2x2_winners", "max_pool_2x2_backward" if nan else "max_pool_2x2_scatter"] if taken
+                     else [])
+    calls.clear()
+    nn.functional.max_pool2d(Tensor(x), **{"kernel_size": 2, **kw})  # no gradient: the maxima alone
+    assert calls == (["max_pool_2x2"] if taken else [])
     monkeypatch.setattr(cpu, "fused", NO_FUSED)
     generic = run()
     for ours, theirs in zip(with_kernels, generic):
         assert ours.dtype == theirs.dtype == dtype and ours.shape == theirs.shape
         np.testing.assert_array_equal(ours, theirs)  # NaN where NaN
         assert (np.signbit(ours) == np.signbit(theirs)).all()  # g * 0 is -0 for a negative g, as the product's
-    if taken:  # the gradient kernel declines: the generic rule finds the maxima again (no copy was kept)
-        monkeypatch.setattr(cpu, "fused", dataclasses.replace(fused, max_pool_2x2_backward=lambda x, g: None))
+    if taken:  # the gradient kernels decline: the input's, then the generic rule finds the maxima again
+        monkeypatch.setattr(cpu, "fused", dataclasses.replace(fused, max_pool_2x2_scatter=lambda w, g, shape: None))
+        for ours, theirs in zip(run(), generic):
+            np.testing.assert_array_equal(ours, theirs)
+        monkeypatch.setattr(cpu, "fused", dataclasses.replace(fused, max_pool_2x2_backward=lambda x, g: None,
+                                                              max_pool_2x2_scatter=lambda w, g, shape: None))
         for ours, theirs in zip(run(), generic):
             np.testing.assert_array_equal(ours, theirs)
 
@@ -797,3 +853,10 @@ def test_cpus_max_pool_kernels_decline_what_they_do_not_take():
     assert fused.max_pool_2x2_backward(x, np.zeros((2, 2, 3), "float32")) is None  # not its windows
     assert fused.max_pool_2x2(x.astype("int32")) is None and fused.max_pool_2x2(np.zeros(4, "float32")) is None
     assert fused.max_pool_2x2_backward(x.astype("int32"), np.zeros((2, 2, 2), "int32")) is None
+    assert fused.max_pool_2x2_winners(x.astype("int32")) is None and fused.max_pool_2x2_winners(np.zeros(4)) is None
+    out, winners = fused.max_pool_2x2_winners(x)
+    assert fused.max_pool_2x2_scatter(winners, np.zeros((2, 2, 2), "float64"), x.shape) is None  # dtypes differ
+    assert fused.max_pool_2x2_scatter(winners, np.zeros((2, 2, 3), "float32"), x.shape) is None  # not its windows
+    x[0, 0, 0] = np.inf
+    x[1] = -np.inf
+    assert fused.max_pool_2x2_winners(x)[1] is None  # maxima of both infinities: taken for a NaN (the input's way)

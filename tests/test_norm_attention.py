@@ -250,13 +250,44 @@ def test_only_a_stock_batch_norm_then_a_stock_relu_run_as_one_node(device):
 
 def test_changing_batch_norm_relus_output_in_place_makes_backward_raise(device):
     """The fused node saves its output (its gradient passes where the output is
-    positive), as a ReLU's does: changed in place, backward raises."""
+    positive), as PyTorch's ReLU does (LeanPass's ReLU alone saves its input): changed
+    in place, backward raises, as after PyTorch's Sequential(BatchNorm1d, ReLU)."""
     x = Tensor(np.random.default_rng(9).normal(size=(4, 2, 3)), requires_grad=True, device=device)
     y = nn.Sequential(nn.BatchNorm1d(2, device=device), nn.ReLU())(x)
     with leanpass.no_grad():
         y.mul_(2.0)
     with pytest.raises(RuntimeError, match="'batch_norm_relu': its output .* was changed in place"):
         y.sum().backward()
+
+
+def test_batch_norm_relus_create_graph_backward_after_its_bias_changed(device):
+    """The bias is not saved: changed in place after the forward, a create_graph
+    backward still runs (on the node's rule), with the gradients of the values the
+    forward saw, as two nodes (and PyTorch) give."""
+    rng = np.random.default_rng(10)
+    data = rng.normal(size=(4, 2, 3))
+    grads = []
+    for fused in (True, False):
+        bn = nn.BatchNorm1d(2, device=device)
+        x = Tensor(data, requires_grad=True, device=device)
+        y = nn.Sequential(bn, nn.ReLU())(x) if fused else nn.ReLU()(bn(x))
+        with leanpass.no_grad():
+            bn.bias.add_(1.0)
+        g, = leanpass.autograd.grad((y * y).sum(), x, create_graph=True)
+        (h,) = leanpass.autograd.grad(g.sum(), x)
+        grads.append((host(g), host(h)))
+    for a, b in zip(*grads):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_a_layer_class_whose_forward_was_replaced_is_not_fused_past(device, monkeypatch):
+    x = Tensor(np.random.default_rng(11).normal(size=(4, 2, 3)), device=device)
+    pair = nn.Sequential(nn.BatchNorm1d(2, device=device), nn.ReLU())
+    monkeypatch.setattr(nn.ReLU, "forward", lambda self, t: t.sigmoid())
+    assert host(pair(x)).min() > 0  # the class's forward: a sigmoid, never 0
+    monkeypatch.undo()
+    monkeypatch.setattr(nn.BatchNorm1d, "forward", lambda self, t: t * 0.0 + 7.0)
+    np.testing.assert_array_equal(host(pair(x)), np.full((4, 2, 3), 7.0))
 
 
 def test_batch_norm_bad_input_changes_nothing(device):

@@ -225,6 +225,11 @@ class FusedKernels:
     ``max_pool_2x2_backward(x, g)``: its input gradient from ``x`` and ``g`` alone, each
     window's first maximum in row-major order (its last NaN where it holds one) given
     ``g``, every other element ``g * 0``. Each is None for arrays it declines.
+    ``max_pool_2x2_winners(x) -> (out, winners)``: the same maxima, and each window's
+    winner (the offset, 0 to 3 in row-major order, of its first maximum; in ``x``'s
+    dtype), ``winners`` None where the output holds a NaN;
+    ``max_pool_2x2_scatter(winners, g, shape)``: the gradient from the winners alone,
+    ``max_pool_2x2_backward``'s values.
 
     ``elementwise(program)``: a run of element-wise operations that ``lp.compile``
     fused (:class:`leanpass._fusion.Program`) compiled into one loop over the
@@ -261,6 +266,8 @@ class FusedKernels:
     col2im2d: object = None
     max_pool_2x2: object = None
     max_pool_2x2_backward: object = None
+    max_pool_2x2_winners: object = None
+    max_pool_2x2_scatter: object = None
     elementwise: object = None
     scalar_calls: bool = False
     row_dtypes: tuple = ()

@@ -106,6 +106,9 @@ class ReLU(Module):
         return "inplace=True" if getattr(self, "inplace", False) else ""  # not in pickles of 0.2
 
 
+_RELU_FORWARD = ReLU.forward  # (replaced on the class, it is not the stock layer's any more)
+
+
 class Sigmoid(Module):
     def forward(self, x):
         _check_input(x, self)
@@ -237,8 +240,8 @@ class Sequential(Module):
                 skip = False
                 continue
             fuses = getattr(layer, "_then_relu", None)  # a stock BatchNorm: it and a stock ReLU after it in one node
-            if (fuses is not None and i < last and type(layers[i + 1]) is ReLU and "forward" not in vars(layers[i + 1])
-                    and isinstance(x, Tensor) and fuses()):
+            if (fuses is not None and i < last and type(layers[i + 1]) is ReLU and ReLU.forward is _RELU_FORWARD
+                    and "forward" not in vars(layers[i + 1]) and isinstance(x, Tensor) and fuses()):
                 report_members(layer)
                 report_members(layers[i + 1])
                 x = layer._forward(x, relu=True)

@@ -90,7 +90,7 @@ class _BatchNorm(Module):
         """Whether ``nn.Sequential`` may run this layer and a stock ReLU after it as one
         node (:meth:`_forward` with ``relu``): a stock BatchNorm, its ``forward`` not
         replaced on a subclass or on the instance."""
-        return type(self).forward is _BatchNorm.forward and "forward" not in vars(self)
+        return type(self).forward is _STOCK_FORWARD and "forward" not in vars(self)
 
     def _forward(self, x: Tensor, relu: bool = False) -> Tensor:
         """:meth:`forward`, with ``relu``: then ReLU on the result, in the same node
@@ -116,6 +116,9 @@ class _BatchNorm(Module):
     def extra_repr(self) -> str:
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
                 f"track_running_stats={self.track_running_stats}")
+
+
+_STOCK_FORWARD = _BatchNorm.forward  # (replaced on the class, it is not the stock layer's any more)
 
 
 class BatchNorm1d(_BatchNorm):

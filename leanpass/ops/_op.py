@@ -33,6 +33,10 @@ The ``Op`` wrapping it *is* its name (a ``str``: ``t._op == "+"``) and carries:
   :func:`leanpass._node.several`) has ``rule(be, outs, *params) -> backward``, its
   backward made from its outputs, which a ``create_graph`` backward runs on the
   saved outputs as Tensors.
+- ``saved_rule``: a ``create_graph`` backward runs ``rule`` always, never the forward
+  again: for an operation whose forward, run again on a graph backend, may round
+  otherwise than the backend's kernels did (BatchNorm then ReLU: a ReLU mask made
+  again from an output a few ulp off 0 would pass a gradient the forward stopped).
 - ``exact``: the op's gradients have its inputs' shapes and dtypes, so the engine
   skips its broadcast and dtype checks (the element-wise ops of one tensor, marked by
   their table, and the outputs of a multi-output op, which only hand on theirs).
@@ -55,7 +59,8 @@ class Op(str):
 
     def __new__(cls, name: str, fn, *, saves=ALL, saves_out: bool = True, fresh: bool = True,
                 needs: bool = False, view: bool = False, copies: bool = False, differentiable: bool = True,
-                doc: str | None = None, rule=None, exact: bool = False, complex: str | None = None):
+                doc: str | None = None, rule=None, exact: bool = False, complex: str | None = None,
+                saved_rule: bool = False):
         self = super().__new__(cls, name)
         self.fn = fn
         self.saves = saves if saves is ALL else tuple(saves)
@@ -66,6 +71,7 @@ class Op(str):
         self.copies = copies
         self.differentiable = differentiable
         self.rule = rule
+        self.saved_rule = saved_rule
         self.exact = exact
         self.complex = complex
         self.__doc__ = doc or fn.__doc__
@@ -83,7 +89,7 @@ class Op(str):
         """The same operation under another name (``"getitem"`` for a ``take``)."""
         return Op(name, self.fn, saves=self.saves, saves_out=self.saves_out, fresh=self.fresh,
                   needs=self.needs, view=self.view, copies=self.copies, differentiable=self.differentiable,
-                  doc=self.__doc__, rule=self.rule, exact=self.exact, complex=self.complex)
+                  doc=self.__doc__, rule=self.rule, exact=self.exact, complex=self.complex, saved_rule=self.saved_rule)
 
     def __reduce__(self):
         return (str, (str(self),))

@@ -36,14 +36,8 @@ def batch_norm(be, x, weight=None, bias=None, axes=(0,), eps=1e-5, stats=None, n
     xp = be.xp
     if x.ndim > 2 and _fused_rows(be, x, weight, bias):
         return _batch_norm_rows(be, x, weight, bias, eps, stats, needs, relu)
+    shape, n, mean, centered, var, inv_std, scale = _statistics(xp, x, weight, axes, eps)
     channels = x.shape[1]
-    shape = (1, channels) + (1,) * (x.ndim - 2)  # one value per channel, broadcasting over x
-    n = math.prod(x.shape[a] for a in axes)
-    mean = xp.mean(x, axis=axes, keepdims=True)
-    centered = x - mean
-    var = xp.reshape(_channel_dot(xp, centered, centered), shape) / n
-    inv_std = 1.0 / xp.sqrt(var + eps)
-    scale = inv_std if weight is None else inv_std * xp.reshape(weight, shape)
     out = centered * scale
     if bias is not None:  # in place where the dtypes agree: the product is fresh
         b = xp.reshape(bias, shape)
@@ -61,31 +55,70 @@ def batch_norm(be, x, weight=None, bias=None, axes=(0,), eps=1e-5, stats=None, n
     def backward(g):
         if relu:
             g = be.relu_mask(g, out)
-        sum_g = xp.sum(g, axis=axes, keepdims=True) if need_x or need_b else None
-        sum_gc = xp.reshape(_channel_dot(xp, g, centered), shape) if need_x or need_w else None
-        gx = None
-        if need_x:
-            gx = g - sum_g / n
-            gx *= scale
-            gx -= centered * (scale * inv_std * inv_std * sum_gc / n)
-        grads = [gx]
-        if weight is not None:
-            grads.append(xp.reshape(sum_gc * inv_std, (channels,)) if need_w else None)
-        if bias is not None:
-            grads.append(xp.reshape(sum_g, (channels,)) if need_b else None)
-        return tuple(grads)
+        return _gradients(xp, g, centered, scale, inv_std, shape, axes, n, channels, weight is not None,
+                          bias is not None, (need_x, need_w, need_b))
 
     return out, backward
 
 
-@op("batch_norm_relu", saves=(0, 1), saves_out=True, needs=True)
+def _statistics(xp, x, weight, axes, eps):
+    """:func:`batch_norm`'s per-channel values, shaped to broadcast over ``x``: ``(shape,
+    n, mean, centered, var, inv_std, scale)``."""
+    channels = x.shape[1]
+    shape = (1, channels) + (1,) * (x.ndim - 2)  # one value per channel, broadcasting over x
+    n = math.prod(x.shape[a] for a in axes)
+    mean = xp.mean(x, axis=axes, keepdims=True)
+    centered = x - mean
+    var = xp.reshape(_channel_dot(xp, centered, centered), shape) / n
+    inv_std = 1.0 / xp.sqrt(var + eps)
+    scale = inv_std if weight is None else inv_std * xp.reshape(weight, shape)
+    return shape, n, mean, centered, var, inv_std, scale
+
+
+def _gradients(xp, g, centered, scale, inv_std, shape, axes, n, channels, weighted, biased, needs):
+    """:func:`batch_norm`'s backward (its docstring's rule): the input's gradient, then
+    the weight's and the bias's where the node has them (None where not ``needs``)."""
+    need_x, need_w, need_b = needs
+    sum_g = xp.sum(g, axis=axes, keepdims=True) if need_x or need_b else None
+    sum_gc = xp.reshape(_channel_dot(xp, g, centered), shape) if need_x or need_w else None
+    gx = None
+    if need_x:
+        gx = g - sum_g / n
+        gx *= scale
+        gx -= centered * (scale * inv_std * inv_std * sum_gc / n)
+    grads = [gx]
+    if weighted:
+        grads.append(xp.reshape(sum_gc * inv_std, (channels,)) if need_w else None)
+    if biased:
+        grads.append(xp.reshape(sum_g, (channels,)) if need_b else None)
+    return tuple(grads)
+
+
+def _batch_norm_relu_rule(xp, inputs, out, g, axes=(0,), eps=1e-5, stats=None, needs=None):
+    """:func:`batch_norm_relu`'s backward on what the node saved (a ``create_graph``
+    backward runs it, never the forward again): the statistics from the input, and the
+    ReLU's mask from the node's own output, as the forward computed it. (The forward run
+    again on a graph backend takes the generic path, which may round an output the row
+    kernels made 0 to a few ulp above it: its mask would let a gradient through where the
+    forward's ReLU stopped it.)"""
+    x = inputs[0]
+    weight = inputs[1] if len(inputs) > 1 else None
+    shape, n, _, centered, _, inv_std, scale = _statistics(xp, x, weight, axes, eps)
+    g = xp.where(out <= 0, 0.0, g)
+    return _gradients(xp, g, centered, scale, inv_std, shape, axes, n, x.shape[1], weight is not None,
+                      len(inputs) > 2, (True, weight is not None, len(inputs) > 2))
+
+
+@op("batch_norm_relu", saves=(0, 1), saves_out=True, needs=True, rule=_batch_norm_relu_rule, saved_rule=True)
 def batch_norm_relu(be, x, weight=None, bias=None, axes=(0,), eps=1e-5, stats=None, needs=(True, True, True)):
     """``relu(batch_norm(x, ...))`` in one node (``nn.Sequential`` runs a stock
     ``BatchNorm`` followed by a stock ``ReLU`` so): the same values as the two nodes,
     where the backend's row kernels take the ReLU into the affine map's pass and the
     ReLU's gradient into the backward's passes (up to the rounding of the sums, as
-    :func:`batch_norm`'s). The output is saved: changing it in place makes backward
-    raise, as after a ReLU."""
+    :func:`batch_norm`'s). The output is saved (its positive entries pass the gradient),
+    as PyTorch's ReLU saves its own: changing it in place makes backward raise, as it
+    does after PyTorch's ``Sequential(BatchNorm2d, ReLU)``. A ``create_graph`` backward
+    runs :func:`_batch_norm_relu_rule` on the saved values."""
     return batch_norm.fn(be, x, weight, bias, axes, eps, stats, needs, relu=True)
 
 
@@ -144,6 +177,7 @@ def _batch_norm_rows(be, x, weight, bias, eps, stats, needs, relu=False):
             g = be.relu_mask(g, out)
         g_rows = xp.reshape(g, (n * c, size))
         if masked:  # the sums of the gradient through the ReLU, one pass
+            g_rows = be.c_order(g_rows)  # (once for both kernels: a mean's gradient is a broadcast view)
             sums, dots = fused.masked_sums(g_rows, out_rows, rows, mean_rows)
             sum_g, sum_gxhat = per_channel(sums), per_channel(dots) * inv_std
         else:

@@ -108,19 +108,27 @@ def _maxima(be, buf, keys):
     return best
 
 
-@op("max_pool2d", saves=(0,), saves_out=False)
-def max_pool2d(be, a, kernel, stride, padding, dilation, out):
+@op("max_pool2d", saves=(0,), saves_out=False, needs=True)
+def max_pool2d(be, a, kernel, stride, padding, dilation, out, needs=(True,)):
     """The maximum of each window over the last two axes (padding never wins); the
     gradient of a window goes to its first maximum in row-major order, summed where
     windows overlap, as PyTorch's. The forward is a running maximum alone; the
     backward finds the winners (:func:`_winners`) against a copy of the output. Over
     2 x 2 windows at stride 2 without padding (``MaxPool2d(2)``) the backend's kernels
-    may do both in one pass each, the backward finding the maxima again from the input."""
+    may do both in one pass each: where the gradient is needed, the forward keeps each
+    window's winner and the backward reads those alone; else (or where the output holds
+    a NaN) the backward finds the maxima again from the input."""
     xp = be.xp
     buf, keys, inner, inside = _windows(be, a, kernel, stride, padding, dilation, out)
     fused = be.fused
     two = buf is a and tuple(kernel) == tuple(stride) == (2, 2) and tuple(dilation) == (1, 1)
-    best = fused.max_pool_2x2(a) if two and fused.max_pool_2x2 is not None else None
+    best = winners = None
+    if two and needs[0] and fused.max_pool_2x2_winners is not None:
+        found = fused.max_pool_2x2_winners(a)
+        if found is not None:
+            best, winners = found
+    if best is None and two and fused.max_pool_2x2 is not None:
+        best = fused.max_pool_2x2(a)
     if best is None:
         best = _maxima(be, buf, keys)
     kernel_back = fused.max_pool_2x2_backward if two else None
@@ -133,6 +141,10 @@ def max_pool2d(be, a, kernel, stride, padding, dilation, out):
                              for k, s, d, n, o in zip(kernel, stride, dilation, shape[-2:], out))
 
     def backward(g):
+        if winners is not None:  # one pass over the winners and g, the same values
+            grad = fused.max_pool_2x2_scatter(winners, g, shape)
+            if grad is not None:
+                return (grad,)
         if kernel_back is not None:  # one pass, the same values
             grad = kernel_back(a, g)
             if grad is not None:
