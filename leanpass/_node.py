@@ -325,8 +325,9 @@ def run2(op: Op, a, b, *params):
         raise ValueError(device_message(op, a, b))
     ra, rb = a._rg, b._rg
     try:
-        if op.needs:
-            out, backward = _guarded(op.fn, backend, a._data, b._data, *params, needs=(ra, rb))
+        if op.needs:  # (under no_grad no input needs a gradient: no node is made)
+            needs = (ra, rb) if not _GRAD_OFF[0] or _grad_state.enabled else (False, False)
+            out, backward = _guarded(op.fn, backend, a._data, b._data, *params, needs=needs)
         elif backend.guard is None:
             out, backward = op.fn(backend, a._data, b._data, *params) if params else op.fn(backend, a._data, b._data)
         else:
@@ -370,8 +371,9 @@ def run(op: Op, args, *params, **kw):
     if backend is None:
         raise TypeError(f"{op}: at least one argument must be a Tensor")
     requires_grad = op.differentiable and any(t._rg for t in tensors)
-    if op.needs:
-        kw["needs"] = tuple(isinstance(x, above.tensor) and x._rg for x in args)
+    if op.needs:  # (under no_grad no input needs a gradient: no node is made)
+        grad = not _GRAD_OFF[0] or _grad_state.enabled
+        kw["needs"] = tuple(grad and isinstance(x, above.tensor) and x._rg for x in args)
     out, backward = _guarded(op.fn, backend, *arrays, *params, **kw)
     if requires_grad:
         dtypes = [t._data.dtype for t in tensors]
@@ -454,7 +456,8 @@ def apply(fn, *inputs, op: str | None = None, **params):
         elif t._backend is not backend:
             raise ValueError(device_message(operation, inputs[0], t))
     arrays = [t._data for t in inputs]
-    needs = [t._rg for t in inputs]
+    grad = not _GRAD_OFF[0] or _grad_state.enabled  # (under no_grad no input needs a gradient: no node is made)
+    needs = [grad and t._rg for t in inputs]
     if operation.needs:
         params["needs"] = needs
     try:

@@ -14,6 +14,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import warnings
 from types import SimpleNamespace
 
 import numpy as np
@@ -846,7 +847,7 @@ def test_cpus_max_pool_kernels_give_the_generic_paths_values_bit_for_bit(dtype, 
 
 
 @needs_numba
-def test_cpus_max_pool_kernels_decline_what_they_do_not_take():
+def test_cpus_max_pool_kernels_decline_what_they_do_not_take(monkeypatch):
     fused = get_backend("cpu").fused
     x = np.zeros((2, 4, 4), "float32")
     assert fused.max_pool_2x2_backward(x, np.zeros((2, 2, 2), "float64")) is None  # dtypes differ
@@ -860,3 +861,14 @@ def test_cpus_max_pool_kernels_decline_what_they_do_not_take():
     x[0, 0, 0] = np.inf
     x[1] = -np.inf
     assert fused.max_pool_2x2_winners(x)[1] is None  # maxima of both infinities: taken for a NaN (the input's way)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # large finite maxima sum past float32's range: no warning, winners kept
+        assert fused.max_pool_2x2_winners(np.full((1, 4, 4), 1e38, "float32"))[1] is not None
+    calls = _counted(monkeypatch, "max_pool_2x2", "max_pool_2x2_winners")
+    with leanpass.no_grad():  # no gradient can be asked: no winners kept
+        nn.functional.max_pool2d(Tensor(x, requires_grad=True), 2)
+    assert calls == ["max_pool_2x2"]
+    monkeypatch.setattr(get_backend("cpu"), "fused", dataclasses.replace(fused, max_pool_2x2_scatter=None))
+    xt = Tensor(np.ones((2, 4, 4), "float32"), requires_grad=True)  # winners without the scatter: the input's way
+    nn.functional.max_pool2d(xt, 2).sum().backward()
+    assert np.asarray(xt.grad).sum() == 8

@@ -834,7 +834,8 @@ def max_pool_2x2_winners(x):
     if out.size:
         t = x.dtype.type
         _compiled()[25](flat, t(1), t(0), out.reshape(-1, *shape[-2:]), where.reshape(-1, *shape[-2:]))
-    with np.errstate(invalid="ignore"):  # (a NaN, or maxima of both infinities: the input's gradient then)
+    with np.errstate(invalid="ignore", over="ignore"):  # (a NaN, or maxima of both infinities: the input's
+        # gradient then; large finite maxima may sum past the dtype's range: inf, no NaN)
         if math.isnan(out.sum()):
             where = None
     return out, where

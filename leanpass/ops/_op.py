@@ -15,7 +15,7 @@ The ``Op`` wrapping it *is* its name (a ``str``: ``t._op == "+"``) and carries:
 - ``fresh``: ``backward`` returns new arrays, never an incoming gradient or a view
   of one, so the engine may keep them as a leaf's ``.grad`` without a copy.
 - ``needs``: the forward takes ``needs=``, a tuple saying which inputs require a
-  gradient, so it can skip work (and saving) for the others.
+  gradient (none under ``no_grad``), so it can skip work (and saving) for the others.
 - ``view``: the output may share memory with the first input (reshape, slicing):
   they then share one version counter, as an in-place change of one changes both.
   ``copies``: it may also be a copy (a ``reshape`` the data's strides do not allow

@@ -123,7 +123,7 @@ def max_pool2d(be, a, kernel, stride, padding, dilation, out, needs=(True,)):
     fused = be.fused
     two = buf is a and tuple(kernel) == tuple(stride) == (2, 2) and tuple(dilation) == (1, 1)
     best = winners = None
-    if two and needs[0] and fused.max_pool_2x2_winners is not None:
+    if two and needs[0] and fused.max_pool_2x2_winners is not None and fused.max_pool_2x2_scatter is not None:
         found = fused.max_pool_2x2_winners(a)
         if found is not None:
             best, winners = found
