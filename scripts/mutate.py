@@ -946,6 +946,13 @@ MUTANTS = [
     Mutant("max-pool-winners-ignore-nan", "leanpass/backends/_numba.py",
            "        if math.isnan(out.sum()):", "        if False:",
            ("tests/test_fused.py",), "a window with a NaN: its last NaN takes the gradient (the input's way)"),
+    Mutant("cross-entropy-kernel-wrong-class", "leanpass/backends/_numba.py",
+           "            picked[r] = o[k] if 0 <= k < c_ else np.nan",
+           "            picked[r] = o[0] if 0 <= k < c_ else np.nan",
+           ("tests/test_fused.py",), "the loss reads the labelled class's logit"),
+    Mutant("cross-entropy-kernel-unnormalised", "leanpass/backends/_numba.py",
+           "                row[j] = row[j] * inv", "                row[j] = row[j]",
+           ("tests/test_fused.py",), "the backward reads the softmax, each row summing to 1"),
 ]
 
 

@@ -65,7 +65,8 @@ ROW_KERNELS = ["relu_backward", "gelu_tanh", "gelu_tanh_backward", "softmax_rows
                "layer_norm_rows", "layer_norm_rows_backward", "sgd", "sgd_momentum", "adam", "affine_rows",
                "affine2_rows", "centered_squares", "centered_dot", "affine_relu_rows", "masked_sums",
                "affine2_masked_rows", "patches2d", "scatter_add2d", "im2col2d", "col2im2d",
-               "max_pool_2x2", "max_pool_2x2_backward", "max_pool_2x2_winners", "max_pool_2x2_scatter", "elementwise"]
+               "max_pool_2x2", "max_pool_2x2_backward", "max_pool_2x2_winners", "max_pool_2x2_scatter",
+               "cross_entropy_rows", "elementwise"]
 needs_numba = pytest.mark.skipif(not _numba.enabled(), reason="Numba (the fuse extra) is not installed")
 
 
@@ -242,6 +243,55 @@ def test_batch_norm_relus_create_graph_backward_masks_with_the_forwards_output()
         return g.detach().numpy() if isinstance(g, Tensor) else np.asarray(g)
 
     np.testing.assert_allclose(grad(True), grad(False), rtol=0, atol=1e-6)
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("classes", [1, 10, 37, 1000])
+def test_cross_entropy_with_the_kernels_is_cross_entropy_without(dtype, classes, monkeypatch):
+    """Cross-entropy of 2-D logits at class indices: one ``cross_entropy_rows`` call on
+    the CPU (three passes), the generic path's loss and gradient up to rounding, NaN and
+    infinities where those give them."""
+    rng = np.random.default_rng(5)
+    logits = (rng.normal(size=(33, classes)) * 4).astype(dtype)
+    labels = rng.integers(0, classes, size=33)
+    logits[1, :] = -np.inf  # a row of -inf: NaN
+    logits[2, labels[2]] = -np.inf  # the class itself -inf: inf
+    logits[3, 0] = np.inf  # +inf: NaN
+    logits[4, -1] = np.nan
+    tail = slice(5, None)  # the finite rows alone: a finite loss
+
+    def run(rows):
+        x = Tensor(logits[rows], requires_grad=True)
+        loss = nn.functional.cross_entropy(x, leanpass.asarray(labels[rows]))
+        loss.backward()
+        return loss.numpy(), np.asarray(x.grad)
+
+    calls = _counted(monkeypatch, "cross_entropy_rows")
+    fused = [run(rows) for rows in (slice(None), tail, slice(1, 2), slice(2, 3), slice(3, 4), slice(4, 5))]
+    assert calls == ["cross_entropy_rows"] * 6
+    monkeypatch.setattr(get_backend("cpu"), "fused", NO_FUSED)
+    with np.errstate(invalid="ignore"):  # (NumPy's -inf - -inf warns; the kernel's does not)
+        generic = [run(rows) for rows in (slice(None), tail, slice(1, 2), slice(2, 3), slice(3, 4), slice(4, 5))]
+    tol = {"float32": 2e-6, "float64": 1e-13}[dtype]
+    for (loss, grad), (want, want_grad) in zip(fused, generic):
+        assert loss.dtype == want.dtype and grad.dtype == want_grad.dtype == np.dtype(dtype)
+        np.testing.assert_allclose(loss, want, rtol=tol)  # NaN and inf where the generic path has them
+        np.testing.assert_allclose(grad, want_grad, rtol=tol, atol=tol)
+    assert np.isfinite(fused[1][0]) and np.isnan(fused[2][0]) and np.isnan(fused[4][0])
+    assert fused[3][0] == np.inf or classes == 1  # (one class: the row is all -inf, NaN)
+
+
+@needs_numba
+def test_cross_entropy_kernel_declines_what_it_does_not_take_and_never_reads_past_a_row():
+    fused = get_backend("cpu").fused
+    x = np.zeros((3, 4), "float32")
+    assert fused.cross_entropy_rows(x.astype("int32"), np.zeros(3, "int64")) is None
+    assert fused.cross_entropy_rows(np.zeros((2, 3, 4), "float32"), np.zeros(2, "int64")) is None
+    assert fused.cross_entropy_rows(x, np.zeros(2, "int64")) is None  # not one class a row
+    assert fused.cross_entropy_rows(np.zeros((0, 4), "float32"), np.zeros(0, "int64")) is None
+    loss, softmax = fused.cross_entropy_rows(x, np.array([0, 4, -1]))  # outside [0, 4): NaN, never read
+    assert np.isnan(loss) and loss.dtype == np.float32 and np.allclose(softmax, 0.25)
 
 
 def rng_fixed(n, dtype, seed=0):

@@ -231,6 +231,11 @@ class FusedKernels:
     ``max_pool_2x2_scatter(winners, g, shape)``: the gradient from the winners alone,
     ``max_pool_2x2_backward``'s values.
 
+    ``cross_entropy_rows(logits, index) -> (loss, softmax)``: the cross-entropy of the
+    rows of 2-D ``logits`` at the classes ``index`` (in range), its mean over the rows
+    (a 0-d array of the logits' dtype), and each row's softmax, up to rounding; None for
+    arrays it declines.
+
     ``elementwise(program)``: a run of element-wise operations that ``lp.compile``
     fused (:class:`leanpass._fusion.Program`) compiled into one loop over the
     elements, a function of its input arrays giving its outputs, or None where the
@@ -268,6 +273,7 @@ class FusedKernels:
     max_pool_2x2_backward: object = None
     max_pool_2x2_winners: object = None
     max_pool_2x2_scatter: object = None
+    cross_entropy_rows: object = None
     elementwise: object = None
     scalar_calls: bool = False
     row_dtypes: tuple = ()

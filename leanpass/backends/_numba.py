@@ -386,6 +386,48 @@ def _compiled():
                 for j in range(stop, k_):  # (a key it may not look at: no gradient, whatever g says there)
                     g[j] = 0
 
+    # cross-entropy of rows of logits at one class each: each row's largest logit (eight
+    # running maxima, which pass over a NaN: the NaN itself then makes the row's sum, its
+    # loss and its softmax NaN, as NumPy's max would) subtracted, and the picked class's
+    # shifted logit kept; then (after NumPy's vectorised exp, in place) the
+    # row sums in float64, the loss summed over the rows, and the softmax in place (each
+    # value times the row's 1 / sum, rounded once). A class outside [0, classes) is never
+    # read: its row's loss is NaN
+    @jit
+    def cross_entropy_shift(x, index, out, picked):
+        n_, c_ = x.shape
+        for r in range(n_):
+            row, o = x[r], out[r]
+            t0 = t1 = t2 = t3 = t4 = t5 = t6 = t7 = -np.inf
+            whole = c_ - c_ % 8
+            for j in range(0, whole, 8):
+                t0, t1, t2, t3 = max(t0, row[j]), max(t1, row[j + 1]), max(t2, row[j + 2]), max(t3, row[j + 3])
+                t4, t5 = max(t4, row[j + 4]), max(t5, row[j + 5])
+                t6, t7 = max(t6, row[j + 6]), max(t7, row[j + 7])
+            for j in range(whole, c_):
+                t0 = max(t0, row[j])
+            top = max(max(max(t0, t1), max(t2, t3)), max(max(t4, t5), max(t6, t7)))
+            for j in range(c_):
+                o[j] = row[j] - top
+            k = index[r]
+            picked[r] = o[k] if 0 <= k < c_ else np.nan
+
+    @numba.njit(cache=True, nogil=True, fastmath={"reassoc"}, error_model="numpy")
+    def cross_entropy_normalise(e, picked, scratch):
+        n_, c_ = e.shape
+        loss = 0.0
+        for r in range(n_):
+            row = e[r]
+            total = 0.0
+            for j in range(c_):
+                total += np.float64(row[j])
+            loss += np.log(total) - np.float64(picked[r])
+            scratch[0] = 1.0 / total  # (in the rows' dtype: the products stay in it, and vectorise)
+            inv = scratch[0]
+            for j in range(c_):
+                row[j] = row[j] * inv
+        return loss
+
     # LayerNorm over the last axis of rows: the shift by the row's first value, the mean
     # and the biased variance in float64, the normalised row and the output in one more
     # pass; the gradient, and the weight's and the bias's (sums over the rows, in float64).
@@ -540,7 +582,7 @@ def _compiled():
             im2col2d, col2im2d, relu_backward, sgd, gelu_inner, gelu_out, gelu_backward, softmax_shift,
             softmax_scale, softmax_grad, layer_norm, layer_norm_backward, max_pool_2x2,
             max_pool_2x2_backward, affine_relu, masked_sums, affine2_masked, max_pool_2x2_winners,
-            max_pool_2x2_scatter)
+            max_pool_2x2_scatter, cross_entropy_shift, cross_entropy_normalise)
 
 
 def _rows(x):
@@ -820,6 +862,27 @@ def max_pool_2x2_backward(x, g):
         _compiled()[21](flat, np.ascontiguousarray(g).reshape(-1, oh, ow), t(1), t(0), gx.reshape(-1, h, w))
     return gx
 
+def cross_entropy_rows(logits, index):
+    """The cross-entropy of the rows of ``logits`` (``(R, C)``) at the classes ``index``
+    (``(R,)`` integers in ``[0, C)``): ``(the mean over the rows of log(sum(exp(shifted)))
+    - shifted[index], summed in float64, a 0-d array of the logits' dtype; the softmax of
+    each row, a new array)``, ``shifted`` each row less its largest value (a row that
+    holds a NaN: a NaN loss and softmax). Three passes (the shift, NumPy's exp in place, the sums
+    and the softmax) where NumPy's operations take about nine; the values up to rounding.
+    None where ``logits`` is not a float32/float64 2-D array, or ``index`` not of its
+    rows."""
+    if logits.dtype not in _FLOATS or logits.ndim != 2 or index.shape != logits.shape[:1] or not logits.size:
+        return None
+    kernels = _compiled()
+    logits = np.ascontiguousarray(logits)
+    probs = np.empty_like(logits)
+    picked = np.empty(logits.shape[0], logits.dtype)
+    kernels[27](logits, np.ascontiguousarray(index), probs, picked)
+    np.exp(probs, out=probs)
+    total = kernels[28](probs, picked, np.empty(1, logits.dtype))
+    return np.asarray(total / logits.shape[0], logits.dtype), probs
+
+
 def max_pool_2x2_winners(x):
     """:func:`max_pool_2x2` of ``x``, and each window's winner for the gradient: ``(out,
     winners)``, ``winners`` of the output's shape and ``x``'s dtype, the offset (0 to 3,
@@ -1053,6 +1116,7 @@ def kernels() -> dict:
             "elementwise": elementwise, "sgd": sgd, "sgd_momentum": sgd_momentum, "adam": adam, "im2col2d": im2col2d,
             "col2im2d": col2im2d, "max_pool_2x2": max_pool_2x2, "max_pool_2x2_backward": max_pool_2x2_backward,
             "max_pool_2x2_winners": max_pool_2x2_winners, "max_pool_2x2_scatter": max_pool_2x2_scatter,
+            "cross_entropy_rows": cross_entropy_rows,
             "relu_backward": relu_backward, "gelu_tanh": gelu_tanh,
             "gelu_tanh_backward": gelu_tanh_backward, "softmax_rows": softmax_rows,
             "softmax_rows_backward": softmax_rows_backward, "layer_norm_rows": layer_norm_rows,

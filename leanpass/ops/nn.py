@@ -243,10 +243,14 @@ def cross_entropy_index(be, logits, index, axis, bad=None):
     xp = be.xp
     classes = logits.shape[axis]
     last = axis == logits.ndim - 1
+    count = math.prod(index.shape)
+    if last and logits.ndim == 2 and bad is None and be.fused.cross_entropy_rows is not None:
+        found = be.fused.cross_entropy_rows(logits, index)  # three passes (the class axis last, in rows)
+        if found is not None:
+            return _cross_entropy_rows(be, *found, index, count)
     z = logits - xp.max(logits, axis=axis, keepdims=True)
     e = xp.exp(z)
     total = xp.sum(e, axis=axis, keepdims=True)
-    count = math.prod(index.shape)
     flat = index if index.ndim == 1 else xp.reshape(index, (count,))
     rows = z if last else xp.moveaxis(z, axis, -1)  # the class axis last
     picked = be.take_rows(rows if rows.ndim == 2 else xp.reshape(rows, (count, classes)), flat)
@@ -265,6 +269,17 @@ def cross_entropy_index(be, logits, index, axis, bad=None):
         rows = be.sub_at_rows(xp.reshape(rows, (count, classes)), flat, scale)
         rows = xp.reshape(rows, shape)
         return (rows if last else xp.moveaxis(rows, -1, axis)), None
+
+    return out, backward
+
+
+def _cross_entropy_rows(be, out, softmax, index, count):
+    """:func:`cross_entropy_index` from the backend's ``cross_entropy_rows`` (the loss and
+    the rows' softmax): the loss, and the backward, ``(softmax - one_hot) * g / count``."""
+
+    def backward(g):
+        scale = g / count
+        return be.sub_at_rows(softmax * scale, index, scale), None
 
     return out, backward
 
