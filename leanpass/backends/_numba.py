@@ -489,19 +489,23 @@ def _compiled():
     # 1.5 ms on W5c's (64, 32, 28, 28) float32), as did a stride read at run time (2.9);
     # one loop body for both passes, its flag fixed for a whole pass, measured as fast as two
     @jit
-    def max_pool_2x2(x, out):
+    def max_pool_2x2(x, keep, one, zero, out, where):
         p_, oh, ow = out.shape
         for p in range(p_):
             for i in range(oh):
                 r = 2 * i
                 for j in range(ow):
                     q = 2 * j
-                    b, v = x[p, r, q], x[p, r, q + 1]
-                    b = b if b > v or b != b else v  # (a call to a jitted function here missed Numba's cache)
-                    v = x[p, r + 1, q]
-                    b = b if b > v or b != b else v
-                    v = x[p, r + 1, q + 1]
-                    out[p, i, j] = b if b > v or b != b else v
+                    v00, v01, v10, v11 = x[p, r, q], x[p, r, q + 1], x[p, r + 1, q], x[p, r + 1, q + 1]
+                    b = v00 if v00 > v01 or v00 != v00 else v01  # (a call to a jitted function here missed
+                    b = b if b > v10 or b != b else v10  # Numba's cache)
+                    b = b if b > v11 or b != b else v11
+                    out[p, i, j] = b
+                    if keep:  # (fixed for the whole call: the loop is compiled once each way)
+                        n00 = zero if v00 == b else one
+                        n01 = zero if v01 == b else one
+                        n10 = zero if v10 == b else one
+                        where[p, i, j] = n00 * (one + n01 * (one + n10))
 
     @jit
     def max_pool_2x2_backward(x, g, one, zero, gx):
@@ -538,30 +542,12 @@ def _compiled():
                         gx[p, r + 1, q] = gg * (one if h10 else zero)
                         gx[p, r + 1, q + 1] = gg * (one if h11 else zero)
 
-    # the same maxima, with each window's winner (the offset of its first maximum in
-    # row-major order, 0 to 3, in the data's dtype: same-width lanes vectorise) kept for
-    # the gradient, which then reads g and the winners alone (the gradient from the input
-    # took 2.3 ms on W5c's (64, 32, 28, 28) float32, 0.6 from the winners). A window that
-    # holds a NaN gets a winner of 3 here; the caller finds such windows from the output
-    # and takes the gradient from the input there (its last NaN wins)
-    @jit
-    def max_pool_2x2_winners(x, one, zero, out, where):
-        p_, oh, ow = out.shape
-        for p in range(p_):
-            for i in range(oh):
-                r = 2 * i
-                for j in range(ow):
-                    q = 2 * j
-                    v00, v01, v10, v11 = x[p, r, q], x[p, r, q + 1], x[p, r + 1, q], x[p, r + 1, q + 1]
-                    b = v00 if v00 > v01 or v00 != v00 else v01
-                    b = b if b > v10 or b != b else v10
-                    b = b if b > v11 or b != b else v11
-                    out[p, i, j] = b
-                    n00 = zero if v00 == b else one
-                    n01 = zero if v01 == b else one
-                    n10 = zero if v10 == b else one
-                    where[p, i, j] = n00 * (one + n01 * (one + n10))
-
+    # the gradient from the winners max_pool_2x2 kept (``keep``: the offset of each window's
+    # first maximum in row-major order, 0 to 3, in the data's dtype: same-width lanes
+    # vectorise), reading g and the winners alone (from the input it took 2.3 ms on W5c's
+    # (64, 32, 28, 28) float32, 0.6 from the winners). A window that holds a NaN gets a
+    # winner of 3 there; the caller finds such windows from the output and takes the
+    # gradient from the input (its last NaN wins)
     @jit
     def max_pool_2x2_scatter(where, g, one, zero, gx):
         p_, oh, ow = g.shape
@@ -581,8 +567,8 @@ def _compiled():
     return (affine, affine2, centered_squares, centered_dot, patches2d, scatter_add2d, sgd_momentum, adam,
             im2col2d, col2im2d, relu_backward, sgd, gelu_inner, gelu_out, gelu_backward, softmax_shift,
             softmax_scale, softmax_grad, layer_norm, layer_norm_backward, max_pool_2x2,
-            max_pool_2x2_backward, affine_relu, masked_sums, affine2_masked, max_pool_2x2_winners,
-            max_pool_2x2_scatter, cross_entropy_shift, cross_entropy_normalise)
+            max_pool_2x2_backward, affine_relu, masked_sums, affine2_masked, max_pool_2x2_scatter,
+            cross_entropy_shift, cross_entropy_normalise)
 
 
 def _rows(x):
@@ -841,7 +827,8 @@ def max_pool_2x2(x):
     flat, shape = planes
     out = np.empty(shape, x.dtype)
     if out.size:
-        _compiled()[20](flat, out.reshape(-1, *shape[-2:]))
+        t = x.dtype.type
+        _compiled()[20](flat, False, t(1), t(0), out.reshape(-1, *shape[-2:]), _NO_WINNERS[x.dtype])
     return out
 
 
@@ -877,9 +864,9 @@ def cross_entropy_rows(logits, index):
     logits = np.ascontiguousarray(logits)
     probs = np.empty_like(logits)
     picked = np.empty(logits.shape[0], logits.dtype)
-    kernels[27](logits, np.ascontiguousarray(index), probs, picked)
+    kernels[26](logits, np.ascontiguousarray(index), probs, picked)
     np.exp(probs, out=probs)
-    total = kernels[28](probs, picked, np.empty(1, logits.dtype))
+    total = kernels[27](probs, picked, np.empty(1, logits.dtype))
     return np.asarray(total / logits.shape[0], logits.dtype), probs
 
 
@@ -896,7 +883,7 @@ def max_pool_2x2_winners(x):
     out, where = np.empty(shape, x.dtype), np.empty(shape, x.dtype)
     if out.size:
         t = x.dtype.type
-        _compiled()[25](flat, t(1), t(0), out.reshape(-1, *shape[-2:]), where.reshape(-1, *shape[-2:]))
+        _compiled()[20](flat, True, t(1), t(0), out.reshape(-1, *shape[-2:]), where.reshape(-1, *shape[-2:]))
     with np.errstate(invalid="ignore", over="ignore"):  # (a NaN, or maxima of both infinities: the input's
         # gradient then; large finite maxima may sum past the dtype's range: inf, no NaN)
         if math.isnan(out.sum()):
@@ -916,7 +903,7 @@ def max_pool_2x2_scatter(where, g, shape):
     gx = np.empty(shape, g.dtype) if whole else np.zeros(shape, g.dtype)
     if gx.size:
         t = g.dtype.type
-        _compiled()[26](where.reshape(-1, oh, ow), np.ascontiguousarray(g).reshape(-1, oh, ow), t(1), t(0),
+        _compiled()[25](where.reshape(-1, oh, ow), np.ascontiguousarray(g).reshape(-1, oh, ow), t(1), t(0),
                         gx.reshape(-1, h, w))
     return gx
 
@@ -978,6 +965,7 @@ def gelu_tanh_backward(g, a, t, c, k):
 
 
 _NO_MASK = np.ones((1, 1), np.bool_)  # (the mask argument where there is none: one type for Numba)
+_NO_WINNERS = {t: np.empty((1, 1, 1), t) for t in _FLOATS}  # (where max_pool_2x2 keeps none: the same)
 
 
 def softmax_rows(scores, mask, safe, scale=1.0, causal=None):
