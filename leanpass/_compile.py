@@ -657,7 +657,8 @@ class Tracer:
         if node is not None:
             self.node_slot[id(node)] = slot
         positional = type(recipe) is tuple or (type(recipe) is _Recipe and recipe.kind is tuple)
-        needs = tuple(p._rg for p in prev) if op.needs and positional else None
+        grad = is_grad_enabled()  # (the needs the op was given: none under no_grad)
+        needs = tuple(grad and p._rg for p in prev) if op.needs and positional else None
         self.events.append(("op", op, tuple(sources), recipe, needs, slot, tuple(t._data.shape), backend))
 
     def born(self, t, python: bool = False) -> None:

@@ -832,6 +832,8 @@ def _inplace_replay(op, others, params):
 def _needs(op, t, others):
     if not op.needs:
         return {}
+    if _GRAD_OFF[0] and not _grad_state.enabled:  # (under no_grad no input needs a gradient)
+        return {"needs": (False,) * (1 + len(others))}
     return {"needs": (t._rg, *(isinstance(o, above.tensor) and o._rg for o in others))}
 
 
