@@ -821,15 +821,31 @@ def max_pool_2x2(x):
     bit, in one pass where it takes three (and a copy of the output for the gradient:
     :func:`max_pool_2x2_backward` finds the maxima again). None for an array that is not a
     float32/float64 one."""
+    found = _max_pool(x, False)
+    return None if found is None else found[0]
+
+
+def _max_pool(x, keep):
+    """``(out, winners)`` of the max-pool kernel (``winners`` None without ``keep``), or
+    None for an array it does not take."""
     planes = _planes(x)
     if planes is None:
         return None
     flat, shape = planes
     out = np.empty(shape, x.dtype)
+    where = np.empty(shape, x.dtype) if keep else None
     if out.size:
         t = x.dtype.type
-        _compiled()[20](flat, False, t(1), t(0), out.reshape(-1, *shape[-2:]), _NO_WINNERS[x.dtype])
-    return out
+        _compiled()[20](flat, keep, t(1), t(0), out.reshape(-1, *shape[-2:]),
+                        where.reshape(-1, *shape[-2:]) if keep else _NO_WINNERS[x.dtype])
+    return out, where
+
+
+def _window_gradient(shape, windows, dtype):
+    """The input gradient's array of a 2 x 2 max-pool: empty where every element is in a
+    window (each is written), else zeros (an odd last row or column is in none)."""
+    whole = 2 * windows[0] == shape[-2] and 2 * windows[1] == shape[-1]
+    return np.empty(shape, dtype) if whole else np.zeros(shape, dtype)
 
 
 def max_pool_2x2_backward(x, g):
@@ -842,12 +858,44 @@ def max_pool_2x2_backward(x, g):
         return None
     flat, shape = planes
     (h, w), (oh, ow) = x.shape[-2:], shape[-2:]
-    whole = 2 * oh == h and 2 * ow == w  # every element in a window: each is written
-    gx = np.empty(x.shape, x.dtype) if whole else np.zeros(x.shape, x.dtype)
+    gx = _window_gradient(x.shape, (oh, ow), x.dtype)
     if gx.size:
         t = x.dtype.type
         _compiled()[21](flat, np.ascontiguousarray(g).reshape(-1, oh, ow), t(1), t(0), gx.reshape(-1, h, w))
     return gx
+
+def max_pool_2x2_winners(x):
+    """:func:`max_pool_2x2` of ``x``, and each window's winner for the gradient: ``(out,
+    winners)``, ``winners`` of the output's shape and ``x``'s dtype, the offset (0 to 3,
+    row-major) of the window's first maximum; ``winners`` None where the output holds a
+    NaN (the gradient then comes from the input: :func:`max_pool_2x2_backward`). None for
+    an array that is not a float32/float64 one."""
+    found = _max_pool(x, True)
+    if found is None:
+        return None
+    out, where = found
+    with np.errstate(invalid="ignore", over="ignore"):  # (a NaN, or maxima of both infinities: the input's
+        # gradient then; large finite maxima may sum past the dtype's range: inf, no NaN)
+        if math.isnan(out.sum()):
+            where = None
+    return out, where
+
+
+def max_pool_2x2_scatter(where, g, shape):
+    """The gradient of an input of ``shape`` through :func:`max_pool_2x2_winners`: ``g``
+    at each window's winner, ``g * 0`` at the window's other elements, 0 outside the
+    windows (an odd last row or column): :func:`max_pool_2x2_backward`'s values, bit for
+    bit, from the winners alone. None where ``g`` is not of the winners' shape and dtype."""
+    if g.dtype != where.dtype or tuple(g.shape) != tuple(where.shape):
+        return None
+    (h, w), (oh, ow) = shape[-2:], where.shape[-2:]
+    gx = _window_gradient(shape, (oh, ow), g.dtype)
+    if gx.size:
+        t = g.dtype.type
+        _compiled()[25](where.reshape(-1, oh, ow), np.ascontiguousarray(g).reshape(-1, oh, ow), t(1), t(0),
+                        gx.reshape(-1, h, w))
+    return gx
+
 
 def cross_entropy_rows(logits, index):
     """The cross-entropy of the rows of ``logits`` (``(R, C)``) at the classes ``index``
@@ -868,44 +916,6 @@ def cross_entropy_rows(logits, index):
     np.exp(probs, out=probs)
     total = kernels[27](probs, picked, np.empty(1, logits.dtype))
     return np.asarray(total / logits.shape[0], logits.dtype), probs
-
-
-def max_pool_2x2_winners(x):
-    """:func:`max_pool_2x2` of ``x``, and each window's winner for the gradient: ``(out,
-    winners)``, ``winners`` of the output's shape and ``x``'s dtype, the offset (0 to 3,
-    row-major) of the window's first maximum; ``winners`` None where the output holds a
-    NaN (the gradient then comes from the input: :func:`max_pool_2x2_backward`). None for
-    an array that is not a float32/float64 one."""
-    planes = _planes(x)
-    if planes is None:
-        return None
-    flat, shape = planes
-    out, where = np.empty(shape, x.dtype), np.empty(shape, x.dtype)
-    if out.size:
-        t = x.dtype.type
-        _compiled()[20](flat, True, t(1), t(0), out.reshape(-1, *shape[-2:]), where.reshape(-1, *shape[-2:]))
-    with np.errstate(invalid="ignore", over="ignore"):  # (a NaN, or maxima of both infinities: the input's
-        # gradient then; large finite maxima may sum past the dtype's range: inf, no NaN)
-        if math.isnan(out.sum()):
-            where = None
-    return out, where
-
-
-def max_pool_2x2_scatter(where, g, shape):
-    """The gradient of an input of ``shape`` through :func:`max_pool_2x2_winners`: ``g``
-    at each window's winner, ``g * 0`` at the window's other elements, 0 outside the
-    windows (an odd last row or column): :func:`max_pool_2x2_backward`'s values, bit for
-    bit, from the winners alone. None where ``g`` is not of the winners' shape and dtype."""
-    if g.dtype != where.dtype or tuple(g.shape) != tuple(where.shape):
-        return None
-    (h, w), (oh, ow) = shape[-2:], where.shape[-2:]
-    whole = 2 * oh == h and 2 * ow == w  # every element in a window: each is written
-    gx = np.empty(shape, g.dtype) if whole else np.zeros(shape, g.dtype)
-    if gx.size:
-        t = g.dtype.type
-        _compiled()[25](where.reshape(-1, oh, ow), np.ascontiguousarray(g).reshape(-1, oh, ow), t(1), t(0),
-                        gx.reshape(-1, h, w))
-    return gx
 
 
 def relu_backward(g, y):
