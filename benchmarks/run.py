@@ -48,6 +48,10 @@ to the table's first column.
   width 128, float32 and float64 (``benchmarks/models.py``), LeanPass with
   PyTorch's weights against PyTorch. Before timing, the outputs and input
   gradients must agree as in W5 or it raises.
+- W6a: W6 and then an ``AdamW`` step (lr 1e-3, weight decay 0.01; PyTorch's default
+  implementation), issue 29's W6 target (forward, backward and AdamW). Every framework
+  takes the same three steps first, so that the checked step starts from the same
+  parameters and moments. Not in the default set: ``--only W6a``.
 
 - W8: one GroupNorm layer's forward plus backward (the gradients of its input, weight
   and bias), 8 groups of a (32, 64, 32, 32) input, float32 and float64: LeanPass
@@ -365,10 +369,11 @@ def w5(case, dtype, rounds, n_threads):
 BLOCK = (16, 128, 128, 4)  # batch, sequence, width, heads
 
 
-def block_step(dtype, framework):
+def block_step(dtype, framework, adamw=False):
     """One forward plus backward of :func:`models.transformer_block` with the gradient
-    of its output given, PyTorch's weights (seed 0) in both frameworks: returns the
-    step and a function giving (output, input gradient)."""
+    of its output given, PyTorch's weights (seed 0) in both frameworks (then, with
+    ``adamw``, an ``AdamW`` step): returns the step and a function giving (output,
+    input gradient)."""
     batch, length, width, heads = BLOCK
     rng = np.random.default_rng(0)
     x = rng.normal(size=(batch, length, width)).astype(dtype)
@@ -383,6 +388,10 @@ def block_step(dtype, framework):
         block.load_state_dict({k: v.detach().numpy() for k, v in reference.state_dict().items()}, layout="torch")
         x, g, mask = Tensor(x, requires_grad=True), Tensor(g), leanpass.asarray(above)
     params = list(block.parameters())
+    opt = None
+    if adamw:
+        optim = torch.optim if framework == "pytorch" else leanpass.optim
+        opt = optim.AdamW(params, lr=1e-3, weight_decay=0.01)
 
     def step():
         x.grad = None
@@ -390,11 +399,14 @@ def block_step(dtype, framework):
             p.grad = None
         y = block(x, mask)
         y.backward(g)
+        if opt is not None:
+            opt.step()
         return y
 
     if framework == "leanpass compiled":
         step = leanpass.compile(step)
-        for _ in range(3):  # traced, replayed, its fused runs compiled
+    if framework == "leanpass compiled" or adamw:
+        for _ in range(3):  # traced, replayed, its fused runs compiled (all frameworks alike with AdamW)
             step()
 
     def result():
@@ -404,8 +416,9 @@ def block_step(dtype, framework):
     return step, result
 
 
-def w6(dtype, rounds, n_threads):
-    return compared(lambda name: block_step(dtype, name), "W6", dtype, rounds, n_threads, compiled=True)
+def w6(dtype, rounds, n_threads, adamw=False):
+    return compared(lambda name: block_step(dtype, name, adamw), "W6a" if adamw else "W6", dtype, rounds,
+                    n_threads, compiled=True)
 
 
 # ---- W8: a GroupNorm layer's forward and backward ------------------------------------------
@@ -756,9 +769,9 @@ def main(argv=None):
             ms_table(results, case, lambda dtype, n, case=case: w5(case, dtype, args.rounds, n), args.threads,
                      f"Conv2d forward + backward (weight and bias gradients), batch {batch}, {cin}x{size}x{size} -> "
                      f"{cout} channels, 3x3")
-    if "W5c" in args.only or "W6" in args.only:
+    if "W5c" in args.only or "W6" in args.only or "W6a" in args.only:
         if torch is None:
-            print("## W5c, W6: left out (they need PyTorch, whose weights they load)\n")
+            print("## W5c, W6, W6a: left out (they need PyTorch, whose weights they load)\n")
         if "W5c" in args.only and torch:
             ms_table(results, "W5c", lambda dtype, n: w5c(dtype, args.rounds, n), args.threads,
                      "one CNN training step (benchmarks/models.py's cnn, batch 64, 1x28x28, cross-entropy, SGD)")
@@ -767,6 +780,11 @@ def main(argv=None):
             ms_table(results, "W6", lambda dtype, n: w6(dtype, args.rounds, n), args.threads,
                      f"transformer block forward + backward (pre-LayerNorm, causal MultiheadAttention with {heads} "
                      f"heads, 4x GELU MLP), batch {batch}, sequence {length}, width {width}")
+        if "W6a" in args.only and torch:
+            batch, length, width, heads = BLOCK
+            ms_table(results, "W6a", lambda dtype, n: w6(dtype, args.rounds, n, adamw=True), args.threads,
+                     f"W6 then an AdamW step (lr 1e-3, weight decay 0.01): the transformer block's forward, backward "
+                     f"and optimizer step, batch {batch}, sequence {length}, width {width}")
 
     if "W7" in args.only:
         results["W7"] = {}

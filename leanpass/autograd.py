@@ -24,9 +24,9 @@ from ._graph.engine import Released, _needed, backprop, zero_graph_grads
 from ._graph.hooks import RemovableHandle, hook_round, queue_callback
 from ._graph.modes import enable_grad, grad_lock, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from ._graph.node import edge
-from ._graph.trace import implicit_seed, note
+from ._graph.trace import TRACER, implicit_seed, note, read
 from ._graph.versions import Version, increment_version, increment_versions, version_of
-from ._node import Outputs, as_graph_tensor, as_tensor, leaf, run1
+from ._node import Outputs, as_graph_tensor, as_tensor, leaf, run, run1
 from .backends._base import NO_FUSED, Backend, Numbers
 from .tensor import Tensor
 
@@ -71,7 +71,6 @@ class GraphBackend:
         self.device = self.xp_device = base.device
         self.fused = NO_FUSED
         self.guard = None
-        self.syncs_cheaply = base.syncs_cheaply
         self.array_type = Tensor
         self.numbers = Numbers(Backend.number.__get__(self))  # a Python number stays itself
         for name in ("zeros", "ones", "arange", "create", "matmul", "index_add", "index_set", "index_get",
@@ -82,6 +81,23 @@ class GraphBackend:
     @property
     def causal_rows(self):
         return self.base.causal_rows
+
+    @property
+    def syncs_cheaply(self):
+        """The device's, but not while lp.compile traces the call: a value read to the host
+        there (to pick a path) would make the call run eagerly, and the paths a rule
+        chooses by it give the same values."""
+        tracer = TRACER[0]
+        return self.base.syncs_cheaply and (tracer is None or not tracer.records())
+
+    @staticmethod
+    def col2im(cols, size, kernel, stride, dilation, padding):
+        """``ops.conv._col2im`` on Tensors: one ``fold`` node (whose gradient is the patches
+        again), where the generic loop would add into views of a buffer in place, which
+        lp.compile does not record."""
+        n, c, k = cols.shape[:3]
+        flat = cols.reshape((n, c * k, math.prod(cols.shape[3:])))
+        return run(ops.fold, (flat, tuple(size), tuple(kernel), tuple(stride), tuple(padding), tuple(dilation)))
 
     def copy(self, t):
         return t * 1 if t._rg else self.xp.asarray(t, copy=True)  # the copy stays in the graph
@@ -162,12 +178,21 @@ def _replayed(node, replay, gb, prev):
     :func:`leanpass._node.make` for the forms ``replay`` takes)."""
     op = node._op
     if type(replay) is tuple:
+        replay = tuple(_unfilled(v) for v in replay)
         if op.needs:
             return op.fn(gb, *prev, *replay, needs=tuple(p._rg for p in prev))
         return op.fn(gb, *prev, *replay)
     if type(replay) is dict:
-        return op.fn(gb, *prev, **replay)
+        return op.fn(gb, *prev, **{k: _unfilled(v) for k, v in replay.items()})
     return replay(gb, prev)
+
+
+def _unfilled(value):
+    """A parameter as an operation runs again with it: a list the forward fills
+    (``ops.norm.Statistics``, batch norm's statistics, which went to the running
+    statistics at the forward) as a new one, so that the values stay the forward's and
+    no Tensor of the graph stays in it."""
+    return type(value)() if getattr(value, "filled_by_the_op", False) else value
 
 
 
@@ -238,6 +263,8 @@ def _seeds(name, what, given, outputs, grads, create_graph):
             raise ValueError(f"{name}: {given}[{i}] is on {g.device}, {what}[{i}] on {out.device}")
         if g.dtype != out.dtype:
             g = g.astype(out.dtype)
+        if TRACER[0] is not None and not create_graph:
+            read(g)  # lp.compile: a replay starts from that tensor's array then (a tangent from outside: hvp)
         seeds.append(g if create_graph else g._data)  # the caller's array: the engine copies it before keeping it
     return seeds
 

@@ -305,7 +305,7 @@ def jvp(f, primals, tangents):
         if not o.requires_grad:
             products.append(zeros_like(o))
             continue
-        u = Tensor(zeros_like(o).detach(), requires_grad=True)  # the cotangent the result is linear in
+        u = zeros_like(o).detach().requires_grad_()  # the cotangent the result is linear in (a leaf)
         grads = autograd.grad(o, inputs, u, retain_graph=True, create_graph=True, allow_unused=True)
         pairs = [(g, t) for g, t in zip(grads, tangents) if g is not None and g.requires_grad]
         if not pairs:

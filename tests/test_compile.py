@@ -1386,21 +1386,50 @@ def _third_order_gelu(w, x, v):  # GELU's rule changes its own fresh values in p
     return g.detach(), h.detach(), t
 
 
+_TANGENT = {}  # the tangent a function reads from outside (state, changed in place between calls)
+
+
+def _hvp_along_state(w, x, v):  # the tangent is state: autograd.grad's grad_outputs from outside the call
+    tangent = _TANGENT[w.device]
+    return lp.func.hvp(lambda w: (lp.sin(w) * w ** 3).sum(), (w,), (tangent,))
+
+
+def _jvp(w, x, v):  # forward mode from two reverse passes (a cotangent leaf made in the call)
+    return lp.func.jvp(lambda w: lp.tanh(x @ w) * 2.0, (w,), (v,))
+
+
 SECOND_ORDER = {"hvp": _hvp, "third derivative": _third_derivative, "through a change": _through_a_change,
                 "through a change outside the graph": _through_a_change_outside_the_graph,
-                "third order GELU": _third_order_gelu}
+                "third order GELU": _third_order_gelu, "hvp along a tangent from outside": _hvp_along_state,
+                "jvp": _jvp}
 
 
-@pytest.mark.parametrize("name", [*SECOND_ORDER, "gradient penalty"])
+def _cnn(device):
+    """Convolutions (padded and not), batch norm, max-pooling (2 x 2, and overlapping
+    windows with padding) and average pooling: their rules' scatters of patches."""
+    return nn.Sequential(
+        nn.Conv2d(1, 3, 3, padding=1, device=device), nn.BatchNorm2d(3, device=device), nn.Tanh(),
+        nn.MaxPool2d(3, stride=1, padding=1), nn.MaxPool2d(2), nn.Conv2d(3, 2, 3, device=device), nn.Tanh(),
+        nn.AvgPool2d(2, stride=1), nn.Flatten(), nn.Linear(2, 1, device=device))
+
+
+@pytest.mark.parametrize("name", [*SECOND_ORDER, "gradient penalty", "gradient penalty through a CNN"])
 def test_second_derivatives_are_replayed(device, name):
-    """``autograd.grad(create_graph=True)`` inside the function (``lp.func.hvp``, a
-    gradient penalty in a training step, a third derivative): the pass records its rules
-    as operations, which replay like any other (with the in-place changes the rules make
-    on their own fresh values: ``linear``'s ``out += b``), bit for bit as eagerly."""
-    if name == "gradient penalty":
+    """``autograd.grad(create_graph=True)`` inside the function (``lp.func.hvp``,
+    ``lp.func.jvp``, a gradient penalty in a training step, through a CNN too, a third
+    derivative): the pass records its rules as operations, which replay like any other
+    (with the in-place changes the rules make on their own fresh values: ``linear``'s
+    ``out += b``), bit for bit as eagerly. A tangent read from outside is read again at
+    each replay (changed in place here between calls)."""
+    _TANGENT[device] = Tensor(RNG.normal(size=(3, 2)), device=device)
+    penalty = name.startswith("gradient penalty")
+    if penalty:
         def setup():
             lp.manual_seed(0)
-            model = nn.Sequential(nn.Linear(3, 8, device=device), nn.Tanh(), nn.Linear(8, 1, device=device))
+            if name == "gradient penalty":
+                model = nn.Sequential(nn.Linear(3, 8, device=device), nn.Tanh(), nn.Linear(8, 1, device=device))
+            else:
+                model = _cnn(device)
             return model, lp.optim.Adam(model.parameters(), lr=1e-2)
 
         (m1, o1), (m2, o2) = setup(), setup()
@@ -1412,13 +1441,19 @@ def test_second_derivatives_are_replayed(device, name):
         warnings.simplefilter("error")
         for _ in range(4):
             w, v = Tensor(RNG.normal(size=(3, 2)), device=device), Tensor(RNG.normal(size=(3, 2)), device=device)
-            x = Tensor(RNG.normal(size=(5, 3)), device=device, requires_grad=name == "gradient penalty")
-            if name != "hvp" and name != "gradient penalty":
+            shape = (2, 1, 8, 8) if name == "gradient penalty through a CNN" else (5, 3)
+            x = Tensor(RNG.normal(size=shape), device=device, requires_grad=penalty)
+            if name in ("third derivative", "through a change", "through a change outside the graph",
+                        "third order GELU"):
                 w.requires_grad_(True)
             for a, b in zip(jax_leaves(eager(w, x, v)), jax_leaves(compiled(w, x, v))):
                 same(b, a)
-    if name == "gradient penalty":
+            with lp.no_grad():
+                _TANGENT[device].mul_(1.5)
+    if penalty:
         for p, q in zip(m1.parameters(), m2.parameters()):
+            same(q, p)
+        for p, q in zip(m1.buffers(), m2.buffers()):
             same(q, p)
     assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}, compiled.explain()
 

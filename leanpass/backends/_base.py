@@ -495,6 +495,7 @@ class Backend:
     library: str = ""  # import name of the array library ("numpy", "cupy", ...)
     always_index = False  # canonical device strings always carry ":N" (cuda)
     syncs_cheaply = True  # reading a value to the host costs little (no queue to drain)
+    col2im = None  # a convolution's scatter of patches as one operation (the graph backend's: a fold node)
     one_device = False  # the library has one device: an array of its type is on it
     causal_rows = 32  # a causal attention's block of queries (leanpass/ops/nn.py's _causal_blocks)
     guard = None  # a context manager that makes this device current, where work needs that

@@ -69,6 +69,8 @@ def _col2im(be, cols, size, kernel, stride, dilation, padding):
     fused = be.fused
     if fused.col2im2d is not None and len(kernel) == 2 and cols.dtype in fused.row_dtypes:
         return fused.col2im2d(cols, size, kernel, stride, dilation, padding)  # one pass, a row at a time
+    if be.col2im is not None:  # on Tensors (a second derivative): one node
+        return be.col2im(cols, size, kernel, stride, dilation, padding)
     padded = tuple(n + lo + hi for n, (lo, hi) in zip(size, padding))
     out = be.zeros((cols.shape[0], cols.shape[1], *padded), cols.dtype)
     for k, index in enumerate(_slices(kernel, stride, dilation, cols.shape[3:])):

@@ -3,11 +3,14 @@
 Both loop over the kernel's offsets, never over output pixels: the windows' elements
 at one offset are one strided slice of the padded input. The backward rules add the
 gradient back through the same slices, with ``xp`` alone, so they differentiate again
-(second derivatives; the scatter adds into a buffer in place, so not a third time).
+(on Tensors the scatter is one ``fold`` node: ``be.col2im``, which lp.compile records,
+where adding into views of a buffer in place it would not).
 The callers (``leanpass.nn.pooling``) check the arguments and give the output size.
 """
 
 from __future__ import annotations
+
+import math
 
 from ._op import op
 from .conv import _slices
@@ -37,9 +40,20 @@ def _padded(be, a, padding, extent, fill):
     return buf, inner
 
 
-def _scatter(be, g_parts, keys, shape, dtype, inner):
+def _scatter(be, g_parts, keys, shape, dtype, inner, windows):
     """The sum of the parts, each added into a zero buffer of ``shape`` at its key,
-    cropped to ``inner``."""
+    cropped to ``inner``. ``windows``: the ``(kernel, stride, dilation)`` the keys
+    come from, for a backend that scatters patches as one operation (``be.col2im``:
+    on Tensors, a second derivative)."""
+    if be.col2im is not None:
+        xp = be.xp
+        parts = xp.stack(list(g_parts), axis=-3)  # (..., K, out_h, out_w)
+        rows, cols = inner[-2], inner[-1]  # the input inside the buffer: the rest is padding
+        padding = ((rows.start, shape[-2] - rows.stop), (cols.start, shape[-1] - cols.stop))
+        lead = tuple(shape[:-2])
+        patches = xp.reshape(parts, (1, math.prod(lead)) + tuple(parts.shape[-3:]))
+        grad = be.col2im(patches, (rows.stop - rows.start, cols.stop - cols.start), *windows, padding)
+        return xp.reshape(grad, lead + tuple(grad.shape[-2:]))
     buf = be.zeros(shape, dtype)
     for part, key in zip(g_parts, keys):
         buf[key] += part
@@ -152,7 +166,7 @@ def max_pool2d(be, a, kernel, stride, padding, dilation, out, needs=(True,)):
         maxima = saved if saved is not None else _maxima(be, buf, keys)  # (the kernel declined)
         parts = (g * xp.astype(hit, g.dtype) for hit in _winners(be, buf, maxima, keys, inside))
         if not disjoint:
-            return (_scatter(be, parts, keys, shape, dtype, inner),)
+            return (_scatter(be, parts, keys, shape, dtype, inner, (kernel, stride, dilation)),)
         grad = be.create("empty", shape, dtype=dtype) if tiled else be.zeros(shape, dtype)
         for part, key in zip(parts, keys):  # each input element is in one window at most
             grad[key] = part
@@ -212,6 +226,6 @@ def avg_pool2d(be, a, kernel, stride, padding, out, count_include_pad, divisor_o
 
     def backward(g):
         part = g * scale
-        return (_scatter(be, (part for _ in keys), keys, shape, dtype, inner),)
+        return (_scatter(be, (part for _ in keys), keys, shape, dtype, inner, (kernel, stride, (1, 1))),)
 
     return total * scale, backward
