@@ -332,11 +332,13 @@ def det(be, a):
         if be.syncs_cheaply and not bool(xp.any(invertible)):
             return (g[..., None, None] * _svd_cofactor(be, a),)
         mask = invertible[..., None, None]
-        regular = d[..., None, None] * _transpose(xp, inv)
+        # grouped as the paths above, so that each matrix's gradient is theirs bit for bit (lp.compile takes
+        # this path, which reads nothing on the host, where eagerly one of those may run)
+        regular = (g * d)[..., None, None] * _transpose(xp, inv)
         eye = _eye_like(be, n, a.dtype) if eye is None else eye
         distinct = eye * xp.reshape(be.arange(n, a.dtype) + 1, (1, n))  # diag(1..n): distinct singular values
-        singular = _svd_cofactor(be, xp.where(mask, distinct, a))
-        return (g[..., None, None] * xp.where(mask, regular, singular),)
+        singular = g[..., None, None] * _svd_cofactor(be, xp.where(mask, distinct, a))
+        return (xp.where(mask, regular, singular),)
 
     return d, backward
 
