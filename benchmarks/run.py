@@ -678,6 +678,9 @@ def table(header, rows):
 def machine():
     from threadpoolctl import threadpool_info
 
+    from leanpass.backends import _mkl
+
+    mkl = _mkl.available()  # (loaded now, before any thread limit: a limit reaches only the libraries loaded)
     blas = [f"{i['internal_api']} {i.get('version') or ''} {i.get('architecture') or ''}".strip()
             for i in threadpool_info() if i["user_api"] == "blas"]
     cpu = platform.processor() or platform.machine()
@@ -689,6 +692,7 @@ def machine():
         "python": platform.python_version(), "numpy": np.__version__, "blas": ", ".join(blas),
         "torch": torch.__version__ if torch else "not installed", "leanpass": leanpass.__version__,
         "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", "unset"),
+        "leanpass products": "MKL's from 2^23 multiply-adds (the mkl extra), NumPy's below" if mkl else "NumPy's",
     }
 
 
@@ -706,7 +710,8 @@ def main(argv=None):
     results = {"machine": info}
     print(f"# LeanPass benchmarks, {info['date']}")
     print(f"{info['cpu']}, {info['cores']} cores; Python {info['python']}, NumPy {info['numpy']} ({info['blas']}), "
-          f"PyTorch {info['torch']}, LeanPass {info['leanpass']}; OPENBLAS_CORETYPE={info['OPENBLAS_CORETYPE']}\n")
+          f"PyTorch {info['torch']}, LeanPass {info['leanpass']}; OPENBLAS_CORETYPE={info['OPENBLAS_CORETYPE']}; "
+          f"LeanPass's 2-D matrix products on the CPU: {info['leanpass products']}\n")
 
     if "W1" in args.only:
         names = ["by hand", "leanpass", "leanpass compiled"] + (["pytorch"] if torch else [])

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import functools
+import math
 import types
 
 import array_api_compat.numpy as xp_numpy
 import numpy as np
 
-from . import _numba
+from . import _mkl, _numba
 from ._base import NO_FUSED, Backend, FusedKernels, NoSpecialFunctions, SpecialFunctions
 from ._memory import keep_freed_memory
 
@@ -158,7 +159,17 @@ class NumpyBackend(Backend):
     def matmul(self, a, b):
         """As :meth:`Backend.matmul`; a stacked right operand whose rows are not
         contiguous (a transposed view, ``k.mT``) is copied first: NumPy's batched
-        matmul does not hand such an operand to BLAS and is 10-30 times slower."""
+        matmul does not hand such an operand to BLAS and is 10-30 times slower. A
+        large 2-D product goes to MKL where the ``mkl`` extra is installed
+        (``_mkl.py``)."""
+        if b.ndim == 2 and a.ndim >= 2:
+            flat = a if a.ndim == 2 else a.reshape(math.prod(a.shape[:-1]), a.shape[-1])  # not -1: a may be empty
+            out = None
+            if flat.shape[0] * flat.shape[1] * b.shape[1] >= _mkl.MIN_VOLUME:
+                out = _mkl.product(flat, b)
+            if out is None:
+                out = flat @ b
+            return out if a.ndim == 2 else out.reshape(a.shape[:-1] + (b.shape[1],))
         if b.ndim > 2 and b.strides[-1] != b.itemsize:
             b = np.ascontiguousarray(b)
         return super().matmul(a, b)

@@ -296,7 +296,7 @@ def linear(be, x, w, b=None, needs=(True, True, True)):
     xp = be.xp
     flat = x.ndim != 2
     rows = xp.reshape(x, (math.prod(x.shape[:-1]), x.shape[-1])) if flat else x  # not -1: x may be empty
-    out = rows @ w.T
+    out = be.matmul(rows, w.T)  # (MKL's where the cpu device has it: backends/_mkl.py)
     if b is not None:
         if b.dtype == out.dtype:
             out += b
@@ -311,10 +311,10 @@ def linear(be, x, w, b=None, needs=(True, True, True)):
         grows = xp.reshape(g, rows.shape[:1] + g.shape[-1:]) if flat else g
         gx = None
         if need_x:
-            gx = grows @ w
+            gx = be.matmul(grows, w)
             if flat:
                 gx = xp.reshape(gx, x.shape)
-        gw = grows.T @ rows if need_w else None
+        gw = be.matmul(grows.T, rows) if need_w else None
         if b is None:
             return gx, gw
         return gx, gw, (be.sum_rows(grows) if need_b else None)
@@ -352,7 +352,7 @@ def _mlp(be, x, *params, needs):
     inputs = []
     for i in range(depth):
         inputs.append(h)
-        out = h @ weights[i].T  # a transposed view: BLAS reads it as it is
+        out = be.matmul(h, weights[i].T)  # a transposed view: BLAS reads it as it is
         b = biases[i]
         if b.dtype == out.dtype:
             out += b
@@ -370,12 +370,12 @@ def _mlp(be, x, *params, needs):
         g = xp.reshape(g, (inputs[0].shape[0], g.shape[-1])) if flat else g
         for i in range(depth - 1, -1, -1):
             if needs[1 + i]:
-                grads[1 + i] = g.T @ inputs[i]  # (out, in), fresh
+                grads[1 + i] = be.matmul(g.T, inputs[i])  # (out, in), fresh
             if needs[1 + depth + i]:
                 grads[1 + depth + i] = be.sum_rows(g)
             if not below[i]:
                 break
-            g = g @ weights[i]
+            g = be.matmul(g, weights[i])
             if i:
                 g = be.relu_mask(g, inputs[i])
             elif flat:
