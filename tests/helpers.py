@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from leanpass import Tensor, backends, optim
+from leanpass import Tensor, backends, nn, optim
 from leanpass.backends import backend_of_array, get_backend, register_backend
 
 # The optimizers whose fused kernels are compared with the generic path
@@ -20,6 +20,19 @@ OPTIMIZERS = {
     "adam": lambda p: optim.Adam(p, lr=0.01, weight_decay=0.1),
     "adamw": lambda p: optim.AdamW(p, lr=0.01, weight_decay=0.1),
 }
+
+
+def training_step(model, opt):
+    """A classifier's training step, uncompiled: zero the gradients, the cross-entropy
+    of ``model(x)`` against ``y``, backward, ``opt.step()``; returns the loss."""
+    def step(x, y):
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ import warnings
 
 import numpy as np
 import pytest
-from helpers import host
+from helpers import host, training_step
 
 import leanpass as lp
 from leanpass import Tensor, nn
@@ -37,17 +37,6 @@ OPTIMIZERS = {
     "adam": lambda ps: lp.optim.Adam(ps, lr=1e-2),
     "adamw": lambda ps: lp.optim.AdamW(ps, lr=1e-2, weight_decay=0.1),
 }
-
-
-def training_step(model, opt):
-    def step(x, y):
-        opt.zero_grad()
-        loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-
-    return step
 
 
 def same(a, b):

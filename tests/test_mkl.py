@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import training_step
 
 import leanpass as lp
 from leanpass import Tensor, nn
@@ -119,17 +120,8 @@ def test_a_compiled_mlp_step_through_mkl_equals_the_eager_one():
         model = nn.Sequential(nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10))
         return model, lp.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 
-    def make(model, opt):
-        def step(x, y):
-            opt.zero_grad()
-            loss = nn.functional.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
-            return loss
-        return step
-
     (m1, o1), (m2, o2) = setup(), setup()
-    eager, compiled = make(m1, o1), lp.compile(make(m2, o2), fuse=False)
+    eager, compiled = training_step(m1, o1), lp.compile(training_step(m2, o2), fuse=False)
     for _ in range(3):
         x, y = Tensor(RNG.normal(size=(256, 512)).astype("float32")), lp.asarray(RNG.integers(0, 10, 256))
         np.testing.assert_array_equal(np.asarray(compiled(x, y).data), np.asarray(eager(x, y).data))
