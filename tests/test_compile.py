@@ -1394,12 +1394,14 @@ SECOND_ORDER = {"hvp": _hvp, "third derivative": _third_derivative, "through a c
 
 
 def _cnn(device):
-    """Convolutions (padded and not), batch norm, max-pooling (2 x 2, and overlapping
-    windows with padding) and average pooling: their rules' scatters of patches."""
+    """Convolutions (padded and not, and transposed), batch norm, max-pooling (2 x 2,
+    and overlapping windows with padding) and average pooling: their rules' scatters
+    of patches."""
     return nn.Sequential(
         nn.Conv2d(1, 3, 3, padding=1, device=device), nn.BatchNorm2d(3, device=device), nn.Tanh(),
         nn.MaxPool2d(3, stride=1, padding=1), nn.MaxPool2d(2), nn.Conv2d(3, 2, 3, device=device), nn.Tanh(),
-        nn.AvgPool2d(2, stride=1), nn.Flatten(), nn.Linear(2, 1, device=device))
+        nn.ConvTranspose2d(2, 2, 2, stride=2, device=device), nn.Tanh(),
+        nn.AvgPool2d(2, stride=1), nn.Flatten(), nn.Linear(18, 1, device=device))
 
 
 @pytest.mark.parametrize("name", [*SECOND_ORDER, "gradient penalty", "gradient penalty through a CNN"])

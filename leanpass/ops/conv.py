@@ -235,6 +235,14 @@ def conv_transpose(be, x, w, b=None, *, stride, padding, output_padding, dilatio
     if planar is not None:  # the backend's patch kernels, on the layer seen as two-dimensional
         planar = _Planar(planar, size, kernel, stride, padding, dilation, n, channels)
         inside = planar.forward(be, rows, w4, b, out_size)
+    elif be.col2im is not None:  # on Tensors (a second derivative): the offsets' blocks scattered as one node
+        per_offset = xp.stack([w4[..., offset] for offset in range(k)])
+        to_nc = (dims + 1, 0, dims + 2, *(a + 1 for a in spatial))  # (groups, *S, N, out/g) -> (N, groups, out/g, *S)
+        blocks = [xp.reshape(xp.permute_dims(xp.reshape(rows @ per_offset[offset, ...], (groups, *size, n, per_out)),
+                                             to_nc), (n, channels, *size)) for offset in range(k)]
+        result = be.col2im(xp.stack(blocks, axis=2), out_size, kernel, stride, dilation, padding)
+        if b is not None:
+            result = result + xp.reshape(b, (1, channels) + (1,) * dims)
     else:
         spread = (*(a + 1 for a in spatial), dims + 1, 0, dims + 2)  # (groups, *S, N, out/g) -> (*S, N, groups, out/g)
         per_offset = xp.stack([w4[..., offset] for offset in range(k)])  # (K, groups, C / groups, out / groups)
@@ -251,7 +259,8 @@ def conv_transpose(be, x, w, b=None, *, stride, padding, output_padding, dilatio
                 inside += bias
             else:
                 inside = inside + bias
-    result = xp.reshape(xp.permute_dims(inside, (dims, dims + 1, dims + 2, *spatial)), (n, channels, *out_size))
+    if planar is not None or be.col2im is None:
+        result = xp.reshape(xp.permute_dims(inside, (dims, dims + 1, dims + 2, *spatial)), (n, channels, *out_size))
     need_x, need_w = needs[0], needs[1]
     need_b = b is not None and needs[2]
     if not need_w:
