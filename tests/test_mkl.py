@@ -25,6 +25,16 @@ needs_mkl = pytest.mark.skipif(not _mkl.available(), reason="the mkl extra is no
                                "(pip install 'leanpass[mkl]', Linux x86-64) or LEANPASS_BLAS=numpy")
 
 
+@pytest.fixture
+def one_thread():
+    """MKL (and the other BLAS) on one thread, where MKL multiplies: loaded first, so
+    that the limit reaches it."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    assert _mkl.available()
+    with threadpoolctl.threadpool_limits(1):
+        yield
+
+
 def _standin(calls):
     def dot(a, b):  # MKL's layout rule, as sparse_dot_mkl gives it: the result is laid out as a
         calls.append((a.flags.c_contiguous, b.flags.c_contiguous))
@@ -36,7 +46,7 @@ def _standin(calls):
 @pytest.fixture
 def standin(monkeypatch):
     calls = []
-    monkeypatch.setattr(_mkl, "_dot", lambda: _standin(calls))
+    monkeypatch.setattr(_mkl, "_dot", lambda: (_standin(calls), 2**31 - 1, lambda: 1))
     return calls
 
 
@@ -56,8 +66,18 @@ def test_a_large_product_goes_and_comes_back_c_ordered(standin, orders, dtype):
     assert len(standin) == 1
 
 
+def test_a_dimension_beyond_mkls_sizes_stays_with_numpy(monkeypatch):
+    """MKL's sizes are 32-bit (sparse_dot_mkl's default interface): a dimension of 2**31
+    or more would wrap, silently, so such a product stays NumPy's (found by review)."""
+    calls = []
+    monkeypatch.setattr(_mkl, "_dot", lambda: (_standin(calls), 255, lambda: 1))  # as if the widest were 255
+    m, k, n = BIG
+    assert _mkl.product(_operand((m, k), "C"), _operand((k, n), "C")) is None and calls == []
+    assert _mkl.product(_operand((255, 255), "C"), _operand((255, 255), "C")) is not None
+
+
 @pytest.mark.parametrize("case", ["small", "both transposed", "strided", "int", "mixed dtypes", "stacked",
-                                  "complex", "a subclass"])
+                                  "complex", "a subclass", "byte-swapped"])
 def test_everything_else_stays_with_numpy(standin, case):
     m, k, n = BIG
     a, b = _operand((m, k), "C"), _operand((k, n), "C")
@@ -77,7 +97,31 @@ def test_everything_else_stays_with_numpy(standin, case):
         a, b = a.astype(np.complex128), b.astype(np.complex128)
     elif case == "a subclass":
         a = a.view(np.ma.MaskedArray)
+    elif case == "byte-swapped":  # (">f8": sparse_dot_mkl refuses it, NumPy multiplies it)
+        a, b = a.astype(">f8"), b.astype(">f8")
     assert _mkl.product(a, b) is None and standin == []
+
+
+def test_on_several_threads_every_product_stays_with_numpy(monkeypatch):
+    """MKL's threads fought OpenBLAS's and Numba's for the cores (W6 on two threads:
+    33.5 against 22.3 ms): MKL multiplies only while it runs on one thread."""
+    calls = []
+    monkeypatch.setattr(_mkl, "_dot", lambda: (_standin(calls), 2**31 - 1, lambda: 2))
+    m, k, n = BIG
+    assert _mkl.product(_operand((m, k), "C"), _operand((k, n), "C")) is None and calls == []
+
+
+@needs_mkl
+def test_mkl_follows_the_thread_limit():
+    """threadpoolctl's limit reaches MKL once it is loaded: one thread, MKL's product;
+    two, NumPy's (the product is then bit for bit NumPy's own)."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    m, k, n = BIG
+    a, b = _operand((m, k), "C", "float32"), _operand((k, n), "C", "float32")
+    with threadpoolctl.threadpool_limits(2):
+        np.testing.assert_array_equal(get_backend("cpu").matmul(a, b), a @ b)
+    with threadpoolctl.threadpool_limits(1):
+        assert _mkl.product(a, b) is not None
 
 
 def test_the_cpu_backend_routes_rows_of_a_stack_and_linear_layers(standin):
@@ -103,7 +147,7 @@ def test_the_cpu_backend_routes_rows_of_a_stack_and_linear_layers(standin):
 @needs_mkl
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("orders", ["CC", "CF", "FC"])
-def test_mkl_multiplies_as_numpy_does(orders, dtype):
+def test_mkl_multiplies_as_numpy_does(orders, dtype, one_thread):
     m, k, n = BIG
     a, b = _operand((m, k), orders[0], dtype), _operand((k, n), orders[1], dtype)
     out = _mkl.product(a, b)
@@ -113,24 +157,57 @@ def test_mkl_multiplies_as_numpy_does(orders, dtype):
 
 
 @needs_mkl
-def test_a_compiled_mlp_step_through_mkl_equals_the_eager_one():
+def test_a_compiled_mlp_step_through_mkl_equals_the_eager_one(one_thread, monkeypatch):
     """The same products eagerly and in a replay: the same values bit for bit."""
     def setup():
         lp.manual_seed(0)
         model = nn.Sequential(nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10))
         return model, lp.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 
+    went = []
+    def product(a, b, product=_mkl.product):
+        out = product(a, b)
+        went.append(out is not None)
+        return out
+
+    monkeypatch.setattr(_mkl, "product", product)
     (m1, o1), (m2, o2) = setup(), setup()
     eager, compiled = training_step(m1, o1), lp.compile(training_step(m2, o2), fuse=False)
     for _ in range(3):
-        x, y = Tensor(RNG.normal(size=(256, 512)).astype("float32")), lp.asarray(RNG.integers(0, 10, 256))
+        x, y = Tensor(RNG.normal(size=(256, 512))), lp.asarray(RNG.integers(0, 10, 256))
         np.testing.assert_array_equal(np.asarray(compiled(x, y).data), np.asarray(eager(x, y).data))
     for p, q in zip(m1.parameters(), m2.parameters()):
         np.testing.assert_array_equal(q.data, p.data)
+    assert any(went)  # (the first layer's products: 256 * 512 * 256 multiply-adds each)
 
 
-def test_leanpass_blas_numpy_turns_mkl_off():
-    env = {**os.environ, "LEANPASS_BLAS": "numpy"}
+def _available_with(**env):
     code = "from leanpass.backends import _mkl; print(_mkl.available())"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    return subprocess.run([sys.executable, "-W", "error", "-c", code], env={**os.environ, **env},
+                          capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("value", ["numpy", "openblas", "0"])
+def test_leanpass_blas_other_than_mkl_turns_mkl_off(value):
+    out = _available_with(LEANPASS_BLAS=value)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
+
+
+def test_a_threading_layer_the_wheel_cannot_load_turns_mkl_off_with_a_warning():
+    """``MKL_THREADING_LAYER=TBB``: the wheel's TBB layer cannot find libtbb, and MKL
+    ends the process at its first product; LeanPass keeps NumPy's products and says so."""
+    out = _available_with(MKL_THREADING_LAYER="TBB", LEANPASS_BLAS="mkl")
+    assert out.returncode != 0 and "MKL_THREADING_LAYER=TBB" in out.stderr  # (the warning, as an error here)
+    code = "from leanpass.backends import _mkl; print(_mkl.available())"
+    out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "MKL_THREADING_LAYER": "TBB"})
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
+
+
+@needs_mkl
+def test_an_mkl_that_fails_to_load_leaves_numpy_products_with_one_warning():
+    libm = next((p for p in ("/lib/x86_64-linux-gnu/libm.so.6", "/usr/lib64/libm.so.6") if os.path.exists(p)), None)
+    if libm is None:
+        pytest.skip("no libm.so.6 at the usual places to stand for a broken MKL_RT")
+    out = _available_with(MKL_RT=libm)
+    assert out.returncode != 0 and "MKL could not be loaded" in out.stderr
