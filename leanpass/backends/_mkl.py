@@ -58,14 +58,12 @@ def _library() -> str | None:
 
 @functools.cache
 def _dot():
-    """``sparse_dot_mkl.dot_product_mkl`` and its widest dimension, or None (no extra,
-    another platform, ``LEANPASS_BLAS`` other than ``mkl``, a threading layer the
-    wheel cannot load, or MKL failing to load: then once a warning). The wheel's
-    ``libmkl_rt`` is not where the loader looks: it is named to ``sparse_dot_mkl``
-    through ``MKL_RT``, its documented setting, unless set. Unless set, MKL's OpenMP
-    threads sleep as soon as a product ends (``KMP_BLOCKTIME=0``): spinning, as they
-    do by default for 200 ms, they took the cores from OpenBLAS and Numba between
-    products."""
+    """``(dot_product_mkl, the widest dimension MKL's sizes hold, MKL's thread count)``
+    from ``sparse_dot_mkl``, or None (no extra, another platform, ``LEANPASS_BLAS``
+    other than ``mkl``, a threading layer the wheel cannot load, or MKL failing to
+    load: then once a warning). The wheel's ``libmkl_rt`` is not where the loader
+    looks: it is named to ``sparse_dot_mkl`` through ``MKL_RT``, its documented
+    setting, unless set."""
     if os.environ.get("LEANPASS_BLAS", "mkl").strip().lower() != "mkl":
         return None
     layer = os.environ.get("MKL_THREADING_LAYER", "INTEL").strip().upper()
@@ -78,7 +76,6 @@ def _dot():
         if path is None:
             return None  # (no mkl wheel: sparse_dot_mkl alone finds a system MKL, if any, through the loader)
         os.environ["MKL_RT"] = path
-    os.environ.setdefault("KMP_BLOCKTIME", "0")
     try:
         import sparse_dot_mkl
         widest = np.iinfo(sparse_dot_mkl.mkl_interface_integer_dtype()).max  # 32-bit MKL_INT: 2**31 - 1
