@@ -594,9 +594,10 @@ class Backend:
     def matmul(self, a, b):
         """``a @ b``, with a stack of rows times one matrix, ``(..., m, k) @ (k, n)``,
         done as one 2-D product of the rows (a reshape): BLAS libraries run that far
-        faster than the same product broadcast over the stack."""
+        faster than the same product broadcast over the stack (through ``self.matmul``, so
+        that a backend's own 2-D products take it too)."""
         if b.ndim == 2 and a.ndim > 2:
-            rows = self.xp.reshape(a, (math.prod(a.shape[:-1]), a.shape[-1])) @ b  # not -1: a may be empty
+            rows = self.matmul(self.xp.reshape(a, (math.prod(a.shape[:-1]), a.shape[-1])), b)  # not -1: a may be empty
             return self.xp.reshape(rows, a.shape[:-1] + (b.shape[1],))
         return a @ b
 

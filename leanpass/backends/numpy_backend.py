@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import math
 import types
 
 import array_api_compat.numpy as xp_numpy
@@ -162,14 +161,12 @@ class NumpyBackend(Backend):
         matmul does not hand such an operand to BLAS and is 10-30 times slower. A
         large 2-D product goes to MKL where the ``mkl`` extra is installed
         (``_mkl.py``)."""
-        if b.ndim == 2 and a.ndim >= 2:
-            flat = a if a.ndim == 2 else a.reshape(math.prod(a.shape[:-1]), a.shape[-1])  # not -1: a may be empty
-            out = None
-            if flat.shape[0] * flat.shape[1] * b.shape[1] >= _mkl.MIN_VOLUME:
-                out = _mkl.product(flat, b)
-            if out is None:
-                out = flat @ b
-            return out if a.ndim == 2 else out.reshape(a.shape[:-1] + (b.shape[1],))
+        if a.ndim == 2 and b.ndim == 2:  # (a stack of rows comes here too, from Backend.matmul's reshape)
+            if a.shape[0] * a.shape[1] * b.shape[1] >= _mkl.MIN_VOLUME:
+                out = _mkl.product(a, b)
+                if out is not None:
+                    return out
+            return a @ b
         if b.ndim > 2 and b.strides[-1] != b.itemsize:
             b = np.ascontiguousarray(b)
         return super().matmul(a, b)
