@@ -73,6 +73,8 @@ _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _disabled() -> bool:
+    """Whether ``LEANPASS_COMPILE=0`` is set: read when a function is compiled (each call
+    reading the environment cost 2 of a small step's 100 microseconds)."""
     return os.environ.get("LEANPASS_COMPILE", "1") == "0"
 
 
@@ -348,15 +350,19 @@ def _host_float(backend, array) -> float:
 _NOT_KEYED = object()
 
 
+def _tensor_key(value) -> tuple:
+    data = value._data  # (the dtype itself: its str() is slow in NumPy)
+    # (a leaf that requires grad gets a .grad; a value of a graph made outside, of the same kind, does not)
+    return ("T", tuple(data.shape), data.dtype, value._backend.device, value._rg, value._node is None)
+
+
 def _key_of(value, tensors: list, objects: list | None = None):
     """A hashable description of ``value``: a Tensor by its kind (and collected in
     ``tensors``), containers item by item, Python scalars and strings by value, any
     other object by identity (a module passed in: the same module)."""
     if isinstance(value, Tensor):
         tensors.append(value)
-        data = value._data  # (the dtype itself: its str() is slow in NumPy)
-        # (a leaf that requires grad gets a .grad; a value of a graph made outside, of the same kind, does not)
-        return ("T", tuple(data.shape), data.dtype, value._backend.device, value._rg, value._node is None)
+        return _tensor_key(value)
     if isinstance(value, (tuple, list)):
         return (type(value).__name__, tuple(_key_of(v, tensors, objects) for v in value))
     if isinstance(value, dict):  # (in their order: a function may iterate them)
@@ -455,13 +461,29 @@ def _attribute_names(fn):
 
 
 def _call_key(args, kwargs):
+    """``(key, tensors, objects)`` of a call (:func:`_key_of` of its arguments, with the
+    modes a trace depends on, and which tensors are one or share memory). Plain
+    Tensors among the positional arguments, a training step's usual call, are keyed
+    here, as :func:`_key_of` keys them: every call pays for this."""
     tensors: list = []
     objects: list = []
-    key = (_key_of(args, tensors, objects), _key_of(kwargs, tensors, objects), is_grad_enabled(),
+    parts = []
+    for value in args:
+        if type(value) is Tensor:
+            tensors.append(value)
+            parts.append(_tensor_key(value))
+        else:
+            parts.append(_key_of(value, tensors, objects))
+    key = (("tuple", tuple(parts)), _key_of(kwargs, tensors, objects) if kwargs else _NO_KWARGS, is_grad_enabled(),
            get_default_dtype(), get_default_device())
+    if len(tensors) < 2:
+        return key + (((0,) if tensors else ()), ()), tensors, objects
     first: dict = {}
     aliasing = tuple(first.setdefault(id(t), i) for i, t in enumerate(tensors))  # f(a, a) is not f(a, b)
     return key + (aliasing, _sharing(tensors)), tensors, objects
+
+
+_NO_KWARGS = ("dict", ())  # _key_of({})
 
 
 def _sharing(tensors) -> tuple:
@@ -477,8 +499,12 @@ def _sharing(tensors) -> tuple:
     out = []
     for i, t in enumerate(tensors):
         data, backend = t._data, t._backend
-        out.append(next((j for j in range(i) if tensors[j]._backend is backend
-                         and backend.shares_memory(tensors[j]._data, data)), i))
+        place = i
+        for j in range(i):
+            if tensors[j]._backend is backend and backend.shares_memory(tensors[j]._data, data):
+                place = j
+                break
+        out.append(place)
     return tuple(out)
 
 
@@ -1388,6 +1414,7 @@ class Plan:
         self.member_lists = tracer.member_lists
         self.options = list({(id(g), k): (g, k, v) for g, k, v in reversed(tracer.options)}.values())  # (first)
         self.counts = collections.Counter(e[0] for e in self.events)
+        self.draws = bool(self.counts["draw"])
         self.passes = self.counts["backward"] + self.counts["autograd"] + tracer.graph_passes
         self.slot_backend = {e[5]: e[7] for e in self.events if e[0] == "op"}
         self.slot_backend.update({e[2]: e[3] for e in self.events if e[0] == "const"})
@@ -1420,7 +1447,8 @@ class Plan:
             if event[0] in ("backward", "autograd"):
                 needed.update(entry[0] for entry in event[2] if type(entry) is tuple)
         self.keeps_backward = needed
-        self._free = self._liveness()
+        free = self._liveness()
+        self._free = [free.get(i, ()) for i in range(len(self.events))]  # (a list: read at every event)
 
     def _fuse(self) -> None:
         meta, self._to_fuse = self._to_fuse, None
@@ -1547,7 +1575,7 @@ class Plan:
             kind = event[0]
             if kind == "op":
                 _, op, sources, recipe, needs, slot, shape, backend = event
-                arrays = [get(s) for s in sources]
+                arrays = [slots[r] if k == VAL else args[r]._data if k == ARG else r._data for k, r in sources]  # get's
                 if type(recipe) is _Recipe:
                     recipe = recipe.fill(get)
                 if type(recipe) is tuple:
@@ -1634,7 +1662,7 @@ class Plan:
                 t = args[ref] if kind_ == ARG else ref
                 t._grad = t._backend.copy(t._grad) if own else None  # (the setter's copy, as eagerly)
                 t._read_zeros = False
-            for slot in free.get(i, ()):  # never a result's: those are read after the last event
+            for slot in free[i]:  # never a result's: those are read after the last event
                 slots[slot] = None
         return self._result(self.outputs, slots, args)
 
@@ -1687,10 +1715,11 @@ class Plan:
             return args[ref] if kind == ARG else ref if kind == EXT else (kind, ref)  # ("leaf", slot): made in the call
 
         found = {}
-        wanted = collections.defaultdict(list)  # a node's slot -> the targets it is (a tensor may come twice)
-        for k, (kind, ref) in enumerate(targets or ()):
-            if kind == "node":
-                wanted[ref].append(k)
+        wanted = {}  # a node's slot -> the targets it is (a tensor may come twice)
+        if targets:
+            for k, (kind, ref) in enumerate(targets):
+                if kind == "node":
+                    wanted.setdefault(ref, []).append(k)
 
         pending = {}
         for slot, src in seeds:
@@ -1731,7 +1760,7 @@ class Plan:
                         old = pending.get(ref)
                         pending[ref] = pg if old is None else old + pg
                     else:
-                        t = leaf_tensor(kind, ref)
+                        t = args[ref] if kind == ARG else ref if kind == EXT else (kind, ref)  # (leaf_tensor's)
                         old = leaves.get(t)
                         leaves[t] = (pg, fresh) if old is None else (old[0] + pg, True)
         if targets is not None:
@@ -1798,27 +1827,28 @@ class Compiled:
         self._attrs = _UNREAD  # the attribute names the function's code names (_attribute_names): at the first trace
         self._escaped: set = set()  # keys whose trace kept a tensor made in the call: one more trace, then eagerly
         self.calls = {"traced": 0, "replayed": 0, "eager": 0}
+        self.off = _disabled()  # LEANPASS_COMPILE=0 when it was made: every call eagerly
 
     def __get__(self, obj, objtype=None):  # @lp.compile on a method: bound as a function is (the instance keyed)
         return self if obj is None else types.MethodType(self, obj)
 
     def __call__(self, *args, **kwargs):
-        if _disabled() or TRACER[0] is not None:  # turned off, or called inside a traced call: eagerly
+        if self.off or TRACER[0] is not None:  # turned off, or called inside a traced call: eagerly
             self.calls["eager"] += 1
             return self.fn(*args, **kwargs)
         try:
             key, tensors, objects = _call_key(args, kwargs)
-            hash(key)
+            entry = self._entries.get(key)  # (an unhashable argument raises here)
         except TypeError as exc:  # an argument that cannot be a key (a NumPy array): every call is eager
             if str(exc) == "an iterator argument":
                 self._warn("runs eagerly: an iterator argument (a replay would not advance it; pass what it "
                            "gives)", "the call")
             self.calls["eager"] += 1
             return self.fn(*args, **kwargs)
-        entry = self._entries.get(key)
         if entry is None:
             return self._trace(key, tensors, objects, args, kwargs)
-        self._entries.move_to_end(key)
+        if len(self._entries) > 1:
+            self._entries.move_to_end(key)
         if isinstance(entry, str):  # it could not be traced: eagerly
             self.calls["eager"] += 1
             return self.fn(*args, **kwargs)
@@ -1829,7 +1859,7 @@ class Compiled:
             return self._trace(key, tensors, objects, args, kwargs)
         # the host generator's state where the replay draws (dropout's masks on the CPU): a
         # replay that falls back gives its draws back, so the eager call draws as eagerly
-        drawn = _backends_base._host_rng.bit_generator.state if entry.counts["draw"] else None
+        drawn = _backends_base._host_rng.bit_generator.state if entry.draws else None
         try:
             out = entry.replay(tensors)
         except (_Stale, _Retry) as exc:  # a shape the trace did not see: eagerly from now on; an error: this once
@@ -1945,7 +1975,7 @@ class Compiled:
         lines = [f"lp.compile({getattr(self.fn, '__qualname__', self.fn)!s}): {len(self._entries)} cache "
                  f"entr{'y' if len(self._entries) == 1 else 'ies'} (at most {self.cache_size}); calls: "
                  + ", ".join(f"{n} {k}" for k, n in self.calls.items())
-                 + (" (LEANPASS_COMPILE=0: compilation is off)" if _disabled() else "")]
+                 + (" (LEANPASS_COMPILE=0: compilation is off)" if self.off else "")]
         for i, (key, entry) in enumerate(self._entries.items()):
             shapes = [k for k in _flat_tensor_keys(key[:2])]
             head = f"  [{i}] arguments {', '.join(shapes) or '(no tensors)'}:"
@@ -1992,7 +2022,8 @@ def compile(fn=None, *, cache_size: int = 8, fuse: bool = True):  # noqa: A001 -
     Numba, from the second replay on, one compiled loop each, whose rounding may
     differ from eager's by a few ulp. ``fuse=False`` replays every operation as it
     ran: eager's results, bit for bit, always. ``LEANPASS_COMPILE=0`` turns
-    compilation off everywhere, ``LEANPASS_FUSE=0`` fusion. What cannot be replayed
+    compilation off everywhere (read when the function is compiled), ``LEANPASS_FUSE=0``
+    fusion. What cannot be replayed
     runs eagerly, with a warning (see docs/compile.md)."""
     if fn is None:
         return lambda f: compile(f, cache_size=cache_size, fuse=fuse)

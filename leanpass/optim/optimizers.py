@@ -272,14 +272,14 @@ class Optimizer:
         layouts, states = self._layouts, self.state
         work = []
         relaid = []  # (key, layout, state, moved): state to change once every parameter is checked
-        for group in self.param_groups:
+        for group in self.param_groups:  # (dict's own reads: a step runs untraced, and _Group's cost a call each)
             for key in self._non_negative:  # options set since (a NumPy lr, as PyTorch allows): checked floats
-                value = group.get(key)
+                value = dict.get(group, key)
                 if value is not None and type(value) is not float:
                     group[key] = self._real(key, value)
             items = []
             # only the parameters with a gradient since zero_grad (PyTorch skips the others too)
-            for p, data, grad, backend in with_gradients(group["params"]):
+            for p, data, grad, backend in with_gradients(dict.__getitem__(group, "params")):
                 shape, dtype = data.shape, data.dtype
                 if (grad.shape != shape or grad.dtype != dtype or backend.read_only(data)
                         or (not isinstance(grad, backend.array_type) if backend.one_device
@@ -483,9 +483,10 @@ class SGD(Optimizer):
         return group
 
     def _update_group(self, items, group):
-        if group["momentum"] or group["weight_decay"] or group["maximize"]:
+        options = dict(group)  # (one copy: _Group's reads cost a call each)
+        if options["momentum"] or options["weight_decay"] or options["maximize"]:
             return super()._update_group(items, group)
-        lr = group["lr"]
+        lr = options["lr"]
         for p, data, grad, state, backend in items:  # plain SGD: data -= lr * grad (a fused kernel where there is one)
             if backend.guard is not None:
                 super()._update_group([(p, data, grad, state, backend)], group)
