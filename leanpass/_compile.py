@@ -64,6 +64,7 @@ from .backends import _base as _backends_base
 from .backends import get_default_device, get_default_dtype
 from .nn.module import _CHANGES as _MODULE_CHANGES
 from .nn.module import Module, _same_value, holding_members, items_of, unchanged
+from .nn.module import restored as modules_restored
 from .ops.conversion import gradient_as
 from .tensor import Tensor, host_number
 
@@ -419,12 +420,28 @@ def _python_state(value, objects, names=None) -> list:
             for slot in (slots,) if isinstance(slots, str) else slots:
                 if slot not in ("__dict__", "__weakref__") and hasattr(obj, slot):
                     attrs[slot] = getattr(obj, slot)
+        if names is not None:  # (read through the class: cfg.scale where Cfg.scale = 2.0; set on it later)
+            for name in names:
+                if name not in attrs:
+                    value = _class_value(type(obj), name)
+                    if value is not _NOT_KEYED:
+                        attrs[name] = value
         attrs = {k: v for k, v in attrs.items() if names is None or k in names}
-        if attrs:
-            state.append((obj, tuple(x for pair in attrs.items() for x in pair)))
-            stack.extend(v for v in attrs.values() if hasattr(v, "__dict__") or hasattr(type(v), "__slots__")
-                         or isinstance(v, (collections.deque, set, frozenset)))
+        # (each plain object, also with none of those attributes yet: one set on it later is a change)
+        state.append((obj, tuple(x for pair in attrs.items() for x in pair)))
+        stack.extend(v for v in attrs.values() if hasattr(v, "__dict__") or hasattr(type(v), "__slots__")
+                     or isinstance(v, (collections.deque, set, frozenset)))
     return state
+
+
+def _class_value(cls, name):
+    """``name``'s value in ``cls`` or a base, where it is a plain value (not a method,
+    a property or another descriptor); ``_NOT_KEYED`` where it is none."""
+    for base in cls.__mro__:
+        if name in base.__dict__:
+            value = base.__dict__[name]
+            return _NOT_KEYED if hasattr(type(value), "__get__") else value
+    return _NOT_KEYED
 
 
 def _same_state(before: list, now: list) -> bool:
@@ -1514,9 +1531,14 @@ class Plan:
         """Whether every tensor from outside still has the shape, dtype, device and flag
         the trace saw (a parameter moved: trace again), and no module had a member
         replaced or an attribute set since (a layer replaced, ``.eval()``: the function
-        may reach other tensors, or take another path)."""
-        if _MODULE_CHANGES[0] != self.modules or hooks.post_hook_changes[0] != self.post_hooks:
+        may reach other tensors, or take another path), or every such change was
+        undone since (``.eval()`` for an evaluation, then ``.train()``)."""
+        if hooks.post_hook_changes[0] != self.post_hooks:
             return False
+        if _MODULE_CHANGES[0] != self.modules:  # a change since the trace: unless undone (eval(), then train())
+            if not modules_restored(self.modules):
+                return False
+            self.modules = _MODULE_CHANGES[0]
         for members, items in self.member_lists:  # an item replaced in place: model.layers[0] = other
             if not unchanged(members, items):
                 return False

@@ -230,6 +230,151 @@ def test_a_replaced_layer_traces_again():
     assert f.calls == {"traced": 2, "replayed": 1, "eager": 0}
 
 
+def dropout_mlp(device, seed=0):
+    lp.manual_seed(seed)
+    return nn.Sequential(nn.Linear(6, 16, device=device, dtype="float64"), nn.ReLU(), nn.Dropout(0.5),
+                         nn.Linear(16, 3, device=device, dtype="float64"))
+
+
+def test_a_step_replays_after_an_evaluation_between_eval_and_train(device):
+    """The usual epoch: train steps, ``model.eval()``, an evaluation, ``model.train()``:
+    the training flags are set back as the trace saw them, so the step replays (it traced
+    again at every epoch before); dropout's masks stay eager's, draw for draw."""
+    models = [dropout_mlp(device), dropout_mlp(device)]
+    opts = [lp.optim.Adam(m.parameters(), lr=1e-2) for m in models]
+    steps = [training_step(models[0], opts[0]), lp.compile(training_step(models[1], opts[1]))]
+    x = Tensor(RNG.normal(size=(5, 10, 6)), device=device)
+    y = lp.asarray(RNG.integers(0, 3, size=(5, 10)), device=device)
+    results = []
+    for model, step in zip(models, steps):
+        lp.manual_seed(7)
+        out = []
+        for _ in range(3):
+            model.train()
+            out += [host(step(x[i], y[i])) for i in range(2)]
+            model.eval()
+            with lp.no_grad():
+                out.append(host(model(x[4])))
+        out += [host(p) for p in model.parameters()]
+        results.append(out)
+    for a, b in zip(*results):
+        same(a, b)
+    assert steps[1].calls == {"traced": 1, "replayed": 5, "eager": 0}
+
+
+def test_a_step_in_eval_mode_traces_again_and_replays_when_set_back(device):
+    """Called in eval mode (no dropout), a step traced in training mode is traced
+    again; back in training mode it traces again too (one entry per key: the last
+    trace's mode), each call as eager's."""
+    model = dropout_mlp(device)
+    f = lp.compile(lambda x: model(x).sum().detach(), fuse=False)
+    x = Tensor(RNG.normal(size=(4, 6)), device=device)
+    f(x)
+    model.eval()
+    same(f(x), model(x).sum())
+    same(f(x), model(x).sum())
+    assert f.calls == {"traced": 2, "replayed": 1, "eager": 0}
+
+
+def test_a_layer_replaced_then_put_back_replays_and_a_container_change_traces_again():
+    model = mlp("cpu")
+    first = model[4]
+    f = lp.compile(lambda x: model(x).sum().detach())
+    x = Tensor(RNG.normal(size=(2, 6)))
+    f(x)
+    other = nn.Linear(8, 3, dtype="float64")
+    model[4].weight, kept = other.weight, model[4].weight
+    same(f(x), model(x).sum())  # another weight: traced again
+    model[4].weight = kept
+    same(f(x), model(x).sum())  # the first entry's weight again: that trace was replaced, traced again
+    model[4].weight = other.weight
+    model[4].weight = kept  # set and set back since the last trace: replays
+    same(f(x), model(x).sum())
+    assert f.calls == {"traced": 3, "replayed": 1, "eager": 0}
+    model.append(nn.Identity())
+    model.pop()  # a container's change is not followed: traced again, as before
+    same(f(x), model(x).sum())
+    assert f.calls == {"traced": 4, "replayed": 1, "eager": 0}
+    assert model[4] is first
+
+
+def test_a_changed_attribute_behind_a_property_traces_again():
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self._scale = 2.0
+
+        @property
+        def scale(self):
+            return self._scale
+
+        @scale.setter
+        def scale(self, value):
+            object.__setattr__(self, "_scale", value)  # (kept outside what the journal sees)
+
+        def forward(self, x):
+            return x * self.scale
+
+    m = Scaled()
+    f = lp.compile(lambda x: m(x), fuse=False)
+    f(Tensor(np.ones(2)))
+    m.scale = 3.0
+    m.scale = 2.0  # set back, but through a property: not followed, traced again
+    same(f(Tensor(np.ones(2))), [2.0, 2.0])
+    m.scale = 5.0
+    same(f(Tensor(np.ones(2))), [5.0, 5.0])
+    assert f.calls == {"traced": 3, "replayed": 0, "eager": 0}
+
+
+def test_more_changes_than_the_journal_keeps_trace_again():
+    from leanpass.nn import module as module_
+
+    model = mlp("cpu")
+    f = lp.compile(lambda x: model(x).sum().detach())
+    x = Tensor(RNG.normal(size=(2, 6)))
+    f(x)
+    for _ in range(module_._JOURNAL.maxlen // 2 + 1):  # each a change and its undoing
+        model.eval()
+        model.train()
+    assert not module_.restored(f._entries[next(iter(f._entries))].modules)
+    same(f(x), model(x).sum())
+    assert f.calls == {"traced": 2, "replayed": 0, "eager": 0}
+
+
+def test_an_argument_attribute_read_through_its_class_is_checked():
+    """``c.scale`` where the trace found it on the class: set later on the object, or
+    changed on the class, it traces again (a replay kept the trace's value before)."""
+    class Cfg:
+        scale = 2.0
+
+    cfg = Cfg()
+    f = lp.compile(lambda x, c: x * c.scale, fuse=False)
+    same(f(Tensor(np.ones(2)), cfg), [2.0, 2.0])
+    same(f(Tensor(np.ones(2)), cfg), [2.0, 2.0])
+    with pytest.warns(RuntimeWarning, match="an argument's attribute its code reads was set"):
+        Cfg.scale = 4.0
+        same(f(Tensor(np.ones(2)), cfg), [4.0, 4.0])
+        cfg.scale = 3.0
+        same(f(Tensor(np.ones(2)), cfg), [3.0, 3.0])
+        del cfg.scale
+        same(f(Tensor(np.ones(2)), cfg), [4.0, 4.0])
+    same(f(Tensor(np.ones(2)), cfg), [4.0, 4.0])
+    assert f.calls == {"traced": 4, "replayed": 2, "eager": 0}
+
+    class Scaler:  # no plain attribute its code reads at the trace: a method, later shadowed on the object
+        def scale(self):
+            return 2.0
+
+    scaler = Scaler()
+    g = lp.compile(lambda x, c: x * c.scale(), fuse=False)
+    g(Tensor(np.ones(2)), scaler)
+    g(Tensor(np.ones(2)), scaler)
+    scaler.scale = lambda: 3.0
+    with pytest.warns(RuntimeWarning, match="an argument's attribute its code reads was set"):
+        same(g(Tensor(np.ones(2)), scaler), [3.0, 3.0])
+    assert g.calls == {"traced": 2, "replayed": 1, "eager": 0}
+
+
 def test_a_name_bound_to_another_tensor_or_model_traces_again():
     """The closure cells and globals the function names are checked before a replay:
     another object there (a new model, another tensor) traces again."""

@@ -185,7 +185,7 @@ def _none_ignored(xp, values, ignore_index, op) -> None:
         raise ValueError(
             f"lp.compile: {op}: targets equal to ignore_index ({ignore_index}) in a replay of a call traced "
             "without any; nothing is ignored in a compiled step that never saw one (call it eagerly, or set "
-            "LEANPASS_COMPILE=0)"
+            "LEANPASS_COMPILE=0 before the function is compiled)"
         )
 
 

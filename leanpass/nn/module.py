@@ -3,8 +3,11 @@ state dicts; ``Parameter``; the containers ``ModuleList`` and ``ModuleDict``."""
 
 from __future__ import annotations
 
+import collections
+import itertools
 import math
 import operator
+import weakref
 from typing import NamedTuple
 
 from .._dtypes import as_dtype
@@ -74,6 +77,74 @@ def _check_layout(layout, op: str) -> None:
 # parameters) keeps the count it saw, and so does a compiled function's trace: an
 # unchanged count means no member was replaced.
 _CHANGES = [0]
+
+# The last attribute sets and deletes, ``(count after it, the module's weak reference,
+# the name, what the attribute held before)``: for a compiled function, whose trace
+# holds when every change since is undone (model.eval() for an evaluation, then
+# model.train(): :func:`restored`). A container's change is not journaled (its count
+# is missing here: no trace outlives it).
+_JOURNAL: collections.deque = collections.deque(maxlen=4096)
+_ABSENT = object()  # (an attribute the module did not have)
+_PLAIN = (bool, int, float, complex, str, bytes, tuple, type(None))  # kept as they are: compared by value
+
+
+class _Weak:
+    """What the journal keeps of an attribute's former object: a weak reference (a
+    replaced layer or parameter is not kept alive by it)."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self, ref):
+        self.ref = ref
+
+
+def _kept(value):
+    if value is _ABSENT or type(value) in _PLAIN:
+        return value
+    try:
+        return _Weak(weakref.ref(value))
+    except TypeError:  # (a list, a dict: kept, and compared by identity)
+        return value
+
+
+def _journal(module, name, before) -> None:
+    """Count a change of ``module``'s attribute ``name`` (it held ``before``), after it."""
+    _CHANGES[0] += 1
+    # (an attribute that lives elsewhere than the instance dict, a property's: not journaled, so no trace
+    # holds over its change)
+    kind = type(getattr(type(module), name, None))
+    if (name in module.__dict__ or before is not _ABSENT) and not (hasattr(kind, "__set__")
+                                                                   or hasattr(kind, "__delete__")):
+        _JOURNAL.append((_CHANGES[0], weakref.ref(module), name, _kept(before)))
+
+
+def restored(since: int) -> bool:
+    """Whether every change counted after ``since`` (a compiled function's trace) was
+    an attribute's, since set back: each such attribute holds again the object (or an
+    equal number, string or tuple of them, as :func:`_same_value` compares) it held at
+    ``since``, as after ``model.eval()`` then ``model.train()``. False where a change
+    was a container's (a layer appended), an attribute holds another object, or the
+    journal no longer reaches back that far."""
+    changes = _CHANGES[0] - since
+    if changes <= 0 or changes > len(_JOURNAL):
+        return changes == 0
+    before = {}  # (module, name) -> what it held at ``since``: its first entry after it
+    for expected, (count, ref, name, held) in enumerate(itertools.islice(_JOURNAL, len(_JOURNAL) - changes, None),
+                                                        since + 1):
+        if count != expected:  # a change without an entry (a container's) in between
+            return False
+        before.setdefault((ref, name), held)
+    for (ref, name), held in before.items():
+        module = ref()
+        if module is None:  # (gone: nothing can read it)
+            continue
+        if type(held) is _Weak:
+            held = held.ref()
+            if held is None:  # (the object it held is gone: it holds another one now)
+                return False
+        if not _same_value(held, module.__dict__.get(name, _ABSENT)):
+            return False
+    return True
 
 
 def _same_value(a, b) -> bool:
@@ -181,14 +252,16 @@ class Module:
             elif not isinstance(value, Tensor):
                 raise TypeError(f"{type(self).__name__}: cannot assign a {type(value).__name__} as buffer {name!r} "
                                 "(a Tensor, a Module or None is expected)")
-        if _same_value(self.__dict__.get(name, _CHANGES), value):  # the same again (train() of a module in
-            return  # training; self.n = x.shape[0] in a forward: an equal number is no change)
+        before = self.__dict__.get(name, _ABSENT)
+        if _same_value(before, value):  # the same again (train() of a module in training; self.n =
+            return  # x.shape[0] in a forward: an equal number is no change)
         object.__setattr__(self, name, value)
-        _CHANGES[0] += 1  # after the change: a check that sees the new count sees the new member
+        _journal(self, name, before)  # after the change: a check that sees the new count sees the new member
 
     def __delattr__(self, name):
+        before = self.__dict__.get(name, _ABSENT)
         object.__delattr__(self, name)
-        _CHANGES[0] += 1
+        _journal(self, name, before)
         buffers = self.__dict__.get("_buffers")
         if buffers and name in buffers:  # the name may hold a parameter next
             del buffers[name]
