@@ -430,6 +430,36 @@ def copies():
     assert not third._sync_next and not third._no_sync
 
 
+def _blas_threads():
+    from threadpoolctl import threadpool_info
+
+    return sorted({pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"})
+
+
+def threads():
+    """Launched without any *_NUM_THREADS setting: each of the node's processes limits
+    its BLAS pools to its share of the cores, and the group's end gives them back;
+    a second group limits them again."""
+    import os
+
+    from leanpass.distributed import _group
+
+    share = max(1, len(os.sched_getaffinity(0)) // _group.local_size)
+    assert _group.local_size == dist.get_world_size() and _blas_threads() == [share], (_blas_threads(), share)
+    dist.destroy_process_group()
+    assert _blas_threads() != [share] or share == len(os.sched_getaffinity(0)), _blas_threads()
+    dist.init_process_group()
+    assert _blas_threads() == [share], _blas_threads()
+
+
+def threads_set():
+    """Launched with OPENBLAS_NUM_THREADS and OMP_NUM_THREADS set: left as they are."""
+    assert _blas_threads() == [1], _blas_threads()
+    from leanpass.distributed import _group
+
+    assert _group.limits is None
+
+
 def failure():
     """Rank 1 raises while rank 0 waits in a collective: python -m mpi4py aborts both."""
     if dist.get_rank() == 1:
