@@ -219,11 +219,17 @@ def test_python_values_and_aliasing_are_part_of_the_key():
     assert f.calls == {"traced": 3, "replayed": 1, "eager": 0}
 
 
-def test_a_replaced_layer_traces_again():
-    model = mlp("cpu")
+def traced_sum(model):
+    """``model(x).sum()`` compiled, and an ``x``, traced once."""
     f = lp.compile(lambda x: model(x).sum().detach())
     x = Tensor(RNG.normal(size=(2, 6)))
     f(x)
+    return f, x
+
+
+def test_a_replaced_layer_traces_again():
+    model = mlp("cpu")
+    f, x = traced_sum(model)
     f(x)
     model[4] = nn.Linear(8, 5, dtype="float64")  # a state tensor of another shape
     same(f(x), model(x).sum())
@@ -279,9 +285,7 @@ def test_a_step_in_eval_mode_traces_again_and_replays_when_set_back(device):
 def test_a_layer_replaced_then_put_back_replays_and_a_container_change_traces_again():
     model = mlp("cpu")
     first = model[4]
-    f = lp.compile(lambda x: model(x).sum().detach())
-    x = Tensor(RNG.normal(size=(2, 6)))
-    f(x)
+    f, x = traced_sum(model)
     other = nn.Linear(8, 3, dtype="float64")
     model[4].weight, kept = other.weight, model[4].weight
     same(f(x), model(x).sum())  # another weight: traced again
@@ -330,9 +334,7 @@ def test_more_changes_than_the_journal_keeps_trace_again():
     from leanpass.nn import module as module_
 
     model = mlp("cpu")
-    f = lp.compile(lambda x: model(x).sum().detach())
-    x = Tensor(RNG.normal(size=(2, 6)))
-    f(x)
+    f, x = traced_sum(model)
     for _ in range(module_._JOURNAL.maxlen // 2 + 1):  # each a change and its undoing
         model.eval()
         model.train()
