@@ -63,7 +63,7 @@ from ._node import _part_backward, inplace, leaf
 from .backends import _base as _backends_base
 from .backends import get_default_device, get_default_dtype
 from .nn.module import _CHANGES as _MODULE_CHANGES
-from .nn.module import Module, _same_value, holding_members, items_of, unchanged
+from .nn.module import Module, _same_value, class_attribute, holding_members, items_of, unchanged
 from .nn.module import restored as modules_restored
 from .ops.conversion import gradient_as
 from .tensor import Tensor, host_number
@@ -423,7 +423,7 @@ def _python_state(value, objects, names=None) -> list:
         if names is not None:  # (read through the class: cfg.scale where Cfg.scale = 2.0; set on it later)
             for name in names:
                 if name not in attrs:
-                    value = _class_value(type(obj), name)
+                    value = class_attribute(type(obj), name, _NOT_KEYED)
                     if value is not _NOT_KEYED:
                         attrs[name] = value
         attrs = {k: v for k, v in attrs.items() if names is None or k in names}
@@ -432,16 +432,6 @@ def _python_state(value, objects, names=None) -> list:
         stack.extend(v for v in attrs.values() if hasattr(v, "__dict__") or hasattr(type(v), "__slots__")
                      or isinstance(v, (collections.deque, set, frozenset)))
     return state
-
-
-def _class_value(cls, name):
-    """``name``'s value in ``cls`` or a base, where it is a plain value (not a method,
-    a property or another descriptor); ``_NOT_KEYED`` where it is none."""
-    for base in cls.__mro__:
-        if name in base.__dict__:
-            value = base.__dict__[name]
-            return _NOT_KEYED if hasattr(type(value), "__get__") else value
-    return _NOT_KEYED
 
 
 def _same_state(before: list, now: list) -> bool:

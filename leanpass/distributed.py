@@ -93,7 +93,7 @@ class _MPIGroup:
         node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
         self.local_rank, self.local_size = node.Get_rank(), node.Get_size()
         node.Free()
-        self.limits = _share_cores(self.local_size)
+        self.limits = None  # the thread limits init_process_group sets (_share_cores), restored by destroy
         self.ops = {"sum": MPI.SUM, "mean": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 
     def carries(self, backend) -> bool:
@@ -170,11 +170,15 @@ class _NCCLGroup(_MPIGroup):
             ) from None
         self.cupy, self.nccl = cupy, nccl
         self.lib = cupy
-        count = cupy.cuda.runtime.getDeviceCount()
-        cupy.cuda.Device(self.local_rank % count).use()  # one GPU per process on each node
-        uid = nccl.get_unique_id() if self.rank == 0 else None
-        uid = self.comm.bcast(uid, root=0)
-        self.nccl_comm = nccl.NcclCommunicator(self.size, uid, self.rank)
+        try:  # (a failure here frees the MPI communicator: the group was never made)
+            count = cupy.cuda.runtime.getDeviceCount()
+            cupy.cuda.Device(self.local_rank % count).use()  # one GPU per process on each node
+            uid = nccl.get_unique_id() if self.rank == 0 else None
+            uid = self.comm.bcast(uid, root=0)
+            self.nccl_comm = nccl.NcclCommunicator(self.size, uid, self.rank)
+        except BaseException:
+            _MPIGroup.destroy(self)
+            raise
         self.nccl_ops = {"sum": nccl.NCCL_SUM, "mean": nccl.NCCL_SUM, "max": nccl.NCCL_MAX, "min": nccl.NCCL_MIN}
         self.types = {
             "float16": nccl.NCCL_FLOAT16, "float32": nccl.NCCL_FLOAT32, "float64": nccl.NCCL_FLOAT64,
@@ -243,6 +247,7 @@ def _share_cores(processes: int):
         warnings.warn(f"init_process_group: {processes} processes share this node's {cores} cores, and each one's "
                       "BLAS threads take them all; install threadpoolctl (the mpi extra has it), or set "
                       "OMP_NUM_THREADS and OPENBLAS_NUM_THREADS for the processes", RuntimeWarning, stacklevel=3)
+        # (stacklevel 3: the line that called init_process_group)
         return None
     return threadpool_limits(limits=max(1, cores // processes))
 
@@ -282,6 +287,7 @@ def init_process_group(backend: str | None = None, *, device=None) -> None:
         _group = _NCCLGroup()
     else:
         raise ValueError(f"init_process_group: backend must be 'mpi', 'nccl' or None, got {backend!r}")
+    _group.limits = _share_cores(_group.local_size)
 
 
 def destroy_process_group() -> None:

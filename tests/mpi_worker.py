@@ -11,6 +11,7 @@ them (``-m mpi4py``) and the test sees a non-zero exit status. Rank 0 prints
 from __future__ import annotations
 
 import sys
+import types
 
 import numpy as np
 
@@ -447,7 +448,26 @@ def threads():
     share = max(1, len(os.sched_getaffinity(0)) // _group.local_size)
     assert _group.local_size == dist.get_world_size() and _blas_threads() == [share], (_blas_threads(), share)
     dist.destroy_process_group()
-    assert _blas_threads() != [share] or share == len(os.sched_getaffinity(0)), _blas_threads()
+    before = _blas_threads()
+    assert before != [share] or share == len(os.sched_getaffinity(0)), before
+    # an NCCL start that fails after the MPI group was made (here: a CuPy that finds no device) leaves
+    # no group and the thread pools as they were
+    cuda = types.ModuleType("cupy.cuda")
+    cuda.nccl = types.ModuleType("cupy.cuda.nccl")
+    cuda.runtime = types.SimpleNamespace(getDeviceCount=lambda: 1 // 0)
+    fake = types.ModuleType("cupy")
+    fake.cuda = cuda
+    saved = {name: sys.modules.get(name) for name in ("cupy", "cupy.cuda", "cupy.cuda.nccl")}
+    sys.modules.update({"cupy": fake, "cupy.cuda": cuda, "cupy.cuda.nccl": cuda.nccl})
+    try:
+        expect(ZeroDivisionError, lambda: dist.init_process_group("nccl"))
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+    assert not dist.is_initialized() and _blas_threads() == before, _blas_threads()
     dist.init_process_group()
     assert _blas_threads() == [share], _blas_threads()
 

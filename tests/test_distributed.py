@@ -143,6 +143,40 @@ def test_the_processes_of_a_node_share_its_cores():
     assert_ok(launch("threads_set", 2), "threads_set", 2)
 
 
+def test_sharing_the_cores_without_threadpoolctl_warns_at_the_callers_line(monkeypatch):
+    """A group of 2 processes on this node (a stand-in for MPI's): without threadpoolctl,
+    one warning at the line that called init_process_group, and the pools as they were;
+    with it, the limits, given back by destroy_process_group."""
+    class Group:
+        name, rank, size, local_rank, local_size = "mpi", 0, 2, 0, 2
+
+        def __init__(self):
+            self.limits = None
+
+        def destroy(self):
+            if self.limits is not None:
+                self.limits.restore_original_limits()
+
+    monkeypatch.setattr(dist, "_MPIGroup", Group)
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setitem(sys.modules, "threadpoolctl", None)
+    with pytest.warns(RuntimeWarning, match="install threadpoolctl") as caught:
+        dist.init_process_group("mpi")
+    assert caught[0].filename == __file__
+    dist.destroy_process_group()
+    monkeypatch.delitem(sys.modules, "threadpoolctl")
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    share = max(1, len(os.sched_getaffinity(0)) // 2)
+    before = [pool["num_threads"] for pool in threadpoolctl.threadpool_info()]
+    dist.init_process_group("mpi")
+    try:
+        assert all(pool["num_threads"] == share for pool in threadpoolctl.threadpool_info())
+    finally:
+        dist.destroy_process_group()
+    assert [pool["num_threads"] for pool in threadpoolctl.threadpool_info()] == before
+
+
 @pytest.mark.mpi
 @needs_mpi
 def test_a_rank_that_raises_ends_every_rank():

@@ -85,7 +85,8 @@ _CHANGES = [0]
 # is missing here: no trace outlives it).
 _JOURNAL: collections.deque = collections.deque(maxlen=4096)
 _ABSENT = object()  # (an attribute the module did not have)
-_PLAIN = (bool, int, float, complex, str, bytes, tuple, type(None))  # kept as they are: compared by value
+_UNKNOWN = object()  # (what the journal does not keep: a change that no later change undoes)
+_PLAIN = (bool, int, float, complex, str, bytes, type(None))  # kept as they are: compared by value
 
 
 class _Weak:
@@ -98,13 +99,26 @@ class _Weak:
         self.ref = ref
 
 
+def _plain(value) -> bool:
+    return type(value) in _PLAIN or (type(value) is tuple and all(map(_plain, value)))
+
+
 def _kept(value):
-    if value is _ABSENT or type(value) in _PLAIN:
+    """``value`` as the journal keeps it: a number, a string or a tuple of them as it is;
+    an object by weak reference; anything else (a list, a tuple holding tensors: kept,
+    it would keep them alive) as unknown."""
+    if value is _ABSENT or _plain(value):
         return value
     try:
         return _Weak(weakref.ref(value))
-    except TypeError:  # (a list, a dict: kept, and compared by identity)
-        return value
+    except TypeError:
+        return _UNKNOWN
+
+
+def _unjournaled() -> None:
+    """Count a change that the journal cannot undo (a tensor made a buffer, or no longer
+    one): a trace made before it no longer holds."""
+    _CHANGES[0] += 1
 
 
 def _journal(module, name, before) -> None:
@@ -128,23 +142,39 @@ def restored(since: int) -> bool:
     changes = _CHANGES[0] - since
     if changes <= 0 or changes > len(_JOURNAL):
         return changes == 0
-    before = {}  # (module, name) -> what it held at ``since``: its first entry after it
+    before = {}  # (the module's reference's id, name) -> (reference, what it held at ``since``): its first entry
     for expected, (count, ref, name, held) in enumerate(itertools.islice(_JOURNAL, len(_JOURNAL) - changes, None),
                                                         since + 1):
         if count != expected:  # a change without an entry (a container's) in between
             return False
-        before.setdefault((ref, name), held)
-    for (ref, name), held in before.items():
+        before.setdefault((id(ref), name), (ref, held))  # (by id: a module's own == and hash have no say)
+    for (_, name), (ref, held) in before.items():
         module = ref()
         if module is None:  # (gone: nothing can read it)
             continue
+        if held is _UNKNOWN:
+            return False
         if type(held) is _Weak:
             held = held.ref()
             if held is None:  # (the object it held is gone: it holds another one now)
                 return False
-        if not _same_value(held, module.__dict__.get(name, _ABSENT)):
+        now = module.__dict__.get(name, _ABSENT)
+        if held is _ABSENT and now is not _ABSENT:  # (read through the class at the trace: Module.training)
+            held = class_attribute(type(module), name, _UNKNOWN)
+        if not _same_value(held, now):
             return False
     return True
+
+
+def class_attribute(cls, name: str, default=None):
+    """``name``'s value in ``cls`` or a base where it is a plain class attribute
+    (``Module.training``, ``Cfg.scale = 2.0``); ``default`` where there is none, or it
+    is a method, a property or another descriptor."""
+    for base in cls.__mro__:
+        if name in base.__dict__:
+            value = base.__dict__[name]
+            return default if hasattr(type(value), "__get__") else value
+    return default
 
 
 def _same_value(a, b) -> bool:
@@ -249,6 +279,7 @@ class Module:
         if buffers and name in buffers and not (value is None or type(value) is Tensor):
             if isinstance(value, (Parameter, Module)):  # no longer a buffer: a parameter, a sub-module (PyTorch)
                 del buffers[name]
+                _unjournaled()
             elif not isinstance(value, Tensor):
                 raise TypeError(f"{type(self).__name__}: cannot assign a {type(value).__name__} as buffer {name!r} "
                                 "(a Tensor, a Module or None is expected)")
@@ -265,6 +296,7 @@ class Module:
         buffers = self.__dict__.get("_buffers")
         if buffers and name in buffers:  # the name may hold a parameter next
             del buffers[name]
+            _unjournaled()
 
     def __call__(self, *args, **kwargs):
         if TRACER[0] is not None:  # lp.compile: a replay checks that the module's lists still hold these members
@@ -417,6 +449,8 @@ class Module:
             raise TypeError(f"register_buffer: cannot use a {type(tensor).__name__} as buffer {name!r} "
                             "(a Tensor or None is required)")
         buffers = self.__dict__.setdefault("_buffers", {})
+        if buffers.get(name) != bool(persistent):  # (a new buffer, or saved where it was not)
+            _unjournaled()
         buffers[name] = bool(persistent)
         setattr(self, name, tensor)
 
@@ -751,10 +785,13 @@ class ModuleDict(Module):
         return self._dict.items()
 
     def pop(self, key) -> Module:
-        return self._dict.pop(key)
+        module = self._dict.pop(key)
+        _CHANGES[0] += 1
+        return module
 
     def clear(self) -> None:
         self._dict.clear()
+        _CHANGES[0] += 1
 
     def update(self, modules) -> None:
         """Add ``modules``: a mapping, or an iterable of ``(key, module)`` pairs; all are
@@ -766,3 +803,4 @@ class ModuleDict(Module):
                 raise TypeError(f"ModuleDict.update: expected (key, module) pairs, got {pair!r}")
             checked.append((self._key(pair[0]), _module(pair[1], f"ModuleDict[{pair[0]!r}]")))
         self._dict.update(checked)
+        _CHANGES[0] += 1
