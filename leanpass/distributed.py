@@ -146,9 +146,9 @@ class _MPIGroup:
         self.comm.Barrier()
 
     def destroy(self) -> None:
-        self.comm.Free()
         if self.limits is not None:  # the thread pools as they were before the group
             self.limits.restore_original_limits()
+        self.comm.Free()
 
 
 class _NCCLGroup(_MPIGroup):

@@ -105,8 +105,8 @@ def _plain(value) -> bool:
 
 def _kept(value):
     """``value`` as the journal keeps it: a number, a string or a tuple of them as it is;
-    an object by weak reference; anything else (a list, a tuple holding tensors: kept,
-    it would keep them alive) as unknown."""
+    an object by weak reference; anything else as unknown (a list, a tuple holding
+    tensors: the journal would keep what they hold alive)."""
     if value is _ABSENT or _plain(value):
         return value
     try:
