@@ -410,6 +410,45 @@ def test_the_journal_keeps_no_replaced_tensor_alive():
     assert sum(r() is not None for r in refs) == 1  # the last, in m.hidden
 
 
+def test_an_attribute_deleted_and_set_again_traces_again():
+    """``del m.a; m.a = a`` puts the same parameter back, but last among the module's
+    attributes: its parameters come in another order, which the trace's do not."""
+    m = nn.Module()
+    m.a = nn.Parameter(np.array([1.0, 2.0]))
+    m.b = nn.Parameter(np.array([10.0, 20.0, 30.0]))
+
+    def f(x):
+        return (lp.concat([p.reshape(-1) for p in m.parameters()]) * x).detach()
+
+    g = lp.compile(f, fuse=False)
+    x = Tensor(np.arange(1.0, 6.0))
+    g(x)
+    a = m.a
+    del m.a
+    m.a = a
+    same(g(x), f(x))
+    h = lp.compile(lambda x: (sum(p.sum() for p in m.parameters()) * x).detach(), fuse=False)
+    h(x)
+    del m.b  # (alone: a change, as before)
+    same(h(x), x * 3.0)
+    assert (g.calls, h.calls) == ({"traced": 2, "replayed": 0, "eager": 0}, {"traced": 2, "replayed": 0, "eager": 0})
+
+
+def test_the_journal_keeps_no_long_value():
+    """A long tuple or string an attribute held is not kept by value (the journal keeps
+    4,096 entries): a change of it is one no later change undoes."""
+    from leanpass.nn import module as module_
+
+    m = nn.Module()
+    long_tuple, long_text = tuple(range(1000)), "x" * 10_000
+    m.table, m.text = long_tuple, long_text
+    m.table, m.text = (1, 2), "short"
+    m.table, m.text = (3, 4), "other"
+    held = [entry[3] for entry in module_._JOURNAL if entry[2] in ("table", "text") and entry[1]() is m]
+    assert not any(value is long_tuple or value is long_text for value in held)
+    assert (1, 2) in held and "short" in held  # (short ones are kept, and compared by value)
+
+
 @pytest.mark.parametrize("change", ["pop", "clear", "update"])
 def test_a_module_dict_changed_traces_again(change):
     d = nn.ModuleDict({"a": nn.Linear(2, 2, dtype="float64")})

@@ -100,7 +100,12 @@ class _Weak:
 
 
 def _plain(value) -> bool:
-    return type(value) in _PLAIN or (type(value) is tuple and all(map(_plain, value)))
+    """A number, None, or a short string or tuple of such (what the journal keeps as it
+    is: a long one, kept 4,096 times, would hold their memory)."""
+    kind = type(value)
+    if kind in (str, bytes):
+        return len(value) <= 256
+    return kind in _PLAIN or (kind is tuple and len(value) <= 16 and all(map(_plain, value)))
 
 
 def _kept(value):
@@ -290,13 +295,11 @@ class Module:
         _journal(self, name, before)  # after the change: a check that sees the new count sees the new member
 
     def __delattr__(self, name):
-        before = self.__dict__.get(name, _ABSENT)
         object.__delattr__(self, name)
-        _journal(self, name, before)
+        _unjournaled()  # (set again, the name comes last in the instance dict: the parameters' order changed)
         buffers = self.__dict__.get("_buffers")
         if buffers and name in buffers:  # the name may hold a parameter next
             del buffers[name]
-            _unjournaled()
 
     def __call__(self, *args, **kwargs):
         if TRACER[0] is not None:  # lp.compile: a replay checks that the module's lists still hold these members
