@@ -1912,6 +1912,7 @@ class Compiled:
             box = [self.fn(*args, **kwargs)]  # the result, held only here (what else holds it: Tracer.escaped)
         finally:
             TRACER[0] = None
+            tracer.modules_called.clear()  # (held for their ids while the call ran: one it made and dropped goes)
         self.calls["traced"] += 1
         if (is_grad_enabled(), get_default_dtype(), get_default_device()) != modes:  # a replay would leave them
             tracer.unsupported("grad mode, the default dtype or the default device set inside the function and "
@@ -1930,8 +1931,10 @@ class Compiled:
             changed = "a list or dict of tensors or modules the function reads by name, changed by it " \
                       "(history.append(loss), a module's list of layers)"
         tracer.check_watched()
-        retrace = (_MODULE_CHANGES[0] != modules or not all(map(_same, _values(self._names), names))
-                   or tracer.state_changed)
+        # (module changes the call undid, or made to modules it made and dropped, as a loss module built
+        # in the step: a replay that makes none leaves the modules as the call left them)
+        retrace = ((_MODULE_CHANGES[0] != modules and not modules_restored(modules))
+                   or not all(map(_same, _values(self._names), names)) or tracer.state_changed)
         if retrace and tracer.reason is None:  # the call changed Python state a replay would not change
             self._warn("the function changed a module's attributes or members, an optimizer's options, or "
                        "rebound a name it reads (a replay would not); it is traced again at the next call", "trace")

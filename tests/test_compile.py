@@ -410,6 +410,50 @@ def test_the_journal_keeps_no_replaced_tensor_alive():
     assert sum(r() is not None for r in refs) == 1  # the last, in m.hidden
 
 
+def test_module_changes_the_call_undoes_or_makes_on_modules_it_drops_replay(device):
+    """A loss module built in the step, ``model.eval()`` ... ``model.train()`` inside the
+    call, a slice of a Sequential: the modules end as they began (or the changed ones
+    are gone), so the call replays, as eager (each traced again at every call before)."""
+    models = [dropout_mlp(device), dropout_mlp(device)]
+    opts = [lp.optim.SGD(m.parameters(), lr=0.1) for m in models]
+
+    def stepper(model, opt):
+        def step(x, y):
+            opt.zero_grad()
+            loss = nn.CrossEntropyLoss()(model(x), y)
+            loss.backward()
+            opt.step()
+            model.eval()
+            check = model[2:](model[:2](x)).sum().detach()  # (no dropout: eval mode)
+            model.train()
+            return loss, check
+        return step
+
+    steps = [stepper(models[0], opts[0]), lp.compile(stepper(models[1], opts[1]), fuse=False)]
+    x = Tensor(RNG.normal(size=(4, 10, 6)), device=device)
+    y = lp.asarray(RNG.integers(0, 3, size=(4, 10)), device=device)
+    results = []
+    for step in steps:
+        lp.manual_seed(3)
+        results.append([host(v) for i in range(4) for v in step(x[i], y[i])])
+    for a, b in zip(*results):
+        same(a, b)
+    assert steps[1].calls == {"traced": 1, "replayed": 3, "eager": 0}
+    assert models[1].training
+
+
+def test_a_module_the_call_makes_and_keeps_traces_again():
+    """A module the call makes and leaves in a live module's attribute: a replay would
+    not make it, so every call traces again, with the warning."""
+    model = mlp("cpu")
+    f = lp.compile(lambda x: (setattr(model, "extra", nn.Identity()), model(x).sum().detach())[1])
+    x = Tensor(RNG.normal(size=(2, 6)))
+    with pytest.warns(RuntimeWarning, match="changed a module's attributes"):
+        for _ in range(3):
+            f(x)
+    assert f.calls == {"traced": 3, "replayed": 0, "eager": 0}
+
+
 def test_an_attribute_deleted_and_set_again_traces_again():
     """``del m.a; m.a = a`` puts the same parameter back, but last among the module's
     attributes: its parameters come in another order, which the trace's do not."""

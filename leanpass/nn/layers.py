@@ -11,7 +11,7 @@ from .._graph.trace import draw
 from ..backends import get_backend, get_default_dtype
 from ..serialization import transposed_copy
 from ..tensor import Tensor, apply, as_tensor
-from .module import _CHANGES, Module, Parameter, report_members
+from .module import _CHANGES, Module, Parameter, changed, report_members
 
 __all__ = [
     "Linear", "MLP", "Sequential", "Dropout",
@@ -265,14 +265,14 @@ class Sequential(Module):
         module = _callable(module)
         try:
             self.layers[i] = module
-            _CHANGES[0] += 1
+            changed(self)
         except IndexError:
             raise IndexError(f"Sequential: index {i} is out of range for {len(self.layers)} layers") from None
 
     def __delitem__(self, i):
         try:
             del self.layers[i]
-            _CHANGES[0] += 1
+            changed(self)
         except IndexError:
             raise IndexError(f"Sequential: index {i} is out of range for {len(self.layers)} layers") from None
 
@@ -286,26 +286,26 @@ class Sequential(Module):
 
     def append(self, module) -> Sequential:
         self.layers.append(_callable(module))
-        _CHANGES[0] += 1
+        changed(self)
         return self
 
     def insert(self, index: int, module) -> None:
         if not -len(self.layers) <= index <= len(self.layers):  # list.insert would clamp it
             raise IndexError(f"Sequential.insert: index {index} is out of range for {len(self.layers)} layers")
         self.layers.insert(index, _callable(module))
-        _CHANGES[0] += 1
+        changed(self)
 
     def extend(self, modules) -> Sequential:
         modules = [_callable(m) for m in modules]  # every one checked before any is added
         self.layers.extend(modules)
-        _CHANGES[0] += 1
+        changed(self)
         return self
 
     def pop(self, index: int = -1):
         if not -len(self.layers) <= index < len(self.layers):
             raise IndexError(f"Sequential.pop: index {index} is out of range for {len(self.layers)} layers")
         module = self.layers.pop(index)
-        _CHANGES[0] += 1
+        changed(self)
         return module
 
     def __add__(self, other) -> Sequential:

@@ -81,8 +81,8 @@ _CHANGES = [0]
 # The last attribute sets and deletes, ``(count after it, the module's weak reference,
 # the name, what the attribute held before)``: for a compiled function, whose trace
 # holds when every change since is undone (model.eval() for an evaluation, then
-# model.train(): :func:`restored`). A container's change is not journaled (its count
-# is missing here: no trace outlives it).
+# model.train(): :func:`restored`). A change no later change undoes (a container's) is
+# journaled as unknown (:func:`changed`): no trace outlives it while the module lives.
 _JOURNAL: collections.deque = collections.deque(maxlen=4096)
 _ABSENT = object()  # (an attribute the module did not have)
 _UNKNOWN = object()  # (what the journal does not keep: a change that no later change undoes)
@@ -120,10 +120,16 @@ def _kept(value):
         return _UNKNOWN
 
 
-def _unjournaled() -> None:
-    """Count a change that the journal cannot undo (a tensor made a buffer, or no longer
-    one): a trace made before it no longer holds."""
+_MEMBERS = "(its members)"  # the journal's name for a change of a module that no later change undoes
+
+
+def changed(module) -> None:
+    """Count a change of ``module`` that no later change undoes (a container's member
+    added, removed or replaced; a tensor made a buffer, or no longer one; an attribute
+    deleted): a trace made before it no longer holds while the module lives (one made
+    and dropped inside a compiled call, a loss module built in the step, is no change)."""
     _CHANGES[0] += 1
+    _JOURNAL.append((_CHANGES[0], weakref.ref(module), _MEMBERS, _UNKNOWN))
 
 
 def _journal(module, name, before) -> None:
@@ -284,7 +290,7 @@ class Module:
         if buffers and name in buffers and not (value is None or type(value) is Tensor):
             if isinstance(value, (Parameter, Module)):  # no longer a buffer: a parameter, a sub-module (PyTorch)
                 del buffers[name]
-                _unjournaled()
+                changed(self)
             elif not isinstance(value, Tensor):
                 raise TypeError(f"{type(self).__name__}: cannot assign a {type(value).__name__} as buffer {name!r} "
                                 "(a Tensor, a Module or None is expected)")
@@ -296,7 +302,7 @@ class Module:
 
     def __delattr__(self, name):
         object.__delattr__(self, name)
-        _unjournaled()  # (set again, the name comes last in the instance dict: the parameters' order changed)
+        changed(self)  # (set again, the name comes last in the instance dict: the parameters' order changed)
         buffers = self.__dict__.get("_buffers")
         if buffers and name in buffers:  # the name may hold a parameter next
             del buffers[name]
@@ -453,7 +459,7 @@ class Module:
                             "(a Tensor or None is required)")
         buffers = self.__dict__.setdefault("_buffers", {})
         if buffers.get(name) != bool(persistent):  # (a new buffer, or saved where it was not)
-            _unjournaled()
+            changed(self)
         buffers[name] = bool(persistent)
         setattr(self, name, tensor)
 
@@ -692,14 +698,14 @@ class ModuleList(Module):
 
     def __setitem__(self, index, module) -> None:
         self._list[self._index(index, "ModuleList")] = _module(module, "ModuleList")
-        _CHANGES[0] += 1
+        changed(self)
 
     def __delitem__(self, index) -> None:
         if isinstance(index, slice):
             del self._list[index]
         else:
             del self._list[self._index(index, "ModuleList")]
-        _CHANGES[0] += 1
+        changed(self)
 
     def __len__(self) -> int:
         return len(self._list)
@@ -712,22 +718,22 @@ class ModuleList(Module):
 
     def append(self, module) -> ModuleList:
         self._list.append(_module(module, "ModuleList.append"))
-        _CHANGES[0] += 1
+        changed(self)
         return self
 
     def extend(self, modules) -> ModuleList:
         new = [_module(m, "ModuleList.extend") for m in modules]  # all checked before any is added
         self._list.extend(new)
-        _CHANGES[0] += 1
+        changed(self)
         return self
 
     def insert(self, index: int, module) -> None:
         self._list.insert(index, _module(module, "ModuleList.insert"))
-        _CHANGES[0] += 1
+        changed(self)
 
     def pop(self, index: int = -1) -> Module:
         module = self._list.pop(self._index(index, "ModuleList.pop"))
-        _CHANGES[0] += 1
+        changed(self)
         return module
 
     def __add__(self, other) -> ModuleList:
@@ -763,11 +769,11 @@ class ModuleDict(Module):
 
     def __setitem__(self, key, module) -> None:
         self._dict[self._key(key)] = _module(module, f"ModuleDict[{key!r}]")
-        _CHANGES[0] += 1
+        changed(self)
 
     def __delitem__(self, key) -> None:
         del self._dict[key]
-        _CHANGES[0] += 1
+        changed(self)
 
     def __contains__(self, key) -> bool:
         return key in self._dict
@@ -789,12 +795,12 @@ class ModuleDict(Module):
 
     def pop(self, key) -> Module:
         module = self._dict.pop(key)
-        _CHANGES[0] += 1
+        changed(self)
         return module
 
     def clear(self) -> None:
         self._dict.clear()
-        _CHANGES[0] += 1
+        changed(self)
 
     def update(self, modules) -> None:
         """Add ``modules``: a mapping, or an iterable of ``(key, module)`` pairs; all are
@@ -806,4 +812,4 @@ class ModuleDict(Module):
                 raise TypeError(f"ModuleDict.update: expected (key, module) pairs, got {pair!r}")
             checked.append((self._key(pair[0]), _module(pair[1], f"ModuleDict[{pair[0]!r}]")))
         self._dict.update(checked)
-        _CHANGES[0] += 1
+        changed(self)
