@@ -1896,7 +1896,8 @@ class Compiled:
         # Python state the call may change: snapshots first (they hold the objects: the
         # references the tracer counts below, before and after the call, include theirs)
         python = _python_state((args, kwargs), [*objects, *self._owners], self._attrs)
-        members = _named_members(names)
+        given = [v for v in (*objects, *self._owners) if isinstance(v, Module)]  # (a model passed in, a method's own)
+        members = _named_members(names) + _named_members(given)
         tracer = Tracer(tensors)
         tracer.holders = [c for c, _ in holding_members([args, kwargs], tuples=True)  # (not the call's own
                           if c is not args and c is not kwargs]  # tuple and dict: made for it, and held by it)
@@ -1953,7 +1954,7 @@ class Compiled:
             plan.names = names
             plan.objects = objects
             plan.object_state = self._object_state(objects)  # (what a caller may
-            plan.member_lists = plan.member_lists + _named_members(names)  # change between calls)
+            plan.member_lists = plan.member_lists + members  # change between calls)
         if plan is None:
             self._fall_back(key, tracer.reason)
         else:

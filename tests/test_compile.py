@@ -454,6 +454,54 @@ def test_a_module_the_call_makes_and_keeps_traces_again():
     assert f.calls == {"traced": 3, "replayed": 0, "eager": 0}
 
 
+def test_an_argument_models_layers_are_checked_and_a_module_the_call_keeps_traces_again():
+    """A model passed in, whose layers the call runs through a Sequential it builds:
+    a layer replaced in its list since traces again (the built Sequential is gone after
+    the call, and the model itself was never called). A module the call makes and
+    keeps in a list of its caller's, its attributes as its class's: traced again at
+    every call, as the replay would not make it."""
+    x = Tensor(RNG.normal(size=(2, 4)))
+
+    def run(compiled):
+        lp.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 4, dtype="float64"), nn.ReLU(), nn.Linear(4, 4, dtype="float64"),
+                              nn.Tanh())
+        f = lambda m, x: nn.Sequential(*m.layers[:-1])(x).sum().detach()  # noqa: E731
+        f = lp.compile(f, fuse=False) if compiled else f
+        out = [f(model, x), f(model, x)]
+        model.layers[1] = nn.Identity()  # (in the list: no attribute set)
+        out += [f(model, x), f(model, x)]
+        return [host(o) for o in out], getattr(f, "calls", None)
+
+    (eager, _), (compiled, calls) = run(False), run(True)
+    for a, b in zip(eager, compiled):
+        same(a, b)
+    assert calls == {"traced": 2, "replayed": 2, "eager": 0}
+
+    class Scale(nn.Module):
+        factor = 2.0
+
+        def __init__(self, factor=2.0):
+            super().__init__()
+            self.factor = factor
+
+        def forward(self, h):
+            return h * self.factor
+
+    kept = []
+
+    def step(x):
+        s = Scale()
+        kept.append(s)
+        return s(x).sum().detach()
+
+    g = lp.compile(step, fuse=False)
+    with pytest.warns(RuntimeWarning, match="changed a module's attributes"):
+        for _ in range(3):
+            g(Tensor(np.ones(2)))
+    assert len(kept) == 3 and g.calls == {"traced": 3, "replayed": 0, "eager": 0}
+
+
 def test_an_attribute_deleted_and_set_again_traces_again():
     """``del m.a; m.a = a`` puts the same parameter back, but last among the module's
     attributes: its parameters come in another order, which the trace's do not."""

@@ -85,6 +85,7 @@ _CHANGES = [0]
 # journaled as unknown (:func:`changed`): no trace outlives it while the module lives.
 _JOURNAL: collections.deque = collections.deque(maxlen=4096)
 _ABSENT = object()  # (an attribute the module did not have)
+_BORN = object()  # (the first attribute set on a module: none before, so it was made since)
 _UNKNOWN = object()  # (what the journal does not keep: a change that no later change undoes)
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))  # kept as they are: compared by value
 
@@ -140,7 +141,8 @@ def _journal(module, name, before) -> None:
     kind = type(getattr(type(module), name, None))
     if (name in module.__dict__ or before is not _ABSENT) and not (hasattr(kind, "__set__")
                                                                    or hasattr(kind, "__delete__")):
-        _JOURNAL.append((_CHANGES[0], weakref.ref(module), name, _kept(before)))
+        born = before is _ABSENT and len(module.__dict__) == 1  # (a module made since a trace: a replay would not)
+        _JOURNAL.append((_CHANGES[0], weakref.ref(module), name, _BORN if born else _kept(before)))
 
 
 def restored(since: int) -> bool:
@@ -163,7 +165,7 @@ def restored(since: int) -> bool:
         module = ref()
         if module is None:  # (gone: nothing can read it)
             continue
-        if held is _UNKNOWN:
+        if held is _UNKNOWN or held is _BORN:  # (made since, and still here: kept by the call, or by its caller)
             return False
         if type(held) is _Weak:
             held = held.ref()
