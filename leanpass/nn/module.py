@@ -165,8 +165,8 @@ def restored(since: int) -> bool:
         module = ref()
         if module is None:  # (gone: nothing can read it)
             continue
-        if held is _UNKNOWN or held is _BORN:  # (made since, and still here: kept by the call, or by its caller)
-            return False
+        if held is _UNKNOWN:  # (and _BORN: made since, and still here, kept by the call or its caller, is no
+            return False  # value the attribute holds now)
         if type(held) is _Weak:
             held = held.ref()
             if held is None:  # (the object it held is gone: it holds another one now)
