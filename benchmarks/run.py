@@ -692,7 +692,9 @@ def machine():
         "python": platform.python_version(), "numpy": np.__version__, "blas": ", ".join(blas),
         "torch": torch.__version__ if torch else "not installed", "leanpass": leanpass.__version__,
         "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", "unset"),
-        "leanpass products": "MKL's from 2^23 multiply-adds (the mkl extra), NumPy's below" if mkl else "NumPy's",
+        "leanpass products": "MKL's from 2^23 multiply-adds (the mkl extra), NumPy's below" if mkl
+        else "NumPy's (the mkl extra is installed: by default it multiplies on Intel's CPUs only; LEANPASS_BLAS=mkl)"
+        if _mkl._load() is not None and "LEANPASS_BLAS" not in os.environ else "NumPy's",
     }
 
 
