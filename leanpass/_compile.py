@@ -54,6 +54,7 @@ from ._checks import broadcast_shapes
 from ._fusion import ARG, COMPILE_AFTER, EXT, VAL, BackwardRun, compile_runs, fuse, fusion_enabled
 from ._graph import hooks
 from ._graph.engine import Released, _needed, _store, _unbroadcast
+from ._graph.hooks import _has_grad_hooks, _with_grad_hooks
 from ._graph.modes import grad_lock, is_grad_enabled, no_grad
 from ._graph.node import COMPLEX, Node, edge
 from ._graph.trace import TRACER
@@ -1005,8 +1006,8 @@ class Tracer:
             return
         if create_graph and targets is None:
             return self.unsupported("backward(create_graph=True) inside the function (a .grad in a graph)")
-        if hooks._grad_hooks_registered:
-            return self.unsupported("a backward pass with gradient hooks registered (register_hook)")
+        if create_graph and hooks._grad_hooks_registered:  # (its hooks would run on the recorded Tensors)
+            return self.unsupported("autograd.grad(create_graph=True) with gradient hooks registered (register_hook)")
         if create_graph:
             self.graph_passes += 1  # (a hook registered later makes its replays stale: Plan.fits)
             # autograd.grad(create_graph=True) (lp.func.hvp, a gradient penalty): the pass records its rules as
@@ -1369,9 +1370,10 @@ def _checks_first(events: list, args: list):
             if read_grads or not getattr(event[1], "idempotent", False):  # (zero_grad writes no values)
                 written += _touched(event[1], event[2], event[3])
                 changed = True
-        elif kind == "backward":
-            anything = anything or bool(hooks._hooks_registered)  # (a hook may step the parameters, or write any
-            changed = True  # tensor; a hook added or removed since the trace traces again: Plan.fits)
+        elif kind == "backward":  # (a hook may step the parameters, or write any tensor; a post hook added or
+            # removed since the trace, or the first gradient hook, traces again: Plan.fits)
+            anything = anything or bool(hooks._hooks_registered) or bool(hooks._grad_hooks_registered)
+            changed = True
         elif kind == "grad_read":
             read_grads = True
         elif kind == "grad":
@@ -1415,6 +1417,7 @@ class Plan:
         self.events = tracer.events
         self.guards = tracer.guards  # (argument, tensor): the argument a moved check reads may not share its memory
         self.post_hooks = hooks.post_hook_changes[0]  # (a hook added or removed since: trace again)
+        self.grad_hooked = bool(hooks._grad_hooks_registered)  # (_checks_first: whether a hook may write anything)
         self.slots = tracer.slots
         self.outputs = outputs
         self.externals = list(tracer.externals.values())
@@ -1423,6 +1426,7 @@ class Plan:
         self.counts = collections.Counter(e[0] for e in self.events)
         self.draws = bool(self.counts["draw"])
         self.passes = self.counts["backward"] + self.counts["autograd"] + tracer.graph_passes
+        self.graph_passes = tracer.graph_passes
         self.slot_backend = {e[5]: e[7] for e in self.events if e[0] == "op"}
         self.slot_backend.update({e[2]: e[3] for e in self.events if e[0] == "const"})
         self.slot_backend.update({e[3]: e[4] for e in self.events if e[0] == "draw"})
@@ -1532,8 +1536,8 @@ class Plan:
         for members, items in self.member_lists:  # an item replaced in place: model.layers[0] = other
             if not unchanged(members, items):
                 return False
-        if self.passes and hooks._grad_hooks_registered:
-            return False  # gradient hooks registered since: a trace now runs eagerly (not replayed yet)
+        if hooks._grad_hooks_registered and self.passes and (self.graph_passes or not self.grad_hooked):
+            return False  # the first gradient hooks since: a hook may write anything (_checks_first); trace again
         for t, shape, dtype, backend, rg in self.externals:
             data = t._data
             if data.dtype != dtype or tuple(data.shape) != shape or t._backend is not backend or t._rg != rg:
@@ -1775,6 +1779,11 @@ class Plan:
                         t = args[ref] if kind == ARG else ref if kind == EXT else (kind, ref)  # (leaf_tensor's)
                         old = leaves.get(t)
                         leaves[t] = (pg, fresh) if old is None else (old[0] + pg, True)
+            if hooks._grad_hooks_registered:  # each leaf's gradient of the pass through its hooks, as eagerly
+                with no_grad():
+                    for t, (g, _) in leaves.items():
+                        if type(t) is not tuple and _has_grad_hooks(t):  # (hooks are looked up now: those there are)
+                            leaves[t] = (_with_grad_hooks(t, g), False)  # (a hook may keep it: .grad is a copy)
         if targets is not None:
             for k, key in enumerate(targets):
                 if key[0] != "node" and leaf_tensor(*key) in leaves:

@@ -1503,7 +1503,12 @@ def test_values_of_the_call_in_a_named_tuple_or_an_ordered_dict_replay(kind):
     assert g.calls == {"traced": 1, "replayed": 2, "eager": 0}
 
 
-def test_hooks_registered_after_the_trace_trace_again():
+def test_gradient_hooks_registered_after_the_trace_run_in_the_replays():
+    """A leaf's gradient hooks (``register_hook`` outside the function) run in each
+    replayed backward pass on the leaf's gradient, as eagerly: the first ones
+    registered since the trace trace again (a hook may write anything, which decides
+    which checks may run first); after that, the hooks there are at each replay run,
+    one added or removed since included, without tracing again."""
     w = Tensor(np.array([1.0, 2.0]), requires_grad=True)
 
     def f(x):
@@ -1513,13 +1518,142 @@ def test_hooks_registered_after_the_trace_trace_again():
     g = lp.compile(f)
     g(Tensor(np.ones(2)))
     g(Tensor(np.ones(2)))
+    seen = []
     handle = w.register_hook(lambda grad: grad * 100)
     try:
-        with pytest.warns(RuntimeWarning, match="hooks"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
             g(Tensor(np.ones(2)))
-        same(w.grad, [100.0, 100.0])
+            same(w.grad, [100.0, 100.0])
+            g(Tensor(np.full(2, 2.0)))
+            same(w.grad, [200.0, 200.0])
+            second = w.register_hook(lambda grad: seen.append(host(grad)))  # sees the first hook's gradient
+            g(Tensor(np.full(2, 3.0)))
+            same(w.grad, [300.0, 300.0])
+            second.remove()
+            handle.remove()
+            g(Tensor(np.full(2, 4.0)))
+            same(w.grad, [4.0, 4.0])
     finally:
         handle.remove()
+    np.testing.assert_array_equal(seen, [[300.0, 300.0]])
+    assert g.calls["eager"] == 0 and g.calls["traced"] <= 2, g.explain()  # (2: no hook was left by other tests)
+
+
+def test_the_first_gradient_hook_after_a_trace_keeps_its_checks_in_place():
+    """A hook may write any tensor (here the indices an embedding reads after the
+    backward pass): a check moved before the pass (nothing could change the indices
+    there, without hooks) would pass on the old values and the replay would take row
+    -1. The first gradient hooks after a trace trace again, and the check stays."""
+    w = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    table = Tensor(np.arange(8.0).reshape(4, 2))
+    idx = lp.asarray(np.array([0, 1]))
+
+    def f(x):
+        w.grad = None
+        (w * x).sum().backward()
+        return nn.functional.embedding(idx, table)
+
+    compiled, x = lp.compile(f), Tensor(np.ones(2))
+    compiled(x)
+    same(compiled(x), host(table)[:2])
+
+    def hook(g):
+        idx[...] = -1
+
+    handle = w.register_hook(hook)
+    try:
+        with pytest.raises(IndexError, match="embedding: indices must be in"):
+            f(x)
+        idx[...] = 0
+        with pytest.raises(IndexError, match="embedding: indices must be in"):
+            compiled(x)
+    finally:
+        handle.remove()
+
+
+def test_a_gradient_hook_added_or_removed_inside_the_function_runs_eagerly(device):
+    """A replay would neither register the hook again (eagerly one more at each call)
+    nor hook a value the call makes: such a call runs eagerly, with eager's values."""
+    def hooked_leaf(w, x):
+        handle = w.register_hook(lambda g: g * 3.0)
+        (w * x).sum().backward()
+        handle.remove()
+
+    def hooked_value(w, x):
+        h = w * x
+        h.register_hook(lambda g: g * 3.0)
+        (h * h).sum().backward()
+
+    for fn in (hooked_leaf, hooked_value):
+        w1 = Tensor(np.array([1.0, -2.0]), requires_grad=True, device=device)
+        w2 = Tensor(np.array([1.0, -2.0]), requires_grad=True, device=device)
+        compiled = lp.compile(fn)
+        with pytest.warns(RuntimeWarning, match=r"gradient hook \(register_hook\) added or removed inside"):
+            for k in range(3):
+                x = Tensor(np.array([0.5, 4.0]) * (k + 1), device=device)
+                compiled(w2, x)
+                fn(w1, x)
+                same(w2.grad, host(w1.grad))
+        assert compiled.calls["replayed"] == 0
+
+
+def test_gradient_hooks_on_a_models_parameters_replay_bit_for_bit(device):
+    """Gradient clipping by hooks (``p.register_hook(lambda g: g.clamp(-c, c))``), with a
+    hook that only looks and one on the input that requires grad: a compiled training
+    step equals the eager one at every step, replayed, and a hook that raises raises
+    from the replay as eagerly, before any gradient is written."""
+    def setup():
+        lp.manual_seed(3)
+        model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)).to(device)
+        seen = []
+        for p in model.parameters():
+            p.register_hook(lambda g: g.clamp(-0.05, 0.05))
+        model[2].bias.register_hook(lambda g: seen.append(host(g)))
+        return model, lp.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), seen
+
+    def stepper(model, opt):
+        def step(x, y):
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+        return step
+
+    (m1, o1, seen1), (m2, o2, seen2) = setup(), setup()
+    eager, compiled = stepper(m1, o1), lp.compile(stepper(m2, o2))
+    inputs = []
+    for _ in range(4):
+        x1 = Tensor(RNG.normal(size=(5, 4)), requires_grad=True, device=device)
+        x2 = Tensor(host(x1), requires_grad=True, device=device)
+        for x in (x1, x2):
+            x.register_hook(lambda g: g * 2.0)
+        y = lp.asarray(RNG.integers(0, 2, size=5), device=device)
+        same(compiled(x2, y), host(eager(x1, y)))
+        same(x2.grad, host(x1.grad))
+        inputs.append(x2)
+    for p, q in zip(m1.parameters(), m2.parameters()):
+        same(q, host(p))
+    np.testing.assert_array_equal(seen2, seen1)
+    assert len(seen1) == 4 and compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}, compiled.explain()
+
+    def fails(g):
+        raise ArithmeticError("a hook's own error")
+
+    handles = [m[0].weight.register_hook(fails) for m in (m1, m2)]
+    before = [host(p) for p in m2.parameters()]
+    for step, x in ((eager, x1), (compiled, inputs[0])):
+        with pytest.raises(ArithmeticError, match="a hook's own error"):
+            step(x, y)
+    for handle in handles:
+        handle.remove()
+    for p, q in zip(m1.parameters(), m2.parameters()):  # (zero_grad ran: its gradients, no more)
+        assert (p.grad is None) == (q.grad is None)
+        if p.grad is not None:
+            same(q.grad, host(p.grad))
+    for p, b in zip(m2.parameters(), before):
+        same(p, b)
 
 
 def test_a_replay_that_falls_back_after_a_draw_draws_as_eager_does():
@@ -1578,10 +1712,14 @@ def test_post_accumulate_hooks_run_after_each_replayed_backward():
     assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}
     assert seen2 == seen1 and len(seen1) == 4 * 4
 
-    handle = m2[0].weight.register_hook(lambda g: g * 2.0)
-    with pytest.warns(RuntimeWarning, match="register_hook"):
-        compiled(x, y)
-    handle.remove()
+    handles = [m[0].weight.register_hook(lambda g: g * 2.0) for m in (m1, m2)]  # before the post hooks, as eagerly
+    for _ in range(2):
+        same(compiled(x, y), eager(x, y))
+    for p, q in zip(m1.parameters(), m2.parameters()):
+        same(p, q)
+    for handle in handles:
+        handle.remove()
+    assert seen2 == seen1 and compiled.calls["eager"] == 0 and compiled.calls["traced"] <= 2
 
 
 def test_a_post_accumulate_hook_added_inside_the_function_runs_eagerly():
@@ -1973,7 +2111,9 @@ def test_a_gradient_from_autograd_grad_changed_or_used_in_place(device):
     assert compiled.calls == {"traced": 1, "replayed": 2, "eager": 0}
 
 
-def test_autograd_grad_with_a_hook_added_since_or_a_result_in_a_live_graph_runs_eagerly(device):
+def test_autograd_grad_with_a_hook_added_since_or_a_result_in_a_live_graph(device):
+    """A gradient hook of an input registered since the trace: its replays run it, as
+    eager's autograd.grad does; a result in a graph still alive runs eagerly."""
     w = Tensor(np.array([0.5, -1.0, 2.0]), requires_grad=True, device=device)
 
     def f(x):
@@ -1982,10 +2122,12 @@ def test_autograd_grad_with_a_hook_added_since_or_a_result_in_a_live_graph_runs_
     compiled = lp.compile(f)
     x = Tensor(np.ones(3), device=device)
     compiled(x)
-    handle = w.register_hook(lambda g: g * 10)  # a replay would not run it
-    with pytest.warns(RuntimeWarning, match="gradient hooks"):
-        same(compiled(x), np.full(3, 10.0))
+    handle = w.register_hook(lambda g: g * 10)
+    same(compiled(x), np.full(3, 10.0))
+    same(compiled(x * 2.0), np.full(3, 20.0))
     handle.remove()
+    same(compiled(x), np.ones(3))
+    assert compiled.calls["eager"] == 0 and compiled.calls["traced"] <= 2, compiled.explain()
 
     def g(x):
         lp.autograd.grad((w * x).sum(), [w])

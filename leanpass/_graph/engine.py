@@ -381,9 +381,13 @@ def _backprop(roots, grads, create_graph, retain_graph, targets, tracer):
                 push(heap, (-following._seq, following))
                 following = None
         if hooked:  # each leaf's gradient of this call, complete: through its hooks
-            for leaf in leaves:
-                if _has_grad_hooks(leaf):  # a hook may keep what it saw (or gave): .grad is a copy
-                    leaves[leaf] = (_with_grad_hooks(leaf, leaves[leaf][0]), False)
+            TRACER[0] = None  # a traced call records the hooks whole: its replays run them on their gradients
+            try:
+                for leaf in leaves:
+                    if _has_grad_hooks(leaf):  # a hook may keep what it saw (or gave): .grad is a copy
+                        leaves[leaf] = (_with_grad_hooks(leaf, leaves[leaf][0]), False)
+            finally:
+                TRACER[0] = tracer
     if targets is not None:
         for t, (g, _) in leaves.items():
             if id(t) in wanted:

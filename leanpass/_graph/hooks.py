@@ -14,6 +14,7 @@ import weakref
 
 from .._dtypes import dtype_name
 from .above import above
+from .trace import note
 
 # ---- hooks: code that runs when a backward call has written a leaf's gradient ---------------
 
@@ -60,6 +61,7 @@ class RemovableHandle:
                 if self._gradient:
                     live[2] -= 1
                     _grad_hooks_registered -= 1
+                    note(_HOOKED_INSIDE)
                 else:
                     live[0] -= 1
                     _hooks_registered -= 1
@@ -118,6 +120,9 @@ def add_post_accumulate_grad_hook(tensor, hook) -> RemovableHandle:
 # ``grad`` (``live[2]`` counts them); the engine looks for them only while some tensor
 # has one (``_grad_hooks_registered``).
 _grad_hooks_registered = 0
+# lp.compile replays a leaf's gradient hooks, those there are at each replay: a traced call
+# that adds or removes one (a replay would not, nor hook a value it makes) runs eagerly
+_HOOKED_INSIDE = "a gradient hook (register_hook) added or removed inside the function"
 
 
 def add_grad_hook(tensor, hook) -> RemovableHandle:
@@ -134,6 +139,7 @@ def add_grad_hook(tensor, hook) -> RemovableHandle:
     hooks.grad.append(hook)
     hooks.live[2] += 1
     _grad_hooks_registered += 1
+    note(_HOOKED_INSIDE)
     return RemovableHandle(hooks, hook, gradient=True)
 
 
