@@ -250,6 +250,27 @@ def no_sync():
         for a, b in zip(ref.parameters(), model.parameters()):
             np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=0, atol=1e-10, err_msg=device)
 
+        # compiled: one micro-step, replayed inside no_sync and outside it (the flag is read
+        # by the replayed _arm, not a module change), as the eager steps above, bit for bit
+        again, again_opt = model_and_optimizer(device, "sgd")
+        ddp_again = DDP(again, bucket_cap_mb=0.001)
+
+        def micro_step(xb, yb, m=ddp_again):
+            loss = nn.cross_entropy_loss(m(xb), yb)
+            loss.backward()
+            return loss
+
+        fast = lp.compile(micro_step)
+        for _ in range(5):
+            again_opt.zero_grad()
+            with ddp_again.no_sync():
+                fast(xs[first], ys[first])
+            fast(xs[second], ys[second])
+            again_opt.step()
+        for a, b in zip(model.parameters(), again.parameters()):
+            np.testing.assert_array_equal(b.numpy(), a.numpy(), err_msg=device)
+        assert fast.calls["eager"] == 0 and fast.calls["traced"] == 1, fast.explain()
+
 
 def unused():
     """A parameter that one rank does not use counts as zeros there; every rank ends

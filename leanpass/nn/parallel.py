@@ -250,12 +250,16 @@ class DistributedDataParallel(Module):
     @contextlib.contextmanager
     def no_sync(self):
         """Inside, forward passes make their backward accumulate gradients on this
-        process only (no communication), as PyTorch's ``no_sync``."""
-        old, self._no_sync = self._no_sync, True
+        process only (no communication), as PyTorch's ``no_sync``. The flag is set past
+        ``Module.__setattr__``, as :meth:`_arm`'s: only ``_arm`` reads it, which a
+        compiled call's replay runs again, so a compiled micro-step replays inside and
+        outside the block (a member change would trace it again at every call)."""
+        old = self._no_sync
+        object.__setattr__(self, "_no_sync", True)
         try:
             yield
         finally:
-            self._no_sync = old
+            object.__setattr__(self, "_no_sync", old)
 
     # ---- the averaging, driven by the engine's hooks ------------------------------------------
     def _ready(self, p: Tensor) -> None:
