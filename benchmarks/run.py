@@ -694,7 +694,8 @@ def machine():
         "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", "unset"),
         "leanpass products": "MKL's from 2^23 multiply-adds (the mkl extra), NumPy's below" if mkl
         else "NumPy's (the mkl extra is installed: by default it multiplies on Intel's CPUs only; LEANPASS_BLAS=mkl)"
-        if _mkl._load() is not None and "LEANPASS_BLAS" not in os.environ else "NumPy's",
+        if _mkl._library() is not None and (os.environ.get("LEANPASS_BLAS") or "auto").strip().lower() == "auto"
+        else "NumPy's",
     }
 
 

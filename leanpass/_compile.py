@@ -608,6 +608,8 @@ class Tracer:
         self.arg_references = _references(self.keep_args)  # what holds the arguments before the call (escaped)
         self.holders: list = []  # the lists, tuples and dicts in the arguments that hold tensors (f([x, y]))
         self.holder_references: list = []  # what holds them before the call
+        self.hooking = None  # which hooks the engine runs now, unrecorded ("gradient"...: hooks_running)
+        self.hook_made: dict = {}  # id(tensor) -> (weak reference, which hooks) of those the hooks made
         for i, t in enumerate(args):
             if id(t) not in self.source:
                 self._register(t, (ARG, i))
@@ -642,22 +644,56 @@ class Tracer:
             if slot is not None:  # a node's value, held apart (the copy a node keeps of a value changed in place
                 src = (VAL, slot)  # since, which a create_graph pass reads), is the node's value of the replay
             else:
+                made = self.hook_made.get(id(t))
+                if made is not None and made[0]() is t:
+                    self.unsupported(f"a tensor made by a {made[1]} hook, read by the function after the backward "
+                                     "pass (a replay would read the first call's)")
+                    return None
                 src = (EXT, t)
                 self.externals[id(t)] = (t, tuple(t._data.shape), t._data.dtype, t._backend, t._rg)
         self._register(t, src)
         return src
 
     def records(self) -> bool:
-        """Whether the calling thread is the traced call's."""
-        return threading.get_ident() == self.thread
+        """Whether the calling thread is the traced call's, outside the hooks a backward
+        pass runs (:meth:`hooks_running`)."""
+        return self.hooking is None and threading.get_ident() == self.thread
+
+    def hooks_running(self, kind) -> None:
+        """The engine runs hooks now (``kind``: ``"gradient"``, ``"post-accumulate-grad"``),
+        or no more (None). They are not recorded: each replay runs the hooks there are
+        then. What they make is noted, and a tensor they made that the function reads
+        after them, or a number a gradient hook reads on the host, makes the call run
+        eagerly: a replay would read the first call's."""
+        self.hooking = kind
+
+    def _hook_made(self, t) -> bool:
+        """Whether ``t`` was made by the hooks running now in the traced call (noted)."""
+        if self.hooking is None or threading.get_ident() != self.thread:
+            return False
+        self.hook_made[id(t)] = (weakref.ref(t), self.hooking)
+        return True
 
     def unsupported(self, what: str) -> None:
         if self.reason is None and self.records():
             self.reason = (what, _where())
+        else:
+            self._in_hook(what)
+
+    def _in_hook(self, what: str) -> None:
+        """``what`` (a value read on the host, an array taken out of a tensor...) done by
+        the gradient hooks running now in the traced call: its result may feed the
+        function's code after the backward pass, which a replay would give the first
+        call's. (Post-accumulate-grad hooks read what they like, DDP's ``has_grad``
+        among them; docs/compile.md says what of theirs a replay does not follow.)"""
+        if self.reason is None and self.hooking == "gradient" and threading.get_ident() == self.thread:
+            self.reason = (f"{what.split(' (', 1)[0]} in a {self.hooking} hook (a replay could not feed what it "
+                           "read to the code after it)", _where())
 
     # ---- reports from the hooks
     def made(self, t, op, prev, recipe) -> None:
         if self.reason is not None or not self.records():
+            self._hook_made(t)
             return
         backend = t._backend
         if backend.guard is not None:
@@ -701,6 +737,7 @@ class Tracer:
         a constant of the trace. One LeanPass makes inside a function from an array
         of its own (batch norm's statistics) is a value the replay would not compute."""
         if self.reason is not None or not self.records():
+            self._hook_made(t)
             return
         src = self.arrays.get(id(t._data))
         if src is not None:  # another tensor on an array the call has seen (detach, as_tensor)
@@ -972,6 +1009,7 @@ class Tracer:
         where the function returns it as it is (``return loss.item()``: a replay reads it
         again); anywhere else a replay could not follow what Python does with it."""
         if self.reason is not None or not self.records():
+            self._in_hook(what)
             return
         returns = self.returns
         src = self.source_of(t)

@@ -381,13 +381,18 @@ def _backprop(roots, grads, create_graph, retain_graph, targets, tracer):
                 push(heap, (-following._seq, following))
                 following = None
         if hooked:  # each leaf's gradient of this call, complete: through its hooks
-            TRACER[0] = None  # a traced call records the hooks whole: its replays run them on their gradients
+            # (unrecorded in a traced call, whose replays run them on their gradients; only the traced
+            # thread's pass, outside any hook, says so: another thread's must not stop its recording)
+            recording = tracer is not None and tracer.records()
+            if recording:
+                tracer.hooks_running("gradient")
             try:
                 for leaf in leaves:
                     if _has_grad_hooks(leaf):  # a hook may keep what it saw (or gave): .grad is a copy
                         leaves[leaf] = (_with_grad_hooks(leaf, leaves[leaf][0]), False)
             finally:
-                TRACER[0] = tracer
+                if recording:
+                    tracer.hooks_running(None)
     if targets is not None:
         for t, (g, _) in leaves.items():
             if id(t) in wanted:
@@ -414,11 +419,14 @@ def _backprop(roots, grads, create_graph, retain_graph, targets, tracer):
         _release(done, leaves, retained)
     if targets is None:
         if hooks._hooks_registered:
-            TRACER[0] = None  # a traced call records the hooks whole: its replays run them after their backward
+            recording = tracer is not None and tracer.records()  # (as the gradient hooks' above)
+            if recording:
+                tracer.hooks_running("post-accumulate-grad")  # unrecorded: its replays run them after their backward
             try:
                 _run_post_hooks(leaves)
             finally:
-                TRACER[0] = tracer
+                if recording:
+                    tracer.hooks_running(None)
         return None
     found = [found.get(id(edge(t))) for t in targets]
     if create_graph:

@@ -73,8 +73,8 @@ def _vendor() -> str | None:
 
 def _wanted() -> bool:
     """Whether ``LEANPASS_BLAS`` and the CPU ask for MKL: ``mkl``, yes; unset or
-    ``auto``, on Intel's CPUs only (see above); anything else, no."""
-    choice = os.environ.get("LEANPASS_BLAS", "auto").strip().lower()
+    ``auto`` (or empty), on Intel's CPUs only (see above); anything else, no."""
+    choice = os.environ.get("LEANPASS_BLAS", "").strip().lower() or "auto"
     if choice == "auto":
         return _vendor() == "GenuineIntel"
     return choice == "mkl"
