@@ -872,6 +872,9 @@ class Tracer:
         if self.reason is None and _backends_base._host_rng.bit_generator.state != self.rng_state:
             self.unsupported("a random draw the trace does not record (a layer made inside, lp.manual_seed...)")
         array = self._untraced(fn, *args)
+        backend = args[0]
+        if type(array) is not backend.array_type:  # a library scalar (a 0-d mask times 1 / keep): its array,
+            array = backend.as_array(array)  # the one the call goes on with (else a constant of the trace)
         if self.reason is None:
             slot = self.slots
             self.slots += 1
@@ -1665,7 +1668,8 @@ class Plan:
             elif kind == "several":  # a decomposition: its outputs, and in the graph the nodes eager's has
                 self._several(event, slots, get, backwards)
             elif kind == "draw":  # a random draw: a new one each time, from the generator, as eagerly
-                slots[event[3]] = event[1](*event[2])
+                out = event[1](*event[2])
+                slots[event[3]] = out if type(out) is event[4].array_type else event[4].as_array(out)
             elif kind == "const":  # a tensor made in the call: a new one each time, as eagerly
                 slots[event[2]] = event[3].copy(event[1])
             elif kind == "check":

@@ -387,6 +387,8 @@ class Tensor:
 
     def detach(self) -> Tensor:
         """A new leaf sharing this tensor's data (and version counter), outside the graph."""
+        if TRACER[0] is not None:  # lp.compile: the new tensor is one on this one's array (a state tensor's
+            _trace_read(self)  # too, seen first here), not a constant of the trace
         return share_version(make(self._data, self._backend, "leaf", (), None, False), self)
 
     def to(self, device=None, dtype=None) -> Tensor:

@@ -982,6 +982,52 @@ def test_a_replay_draws_anew_without_a_seed():
     assert f.calls["replayed"] == 3 and all(not np.array_equal(outs[0], o) for o in outs[1:])
 
 
+def test_the_dropout_of_a_0d_tensor_draws_again_at_each_replay(device):
+    """A 0-d mask times ``1 / keep`` is a NumPy scalar, which became a new array apart
+    from the recorded draw: the trace's mask, a constant, at every replay (found by
+    tests/test_compile_fuzz.py: a scalar parameter's dropout gave -0.0 at every replay
+    where eager kept it)."""
+    w = Tensor(np.array(-0.8), requires_grad=True, device=device)
+
+    def f(x):
+        return nn.functional.dropout(w, 0.3).detach() + x * lp.rand((), device=device) \
+            + lp.randint(0, 5, (), device=device).astype(lp.float64)
+
+    compiled = lp.compile(f, fuse=False)
+    for seed in range(8):
+        x = Tensor(np.array(2.0), device=device)
+        lp.manual_seed(seed)
+        want = host(f(x))
+        lp.manual_seed(seed)
+        same(compiled(x), want)
+    assert compiled.calls == {"traced": 1, "replayed": 7, "eager": 0}, compiled.explain()
+    assert "0 constants" in compiled.explain()
+
+
+def test_a_detached_state_tensor_changed_in_place_changes_the_state_at_each_replay(device):
+    """``s.detach()`` of a state tensor the call had not read before is a tensor on the
+    state's array, not a copy made at the trace: ``d += x`` writes the state at each
+    replay as eagerly (found by tests/test_compile_fuzz.py: the replay changed a copy,
+    the state kept the trace's values)."""
+    def world():
+        s = Tensor(np.zeros((3, 4)), device=device)
+
+        def step(x):
+            d = s.detach()
+            d += x
+            return d * 2.0
+
+        return step, s
+
+    (eager, s1), (step, s2) = world(), world()
+    compiled = lp.compile(step, fuse=False)
+    for k in range(4):
+        x = Tensor(np.full((3, 4), k + 1.0), device=device)
+        same(compiled(x), host(eager(x)))
+        same(s2, host(s1))
+    assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}, compiled.explain()
+
+
 def test_complex_values_in_a_graph_run_eagerly():
     z = Tensor(np.array([1 + 2j, 3 - 1j]), requires_grad=True)
 

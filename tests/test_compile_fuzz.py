@@ -1,0 +1,268 @@
+"""Differential fuzzing of ``lp.compile``: random training steps, compiled and eager.
+
+Each example draws a small program -- element-wise functions, broadcasting binary
+operations, reductions, a matrix product with a parameter, slices and an integer
+index, ``layer_norm``, a concatenation, dropout, ``detach``, in-place changes and
+item assignments of values the call made, an EMA-like in-place update of a state
+tensor under ``no_grad``, reads of a state tensor -- then a loss, ``backward`` and
+an update (SGD, Adam, one written out reading ``.grad``, or none), with an argument
+that requires grad or not. Two identical worlds (parameters, state,
+optimizer) run it: one eagerly, one through ``lp.compile``, for several calls with
+new argument values and the same seeds. Everything must agree after every call: the
+results, the argument's gradient, the parameters, their gradients, the state and the
+optimizer's momentum. Bit for bit with ``fuse=False``; with ``fuse=True`` to a few
+ulp (fusion may round in another order; docs/compile.md). A call the compiled
+function runs eagerly (with its warning) is fine: the values are what is tested. A
+program whose eager call raises (a value saved for the backward pass, changed in
+place after) must raise the same error compiled, leaving the same state.
+
+``LEANPASS_FUZZ_EXAMPLES`` multiplies the number of examples (default 1).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+from helpers import host
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import leanpass as lp
+from leanpass import Tensor, nn, optim
+
+F = nn.functional
+SCALE = int(os.environ.get("LEANPASS_FUZZ_EXAMPLES", "1"))
+SHAPES = [(3, 4), (1, 4), (3, 1), (4,), ()]  # each broadcasts to (3, 4)
+CALLS = 4
+
+UNARY = {
+    "tanh": lambda a: a.tanh(),
+    "sigmoid": lambda a: F.sigmoid(a),
+    "relu": lambda a: F.relu(a),
+    "gelu": lambda a: F.gelu(a, approximate="tanh"),
+    "softplus": lambda a: F.softplus(a),
+    "silu": lambda a: F.silu(a),
+    "sin": lambda a: a.sin(),
+    "square": lambda a: a * a,
+    "neg": lambda a: -a,
+    "scale": lambda a: a * 0.7,
+    "shift": lambda a: a + 0.3,
+    "clamp": lambda a: a.clamp(-1.0, 1.0),
+    "sqrt": lambda a: (a.abs() + 1.0).sqrt(),
+    "log": lambda a: (a * a + 1.0).log(),
+    "exp": lambda a: a.tanh().exp(),
+    "clone": lambda a: a.clone(),
+    "cumsum": lambda a: a.cumsum(-1) if a.ndim else a * 1.0,
+}
+BINARY = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / (b * b + 1.0),
+    "maximum": lambda a, b: lp.maximum(a, b),
+    "where": lambda a, b: lp.where(a > b, a, b),
+}
+
+
+def _reduced(shape, axis):
+    return tuple(1 if i == axis % len(shape) else n for i, n in enumerate(shape))
+
+
+@st.composite
+def programs(draw):
+    """``(w's shape, steps, loss terms, returned, optimizer)``: each step ``(kind, name,
+    inputs)`` on the indices of the values before it; values 0, 1, 2 are the argument
+    ``x`` (3, 4), the parameter ``w`` (of a drawn shape) and the state tensor ``s`` (3,
+    4)."""
+    shapes = [(3, 4), draw(st.sampled_from(SHAPES), label="w's shape"), (3, 4)]
+    made = []  # indices of values the call made (in-place changes go to those only)
+    steps = []
+    for _ in range(draw(st.integers(2, 9), label="steps")):
+        n = len(shapes)
+        kind = draw(st.sampled_from(["unary", "unary", "binary", "binary", "reduce", "matmul", "slice", "index",
+                                     "layer_norm", "concat", "dropout", "detach", "inplace", "setitem", "state"]),
+                    label="kind")
+        a = draw(st.integers(0, 2) | st.integers(max(0, n - 2), n - 1), label="input")  # (x, w, s, or the last)
+        shape = shapes[a]
+        if kind == "unary":
+            steps.append(("unary", draw(st.sampled_from(sorted(UNARY))), (a,)))
+        elif kind == "binary":
+            b = draw(st.integers(0, n - 1), label="second input")
+            steps.append(("binary", draw(st.sampled_from(sorted(BINARY))), (a, b)))
+            shape = np.broadcast_shapes(shape, shapes[b])
+        elif kind == "reduce":
+            if not shape:
+                continue
+            name = draw(st.sampled_from(["sum", "mean", "max", "softmax", "all"]), label="reduction")
+            axis = draw(st.sampled_from([0, -1]), label="axis")
+            steps.append(("reduce", (name, axis), (a,)))
+            shape = () if name == "all" else shape if name == "softmax" else _reduced(shape, axis)
+        elif kind in ("matmul", "slice", "index", "layer_norm", "concat"):
+            if not shape or shape[-1] != 4:
+                continue
+            steps.append((kind, None, (a,)))
+            shape = shape[:-1] + (1,) if kind == "slice" else shape
+        elif kind in ("dropout", "detach"):
+            steps.append((kind, None, (a,)))
+        elif kind == "inplace":
+            targets = [i for i in made if np.broadcast_shapes(shapes[i], shape) == shapes[i]]
+            if not targets:
+                continue
+            target = draw(st.sampled_from(targets), label="target")
+            steps.append(("inplace", draw(st.sampled_from(["add", "mul"]), label="change"), (target, a)))
+            continue  # (no new value)
+        elif kind == "setitem":  # the first column of a value the call made, set from a
+            targets = [i for i in made if shapes[i] and shapes[i][-1] == 4 and len(shapes[i]) == 2]
+            if not targets or np.broadcast_shapes(shape, (3, 1)) != (3, 1):
+                continue
+            steps.append(("setitem", None, (draw(st.sampled_from(targets), label="target"), a)))
+            continue
+        else:  # the state, updated in place from a value under no_grad, then read as a value of the call
+            steps.append(("state", None, (a,)))
+            shape = (3, 4)
+        made.append(len(shapes))
+        shapes.append(tuple(shape))
+    n = len(shapes)
+    terms = draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=3), label="loss terms")
+    returned = draw(st.lists(st.integers(0, n - 1), max_size=2), label="returned")
+    update = draw(st.sampled_from(["sgd", "adam", "none", "by hand"]), label="update")
+    return shapes[1], steps, terms, returned, update, draw(st.booleans(), label="x requires grad")
+
+
+def _world(program, device):
+    """The parameter ``w``, a (4, 4) matrix ``m``, the state ``s``, an index and the
+    optimizer, from one seed; and the step function of ``program`` over them."""
+    w_shape, steps, terms, returned, kind, x_grad = program
+    rng = np.random.default_rng(5)
+    w = Tensor(rng.normal(size=w_shape), requires_grad=True, device=device)
+    m = Tensor(rng.normal(size=(4, 4)) * 0.5, requires_grad=True, device=device)
+    s = Tensor(rng.normal(size=(3, 4)), device=device)
+    index = lp.asarray(np.array([2, 0, 3, 1]), device=device)
+    params = [w, m]
+    opt = optim.SGD(params, lr=0.1, momentum=0.9) if kind == "sgd" else \
+        optim.Adam(params, lr=0.01) if kind == "adam" else None
+
+    def step(x):
+        if opt is not None:
+            opt.zero_grad()
+        else:
+            w.grad = m.grad = None
+        values = [x, w, s]
+        for kind_, name, inputs in steps:
+            a = values[inputs[0]]
+            if kind_ == "unary":
+                values.append(UNARY[name](a))
+            elif kind_ == "binary":
+                values.append(BINARY[name](a, values[inputs[1]]))
+            elif kind_ == "reduce":
+                what, axis = name
+                if what == "all":
+                    values.append(a.sum())
+                elif what == "softmax":
+                    values.append(a.softmax(axis))
+                else:
+                    values.append(getattr(a, what)(axis=axis, keepdims=True))
+            elif kind_ == "matmul":
+                values.append(a @ m)
+            elif kind_ == "slice":
+                values.append(a[..., 1:2])
+            elif kind_ == "index":
+                values.append(a[..., index])
+            elif kind_ == "layer_norm":
+                values.append(F.layer_norm(a, (4,)))
+            elif kind_ == "concat":
+                values.append(lp.concat([a, a * 0.5], axis=-1)[..., 2:6])
+            elif kind_ == "dropout":
+                values.append(F.dropout(a, 0.3))
+            elif kind_ == "detach":
+                values.append(a.detach())
+            elif kind_ == "inplace":
+                target, other = values[inputs[0]], values[inputs[1]]
+                if name == "add":
+                    target += other
+                else:
+                    target *= other.tanh()
+            elif kind_ == "setitem":
+                values[inputs[0]][:, 0:1] = values[inputs[1]] * 0.5
+            else:
+                with lp.no_grad():
+                    s.mul_(0.9).add_(a * 0.1)
+                values.append(s * 1.0)
+        loss = sum((values[i] * values[i]).mean() for i in terms) + (w * w).sum() * 0.01 + (m * m).sum() * 0.01
+        loss.backward()
+        if opt is not None:
+            opt.step()
+        elif kind == "by hand":  # an update written out, reading the gradients as tensors
+            with lp.no_grad():
+                for p in params:
+                    p -= 0.1 * p.grad
+        grads = [x.grad * 1.0] if x_grad else []  # (not x.grad read as None: a call that reads it runs eagerly)
+        return [loss.detach()] + [values[i].detach() for i in returned] + grads
+
+    def state():
+        out = {"w": w, "m": m, "s": s, "w.grad": w.grad, "m.grad": m.grad}
+        if opt is not None:
+            for i, p in enumerate(params):
+                for key, value in opt.state.get(p, {}).items():
+                    if isinstance(value, Tensor) or hasattr(value, "shape"):
+                        out[f"{key} {i}"] = value
+        return out
+
+    return step, state
+
+
+def _compare(got, want, exact, what):
+    got, want = np.asarray(host(got), dtype=float), np.asarray(host(want), dtype=float)
+    if exact:
+        np.testing.assert_array_equal(got, want, err_msg=what)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12, err_msg=what)
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+def test_a_compiled_random_step_is_the_eager_one(device, fuse):
+    @settings(max_examples=150 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(program=programs())
+    def run(program):
+        eager, eager_state = _world(program, device)
+        compiled_fn, compiled_state = _world(program, device)
+        compiled = lp.compile(compiled_fn, fuse=fuse)
+        rng = np.random.default_rng(11)
+        counts["examples"] += 1
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="lp.compile: .* runs eagerly", category=RuntimeWarning)
+            warnings.filterwarnings("ignore", category=RuntimeWarning, message=".*(overflow|invalid value)")
+            for call in range(CALLS):
+                x = rng.normal(size=(3, 4))
+                x_grad = program[-1]
+                lp.manual_seed(call)
+                try:
+                    want, error = eager(Tensor(x, device=device, requires_grad=x_grad)), None
+                except (RuntimeError, ValueError) as exc:  # (eager's own: a value saved then changed in place)
+                    want, error = None, exc
+                lp.manual_seed(call)
+                if error is not None:
+                    with pytest.raises(type(error)):
+                        compiled(Tensor(x, device=device, requires_grad=x_grad))
+                else:
+                    got = compiled(Tensor(x, device=device, requires_grad=x_grad))
+                    assert len(got) == len(want)
+                    for k, (g, w) in enumerate(zip(got, want)):
+                        _compare(g, w, not fuse, f"call {call}: result {k} of {program}")
+                mine, theirs = compiled_state(), eager_state()
+                assert mine.keys() == theirs.keys()
+                for key in theirs:
+                    assert (mine[key] is None) == (theirs[key] is None), f"call {call}: {key} of {program}"
+                    if theirs[key] is not None:
+                        _compare(mine[key], theirs[key], not fuse, f"call {call}: {key} of {program}")
+                if error is not None:
+                    break  # (the same error, the same state: a program that fails stops there)
+        counts["replayed"] += compiled.calls["replayed"] > 0
+
+    counts = {"examples": 0, "replayed": 0}
+    run()
+    # most programs replay (a fuzzer whose calls all ran eagerly would test nothing of the replays)
+    assert counts["replayed"] >= counts["examples"] // 2, counts
