@@ -2,11 +2,14 @@
 
 Each example draws a small program -- element-wise functions, broadcasting binary
 operations, reductions, a matrix product with a parameter, slices and an integer
-index, ``layer_norm``, a concatenation, dropout, ``detach``, in-place changes and
-item assignments of values the call made, an EMA-like in-place update of a state
-tensor under ``no_grad``, reads of a state tensor -- then a loss, ``backward`` and
-an update (SGD, Adam, one written out reading ``.grad``, or none), with an argument
-that requires grad or not. Two identical worlds (parameters, state,
+index, ``layer_norm``, a concatenation, a Linear and a BatchNorm layer (in eval
+mode at one call, or not), a float32 round trip, dropout, ``detach``, in-place
+changes, item assignments and changes through a view of values the call made, an
+EMA-like in-place update of a state tensor under ``no_grad``, reads of a state
+tensor -- then a loss, ``backward`` (or two, the first with ``retain_graph``), maybe
+gradient clipping, and an update (SGD, Adam, one written out reading ``.grad``, or
+none), with gradient hooks on the parameters or not and an argument that requires
+grad or not. Two identical worlds (parameters, state,
 optimizer) run it: one eagerly, one through ``lp.compile``, for several calls with
 new argument values and the same seeds. Everything must agree after every call: the
 results, the argument's gradient, the parameters, their gradients, the state and the
@@ -83,8 +86,8 @@ def programs(draw):
     for _ in range(draw(st.integers(2, 9), label="steps")):
         n = len(shapes)
         kind = draw(st.sampled_from(["unary", "unary", "binary", "binary", "reduce", "matmul", "slice", "index",
-                                     "layer_norm", "concat", "dropout", "detach", "inplace", "setitem", "state"]),
-                    label="kind")
+                                     "layer_norm", "concat", "linear", "batch_norm", "cast", "dropout", "detach",
+                                     "inplace", "setitem", "view_inplace", "state"]), label="kind")
         a = draw(st.integers(0, 2) | st.integers(max(0, n - 2), n - 1), label="input")  # (x, w, s, or the last)
         shape = shapes[a]
         if kind == "unary":
@@ -100,7 +103,13 @@ def programs(draw):
             axis = draw(st.sampled_from([0, -1]), label="axis")
             steps.append(("reduce", (name, axis), (a,)))
             shape = () if name == "all" else shape if name == "softmax" else _reduced(shape, axis)
-        elif kind in ("matmul", "slice", "index", "layer_norm", "concat"):
+        elif kind == "batch_norm":
+            if shape != (3, 4):
+                continue
+            steps.append((kind, None, (a,)))
+        elif kind == "cast":
+            steps.append((kind, None, (a,)))
+        elif kind in ("matmul", "slice", "index", "layer_norm", "concat", "linear"):
             if not shape or shape[-1] != 4:
                 continue
             steps.append((kind, None, (a,)))
@@ -114,6 +123,12 @@ def programs(draw):
             target = draw(st.sampled_from(targets), label="target")
             steps.append(("inplace", draw(st.sampled_from(["add", "mul"]), label="change"), (target, a)))
             continue  # (no new value)
+        elif kind == "view_inplace":  # the rows after the first of a value the call made, scaled through a view
+            targets = [i for i in made if shapes[i] == (3, 4)]
+            if not targets:
+                continue
+            steps.append(("view_inplace", None, (draw(st.sampled_from(targets), label="target"),)))
+            continue
         elif kind == "setitem":  # the first column of a value the call made, set from a
             targets = [i for i in made if shapes[i] and shapes[i][-1] == 4 and len(shapes[i]) == 2]
             if not targets or np.broadcast_shapes(shape, (3, 1)) != (3, 1):
@@ -129,27 +144,38 @@ def programs(draw):
     terms = draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=3), label="loss terms")
     returned = draw(st.lists(st.integers(0, n - 1), max_size=2), label="returned")
     update = draw(st.sampled_from(["sgd", "adam", "none", "by hand"]), label="update")
-    return shapes[1], steps, terms, returned, update, draw(st.booleans(), label="x requires grad")
+    options = {name: draw(st.booleans(), label=name) for name in ("x requires grad", "hooks", "clip", "twice",
+                                                                   "eval at call 2")}
+    return shapes[1], steps, terms, returned, update, options
 
 
 def _world(program, device):
-    """The parameter ``w``, a (4, 4) matrix ``m``, the state ``s``, an index and the
-    optimizer, from one seed; and the step function of ``program`` over them."""
-    w_shape, steps, terms, returned, kind, x_grad = program
+    """The parameter ``w``, a (4, 4) matrix ``m``, the state ``s``, an index, a Linear
+    layer, a BatchNorm layer and the optimizer, from one seed; the step function of
+    ``program`` over them, and a function giving their state."""
+    w_shape, steps, terms, returned, kind, options = program
     rng = np.random.default_rng(5)
     w = Tensor(rng.normal(size=w_shape), requires_grad=True, device=device)
     m = Tensor(rng.normal(size=(4, 4)) * 0.5, requires_grad=True, device=device)
     s = Tensor(rng.normal(size=(3, 4)), device=device)
     index = lp.asarray(np.array([2, 0, 3, 1]), device=device)
-    params = [w, m]
+    lp.manual_seed(5)
+    linear = nn.Linear(4, 4, device=device, dtype="float64")
+    norm = nn.BatchNorm1d(4, device=device, dtype="float64")
+    params = [w, m, *linear.parameters(), *norm.parameters()]
     opt = optim.SGD(params, lr=0.1, momentum=0.9) if kind == "sgd" else \
         optim.Adam(params, lr=0.01) if kind == "adam" else None
+    if options["hooks"]:
+        for p in params:
+            p.register_hook(lambda g: g.clamp(-0.5, 0.5))
+    x_grad = options["x requires grad"]
 
     def step(x):
         if opt is not None:
             opt.zero_grad()
         else:
-            w.grad = m.grad = None
+            for p in params:
+                p.grad = None
         values = [x, w, s]
         for kind_, name, inputs in steps:
             a = values[inputs[0]]
@@ -175,6 +201,12 @@ def _world(program, device):
                 values.append(F.layer_norm(a, (4,)))
             elif kind_ == "concat":
                 values.append(lp.concat([a, a * 0.5], axis=-1)[..., 2:6])
+            elif kind_ == "linear":
+                values.append(linear(a))
+            elif kind_ == "batch_norm":
+                values.append(norm(a))
+            elif kind_ == "cast":
+                values.append((a.astype(lp.float32) * 1.5).astype(lp.float64))
             elif kind_ == "dropout":
                 values.append(F.dropout(a, 0.3))
             elif kind_ == "detach":
@@ -187,12 +219,21 @@ def _world(program, device):
                     target *= other.tanh()
             elif kind_ == "setitem":
                 values[inputs[0]][:, 0:1] = values[inputs[1]] * 0.5
+            elif kind_ == "view_inplace":
+                rows = values[inputs[0]][1:]
+                rows *= 0.5
             else:
                 with lp.no_grad():
                     s.mul_(0.9).add_(a * 0.1)
                 values.append(s * 1.0)
-        loss = sum((values[i] * values[i]).mean() for i in terms) + (w * w).sum() * 0.01 + (m * m).sum() * 0.01
-        loss.backward()
+        loss = sum((values[i] * values[i]).mean() for i in terms) + sum((p * p).sum() * 0.01 for p in params)
+        if options["twice"]:
+            loss.backward(retain_graph=True)
+            (loss * 0.5).backward()
+        else:
+            loss.backward()
+        if options["clip"]:
+            nn.utils.clip_grad_norm_(params, 1.0)
         if opt is not None:
             opt.step()
         elif kind == "by hand":  # an update written out, reading the gradients as tensors
@@ -203,7 +244,9 @@ def _world(program, device):
         return [loss.detach()] + [values[i].detach() for i in returned] + grads
 
     def state():
-        out = {"w": w, "m": m, "s": s, "w.grad": w.grad, "m.grad": m.grad}
+        out = {"s": s, "running mean": norm.running_mean, "running var": norm.running_var}
+        for i, p in enumerate(params):
+            out[f"parameter {i}"], out[f"parameter {i}.grad"] = p, p.grad
         if opt is not None:
             for i, p in enumerate(params):
                 for key, value in opt.state.get(p, {}).items():
@@ -211,7 +254,7 @@ def _world(program, device):
                         out[f"{key} {i}"] = value
         return out
 
-    return step, state
+    return step, state, norm
 
 
 def _compare(got, want, exact, what):
@@ -227,8 +270,8 @@ def test_a_compiled_random_step_is_the_eager_one(device, fuse):
     @settings(max_examples=150 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(program=programs())
     def run(program):
-        eager, eager_state = _world(program, device)
-        compiled_fn, compiled_state = _world(program, device)
+        eager, eager_state, eager_norm = _world(program, device)
+        compiled_fn, compiled_state, compiled_norm = _world(program, device)
         compiled = lp.compile(compiled_fn, fuse=fuse)
         rng = np.random.default_rng(11)
         counts["examples"] += 1
@@ -237,7 +280,10 @@ def test_a_compiled_random_step_is_the_eager_one(device, fuse):
             warnings.filterwarnings("ignore", category=RuntimeWarning, message=".*(overflow|invalid value)")
             for call in range(CALLS):
                 x = rng.normal(size=(3, 4))
-                x_grad = program[-1]
+                x_grad = program[-1]["x requires grad"]
+                evaluating = call == 2 and program[-1]["eval at call 2"]
+                for norm in (eager_norm, compiled_norm):
+                    norm.train(not evaluating)
                 lp.manual_seed(call)
                 try:
                     want, error = eager(Tensor(x, device=device, requires_grad=x_grad)), None
