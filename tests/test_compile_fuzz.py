@@ -312,3 +312,173 @@ def test_a_compiled_random_step_is_the_eager_one(device, fuse):
     run()
     # most programs replay (a fuzzer whose calls all ran eagerly would test nothing of the replays)
     assert counts["replayed"] >= counts["examples"] // 2, counts
+
+
+# ---- random models: layers, a loss, an optimizer and a scheduler ----------------------------------
+
+IMAGE_BLOCKS = ["conv", "batch_norm", "group_norm", "relu", "gelu", "tanh", "max_pool", "avg_pool", "dropout"]
+SEQUENCE_BLOCKS = ["layer_norm", "attention", "causal attention", "encoder", "gru", "linear", "gelu", "dropout"]
+
+
+@st.composite
+def models(draw):
+    """``(kind, blocks, optimizer, scheduler, eval call)``: an image model (a (4, 3, 8,
+    8) input) or a sequence model (token ids (4, 5)), each ending in a classifier of 3
+    classes."""
+    kind = draw(st.sampled_from(["image", "sequence"]), label="kind")
+    pool = IMAGE_BLOCKS if kind == "image" else SEQUENCE_BLOCKS
+    blocks = draw(st.lists(st.sampled_from(pool), min_size=1, max_size=5), label="blocks")
+    optimizer = draw(st.sampled_from(["sgd", "nesterov", "adam", "adamw", "rmsprop"]), label="optimizer")
+    scheduler = draw(st.sampled_from(["none", "step", "cosine"]), label="scheduler")
+    return kind, blocks, optimizer, scheduler, draw(st.sampled_from([None, 1, 2]), label="eval call")
+
+
+def _model_world(spec, device):
+    kind, blocks, optimizer, scheduler, _ = spec
+    lp.manual_seed(3)
+    layers = []
+    if kind == "image":
+        channels, size = 3, 8
+        for block in blocks:
+            if block == "conv":
+                layers.append(nn.Conv2d(channels, 4, 3, padding=1, device=device, dtype="float64"))
+                channels = 4
+            elif block == "batch_norm":
+                layers.append(nn.BatchNorm2d(channels, device=device, dtype="float64"))
+            elif block == "group_norm" and channels % 2 == 0:
+                layers.append(nn.GroupNorm(2, channels, device=device, dtype="float64"))
+            elif block in ("max_pool", "avg_pool") and size >= 2:
+                layers.append(nn.MaxPool2d(2) if block == "max_pool" else nn.AvgPool2d(2))
+                size //= 2
+            elif block == "dropout":
+                layers.append(nn.Dropout(0.2))
+            elif block in ("relu", "gelu", "tanh"):
+                layers.append(nn.GELU(approximate="tanh") if block == "gelu" else nn.ReLU() if block == "relu"
+                              else nn.Tanh())
+        layers += [nn.Flatten(), nn.Linear(channels * size * size, 3, device=device, dtype="float64")]
+        body = nn.Sequential(*layers)
+        model = body
+    else:
+        width = 8
+        embed = nn.Embedding(10, width, device=device, dtype="float64")
+        for block in blocks:
+            if block == "layer_norm":
+                layers.append(nn.LayerNorm(width, device=device, dtype="float64"))
+            elif block in ("attention", "causal attention"):
+                layers.append(_Attend(width, block == "causal attention", device))
+            elif block == "encoder":
+                layers.append(nn.TransformerEncoderLayer(width, 2, 16, dropout=0.1, batch_first=True,
+                                                         device=device, dtype="float64"))
+            elif block == "gru":
+                layers.append(_Recurrent(width, device))
+            elif block == "linear":
+                layers.append(nn.Linear(width, width, device=device, dtype="float64"))
+            elif block == "gelu":
+                layers.append(nn.GELU(approximate="tanh"))
+            else:
+                layers.append(nn.Dropout(0.2))
+        model = _Sequence(embed, nn.Sequential(*layers), nn.Linear(width, 3, device=device, dtype="float64"))
+    params = list(model.parameters())
+    opt = {"sgd": lambda: optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=1e-3),
+           "nesterov": lambda: optim.SGD(params, lr=0.05, momentum=0.9, nesterov=True),
+           "adam": lambda: optim.Adam(params, lr=1e-2),
+           "adamw": lambda: optim.AdamW(params, lr=1e-2, weight_decay=0.1),
+           "rmsprop": lambda: optim.RMSprop(params, lr=1e-2)}[optimizer]()
+    sched = None if scheduler == "none" else optim.lr_scheduler.StepLR(opt, 2, 0.5) if scheduler == "step" \
+        else optim.lr_scheduler.CosineAnnealingLR(opt, 4)
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y, label_smoothing=0.1)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    def state():
+        out = {f"parameter {i}": p for i, p in enumerate(params)}
+        out.update({f"buffer {i}": b for i, b in enumerate(model.buffers())})
+        for i, p in enumerate(params):
+            for key, value in opt.state.get(p, {}).items():
+                if isinstance(value, Tensor) or hasattr(value, "shape"):
+                    out[f"{key} {i}"] = value
+        return out
+
+    return step, state, model, sched
+
+
+class _Attend(nn.Module):
+    def __init__(self, width, causal, device):
+        super().__init__()
+        self.attention = nn.MultiheadAttention(width, 2, batch_first=True, device=device, dtype="float64")
+        self.causal = causal
+
+    def forward(self, h):
+        mask = lp.triu(lp.ones((h.shape[1], h.shape[1]), dtype=lp.bool, device=h.device), k=1) if self.causal \
+            else None
+        return h + self.attention(h, h, h, attn_mask=mask, need_weights=False)[0]
+
+
+class _Recurrent(nn.Module):
+    def __init__(self, width, device):
+        super().__init__()
+        self.gru = nn.GRU(width, width, batch_first=True, device=device, dtype="float64")
+
+    def forward(self, h):
+        return self.gru(h)[0]
+
+
+class _Sequence(nn.Module):
+    def __init__(self, embed, body, head):
+        super().__init__()
+        self.embed, self.body, self.head = embed, body, head
+
+    def forward(self, tokens):
+        return self.head(self.body(self.embed(tokens)).mean(axis=1))
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+def test_a_compiled_random_models_step_is_the_eager_one(device, fuse):
+    """Random models (convolutions, normalisations, pooling, attention, a GRU, dropout)
+    trained by a compiled step and an eager one, with a scheduler stepped between calls
+    and an evaluation forward at one of them: the same losses, parameters, buffers and
+    optimizer state after each call."""
+    @settings(max_examples=25 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(spec=models())
+    def run(spec):
+        eager, eager_state, eager_model, eager_sched = _model_world(spec, device)
+        compiled_fn, compiled_state, compiled_model, compiled_sched = _model_world(spec, device)
+        compiled = lp.compile(compiled_fn, fuse=fuse)
+        rng = np.random.default_rng(13)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="lp.compile: .* runs eagerly", category=RuntimeWarning)
+            for call in range(CALLS):
+                if spec[0] == "image":
+                    x = Tensor(rng.normal(size=(4, 3, 8, 8)), device=device)
+                else:
+                    x = lp.asarray(rng.integers(0, 10, size=(4, 5)), device=device)
+                y = lp.asarray(rng.integers(0, 3, size=4), device=device)
+                lp.manual_seed(call)
+                want = eager(x, y)
+                lp.manual_seed(call)
+                got = compiled(x, y)
+                _compare(got, want, not fuse, f"call {call}: the loss of {spec}")
+                mine, theirs = compiled_state(), eager_state()
+                for key in theirs:
+                    _compare(mine[key], theirs[key], not fuse, f"call {call}: {key} of {spec}")
+                for sched in (eager_sched, compiled_sched):
+                    if sched is not None:
+                        sched.step()
+                if call == spec[-1]:  # an evaluation between two training calls
+                    outs = []
+                    for model in (eager_model, compiled_model):
+                        model.eval()
+                        with lp.no_grad():
+                            outs.append(model(x))
+                        model.train()
+                    _compare(outs[1], outs[0], not fuse, f"call {call}: the evaluation of {spec}")
+        counts["replayed"] += compiled.calls["replayed"] > 0
+        counts["examples"] += 1
+
+    counts = {"examples": 0, "replayed": 0}
+    run()
+    assert counts["replayed"] >= counts["examples"] // 2, counts
