@@ -1692,17 +1692,8 @@ def test_gradient_hooks_on_a_models_parameters_replay_bit_for_bit(device):
         model[2].bias.register_hook(lambda g: seen.append(g * 1.0))  # (kept as a tensor: no host read)
         return model, lp.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), seen
 
-    def stepper(model, opt):
-        def step(x, y):
-            opt.zero_grad()
-            loss = nn.functional.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
-            return loss
-        return step
-
     (m1, o1, seen1), (m2, o2, seen2) = setup(), setup()
-    eager, compiled = stepper(m1, o1), lp.compile(stepper(m2, o2))
+    eager, compiled = training_step(m1, o1), lp.compile(training_step(m2, o2))
     inputs = []
     for _ in range(4):
         x1 = Tensor(RNG.normal(size=(5, 4)), requires_grad=True, device=device)
