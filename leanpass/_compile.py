@@ -60,7 +60,7 @@ from ._graph.node import COMPLEX, Node, edge
 from ._graph.trace import TRACER
 from ._graph.trace import WATCHED as _WATCHED
 from ._graph.trace import WRITES as _WRITES
-from ._node import _part_backward, inplace, leaf
+from ._node import _part_backward, inplace, leaf, share_version
 from .backends import _base as _backends_base
 from .backends import get_default_device, get_default_dtype
 from .nn.module import _CHANGES as _MODULE_CHANGES
@@ -757,6 +757,15 @@ class Tracer:
         self.events.append(("const", t._backend.copy(t._data), slot, t._backend))
         self.constants += 1
 
+    def changed_unrecorded(self, t, label) -> None:
+        """``t`` changed in place while nothing is recorded (another thread, a hook): in
+        the hooks the engine runs in the traced call, a value the call made is one a
+        replay would leave unchanged (its own array), so the call runs eagerly."""
+        if self.reason is None and self.hooking is not None and threading.get_ident() == self.thread \
+                and self.source.get(id(t), (None,))[0] == VAL:
+            self.reason = (f"{label}: an in-place change in a {self.hooking} hook of a value the function made",
+                           _where())
+
     def inplace(self, t, op, others, params, name, write):
         label = name or op
         if self.reason is None:
@@ -843,6 +852,8 @@ class Tracer:
         it again, each output a value of its own, and in the graph each output's node
         handing its gradient to the joint node, as eagerly."""
         if self.reason is not None or not self.records():
+            for t in results:  # (a decomposition in a hook: its outputs, as any tensor a hook made)
+                self._hook_made(t)
             return
         backend = x._backend
         if backend.guard is not None:
@@ -1851,8 +1862,9 @@ class Plan:
                 return args[ref]
             if made is not None and id(spec) in made:  # the same tensor again in the result (return y, y)
                 return made[id(spec)]
-            if len(spec) == 4:  # another tensor on an argument's or a state tensor's array
-                t = leaf(args[ref]._data if k == ARG else ref._data, backend)
+            if len(spec) == 4:  # another tensor on an argument's or a state tensor's array (s.detach()):
+                owner = args[ref] if k == ARG else ref  # its changes in place count with the owner's, as eagerly
+                t = share_version(leaf(owner._data, backend), owner)
             else:
                 t = leaf(slots[ref], backend)
             if made is not None:

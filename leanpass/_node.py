@@ -569,8 +569,10 @@ def inplace(t, op: Op, others, *params, name: str | None = None, write=None, _ou
     a graph that saved the old values raises.
     """
     tracer = TRACER[0]
-    if tracer is not None and _outer and tracer.records():  # lp.compile records the change, then makes it
-        return tracer.inplace(t, op, others, params, name, write)
+    if tracer is not None and _outer:
+        if tracer.records():  # lp.compile records the change, then makes it
+            return tracer.inplace(t, op, others, params, name, write)
+        tracer.changed_unrecorded(t, name or op)  # (in a hook: a value of the call would be left unchanged)
     label = name or op
     backend = t._backend
     if backend.read_only(t._data):  # NumPy's flag would refuse below; CuPy has none, and its writes would race

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import types
+import warnings
 
 import numpy as np
 
@@ -270,6 +271,21 @@ def no_sync():
         for a, b in zip(model.parameters(), again.parameters()):
             np.testing.assert_array_equal(b.numpy(), a.numpy(), err_msg=device)
         assert fast.calls["eager"] == 0 and fast.calls["traced"] == 1, fast.explain()
+
+        # no_sync() entered inside a compiled function: a replay would not enter it (it would
+        # average), so such a call runs eagerly, with a warning
+        def inside(xb, yb, m=ddp_again):
+            with m.no_sync():
+                nn.cross_entropy_loss(m(xb), yb).backward()
+
+        inner = lp.compile(inside)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                again_opt.zero_grad()
+                inner(xs[first], ys[first])
+        assert inner.calls["replayed"] == 0, inner.explain()
+        assert any("no_sync() inside the function" in str(w.message) for w in seen), [str(w.message) for w in seen]
 
 
 def unused():

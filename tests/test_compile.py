@@ -1028,6 +1028,23 @@ def test_a_detached_state_tensor_changed_in_place_changes_the_state_at_each_repl
     assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}, compiled.explain()
 
 
+def test_a_returned_detach_of_a_state_tensor_counts_changes_with_it(device):
+    """``return s.detach()``: the replay's result shares the state's memory and, as
+    eagerly, its count of in-place changes, so a graph that saved ``s`` refuses a
+    backward after the result was changed in place (found by review: the replay's
+    result had a count of its own, and the backward used the changed values)."""
+    s = Tensor(np.array([1.0, 2.0]), device=device)
+    w = Tensor(np.array([1.0, 1.0]), requires_grad=True, device=device)
+    compiled = lp.compile(lambda x: s.detach())
+    for _ in range(3):
+        y = (w * s).sum()
+        d = compiled(Tensor(np.zeros(1), device=device))
+        d += 1.0
+        with pytest.raises(RuntimeError, match="changed in place"):
+            y.backward()
+    assert compiled.calls["replayed"] == 2
+
+
 def test_complex_values_in_a_graph_run_eagerly():
     z = Tensor(np.array([1 + 2j, 3 - 1j]), requires_grad=True)
 
@@ -1618,7 +1635,7 @@ def test_the_first_gradient_hook_after_a_trace_keeps_its_checks_in_place():
         handle.remove()
 
 
-@pytest.mark.parametrize("kind", ["tensor", "item", "numpy", "post tensor"])
+@pytest.mark.parametrize("kind", ["tensor", "item", "numpy", "post tensor", "svd", "in place"])
 def test_what_a_hook_makes_or_reads_on_the_host_for_the_code_after_it_runs_eagerly(kind):
     """A hook runs unrecorded (each replay runs it): a tensor it made, which the
     function reads after the backward pass, or a number a gradient hook read on the
@@ -1633,18 +1650,29 @@ def test_what_a_hook_makes_or_reads_on_the_host_for_the_code_after_it_runs_eager
             w.register_hook(lambda g: box.__setitem__("n", (g * g).sum().item()))
         elif kind == "numpy":
             w.register_hook(lambda g: box.__setitem__("n", float((g * g).sum().numpy())))
+        elif kind == "svd":  # (a decomposition's outputs are made apart from the other operations')
+            w.register_hook(lambda g: box.__setitem__("n", lp.linalg.svd(lp.stack([g, g * 2.0]))[1]))
+        elif kind == "in place":  # a value the function made, handed to the hook and changed there
+            def add_into(g):
+                buffer = box["buffer"]
+                buffer += g.sum()
+
+            w.register_hook(add_into)
         else:
             w.register_post_accumulate_grad_hook(lambda t: box.__setitem__("n", Tensor((t.grad * t.grad).sum())))
 
         def f(x):
             w.grad = None
+            if kind == "in place":
+                box["buffer"] = lp.zeros(())
             (w * x).sum().backward()
-            return x * box["n"]
+            return x * (box.pop("buffer") if kind == "in place" else box["n"])
 
         return f
 
     eager, compiled = make(), lp.compile(make())
-    words = "a tensor made by a" if kind in ("tensor", "post tensor") else "in a gradient hook"
+    words = "a tensor made by a" if kind in ("tensor", "post tensor", "svd") else \
+        "in-place change in a gradient hook of a value" if kind == "in place" else "in a gradient hook"
     with pytest.warns(RuntimeWarning, match=words):
         for k in (1.0, 2.0, 3.0):
             x = Tensor(np.full(2, k))

@@ -5,11 +5,13 @@ operations, reductions, a matrix product with a parameter, slices and an integer
 index, ``layer_norm``, a concatenation, a Linear and a BatchNorm layer (in eval
 mode at one call, or not), a float32 round trip, dropout, ``detach``, in-place
 changes, item assignments and changes through a view of values the call made, an
-EMA-like in-place update of a state tensor under ``no_grad``, reads of a state
-tensor -- then a loss, ``backward`` (or two, the first with ``retain_graph``), maybe
-gradient clipping, and an update (SGD, Adam, one written out reading ``.grad``, or
-none), with gradient hooks on the parameters or not and an argument that requires
-grad or not. Two identical worlds (parameters, state,
+EMA-like in-place update of a state tensor under ``no_grad`` (also through a
+``detach`` of it), reads of a state tensor, singular values -- then a loss,
+``backward`` (or two, the first with ``retain_graph``), maybe gradient clipping, and
+an update (SGD, Adam, one written out reading ``.grad``, or none), with hooks on the
+parameters (clamping, reading or writing a state tensor, counting their calls, a
+post-accumulate one) or on the argument inside the function, or none, and an
+argument that requires grad or not. Two identical worlds (parameters, state,
 optimizer) run it: one eagerly, one through ``lp.compile``, for several calls with
 new argument values and the same seeds. Everything must agree after every call: the
 results, the argument's gradient, the parameters, their gradients, the state and the
@@ -87,7 +89,8 @@ def programs(draw):
         n = len(shapes)
         kind = draw(st.sampled_from(["unary", "unary", "binary", "binary", "reduce", "matmul", "slice", "index",
                                      "layer_norm", "concat", "linear", "batch_norm", "cast", "dropout", "detach",
-                                     "inplace", "setitem", "view_inplace", "state"]), label="kind")
+                                     "inplace", "setitem", "view_inplace", "state", "state_detach", "svd",
+                                     "where_detach"]), label="kind")
         a = draw(st.integers(0, 2) | st.integers(max(0, n - 2), n - 1), label="input")  # (x, w, s, or the last)
         shape = shapes[a]
         if kind == "unary":
@@ -103,10 +106,14 @@ def programs(draw):
             axis = draw(st.sampled_from([0, -1]), label="axis")
             steps.append(("reduce", (name, axis), (a,)))
             shape = () if name == "all" else shape if name == "softmax" else _reduced(shape, axis)
-        elif kind == "batch_norm":
+        elif kind in ("state_detach", "where_detach"):
+            steps.append((kind, None, (a,)))
+            shape = (3, 4) if kind == "state_detach" else shape
+        elif kind in ("batch_norm", "svd"):
             if shape != (3, 4):
                 continue
             steps.append((kind, None, (a,)))
+            shape = (3, 1) if kind == "svd" else shape
         elif kind == "cast":
             steps.append((kind, None, (a,)))
         elif kind in ("matmul", "slice", "index", "layer_norm", "concat", "linear"):
@@ -144,8 +151,10 @@ def programs(draw):
     terms = draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=3), label="loss terms")
     returned = draw(st.lists(st.integers(0, n - 1), max_size=2), label="returned")
     update = draw(st.sampled_from(["sgd", "adam", "none", "by hand"]), label="update")
-    options = {name: draw(st.booleans(), label=name) for name in ("x requires grad", "hooks", "clip", "twice",
-                                                                   "eval at call 2")}
+    options = {name: draw(st.booleans(), label=name) for name in ("x requires grad", "clip", "twice",
+                                                                   "eval at call 2", "return state detach")}
+    options["hooks"] = draw(st.sampled_from(["none", "clamp", "state", "writes", "post", "counter", "x"]),
+                            label="hooks")
     return shapes[1], steps, terms, returned, update, options
 
 
@@ -165,9 +174,29 @@ def _world(program, device):
     params = [w, m, *linear.parameters(), *norm.parameters()]
     opt = optim.SGD(params, lr=0.1, momentum=0.9) if kind == "sgd" else \
         optim.Adam(params, lr=0.01) if kind == "adam" else None
-    if options["hooks"]:
-        for p in params:
+    hooked = options["hooks"]  # gradient hooks: clamping, reading or writing a state tensor, counting calls
+    hs = Tensor(rng.normal(size=(4,)), device=device)
+    count = [0]
+
+    def counter(g):
+        count[0] += 1
+        return g * (1.0 + 0.1 * (count[0] % 3))
+
+    def writes(g):
+        with lp.no_grad():
+            hs.mul_(0.5).add_(g.sum() * 0.01)
+
+    for p in params:
+        if hooked == "clamp":
             p.register_hook(lambda g: g.clamp(-0.5, 0.5))
+        elif hooked == "state":
+            p.register_hook(lambda g: g * (hs[0] * 0.1 + 1.0))
+        elif hooked == "writes":
+            p.register_hook(writes)
+        elif hooked == "post":
+            p.register_post_accumulate_grad_hook(lambda q: q.grad.__imul__(0.5))
+        elif hooked == "counter":
+            p.register_hook(counter)
     x_grad = options["x requires grad"]
 
     def step(x):
@@ -176,6 +205,8 @@ def _world(program, device):
         else:
             for p in params:
                 p.grad = None
+        if hooked == "x" and x_grad:  # (registered inside the function: such a call runs eagerly)
+            x.register_hook(lambda g: g * 2.0)
         values = [x, w, s]
         for kind_, name, inputs in steps:
             a = values[inputs[0]]
@@ -222,6 +253,15 @@ def _world(program, device):
             elif kind_ == "view_inplace":
                 rows = values[inputs[0]][1:]
                 rows *= 0.5
+            elif kind_ == "state_detach":  # the state changed through a detach of it, under no_grad
+                with lp.no_grad():
+                    d = s.detach()
+                    d.mul_(0.5).add_(a.detach() * 0.5)
+                values.append(s * 1.0)
+            elif kind_ == "where_detach":
+                values.append(a * lp.where(a.detach() > 0, a.detach(), 0.5))
+            elif kind_ == "svd":
+                values.append(lp.linalg.svd(a)[1].reshape(3, 1))
             else:
                 with lp.no_grad():
                     s.mul_(0.9).add_(a * 0.1)
@@ -241,15 +281,17 @@ def _world(program, device):
                 for p in params:
                     p -= 0.1 * p.grad
         grads = [x.grad * 1.0] if x_grad else []  # (not x.grad read as None: a call that reads it runs eagerly)
-        return [loss.detach()] + [values[i].detach() for i in returned] + grads
+        extra = [s.detach()] if options["return state detach"] else []
+        return [loss.detach()] + [values[i].detach() for i in returned] + grads + extra
 
     def state():
-        out = {"s": s, "running mean": norm.running_mean, "running var": norm.running_var}
+        out = {"s": s, "running mean": norm.running_mean, "running var": norm.running_var, "hook state": hs,
+               "hook calls": Tensor(float(count[0]))}
         for i, p in enumerate(params):
             out[f"parameter {i}"], out[f"parameter {i}.grad"] = p, p.grad
         if opt is not None:
             for i, p in enumerate(params):
-                for key, value in opt.state.get(p, {}).items():
+                for key, value in opt.state.get(id(p), {}).items():
                     if isinstance(value, Tensor) or hasattr(value, "shape"):
                         out[f"{key} {i}"] = value
         return out
@@ -262,7 +304,10 @@ def _compare(got, want, exact, what):
     if exact:
         np.testing.assert_array_equal(got, want, err_msg=what)
     else:
-        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12, err_msg=what)
+        # (to the array's scale: a value that is rounding noise, a key bias's gradient in attention, is
+        # as far off as its neighbours; RMSprop divides such noise by its own size)
+        scale = float(np.abs(want).max()) if want.size else 0.0
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10 * max(scale, 1e-2), err_msg=what)
 
 
 @pytest.mark.parametrize("fuse", [False, True])
@@ -398,7 +443,7 @@ def _model_world(spec, device):
         out = {f"parameter {i}": p for i, p in enumerate(params)}
         out.update({f"buffer {i}": b for i, b in enumerate(model.buffers())})
         for i, p in enumerate(params):
-            for key, value in opt.state.get(p, {}).items():
+            for key, value in opt.state.get(id(p), {}).items():
                 if isinstance(value, Tensor) or hasattr(value, "shape"):
                     out[f"{key} {i}"] = value
         return out

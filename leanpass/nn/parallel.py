@@ -254,6 +254,7 @@ class DistributedDataParallel(Module):
         ``Module.__setattr__``, as :meth:`_arm`'s: only ``_arm`` reads it, which a
         compiled call's replay runs again, so a compiled micro-step replays inside and
         outside the block (a member change would trace it again at every call)."""
+        trace.note("DistributedDataParallel.no_sync() inside the function (a replay would not enter it)")
         old = self._no_sync
         object.__setattr__(self, "_no_sync", True)
         try:
