@@ -667,12 +667,14 @@ class Tracer:
         eagerly: a replay would read the first call's."""
         self.hooking = kind
 
-    def _hook_made(self, t) -> bool:
-        """Whether ``t`` was made by the hooks running now in the traced call (noted)."""
-        if self.hooking is None or threading.get_ident() != self.thread:
-            return False
-        self.hook_made[id(t)] = (weakref.ref(t), self.hooking)
-        return True
+    def _in_hooks(self) -> bool:
+        """Whether the calling code is a hook the engine runs now in the traced call."""
+        return self.hooking is not None and threading.get_ident() == self.thread
+
+    def _hook_made(self, t) -> None:
+        """``t``, made by the hooks running now in the traced call, noted as such."""
+        if self._in_hooks():
+            self.hook_made[id(t)] = (weakref.ref(t), self.hooking)
 
     def unsupported(self, what: str) -> None:
         if self.reason is None and self.records():
@@ -686,7 +688,7 @@ class Tracer:
         function's code after the backward pass, which a replay would give the first
         call's. (Post-accumulate-grad hooks read what they like, DDP's ``has_grad``
         among them; docs/compile.md says what of theirs a replay does not follow.)"""
-        if self.reason is None and self.hooking == "gradient" and threading.get_ident() == self.thread:
+        if self.reason is None and self.hooking == "gradient" and self._in_hooks():
             self.reason = (f"{what.split(' (', 1)[0]} in a {self.hooking} hook (a replay could not feed what it "
                            "read to the code after it)", _where())
 
@@ -761,8 +763,7 @@ class Tracer:
         """``t`` changed in place while nothing is recorded (another thread, a hook): in
         the hooks the engine runs in the traced call, a value the call made is one a
         replay would leave unchanged (its own array), so the call runs eagerly."""
-        if self.reason is None and self.hooking is not None and threading.get_ident() == self.thread \
-                and self.source.get(id(t), (None,))[0] == VAL:
+        if self.reason is None and self._in_hooks() and self.source.get(id(t), (None,))[0] == VAL:
             self.reason = (f"{label}: an in-place change in a {self.hooking} hook of a value the function made",
                            _where())
 

@@ -248,6 +248,22 @@ def backprop(roots, grads, *, create_graph: bool = False, retain_graph: bool = F
         raise
 
 
+@contextlib.contextmanager
+def _unrecorded(tracer, kind: str):
+    """Hooks of ``kind`` running in a traced call (``tracer``, or None): unrecorded, each
+    replay runs the hooks there are then (lp.compile's ``Tracer.hooks_running``). Only
+    the traced thread's pass, outside any hook, says so: another thread's must not stop
+    its recording."""
+    recording = tracer is not None and tracer.records()
+    if recording:
+        tracer.hooks_running(kind)
+    try:
+        yield
+    finally:
+        if recording:
+            tracer.hooks_running(None)
+
+
 def _backprop(roots, grads, create_graph, retain_graph, targets, tracer):
     wanted = needed = None
     if targets is not None:
@@ -381,18 +397,10 @@ def _backprop(roots, grads, create_graph, retain_graph, targets, tracer):
                 push(heap, (-following._seq, following))
                 following = None
         if hooked:  # each leaf's gradient of this call, complete: through its hooks
-            # (unrecorded in a traced call, whose replays run them on their gradients; only the traced
-            # thread's pass, outside any hook, says so: another thread's must not stop its recording)
-            recording = tracer is not None and tracer.records()
-            if recording:
-                tracer.hooks_running("gradient")
-            try:
+            with _unrecorded(tracer, "gradient"):  # (a traced call's replays run them on their gradients)
                 for leaf in leaves:
                     if _has_grad_hooks(leaf):  # a hook may keep what it saw (or gave): .grad is a copy
                         leaves[leaf] = (_with_grad_hooks(leaf, leaves[leaf][0]), False)
-            finally:
-                if recording:
-                    tracer.hooks_running(None)
     if targets is not None:
         for t, (g, _) in leaves.items():
             if id(t) in wanted:
@@ -419,14 +427,8 @@ def _backprop(roots, grads, create_graph, retain_graph, targets, tracer):
         _release(done, leaves, retained)
     if targets is None:
         if hooks._hooks_registered:
-            recording = tracer is not None and tracer.records()  # (as the gradient hooks' above)
-            if recording:
-                tracer.hooks_running("post-accumulate-grad")  # unrecorded: its replays run them after their backward
-            try:
+            with _unrecorded(tracer, "post-accumulate-grad"):  # (its replays run them after their backward)
                 _run_post_hooks(leaves)
-            finally:
-                if recording:
-                    tracer.hooks_running(None)
         return None
     found = [found.get(id(edge(t))) for t in targets]
     if create_graph:
