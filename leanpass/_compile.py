@@ -24,9 +24,10 @@ again), a shape that depends on values, a random
 draw LeanPass does not record (``lp.manual_seed`` inside, a layer made inside: the
 others, dropout, ``lp.rand``/``randn``/``randint``/``randperm``, ``t.uniform_()``,
 ``nn.init``, are drawn again at each replay), a recorded in-place change of a tensor
-in the graph, ``create_graph`` inside the function (``autograd.grad`` and ``lp.func``'s
-transforms at first order are replayed), complex values, a decomposition. See
-docs/compile.md.
+in the graph, ``backward(create_graph=True)`` inside the function (``autograd.grad``
+with ``create_graph`` and ``lp.func``'s transforms are replayed), ``retain_grad``. A
+backward pass through complex values replays each rule by PyTorch's convention, as
+the engine runs it (:class:`_Complex`). See docs/compile.md.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from . import ops
 from ._checks import broadcast_shapes
 from ._fusion import ARG, COMPILE_AFTER, EXT, VAL, BackwardRun, compile_runs, fuse, fusion_enabled
 from ._graph import hooks
-from ._graph.engine import Released, _needed, _store, _unbroadcast
+from ._graph.engine import Released, _is_complex, _needed, _store, _unbroadcast, complex_rule
 from ._graph.hooks import _has_grad_hooks, _with_grad_hooks
 from ._graph.modes import grad_lock, is_grad_enabled, no_grad
 from ._graph.node import COMPLEX, Node, edge
@@ -520,6 +521,25 @@ def _sharing(tensors) -> tuple:
 
 
 _CAST_FIRST = "cast first"  # a schedule entry's gradients: cast to the inputs' dtypes before anything else
+
+
+class _Complex:
+    """A schedule entry's ``exact`` where a complex value meets the node (its value or
+    an input's): the rule runs by PyTorch's convention for complex gradients, as the
+    engine runs it (:func:`~leanpass._graph.engine.complex_rule`); ``exact`` is what the
+    entry's would be otherwise. (Fused runs are of real dtypes: none of theirs.)"""
+
+    __slots__ = ("op", "dtypes", "inputs_complex", "exact")
+
+    def __init__(self, node, exact):
+        self.op, self.exact = node._op, exact
+        self.dtypes = tuple(p._data.dtype for p in node._prev)
+        self.inputs_complex = any(map(_is_complex, self.dtypes))
+
+    def grads(self, xp, backward, g) -> list:
+        if self.inputs_complex or _is_complex(g):  # (the engine's test: a real node may get a complex gradient)
+            return complex_rule(xp, self.op, backward, g, self.dtypes)
+        return backward(g)
 
 
 class _Stale(Exception):
@@ -1067,7 +1087,7 @@ class Tracer:
             # operations on Tensors, which the trace records as any other (its seeds, Tensors, too); a replay runs
             # them, and a later pass goes back through them. Only the graph is checked here: made in the call.
             needed = _needed(roots, {id(edge(t)) for t in targets})
-            self._schedule([r._node for r in roots if id(r._node) in needed], needed)  # (complex values: refused)
+            self._schedule([r._node for r in roots if id(r._node) in needed], needed)
             return
         seeds = []
         for root, g in zip(roots, grads):
@@ -1175,9 +1195,6 @@ class Tracer:
             if owner is not None and owner() is not None and getattr(owner(), "_retain", False):
                 self.unsupported("a tensor that retains its gradient (retain_grad)")
                 return None
-            if COMPLEX[0] and any("complex" in str(p._data.dtype) for p in (node, *node._prev)):
-                self.unsupported("complex values in a graph")
-                return None
             nodes.append(node)
             stack.extend(p for p in node._prev if type(p) is Node and (needed is None or id(p) in needed))
         schedule = []
@@ -1209,6 +1226,8 @@ class Tracer:
                     parents.append(None)
             # (a rule of mixed dtypes that eagerly returned its gradients cast: the replay's rule does not)
             exact = _CAST_FIRST if getattr(node._backward, "casts", False) else bool(node._op.exact)
+            if COMPLEX[0] and any(_is_complex(p._data) for p in (node, *node._prev)):
+                exact = _Complex(node, exact)
             schedule.append((slot, tuple(parents), node._op.fresh, exact))
         return tuple(schedule)
 
@@ -1810,7 +1829,11 @@ class Plan:
                     found.update((k, g) for k in wanted[slot])
                     if not any(parents):
                         continue  # nothing asked for lies below it
-                grads = backwards[slot](g)  # kept: a second pass (retain_graph=True) runs it again
+                if type(exact) is _Complex:
+                    grads = exact.grads(xp, backwards[slot], g)
+                    exact = exact.exact
+                else:
+                    grads = backwards[slot](g)  # kept: a second pass (retain_graph=True) runs it again
                 for parent, pg in zip(parents, grads):
                     if pg is None or parent is None:
                         continue

@@ -1122,6 +1122,15 @@ MUTANTS = [
            "    return type(value)() if getattr(value, \"filled_by_the_op\", False) else value",
            "    return value",
            ("tests/test_compile.py",), "batch norm's statistics hold graph Tensors: the compiled call runs eagerly"),
+    Mutant("replay-complex-as-real", "leanpass/_compile.py",
+           "                exact = _Complex(node, exact)", "                exact = exact",
+           ("tests/test_compile.py",), "a replayed holomorphic rule skips the conjugates: wrong complex gradients"),
+    Mutant("replay-complex-exact", "leanpass/_compile.py",
+           "                    exact = exact.exact", "                    exact = True",
+           ("tests/test_compile.py",), "a broadcast complex product's gradient is not summed back in replays"),
+    Mutant("replay-complex-from-real-inputs", "leanpass/_compile.py",
+           "        if self.inputs_complex or _is_complex(g):", "        if self.inputs_complex:",
+           ("tests/test_compile.py",), "a complex value made of real ones hands them complex gradients"),
 ]
 
 

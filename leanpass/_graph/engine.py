@@ -44,7 +44,7 @@ from .node import COMPLEX, Node, edge
 from .trace import TRACER
 from .versions import latest_change
 
-__all__ = ["backprop", "Released", "zero_graph_grads"]
+__all__ = ["backprop", "complex_rule", "Released", "zero_graph_grads"]
 
 
 def _check_saved(node, seq) -> bool:
@@ -70,7 +70,7 @@ def _check_saved(node, seq) -> bool:
 
 
 def _is_complex(x) -> bool:
-    return "complex" in str(getattr(x, "dtype", ""))  # an array's, a Tensor's (create_graph) or a Node's
+    return "complex" in str(getattr(x, "dtype", x))  # an array's, a Tensor's (create_graph), a Node's, or a dtype
 
 
 def _complex(grad, parents) -> bool:
@@ -79,19 +79,8 @@ def _complex(grad, parents) -> bool:
 
 
 def _complex_grads(node, parents, grad, backward, changed, graph):
-    """The gradients of a node where a complex value is involved, by PyTorch's convention
-    (a gradient is ``dL/dRe + i dL/dIm``), as its op's ``complex`` says: a holomorphic
-    op's real rule runs as ``conj(rule(conj(g)))``, an op with its own complex rule
-    runs it, any other op raises ``TypeError``. A real input gets the real part of its
-    gradient, a complex input a complex one."""
-    op = node._op
-    how = op.complex
-    if how is None:
-        dtypes = ", ".join(str(p._data.dtype) for p in parents)
-        raise TypeError(
-            f"backward through {op!r}: complex gradients are not supported by {op!r} (inputs of dtypes {dtypes}, "
-            f"gradient of dtype {grad.dtype}); compute it on real tensors (lp.real, lp.imag) instead"
-        )
+    """The gradients of a node where a complex value is involved: :func:`complex_rule`
+    on the node's rule (the graph's, with ``create_graph``)."""
     xp = graph.xp(node) if graph is not None else node._backend.xp
 
     def rule(g):
@@ -103,18 +92,35 @@ def _complex_grads(node, parents, grad, backward, changed, graph):
         with guard:
             return backward(g)
 
+    return complex_rule(xp, node._op, rule, grad, [p._data.dtype for p in parents])
+
+
+def complex_rule(xp, op, rule, grad, dtypes) -> list:
+    """The gradients ``rule(grad)`` of an ``op`` where a complex value is involved, by
+    PyTorch's convention (a gradient is ``dL/dRe + i dL/dIm``), as the op's ``complex``
+    says: a holomorphic op's real rule runs as ``conj(rule(conj(g)))``, an op with its
+    own complex rule runs it, any other op raises ``TypeError``. An input of a real
+    dtype (``dtypes``: the inputs') gets the real part of its gradient, a complex input
+    a complex one. (The engine's, and a compiled call's replays'.)"""
+    how = op.complex
+    if how is None:
+        raise TypeError(
+            f"backward through {op!r}: complex gradients are not supported by {op!r} (inputs of dtypes "
+            f"{', '.join(map(str, dtypes))}, gradient of dtype {grad.dtype}); compute it on real tensors (lp.real, "
+            "lp.imag) instead"
+        )
     if how == "holomorphic" and _is_complex(grad):
         grads = [None if g is None else xp.conj(g) for g in rule(xp.conj(grad))]
     else:
         grads = list(rule(grad))
-    for i, (parent, g) in enumerate(zip(parents, grads)):
+    for i, (dtype, g) in enumerate(zip(dtypes, grads)):
         if g is None:
             continue
-        wanted = _is_complex(parent._data)
+        wanted = _is_complex(dtype)
         if _is_complex(g) and not wanted:
             grads[i] = xp.real(g)
         elif wanted and not _is_complex(g):
-            grads[i] = xp.astype(g, parent._data.dtype)
+            grads[i] = xp.astype(g, dtype)
     return grads
 
 
