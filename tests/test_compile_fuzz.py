@@ -6,8 +6,10 @@ index, ``layer_norm``, a concatenation, a Linear and a BatchNorm layer (in eval
 mode at one call, or not), a float32 round trip, dropout, ``detach``, in-place
 changes, item assignments and changes through a view of values the call made, an
 EMA-like in-place update of a state tensor under ``no_grad`` (also through a
-``detach`` of it), reads of a state tensor, singular values -- then a loss,
-``backward`` (or two, the first with ``retain_graph``), maybe gradient clipping, and
+``detach`` of it), reads of a state tensor, singular values, complex spectra (rfft,
+a complex product, irfft or abs) -- then a loss, maybe a gradient penalty
+(``autograd.grad`` with ``create_graph``), ``backward`` (or two, the first with
+``retain_graph``), maybe gradient clipping, and
 an update (SGD, Adam, one written out reading ``.grad``, or none), with hooks on the
 parameters (clamping, reading or writing a state tensor, counting their calls, a
 post-accumulate one) or on the argument inside the function, or none, and an
@@ -90,7 +92,7 @@ def programs(draw):
         kind = draw(st.sampled_from(["unary", "unary", "binary", "binary", "reduce", "matmul", "slice", "index",
                                      "layer_norm", "concat", "linear", "batch_norm", "cast", "dropout", "detach",
                                      "inplace", "setitem", "view_inplace", "state", "state_detach", "svd",
-                                     "where_detach"]), label="kind")
+                                     "where_detach", "spectral", "spectral_abs"]), label="kind")
         a = draw(st.integers(0, 2) | st.integers(max(0, n - 2), n - 1), label="input")  # (x, w, s, or the last)
         shape = shapes[a]
         if kind == "unary":
@@ -116,11 +118,11 @@ def programs(draw):
             shape = (3, 1) if kind == "svd" else shape
         elif kind == "cast":
             steps.append((kind, None, (a,)))
-        elif kind in ("matmul", "slice", "index", "layer_norm", "concat", "linear"):
+        elif kind in ("matmul", "slice", "index", "layer_norm", "concat", "linear", "spectral", "spectral_abs"):
             if not shape or shape[-1] != 4:
                 continue
             steps.append((kind, None, (a,)))
-            shape = shape[:-1] + (1,) if kind == "slice" else shape
+            shape = shape[:-1] + (1,) if kind in ("slice", "spectral_abs") else shape
         elif kind in ("dropout", "detach"):
             steps.append((kind, None, (a,)))
         elif kind == "inplace":
@@ -152,7 +154,8 @@ def programs(draw):
     returned = draw(st.lists(st.integers(0, n - 1), max_size=2), label="returned")
     update = draw(st.sampled_from(["sgd", "adam", "none", "by hand"]), label="update")
     options = {name: draw(st.booleans(), label=name) for name in ("x requires grad", "clip", "twice",
-                                                                   "eval at call 2", "return state detach")}
+                                                                   "eval at call 2", "return state detach",
+                                                                   "penalty")}
     options["hooks"] = draw(st.sampled_from(["none", "clamp", "state", "writes", "post", "counter", "x"]),
                             label="hooks")
     return shapes[1], steps, terms, returned, update, options
@@ -168,6 +171,7 @@ def _world(program, device):
     m = Tensor(rng.normal(size=(4, 4)) * 0.5, requires_grad=True, device=device)
     s = Tensor(rng.normal(size=(3, 4)), device=device)
     index = lp.asarray(np.array([2, 0, 3, 1]), device=device)
+    spectral = Tensor(np.array([1 + 0.5j, 0.3 - 1j, 0.7 + 0.2j]), device=device)  # rfft's 3 bins of 4 values
     lp.manual_seed(5)
     linear = nn.Linear(4, 4, device=device, dtype="float64")
     norm = nn.BatchNorm1d(4, device=device, dtype="float64")
@@ -262,11 +266,18 @@ def _world(program, device):
                 values.append(a * lp.where(a.detach() > 0, a.detach(), 0.5))
             elif kind_ == "svd":
                 values.append(lp.linalg.svd(a)[1].reshape(3, 1))
+            elif kind_ == "spectral":  # complex values in the graph: rfft, a complex product, irfft
+                values.append(lp.fft.irfft(lp.fft.rfft(a, axis=-1) * spectral, n=4, axis=-1))
+            elif kind_ == "spectral_abs":
+                values.append(lp.abs(lp.fft.rfft(a, axis=-1) * spectral).sum(axis=-1, keepdims=True))
             else:
                 with lp.no_grad():
                     s.mul_(0.9).add_(a * 0.1)
                 values.append(s * 1.0)
         loss = sum((values[i] * values[i]).mean() for i in terms) + sum((p * p).sum() * 0.01 for p in params)
+        if options["penalty"]:  # a gradient penalty: autograd.grad(create_graph=True), then through it
+            (gm,) = lp.autograd.grad(loss, [m], create_graph=True)
+            loss = loss + (gm * gm).sum() * 0.1
         if options["twice"]:
             loss.backward(retain_graph=True)
             (loss * 0.5).backward()
