@@ -44,11 +44,14 @@ import itertools
 import linecache
 import math
 import os
+import random
 import sys
 import threading
 import types
 import warnings
 import weakref
+
+import numpy as np
 
 from . import ops
 from ._checks import broadcast_shapes
@@ -176,6 +179,48 @@ def _equal(a, b) -> bool:
     if type(a) is tuple and type(b) is tuple:
         return len(a) == len(b) and all(map(_equal, a, b))
     return _same(a, b)
+
+
+_GENERATORS = (np.random.Generator, np.random.RandomState, random.Random)
+
+
+def _host_draws(values) -> list:
+    """The states of the host's random generators outside LeanPass that a call may draw
+    from: NumPy's global one (``np.random.beta``), Python's (``random.random()``), and
+    the generators among ``values`` (what the function's code names, its object's
+    attributes). A trace whose call changed one froze that draw (mixup's ``lam``) into
+    its replays."""
+    states = [np.random.get_state(legacy=False), random.getstate()]  # noqa: NPY002 - the legacy global one is read
+    for value in values:
+        if isinstance(value, np.random.Generator):
+            states.append(value.bit_generator.state)
+        elif isinstance(value, np.random.RandomState):
+            states.append(value.get_state(legacy=False))
+        elif isinstance(value, random.Random):
+            states.append(value.getstate())
+    return [_frozen(state) for state in states]
+
+
+def _attributes(objects, names) -> list:
+    """The attributes named in ``names`` (None: all) that ``objects`` hold in their
+    ``__dict__`` (no property runs)."""
+    found = []
+    for obj in objects:
+        attributes = getattr(obj, "__dict__", None)
+        if isinstance(attributes, dict):
+            found.extend(v for k, v in attributes.items() if names is None or k in names)
+    return found
+
+
+def _frozen(state):
+    """``state`` (dicts, tuples and arrays of a generator's state) comparable by ``==``."""
+    if isinstance(state, dict):
+        return tuple((k, _frozen(v)) for k, v in state.items())
+    if isinstance(state, (tuple, list)):
+        return tuple(map(_frozen, state))
+    if isinstance(state, np.ndarray):
+        return state.tobytes()
+    return state
 
 
 def _values(names) -> tuple:
@@ -1422,15 +1467,25 @@ def _checks_first(events: list, args: list):
         t = tensor(src)
         return t is not None and not any(_share_memory(t, w) for w in written)
 
+    made = {}  # slot -> the operation that made it, where one did (only its operands decide its value)
+    moved = set()  # the ids of operations moved to the front with a check that reads what they make
+    changed_values = set()  # the slots of values of the call changed in place
+
     for event in events:
         kind = event[0]
         if kind == "check":
-            if not anything and all(map(untouched, event[2])):
+            chain = []  # a check of a value the call computed from such tensors (the labels of a micro-batch,
+            # y[2:4], after the first one's backward pass) moves with the operations that compute it
+            if not anything and all(_movable(src, chain, made, moved, changed_values, untouched) for src in event[2]):
+                first += chain
+                moved.update(map(id, chain))
                 first.append(event)
-                guards += [(src[1], w) for src in event[2] if src[0] == ARG for w in written]
+                guards += [(src[1], w) for e in (*chain, event) for src in e[2] if src[0] == ARG for w in written]
                 continue
             if event[3] and changed and late is None:  # (before any change, a failure still runs it eagerly)
                 late = getattr(getattr(event[1], "func", event[1]), "__name__", "a check")
+        elif kind == "op":
+            made[event[5]] = event
         elif kind == "inplace" and not event[7]:  # (not the call's own memory)
             target = tensor(event[1])
             if target is None:  # a value of the call: it may be a view of an argument, or of a state tensor
@@ -1438,6 +1493,8 @@ def _checks_first(events: list, args: list):
             else:
                 written.append(target)
             changed = True
+        elif kind == "inplace":  # a value of the call on memory of its own, changed: its slot holds another value
+            changed_values.add(event[1][1])
         elif kind == "action":
             if read_grads or not getattr(event[1], "idempotent", False):  # (zero_grad writes no values)
                 written += _touched(event[1], event[2], event[3])
@@ -1451,7 +1508,28 @@ def _checks_first(events: list, args: list):
         elif kind == "grad":
             changed = changed or event[2] or read_grads
         rest.append(event)
-    return first + rest, late, guards
+    return first + [e for e in rest if id(e) not in moved], late, guards
+
+
+def _movable(src, chain, made, moved, changed_values, untouched) -> bool:
+    """Whether the source ``src`` of a check can be read at the front of a replay, with
+    the operations that make it (added to ``chain``, operands first): a tensor from
+    outside nothing may have written yet (``untouched``), or a value an operation made
+    (``made``: slot -> event) of such, unchanged since (not in ``changed_values``).
+    ``moved``: the ids of operations already moved."""
+    if src[0] != VAL:
+        return untouched(src)
+    event = made.get(src[1])
+    if event is None or src[1] in changed_values:
+        return False
+    if id(event) in moved or any(e is event for e in chain):
+        return True
+    recipe = event[3]
+    operands = event[2] + (tuple(a for _, a in recipe.arrays) if type(recipe) is _Recipe else ())
+    if not all(_movable(o, chain, made, moved, changed_values, untouched) for o in operands):
+        return False
+    chain.append(event)
+    return True
 
 
 def _share_memory(a: Tensor, b: Tensor) -> bool:
@@ -1993,6 +2071,9 @@ class Compiled:
             self._returns = _returned_reads(self.fn)
         tracer.returns = self._returns
         rng = _backends_base._host_rng
+        generators = [v for v in (*names, *objects, *self._owners, *_attributes(self._owners, self._attrs))
+                      if isinstance(v, _GENERATORS)]
+        host_draws = _host_draws(generators)
         hooked = hooks.post_hook_changes[0]
         modes = (is_grad_enabled(), get_default_dtype(), get_default_device())
         TRACER[0] = tracer
@@ -2007,6 +2088,9 @@ class Compiled:
                                "left so (lp.set_grad_enabled, lp.set_default_dtype...)")
         if _backends_base._host_rng is not rng or rng.bit_generator.state != tracer.rng_state:
             tracer.unsupported("a random draw the trace does not record (a layer made inside, lp.manual_seed...)")
+        if _host_draws(generators) != host_draws:
+            tracer.unsupported("a random number drawn on the host outside LeanPass (np.random, random, a NumPy "
+                               "Generator: a replay would reuse the trace's); draw it with lp.rand, or pass it in")
         if hooks.post_hook_changes[0] != hooked:  # a replay runs the hooks there are, and would not add this one
             tracer.unsupported("a post-accumulate-grad hook added or removed inside the function")
         if any(value is t for value in names for t in tensors):  # one object, two roles: a replay would merge them

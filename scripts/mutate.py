@@ -1131,6 +1131,21 @@ MUTANTS = [
     Mutant("replay-complex-from-real-inputs", "leanpass/_compile.py",
            "        if self.inputs_complex or _is_complex(g):", "        if self.inputs_complex:",
            ("tests/test_compile.py",), "a complex value made of real ones hands them complex gradients"),
+    Mutant("check-moves-without-its-operations", "leanpass/_compile.py",
+           "            made[event[5]] = event", "            pass",
+           ("tests/test_compile.py",), "a micro-batch's computed targets keep their check late: the step runs eagerly"),
+    Mutant("check-moves-past-a-change-of-its-value", "leanpass/_compile.py",
+           "    if event is None or src[1] in changed_values:", "    if event is None:",
+           ("tests/test_compile.py",), "targets padded in place after they are computed: the replay ignores the pad"),
+    Mutant("check-moves-past-a-write-of-its-operand", "leanpass/_compile.py",
+           "    if src[0] != VAL:\n        return untouched(src)", "    if src[0] != VAL:\n        return True",
+           ("tests/test_compile.py",), "a check of a tensor the call writes first reads its old values"),
+    Mutant("host-draw-frozen", "leanpass/_compile.py",
+           "        if _host_draws(generators) != host_draws:", "        if False:",
+           ("tests/test_compile.py",), "mixup's np.random.beta inside a compiled step: every replay reuses the trace's"),
+    Mutant("host-draw-of-self-unseen", "leanpass/_compile.py",
+           "*self._owners, *_attributes(self._owners, self._attrs))", "*self._owners)",
+           ("tests/test_compile.py",), "a draw from self.rng inside a compiled method: every replay reuses the trace's"),
 ]
 
 

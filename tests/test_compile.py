@@ -1136,6 +1136,46 @@ def test_a_second_order_pass_through_complex_values_replays(device):
     assert compiled.calls == {"traced": 1, "replayed": 2, "eager": 0}
 
 
+class _Mixup:
+    """Mixup's weight drawn from a generator the object holds (a method compiled)."""
+
+    def __init__(self):
+        self.rng = np.random.default_rng(0)
+
+    def step(self, x):
+        return (x * self.rng.beta(0.4, 0.4)).sum()
+
+
+_HOST_RNG = np.random.default_rng(0)
+
+
+@pytest.mark.parametrize("source", ["np.random", "random", "a global Generator", "the object's Generator"])
+def test_a_number_drawn_on_the_host_makes_the_call_run_eagerly(source):
+    """A random number drawn on the host outside LeanPass (mixup's weight from
+    ``np.random.beta``) would be the trace's in every replay: the call runs eagerly,
+    with one warning, and each call draws anew, as eagerly."""
+    import random
+
+    def step(x):
+        if source == "np.random":
+            lam = np.random.beta(0.4, 0.4)  # noqa: NPY002 - the legacy global generator is what is tested
+        elif source == "random":
+            lam = random.random()
+        else:
+            lam = _HOST_RNG.uniform()
+        return (x * lam).sum()
+
+    if source == "the object's Generator":
+        step = _Mixup().step
+    compiled = lp.compile(step)
+    x = Tensor(np.arange(4.0))
+    with pytest.warns(RuntimeWarning, match="drawn on the host outside LeanPass") as caught:
+        values = {float(compiled(x)) for _ in range(4)}
+    assert len(values) == 4
+    assert len([w for w in caught if "lp.compile" in str(w.message)]) == 1
+    assert compiled.calls == {"traced": 1, "replayed": 0, "eager": 3}
+
+
 def test_batch_norm_in_training_with_its_running_statistics(device):
     """Batch norm's running statistics are updated by a step of their own, replayed
     after the op has put the replay's batch statistics in its list."""
@@ -3878,40 +3918,66 @@ def test_a_mask_made_in_the_step_before_any_change_of_state_replays():
     assert compiled.calls == {"traced": 1, "replayed": 2, "eager": 0}
 
 
-def test_a_padded_target_computed_in_a_later_micro_batch_runs_the_call_eagerly():
+@pytest.mark.parametrize("case", ["computed", "changed in place after", "computed from a tensor the call writes"])
+def test_a_padded_target_computed_in_a_later_micro_batch(case):
     """Targets that are a value of the call (``tok[:, 1:]``) checked for ``ignore_index``
-    after a backward pass: a padded one makes eager code take another path (never an
-    error), so the call runs eagerly from the trace on; results as eager's."""
+    after a backward pass: the check moves to the front with the operations that
+    compute them, so the call replays, and a padded one makes that call run eagerly
+    before it changed anything, as eager code takes another path. Not moved where the
+    targets are changed in place after they are computed (by a mask read from
+    outside), or computed from a tensor the call writes first: those run eagerly from
+    the trace on. Results as eager's throughout."""
     def setup():
         lp.manual_seed(0)
         model = nn.Sequential(nn.Embedding(6, 4, dtype="float64"), nn.Linear(4, 6, dtype="float64"))
         opt = lp.optim.SGD(model.parameters(), lr=0.1)
+        keep = lp.asarray(np.ones(8, dtype=np.int64))  # 0 pads a target (changed between calls)
+        written = lp.asarray(np.zeros((2, 5), dtype=np.int64))
 
         def step(tok1, tok2):
             opt.zero_grad()
             total = 0.0
-            for tok in (tok1, tok2):  # two micro-batches: the second's check comes after a backward pass
-                loss = nn.functional.cross_entropy(model(tok[:, :-1]).reshape((-1, 6)), tok[:, 1:].reshape((-1,)),
-                                                   ignore_index=0)
+            for k, tok in enumerate((tok1, tok2)):  # two micro-batches: the second's check after a backward pass
+                if case.startswith("computed from") and k:
+                    written[...] = tok
+                    tok = written * 1
+                targets = tok[:, 1:].reshape((-1,))
+                if case.startswith("changed"):
+                    targets = targets * 1
+                    targets *= keep
+                loss = nn.functional.cross_entropy(model(tok[:, :-1]).reshape((-1, 6)), targets, ignore_index=0)
                 loss.backward()
                 total = total + loss.detach()
             opt.step()
             return total
 
-        return model, step
+        return model, keep, step
 
-    (eager_model, eager), (model, compiled) = setup(), setup()
+    (eager_model, eager_keep, eager), (model, keep, compiled) = setup(), setup()
     compiled = lp.compile(compiled, fuse=False)
     rng = np.random.default_rng(0)
-    with pytest.warns(RuntimeWarning, match="decides a path"):
-        for k in range(3):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for k in range(4):
             tokens = [rng.integers(1, 6, size=(2, 5)) for _ in range(2)]
             if k == 2:
-                tokens[1][0, 3] = 0  # a padded token in the second micro-batch
+                if case.startswith("changed"):
+                    keep[3] = 0  # a target padded by the mask from outside, after the targets were computed
+                    eager_keep[3] = 0
+                else:
+                    tokens[1][0, 3] = 0  # a padded token in the second micro-batch
             args = [lp.asarray(t) for t in tokens]
             np.testing.assert_array_equal(host(compiled(*args)), host(eager(*args)))
+            if k == 2 and case.startswith("changed"):
+                keep[3] = eager_keep[3] = 1
     for p, q in zip(model.parameters(), eager_model.parameters()):
         np.testing.assert_array_equal(host(p), host(q))
+    messages = [str(w.message) for w in caught if "lp.compile" in str(w.message)]
+    if case == "computed":
+        assert compiled.calls == {"traced": 1, "replayed": 2, "eager": 1} and not messages
+    else:
+        assert compiled.calls == {"traced": 1, "replayed": 0, "eager": 3}
+        assert len(messages) == 1 and "decides a path" in messages[0]
 
 
 @pytest.mark.parametrize("case", ["a post-accumulate hook writes it", "the argument is a view of it"])
