@@ -64,7 +64,7 @@ from ._graph.node import COMPLEX, Node, edge
 from ._graph.trace import TRACER
 from ._graph.trace import WATCHED as _WATCHED
 from ._graph.trace import WRITES as _WRITES
-from ._node import _part_backward, inplace, leaf, share_version
+from ._node import _cast_back, _part_backward, inplace, leaf, share_version
 from .backends import _base as _backends_base
 from .backends import get_default_device, get_default_dtype
 from .nn.module import _CHANGES as _MODULE_CHANGES
@@ -582,6 +582,8 @@ class _Complex:
         self.inputs_complex = any(map(_is_complex, self.dtypes))
 
     def grads(self, xp, backward, g) -> list:
+        if self.exact is _CAST_FIRST:  # a rule of mixed dtypes: cast as eagerly (a real input's real part, copied)
+            backward = _cast_back(backward, xp, self.dtypes)
         if self.inputs_complex or _is_complex(g):  # (the engine's test: a real node may get a complex gradient)
             return complex_rule(xp, self.op, backward, g, self.dtypes)
         return backward(g)

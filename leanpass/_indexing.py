@@ -24,7 +24,7 @@ from . import ops
 from ._checks import broadcast_shapes, device_message
 from ._dtypes import DTYPES, dtype_name, iinfo
 from ._graph.above import above
-from ._graph.trace import check, raised
+from ._graph.trace import check, raised, read
 from ._node import as_tensor, inplace, run1
 from .backends import backend_of_array, host_array
 
@@ -48,6 +48,7 @@ def _index_array(t, item, op):
     if isinstance(item, above.tensor):
         if item._backend is not backend:
             raise ValueError(device_message(op, t, item))
+        read(item)  # (lp.compile: its array is a parameter of the operation, and checked, from a tensor it knows)
         array = item._data
     else:
         src = backend_of_array(item)

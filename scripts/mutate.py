@@ -962,7 +962,8 @@ MUTANTS = [
            "kernels[13](tp, part, one, half, out[start:start + GELU_CHUNK])",
            "kernels[13](tp[:-1], part[:-1], one, half, out[start:start + GELU_CHUNK - 1])", ("tests/test_fused.py",),
            "every chunk's outputs written, its last value too"),
-    Mutant("compile-checks-in-place", "leanpass/_compile.py", "    return first + rest, late, guards\n",
+    Mutant("compile-checks-in-place", "leanpass/_compile.py",
+           "    return first + [e for e in rest if id(e) not in moved], late, guards\n",
            "    return events, late, guards\n",
            ("tests/test_compile.py",), "a check of an argument runs before the replay changes state"),
     Mutant("compile-caught-error-unnoticed", "leanpass/_graph/trace.py",
@@ -1142,10 +1143,16 @@ MUTANTS = [
            ("tests/test_compile.py",), "a check of a tensor the call writes first reads its old values"),
     Mutant("host-draw-frozen", "leanpass/_compile.py",
            "        if _host_draws(generators) != host_draws:", "        if False:",
-           ("tests/test_compile.py",), "mixup's np.random.beta inside a compiled step: every replay reuses the trace's"),
+           ("tests/test_compile.py",), "mixup's np.random.beta in a compiled step: every replay reuses the trace's"),
     Mutant("host-draw-of-self-unseen", "leanpass/_compile.py",
            "*self._owners, *_attributes(self._owners, self._attrs))", "*self._owners)",
-           ("tests/test_compile.py",), "a draw from self.rng inside a compiled method: every replay reuses the trace's"),
+           ("tests/test_compile.py",), "a draw from self.rng in a compiled method: every replay reuses the trace's"),
+    Mutant("replay-complex-grad-a-view", "leanpass/_compile.py",
+           "            backward = _cast_back(backward, xp, self.dtypes)", "            pass",
+           ("tests/test_compile.py",), "a real parameter's .grad in a replay is a strided view of a complex array"),
+    Mutant("index-tensor-from-outside-unread", "leanpass/_indexing.py",
+           "        read(item)  # (lp.compile", "        str(item)  # (lp.compile",
+           ("tests/test_compile.py",), "x[..., order] with an index tensor from outside runs every call eagerly"),
 ]
 
 

@@ -1109,6 +1109,30 @@ def test_a_complex_argument_gets_its_gradient_in_replays(device):
     assert compiled.calls["replayed"] == 2
 
 
+def test_a_real_parameters_gradient_through_complex_values_is_its_own_array():
+    """A real parameter times a complex tensor: its gradient is the real part of a
+    complex one, which eager's cast copies. A replay gives ``.grad`` an array of its
+    own too, not a strided view holding the complex array alive (found by review)."""
+    def world():
+        w = Tensor(np.linspace(0.3, 1.2, 6).reshape(2, 3), requires_grad=True)
+        c = Tensor(np.arange(6).reshape(2, 3) * (1 + 2j))
+
+        def step(x):
+            w.grad = None
+            lp.abs(w * c + x).sum().backward()
+            return w.grad * 1.0
+
+        return step, w
+
+    (eager, eager_w), (step, w) = world(), world()
+    compiled = lp.compile(step, fuse=False)
+    for i in range(3):
+        x = Tensor(np.random.default_rng(i).normal(size=(2, 3)))
+        same(compiled(x), eager(x))
+        assert w.grad.flags.c_contiguous and w.grad.base is None and w.grad.dtype == eager_w.grad.dtype
+    assert compiled.calls["replayed"] == 2
+
+
 def test_a_second_order_pass_through_complex_values_replays(device):
     """``autograd.grad(create_graph=True)`` through an rfft (a gradient penalty): its
     rules, complex ones among them, are recorded and replayed, and the backward pass
@@ -2491,6 +2515,34 @@ def test_a_replay_checks_the_index_values_as_eagerly(device):
         with pytest.raises(IndexError):
             compiled(x, *(lp.asarray(b, device=device) for b in bad))
     assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 2}
+
+
+def test_an_index_tensor_from_outside_replays_with_its_values_at_each_call(device):
+    """An index tensor the function reads by name (``x[..., order]``, ``labels[order]``):
+    its positions are checked and followed at each replay, changed in place between
+    calls or not; out of range raises as eagerly. (It made every call run eagerly:
+    its array was unknown to the trace.)"""
+    order = lp.asarray([2, 0, 3, 1], device=device)
+    labels = lp.asarray([0, 2, 1, 3], device=device)
+    w = Tensor(RNG.normal(size=(3, 4)), requires_grad=True, device=device)
+
+    def f(x):
+        w.grad = None
+        y = (x * w)[..., order] + labels[order[:3]].reshape((3, 1)).astype(lp.float64)
+        y.sum().backward()
+        return y.detach(), w.grad * 1.0
+
+    compiled = lp.compile(f, fuse=False)
+    for k in range(4):
+        x = Tensor(RNG.normal(size=(3, 4)), device=device)
+        if k == 2:
+            order[0] = 1  # changed in place between calls
+        for got, want in zip(compiled(x), f(x)):
+            same(got, want)
+    order[1] = 4
+    with pytest.raises(IndexError, match="out of range"):
+        compiled(x)
+    assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 1}
 
 
 def test_the_gradient_of_an_index_does_not_follow_a_later_change_of_the_index(device):

@@ -9,7 +9,8 @@ EMA-like in-place update of a state tensor under ``no_grad`` (also through a
 ``detach`` of it), reads of a state tensor, singular values, complex spectra (rfft,
 a complex product, irfft or abs) -- then a loss, maybe a gradient penalty
 (``autograd.grad`` with ``create_graph``), ``backward`` (or two, the first with
-``retain_graph``), maybe gradient clipping, and
+``retain_graph``), maybe a second micro-batch's loss after it (cross-entropy, its
+targets indexed from a state tensor, padded at one call), maybe gradient clipping, and
 an update (SGD, Adam, one written out reading ``.grad``, or none), with hooks on the
 parameters (clamping, reading or writing a state tensor, counting their calls, a
 post-accumulate one) or on the argument inside the function, or none, and an
@@ -155,12 +156,16 @@ def programs(draw):
     update = draw(st.sampled_from(["sgd", "adam", "none", "by hand"]), label="update")
     options = {name: draw(st.booleans(), label=name) for name in ("x requires grad", "clip", "twice",
                                                                    "eval at call 2", "return state detach",
-                                                                   "penalty")}
+                                                                   "penalty", "micro-batch", "pad at call 2")}
+    options["micro-batch"] = draw(st.integers(0, n - 1), label="micro-batch logits") if options["micro-batch"] \
+        else None
     options["hooks"] = draw(st.sampled_from(["none", "clamp", "state", "writes", "post", "counter", "x"]),
                             label="hooks")
     # (with gradient hooks registered, autograd.grad(create_graph=True) runs eagerly: drawn apart, the
     # penalty would leave fewer than half of the programs replaying)
     options["penalty"] = options["penalty"] and options["hooks"] in ("none", "post")
+    if options["hooks"] != "none":  # (nor the second micro-batch: its check stays behind a hooked backward pass)
+        options["micro-batch"] = None
     return shapes[1], steps, terms, returned, update, options
 
 
@@ -174,6 +179,7 @@ def _world(program, device):
     m = Tensor(rng.normal(size=(4, 4)) * 0.5, requires_grad=True, device=device)
     s = Tensor(rng.normal(size=(3, 4)), device=device)
     index = lp.asarray(np.array([2, 0, 3, 1]), device=device)
+    labels, order = (lp.asarray(np.array(v), device=device) for v in ([0, 3, 1], [2, 0, 1]))  # (micro-batch)
     spectral = Tensor(np.array([1 + 0.5j, 0.3 - 1j, 0.7 + 0.2j]), device=device)  # rfft's 3 bins of 4 values
     lp.manual_seed(5)
     linear = nn.Linear(4, 4, device=device, dtype="float64")
@@ -286,6 +292,10 @@ def _world(program, device):
             (loss * 0.5).backward()
         else:
             loss.backward()
+        if options["micro-batch"] is not None:  # a second loss after a backward pass, on targets computed from
+            # a state tensor (labels[order], -100 at call 2 maybe): their check moves to the front with the index
+            logits = lp.broadcast_to(values[options["micro-batch"]].detach(), (3, 4)) + m[0]
+            F.cross_entropy(logits, labels[order], ignore_index=-100).backward()
         if options["clip"]:
             nn.utils.clip_grad_norm_(params, 1.0)
         if opt is not None:
@@ -310,7 +320,7 @@ def _world(program, device):
                         out[f"{key} {i}"] = value
         return out
 
-    return step, state, norm
+    return step, state, norm, labels
 
 
 def _compare(got, want, exact, what):
@@ -329,8 +339,8 @@ def test_a_compiled_random_step_is_the_eager_one(device, fuse):
     @settings(max_examples=150 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(program=programs())
     def run(program):
-        eager, eager_state, eager_norm = _world(program, device)
-        compiled_fn, compiled_state, compiled_norm = _world(program, device)
+        eager, eager_state, eager_norm, eager_labels = _world(program, device)
+        compiled_fn, compiled_state, compiled_norm, compiled_labels = _world(program, device)
         compiled = lp.compile(compiled_fn, fuse=fuse)
         rng = np.random.default_rng(11)
         counts["examples"] += 1
@@ -341,6 +351,8 @@ def test_a_compiled_random_step_is_the_eager_one(device, fuse):
                 x = rng.normal(size=(3, 4))
                 x_grad = program[-1]["x requires grad"]
                 evaluating = call == 2 and program[-1]["eval at call 2"]
+                for labels in (eager_labels, compiled_labels):  # a padded target in the second micro-batch
+                    labels[1] = -100 if call == 2 and program[-1]["pad at call 2"] else 3
                 for norm in (eager_norm, compiled_norm):
                     norm.train(not evaluating)
                 lp.manual_seed(call)
