@@ -231,7 +231,10 @@ def pow(be, a, b):
         out = _half_power_cases(xp, a, out)
 
     def backward(g):  # holomorphic in both operands (complex values: the engine conjugates around it)
-        ga = xp.where(b == 0, xp.zeros_like(g), g * b * a ** (b - 1))
+        if hasattr(b, "shape"):
+            ga = xp.where(b == 0, xp.zeros_like(g), g * b * a ** (b - 1))
+        else:  # a Python number (a complex one): its test is a bool, which the standard's where does not take
+            ga = xp.zeros_like(g) if b == 0 else g * b * a ** (b - 1)
         complex_out = xp.isdtype(out.dtype, "complex floating")
         if complex_out and not xp.isdtype(a.dtype, "complex floating"):
             log_a = xp.log(xp.astype(a, out.dtype))  # a real base below 0 has a complex log
