@@ -68,7 +68,7 @@ from ._node import _cast_back, _part_backward, inplace, leaf, share_version
 from .backends import _base as _backends_base
 from .backends import get_default_device, get_default_dtype
 from .nn.module import _CHANGES as _MODULE_CHANGES
-from .nn.module import Module, _same_value, class_attribute, holding_members, items_of, unchanged
+from .nn.module import Module, _same_value, holding_members, items_of, unchanged
 from .nn.module import restored as modules_restored
 from .ops.conversion import gradient_as
 from .tensor import Tensor, host_number
@@ -155,7 +155,8 @@ def _names_seen(fn) -> tuple:
     return cells, tuple((namespace, name) for name in names)
 
 
-def _globals_in(code) -> set:
+@functools.lru_cache(maxsize=1024)
+def _globals_in(code) -> frozenset:
     """The names ``code`` reads as globals (not as attributes: ``opt.step()`` reads no
     global ``step``), with those of the code inside it: comprehensions (code of their
     own before Python 3.12), lambdas, functions."""
@@ -163,7 +164,7 @@ def _globals_in(code) -> set:
     for const in code.co_consts:
         if isinstance(const, type(code)):
             names |= _globals_in(const)
-    return names
+    return frozenset(names)
 
 
 def _same(a, b) -> bool:
@@ -184,21 +185,75 @@ def _equal(a, b) -> bool:
 _GENERATORS = (np.random.Generator, np.random.RandomState, random.Random)
 
 
-def _host_draws(values) -> list:
-    """The states of the host's random generators outside LeanPass that a call may draw
-    from: NumPy's global one (``np.random.beta``), Python's (``random.random()``), and
-    the generators among ``values`` (what the function's code names, its object's
-    attributes). A trace whose call changed one froze that draw (mixup's ``lam``) into
-    its replays."""
-    states = [np.random.get_state(legacy=False), random.getstate()]  # noqa: NPY002 - the legacy global one is read
-    for value in values:
-        if isinstance(value, np.random.Generator):
-            states.append(value.bit_generator.state)
-        elif isinstance(value, np.random.RandomState):
-            states.append(value.get_state(legacy=False))
-        elif isinstance(value, random.Random):
-            states.append(value.getstate())
-    return [_frozen(state) for state in states]
+def _host_generators(function, objects) -> list:
+    """The host random generators outside LeanPass a call of ``function`` may draw from,
+    as far as its code shows: those among the values it names (closure cells, globals,
+    default arguments) and ``objects`` (its arguments, its owner), the generators behind
+    the bound methods there (``from random import gauss``), the ones their attributes
+    named in the code hold (``self.rng``, ``cfg.aug.rng``, two levels), NumPy's and
+    Python's global ones where the code names ``np.random`` or ``random``; and so on
+    through the Python functions it names (a script's ``mixup`` helper, ``self.forward``),
+    three levels deep, not LeanPass's own. What a trace saw drawn from one runs eagerly
+    (:func:`_host_draws`); a generator a helper reaches another way is not seen."""
+    found, seen, todo = [], set(), [(function, 0)]
+    names = set()
+    values = list(objects)
+    while todo:
+        fn, depth = todo.pop()
+        code = getattr(fn, "__code__", None)
+        if code is None or id(code) in seen or code.co_filename.startswith(_PACKAGE) and depth:
+            continue
+        seen.add(id(code))
+        own = _attribute_names(fn)
+        names |= own
+        cells, globals_ = _names_seen(fn)
+        named = [*_values((cells, globals_)), *(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values()]
+        if ("random" in own and any(v is np for v in named)) or any(v is np.random for v in named):
+            values.append(np.random.mtrand._rand)  # (np.random.beta: the legacy global generator)
+        if any(v is random for v in named):
+            values.append(random._inst)
+        values += named
+        if depth < 3:
+            todo += [(v, depth + 1) for v in named if isinstance(v, types.FunctionType)]
+            todo += [(getattr(type(o), n, None), depth + 1) for o in objects for n in own
+                     if isinstance(getattr(type(o), n, None), types.FunctionType)]  # (self.forward)
+            for model in (v for v in (*named, *objects) if isinstance(v, Module)):  # (a Mixup layer inside)
+                layers = list(model.modules())
+                values += layers
+                todo += [(getattr(type(m), "forward", None), depth + 1) for m in layers]
+    for _ in range(3):  # the values, their attributes named in the code, theirs
+        more = []
+        for v in values:
+            v = getattr(v, "__self__", v) if isinstance(v, types.BuiltinMethodType) else v
+            if isinstance(v, _GENERATORS):
+                if all(g is not v for g in found):
+                    found.append(v)
+            elif isinstance(v, (list, tuple)):  # (self.rngs[0])
+                more += v[:64]
+            elif isinstance(v, dict):
+                more += list(v.values())[:64]
+            elif not isinstance(v, (types.ModuleType, type, Tensor, types.FunctionType)):
+                more += _attributes([v], names)
+        values = more
+    return found
+
+
+def _host_draws(generators) -> list:
+    """The states of ``generators`` (:func:`_host_generators`): a trace whose call
+    changed one froze that draw (mixup's ``lam``) into its replays. A generator without
+    a state (``random.SystemRandom``) counts as drawn from."""
+    states = []
+    for g in generators:
+        if isinstance(g, np.random.Generator):
+            states.append(_frozen(g.bit_generator.state))
+        elif isinstance(g, np.random.RandomState):
+            states.append(_frozen(g.get_state(legacy=False)))
+        else:
+            try:
+                states.append(g.getstate())
+            except NotImplementedError:  # (the system's entropy: no state to compare)
+                states.append(object())
+    return states
 
 
 def _attributes(objects, names) -> list:
@@ -450,35 +505,55 @@ def _python_state(value, objects, names=None) -> list:
             if isinstance(v, list):
                 state.append((v, items_of(v)))
             stack.extend(v)
-    watched = {id(obj) for obj in _WATCHED} if objects else ()
     stack, seen = list(objects), set()
     while stack:  # the objects, and the plain objects among their attributes (cfg.train.scale)
         obj = stack.pop()
         if (id(obj) in seen or isinstance(obj, (Module, Tensor, type, types.FunctionType, types.MethodType))
-                or id(obj) in watched):
+                or hasattr(type(obj), "_traced_state")):  # (a watched one: an optimizer, a scheduler)
             continue
         seen.add(id(obj))
         if isinstance(obj, (collections.deque, set, frozenset)):  # (a deque of the last frames: its items)
             state.append((obj, tuple(obj)))
             continue
         attrs = dict(getattr(obj, "__dict__", None) or {})
-        for cls in type(obj).__mro__:  # (and its slots)
-            slots = cls.__dict__.get("__slots__", ())
-            for slot in (slots,) if isinstance(slots, str) else slots:
-                if slot not in ("__dict__", "__weakref__") and hasattr(obj, slot):
-                    attrs[slot] = getattr(obj, slot)
+        for slot in _slots(type(obj)):
+            if hasattr(obj, slot):
+                attrs[slot] = getattr(obj, slot)
         if names is not None:  # (read through the class: cfg.scale where Cfg.scale = 2.0; set on it later)
-            for name in names:
-                if name not in attrs:
-                    value = class_attribute(type(obj), name, _NOT_KEYED)
-                    if value is not _NOT_KEYED:
-                        attrs[name] = value
-        attrs = {k: v for k, v in attrs.items() if names is None or k in names}
+            attrs = {k: v for k, v in attrs.items() if k in names}
+            found = set(attrs)
+            for base in type(obj).__mro__:  # (class_attribute's, for the names alone: the first base decides)
+                for name in base.__dict__.keys() & names:
+                    if name not in found:
+                        found.add(name)
+                        value = base.__dict__[name]
+                        if not hasattr(type(value), "__get__"):  # (not a method, a property)
+                            attrs[name] = value
         # (each plain object, also with none of those attributes yet: one set on it later is a change)
-        state.append((obj, tuple(x for pair in attrs.items() for x in pair)))
+        state.append((obj, tuple(itertools.chain.from_iterable(attrs.items()))))
         stack.extend(v for v in attrs.values() if hasattr(v, "__dict__") or hasattr(type(v), "__slots__")
                      or isinstance(v, (collections.deque, set, frozenset)))
     return state
+
+
+def _plain_objects(values) -> list:
+    """The plain objects among ``values`` (what the function's code names: a global
+    ``cfg``), whose attributes the code reads are checked as an argument's: not
+    modules of code, classes, functions, Modules, Tensors, containers, numbers."""
+    return [v for v in values
+            if (hasattr(v, "__dict__") or hasattr(type(v), "__slots__")) and not isinstance(
+                v, (types.ModuleType, type, types.FunctionType, types.MethodType, types.BuiltinFunctionType,
+                    functools.partial, Module, Tensor, list, tuple, dict))]
+
+
+@functools.cache
+def _slots(cls) -> tuple:
+    """The slot names of ``cls`` and its bases (not ``__dict__``, ``__weakref__``)."""
+    found = []
+    for base in cls.__mro__:
+        slots = base.__dict__.get("__slots__", ())
+        found += [s for s in ((slots,) if isinstance(slots, str) else slots) if s not in ("__dict__", "__weakref__")]
+    return tuple(found)
 
 
 def _same_state(before: list, now: list) -> bool:
@@ -1441,20 +1516,24 @@ def _output_slots(spec) -> list:
 
 def _checks_first(events: list, args: list):
     """``(events, late, guards)``: ``events`` with each check of values from outside the
-    call (an argument's, a state tensor's: class indices, a mask found causal) moved to
-    the front, where nothing before it could have changed them: no in-place change of
-    one of them or of memory it shares (a view, a second name), nor of a value of the
-    call that may be a view of one; no step given one of them or its holder; no
-    backward pass while post-accumulate hooks (which may write anything) are registered.
-    A replay that fails it then has changed nothing yet, and the call runs eagerly, as
+    call (an argument's, a state tensor's: class indices, a mask found causal), or of
+    values the call computed from those by operations (a later micro-batch's targets,
+    ``y[2:4]``: the operations move with it, :func:`_movable`), moved to the front,
+    where nothing before it could have changed them: no in-place change of one of them
+    or of memory it shares (a view, a second name), nor of the computed value, nor of a
+    value of the call that may be a view of one; no step given one of them or its
+    holder; no backward pass while hooks (which may write anything) are registered. A
+    replay that fails it then has changed nothing yet, and the call runs eagerly, as
     eager code would take another path, where a check met after a backward pass or a
     step could only raise.
 
     ``late``: what a check that decides a path (``branch``) but stays behind a change of
     state (by the replay's own rules: :meth:`Plan._replay`) is about, else None.
-    ``guards``: ``(argument, tensor)`` pairs, an argument a moved check reads and a
-    tensor something before the check's place writes: a replay whose argument shares
-    memory with that tensor (``f(state[:])`` where the trace had another) runs eagerly.
+    ``guards``: ``(read, written)`` pairs of sources, ``(ARG, i)`` or ``(EXT, tensor)``,
+    one of them an argument: a tensor a moved check or operation reads, and one
+    something before the check's place writes. A replay where the two share memory
+    (``f(state[:])`` where the trace had another tensor, read or written) runs
+    eagerly; the call's key tells how arguments share memory among themselves.
     ``args``: the traced call's tensor arguments."""
     first, rest, late, guards = [], [], None, []
     written = []  # the tensors from outside an in-place change or a step before here may have written
@@ -1482,7 +1561,10 @@ def _checks_first(events: list, args: list):
                 first += chain
                 moved.update(map(id, chain))
                 first.append(event)
-                guards += [(src[1], w) for e in (*chain, event) for src in e[2] if src[0] == ARG for w in written]
+                read = [src for e in (*chain, event) for src in _operands(e) if src[0] != VAL]
+                for w in written:  # (arguments among themselves: the call's key holds how they share memory)
+                    w = next(((ARG, i) for i, a in enumerate(args) if a is w), (EXT, w))
+                    guards += [(src, w) for src in read if (src[0] == ARG) != (w[0] == ARG)]
                 continue
             if event[3] and changed and late is None:  # (before any change, a failure still runs it eagerly)
                 late = getattr(getattr(event[1], "func", event[1]), "__name__", "a check")
@@ -1513,6 +1595,15 @@ def _checks_first(events: list, args: list):
     return first + [e for e in rest if id(e) not in moved], late, guards
 
 
+def _operands(event) -> tuple:
+    """The sources an operation or a check reads: its inputs, and the arrays among an
+    operation's parameters (an index tensor's)."""
+    if event[0] == "check":
+        return event[2]
+    recipe = event[3]
+    return event[2] + (tuple(a for _, a in recipe.arrays) if type(recipe) is _Recipe else ())
+
+
 def _movable(src, chain, made, moved, changed_values, untouched) -> bool:
     """Whether the source ``src`` of a check can be read at the front of a replay, with
     the operations that make it (added to ``chain``, operands first): a tensor from
@@ -1526,9 +1617,7 @@ def _movable(src, chain, made, moved, changed_values, untouched) -> bool:
         return False
     if id(event) in moved or any(e is event for e in chain):
         return True
-    recipe = event[3]
-    operands = event[2] + (tuple(a for _, a in recipe.arrays) if type(recipe) is _Recipe else ())
-    if not all(_movable(o, chain, made, moved, changed_values, untouched) for o in operands):
+    if not all(_movable(o, chain, made, moved, changed_values, untouched) for o in _operands(event)):
         return False
     chain.append(event)
     return True
@@ -1567,7 +1656,7 @@ class Plan:
     def __init__(self, tracer: Tracer, outputs, modules: int, fuse_runs: bool = True):
         self.modules = modules  # the modules' change count when the trace ended
         self.events = tracer.events
-        self.guards = tracer.guards  # (argument, tensor): the argument a moved check reads may not share its memory
+        self.guards = tracer.guards  # (read, written): sources a moved check reads and the call writes
         self.post_hooks = hooks.post_hook_changes[0]  # (a hook added or removed since: trace again)
         self.grad_hooked = bool(hooks._grad_hooks_registered)  # (_checks_first: whether a hook may write anything)
         self.slots = tracer.slots
@@ -1715,8 +1804,8 @@ class Plan:
 
     def _replay(self, args: list):
         self.replays += 1
-        for ref, written in self.guards:  # (a moved check would read the argument before the call writes it)
-            if _share_memory(args[ref], written):
+        for read, written in self.guards:  # (a moved check would read a tensor before the call writes it)
+            if _share_memory(*(args[ref] if kind == ARG else ref for kind, ref in (read, written))):
                 raise _Retry("an argument shares memory with a tensor the call writes before it checks the argument")
         if self._to_fuse is not None:
             self._fuse()
@@ -2034,7 +2123,8 @@ class Compiled:
         if not entry.fits() or not all(map(_same, _values(self._names), entry.names)):
             return self._trace(key, tensors, objects, args, kwargs)
         if entry.object_state and not _same_state(entry.object_state, self._object_state(entry.objects)):
-            self._warn("traced again: an argument's attribute its code reads was set since the last call", "the call")
+            self._warn("traced again: an attribute its code reads, of an argument or of an object it names (a "
+                       "global cfg), was set since the last call", "the call")
             return self._trace(key, tensors, objects, args, kwargs)
         # the host generator's state where the replay draws (dropout's masks on the CPU): a
         # replay that falls back gives its draws back, so the eager call draws as eagerly
@@ -2062,6 +2152,7 @@ class Compiled:
         modules, names = _MODULE_CHANGES[0], _values(self._names)
         # Python state the call may change: snapshots first (they hold the objects: the
         # references the tracer counts below, before and after the call, include theirs)
+        objects = [*objects, *_plain_objects(names)]  # (cfg.t, cfg.scale: a global's attributes, as an argument's)
         python = _python_state((args, kwargs), [*objects, *self._owners], self._attrs)
         given = [v for v in (*objects, *self._owners) if isinstance(v, Module)]  # (a model passed in, a method's own)
         members = _named_members(names) + _named_members(given)
@@ -2073,8 +2164,7 @@ class Compiled:
             self._returns = _returned_reads(self.fn)
         tracer.returns = self._returns
         rng = _backends_base._host_rng
-        generators = [v for v in (*names, *objects, *self._owners, *_attributes(self._owners, self._attrs))
-                      if isinstance(v, _GENERATORS)]
+        generators = _host_generators(self._function, [*objects, *self._owners])
         host_draws = _host_draws(generators)
         hooked = hooks.post_hook_changes[0]
         modes = (is_grad_enabled(), get_default_dtype(), get_default_device())

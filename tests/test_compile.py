@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import random
 import threading
 import tracemalloc
 import warnings
@@ -574,6 +575,33 @@ def test_more_changes_than_the_journal_keeps_trace_again():
     assert f.calls == {"traced": 2, "replayed": 0, "eager": 0}
 
 
+ATTRIBUTE_SET = "an attribute its code reads, of an argument or of an object it names .a global cfg., was set"
+
+
+class _Config:
+    """A plain object in a global, as a script's ``cfg`` or ``args``."""
+
+
+CONFIG = _Config()
+
+
+def test_a_global_objects_attribute_set_between_calls_traces_again():
+    """``cfg.t`` and ``cfg.scale`` read by the function, where ``cfg`` is a global
+    plain object: set between calls, the call traces again (a replay read the trace's
+    tensor and number before, silently); left alone, it replays."""
+    CONFIG.t, CONFIG.scale = Tensor(np.ones(3)), 2.0
+    f = lp.compile(lambda x: (x * CONFIG.t * CONFIG.scale).sum(), fuse=False)
+    x = Tensor(np.ones(3))
+    assert float(f(x)) == float(f(x)) == 6.0
+    with pytest.warns(RuntimeWarning, match=ATTRIBUTE_SET):
+        CONFIG.t = Tensor(np.full(3, 2.0))
+        assert float(f(x)) == 12.0
+        CONFIG.scale = 3.0
+        assert float(f(x)) == 18.0
+    assert float(f(x)) == 18.0
+    assert f.calls == {"traced": 3, "replayed": 2, "eager": 0}
+
+
 def test_an_argument_attribute_read_through_its_class_is_checked():
     """``c.scale`` where the trace found it on the class: set later on the object, or
     changed on the class, it traces again (a replay kept the trace's value before)."""
@@ -584,7 +612,7 @@ def test_an_argument_attribute_read_through_its_class_is_checked():
     f = lp.compile(lambda x, c: x * c.scale, fuse=False)
     same(f(Tensor(np.ones(2)), cfg), [2.0, 2.0])
     same(f(Tensor(np.ones(2)), cfg), [2.0, 2.0])
-    with pytest.warns(RuntimeWarning, match="an argument's attribute its code reads was set"):
+    with pytest.warns(RuntimeWarning, match=ATTRIBUTE_SET):
         Cfg.scale = 4.0
         same(f(Tensor(np.ones(2)), cfg), [4.0, 4.0])
         cfg.scale = 3.0
@@ -603,7 +631,7 @@ def test_an_argument_attribute_read_through_its_class_is_checked():
     g(Tensor(np.ones(2)), scaler)
     g(Tensor(np.ones(2)), scaler)
     scaler.scale = lambda: 3.0
-    with pytest.warns(RuntimeWarning, match="an argument's attribute its code reads was set"):
+    with pytest.warns(RuntimeWarning, match=ATTRIBUTE_SET):
         same(g(Tensor(np.ones(2)), scaler), [3.0, 3.0])
     assert g.calls == {"traced": 2, "replayed": 1, "eager": 0}
 
@@ -1171,26 +1199,46 @@ class _Mixup:
 
 
 _HOST_RNG = np.random.default_rng(0)
+_SYSTEM_RNG = random.SystemRandom()
 
 
-@pytest.mark.parametrize("source", ["np.random", "random", "a global Generator", "the object's Generator"])
+def _mixup_weight():
+    """A helper of the script's that draws on NumPy's global generator."""
+    return np.random.beta(0.4, 0.4)  # noqa: NPY002 - the legacy global generator is what is tested
+
+
+class _MixupLayer(nn.Module):
+    """A layer that scales its input by a number drawn from its own generators."""
+
+    def __init__(self):
+        self.rngs = [np.random.default_rng(1)]
+
+    def forward(self, x):
+        return x * self.rngs[0].uniform()
+
+
+_MIXUP_MODEL = nn.Sequential(nn.Identity(), _MixupLayer())
+
+
+_DRAWING_STEPS = {  # (each its own code: what a step's code names decides which generators are compared)
+    "np.random": lambda x: (x * np.random.beta(0.4, 0.4)).sum(),  # noqa: NPY002 - the legacy global generator
+    "random": lambda x: (x * random.random()).sum(),
+    "a global Generator": lambda x: (x * _HOST_RNG.uniform()).sum(),
+    "the object's Generator": _Mixup().step,
+    "a helper function": lambda x: (x * _mixup_weight()).sum(),
+    "a layer of a model": lambda x: _MIXUP_MODEL(x).sum(),
+    "random.SystemRandom": lambda x: (x * _SYSTEM_RNG.random()).sum(),  # (no state: counts as drawn from)
+}
+
+
+@pytest.mark.parametrize("source", list(_DRAWING_STEPS))
 def test_a_number_drawn_on_the_host_makes_the_call_run_eagerly(source):
     """A random number drawn on the host outside LeanPass (mixup's weight from
     ``np.random.beta``) would be the trace's in every replay: the call runs eagerly,
-    with one warning, and each call draws anew, as eagerly."""
-    import random
-
-    def step(x):
-        if source == "np.random":
-            lam = np.random.beta(0.4, 0.4)  # noqa: NPY002 - the legacy global generator is what is tested
-        elif source == "random":
-            lam = random.random()
-        else:
-            lam = _HOST_RNG.uniform()
-        return (x * lam).sum()
-
-    if source == "the object's Generator":
-        step = _Mixup().step
+    with one warning, and each call draws anew, as eagerly. The generators are found
+    where the function's code leads: its names, a helper function it calls, a model's
+    layers and their attributes (a list of them too), its object's attributes."""
+    step = _DRAWING_STEPS[source]
     compiled = lp.compile(step)
     x = Tensor(np.arange(4.0))
     with pytest.warns(RuntimeWarning, match="drawn on the host outside LeanPass") as caught:
@@ -1198,6 +1246,38 @@ def test_a_number_drawn_on_the_host_makes_the_call_run_eagerly(source):
     assert len(values) == 4
     assert len([w for w in caught if "lp.compile" in str(w.message)]) == 1
     assert compiled.calls == {"traced": 1, "replayed": 0, "eager": 3}
+
+
+def test_a_draw_on_the_host_outside_the_functions_code_replays():
+    """A post-accumulate hook or an optimizer's step that draws on the host (gradient
+    noise) runs again at every replay, so the call replays, as eager steps do: only
+    what the function's own code reaches is looked at (a data loader's threads drawing
+    meanwhile did not send every step eagerly either)."""
+    def world():
+        np.random.seed(0)  # noqa: NPY002 - the legacy global generator is what is tested
+        lp.manual_seed(0)
+        model = nn.Linear(3, 2, dtype="float64")
+        opt = lp.optim.SGD(model.parameters(), lr=0.1)
+        for p in model.parameters():
+            def noise(p):
+                p.grad[...] += np.random.normal(size=p.grad.shape) * 0.01  # noqa: NPY002
+
+            p.register_post_accumulate_grad_hook(noise)
+
+        def step(x):
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+            return model.weight.detach() * 1.0
+
+        return step
+
+    eager = world()
+    wanted = [host(eager(Tensor(np.ones((2, 3)) * k))) for k in range(4)]
+    compiled = lp.compile(world(), fuse=False)
+    for k in range(4):
+        same(compiled(Tensor(np.ones((2, 3)) * k)), wanted[k])
+    assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}
 
 
 def test_batch_norm_in_training_with_its_running_statistics(device):
@@ -1516,7 +1596,7 @@ def test_python_state_a_call_changes_or_that_changes_between_calls_is_not_replay
     lin = nn.Linear(2, 1, dtype="float64")
     g = lp.compile(lambda b: lin(b.x).detach(), fuse=False)  # an argument's attribute changed between calls
     batch = Batch()
-    with pytest.warns(RuntimeWarning, match="an argument's attribute its code reads was set"):
+    with pytest.warns(RuntimeWarning, match=ATTRIBUTE_SET):
         for k in range(3):
             batch.x = Tensor(np.full((1, 2), float(k)))
             same(g(batch), host(lin(batch.x).detach()))
@@ -1566,7 +1646,7 @@ def test_python_state_of_arguments_found_by_a_fourth_review():
     g = lp.compile(lambda x, s: x * s.scale, fuse=False)
     h = lp.compile(lambda x, cfg: x * cfg.train.scale, fuse=False)
     d = lp.compile(lambda fr: fr[0] + fr[1], fuse=False)
-    with pytest.warns(RuntimeWarning, match="attribute its code reads was set"):
+    with pytest.warns(RuntimeWarning, match=ATTRIBUTE_SET):
         for k in range(3):  # a slot, an attribute's attribute and a deque's items, set by the caller
             slotted.scale, nested.train.scale = float(k + 1), float(k + 2)
             frames.append(Tensor(np.full(2, float(k))))
@@ -4030,6 +4110,47 @@ def test_a_padded_target_computed_in_a_later_micro_batch(case):
     else:
         assert compiled.calls == {"traced": 1, "replayed": 0, "eager": 3}
         assert len(messages) == 1 and "decides a path" in messages[0]
+
+
+def test_a_moved_check_of_state_follows_an_argument_the_call_writes():
+    """The targets of a second micro-batch computed from a state tensor (``labels[2:] *
+    1``), checked after the call wrote an argument: a replay whose argument is a view of
+    that state (``labels[2:]``) runs eagerly, as the write pads a target eager code
+    then masks (a review found a replay training on the stale targets, silently); one
+    whose argument is a tensor of its own replays (the trace kept no argument alive,
+    which had made such a step trace twice, then run eagerly)."""
+    def setup():
+        lp.manual_seed(0)
+        model = nn.Linear(3, 4, dtype="float64")
+        opt = lp.optim.SGD(model.parameters(), lr=0.1)
+        labels = lp.asarray(np.array([1, 2, 3, 1]))
+
+        def step(x, a):
+            opt.zero_grad()
+            first = nn.functional.cross_entropy(model(x), labels[:2] * 1, ignore_index=0)
+            first.backward()
+            with lp.no_grad():
+                a.sub_(1)
+            second = nn.functional.cross_entropy(model(x), labels[2:] * 1, ignore_index=0)
+            second.backward()
+            opt.step()
+            return first.detach() + second.detach()
+
+        return model, labels, step
+
+    (eager_model, eager_labels, eager), (model, labels, compiled) = setup(), setup()
+    compiled = lp.compile(compiled, fuse=False)
+    x = Tensor(np.arange(6.0).reshape(2, 3))
+    for k in range(4):
+        a, b = (lp.asarray(np.array([5, 5])) for _ in range(2))
+        if k == 2:
+            a, b = eager_labels[2:], labels[2:]
+        same(compiled(x, b), eager(x, a))
+        for p, q in zip(model.parameters(), eager_model.parameters()):
+            same(p, q)
+        for t in (labels, eager_labels):  # (the call wrote them through the view: a pad, back to 3, 1)
+            t[2:] = lp.asarray(np.array([3, 1]))
+    assert compiled.calls == {"traced": 1, "replayed": 2, "eager": 1}
 
 
 @pytest.mark.parametrize("case", ["a post-accumulate hook writes it", "the argument is a view of it"])
