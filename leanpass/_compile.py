@@ -1518,7 +1518,7 @@ def _checks_first(events: list, args: list):
     """``(events, late, guards)``: ``events`` with each check of values from outside the
     call (an argument's, a state tensor's: class indices, a mask found causal), or of
     values the call computed from those by operations (a later micro-batch's targets,
-    ``y[2:4]``: the operations move with it, :func:`_movable`), moved to the front,
+    ``y[2:4]``: the operations and constants move with it, :func:`_movable`), moved to the front,
     where nothing before it could have changed them: no in-place change of one of them
     or of memory it shares (a view, a second name), nor of the computed value, nor of a
     value of the call that may be a view of one; no step given one of them or its
@@ -1570,6 +1570,8 @@ def _checks_first(events: list, args: list):
                 late = getattr(getattr(event[1], "func", event[1]), "__name__", "a check")
         elif kind == "op":
             made[event[5]] = event
+        elif kind == "const":  # (a tensor made in the call from host values: the same at every replay)
+            made[event[2]] = event
         elif kind == "inplace" and not event[7]:  # (not the call's own memory)
             target = tensor(event[1])
             if target is None:  # a value of the call: it may be a view of an argument, or of a state tensor
@@ -1600,6 +1602,8 @@ def _operands(event) -> tuple:
     operation's parameters (an index tensor's)."""
     if event[0] == "check":
         return event[2]
+    if event[0] == "const":
+        return ()
     recipe = event[3]
     return event[2] + (tuple(a for _, a in recipe.arrays) if type(recipe) is _Recipe else ())
 

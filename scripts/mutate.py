@@ -1173,6 +1173,9 @@ MUTANTS = [
     Mutant("host-draw-global-always", "leanpass/_compile.py",
            "        if (\"random\" in own and any(v is np for v in named)) or any(v is np.random for v in named):",
            "        if True:", ("tests/test_compile.py",), "a hook's np.random draw makes every step run eagerly"),
+    Mutant("check-moves-without-its-constants", "leanpass/_compile.py",
+           "            made[event[2]] = event", "            pass",
+           ("tests/test_compile.py",), "targets indexed by positions made in the call: the step runs eagerly"),
 ]
 
 
