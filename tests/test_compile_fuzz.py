@@ -393,19 +393,22 @@ SEQUENCE_BLOCKS = ["layer_norm", "attention", "causal attention", "encoder", "gr
 
 @st.composite
 def models(draw):
-    """``(kind, blocks, optimizer, scheduler, eval call)``: an image model (a (4, 3, 8,
-    8) input) or a sequence model (token ids (4, 5)), each ending in a classifier of 3
-    classes."""
+    """``(kind, blocks, optimizer, scheduler, micro-batches, eval call)``: an image model
+    (a (4, 3, 8, 8) input) or a sequence model (token ids (4, 5)), each ending in a
+    classifier of 3 classes, trained on the batch or on its two halves (gradient
+    accumulation: the second half's targets are checked after the first's backward
+    pass), with a padded target (``ignore_index``) at the last call or not."""
     kind = draw(st.sampled_from(["image", "sequence"]), label="kind")
     pool = IMAGE_BLOCKS if kind == "image" else SEQUENCE_BLOCKS
     blocks = draw(st.lists(st.sampled_from(pool), min_size=1, max_size=5), label="blocks")
     optimizer = draw(st.sampled_from(["sgd", "nesterov", "adam", "adamw", "rmsprop"]), label="optimizer")
     scheduler = draw(st.sampled_from(["none", "step", "cosine"]), label="scheduler")
-    return kind, blocks, optimizer, scheduler, draw(st.sampled_from([None, 1, 2]), label="eval call")
+    micro = draw(st.sampled_from(["one", "two", "two, padded at the last call"]), label="micro-batches")
+    return kind, blocks, optimizer, scheduler, micro, draw(st.sampled_from([None, 1, 2]), label="eval call")
 
 
 def _model_world(spec, device):
-    kind, blocks, optimizer, scheduler, _ = spec
+    kind, blocks, optimizer, scheduler, micro, _ = spec
     lp.manual_seed(3)
     layers = []
     if kind == "image":
@@ -460,8 +463,15 @@ def _model_world(spec, device):
 
     def step(x, y):
         opt.zero_grad()
-        loss = F.cross_entropy(model(x), y, label_smoothing=0.1)
-        loss.backward()
+        if micro == "one":
+            loss = F.cross_entropy(model(x), y, label_smoothing=0.1)
+            loss.backward()
+        else:  # two micro-batches, their gradients accumulated
+            half, loss = x.shape[0] // 2, 0.0
+            for part in (slice(0, half), slice(half, None)):
+                part_loss = F.cross_entropy(model(x[part]), y[part], ignore_index=-100) / 2
+                part_loss.backward()
+                loss = loss + part_loss.detach()
         opt.step()
         return loss.detach()
 
@@ -510,7 +520,8 @@ class _Sequence(nn.Module):
 @pytest.mark.parametrize("fuse", [False, True])
 def test_a_compiled_random_models_step_is_the_eager_one(device, fuse):
     """Random models (convolutions, normalisations, pooling, attention, a GRU, dropout)
-    trained by a compiled step and an eager one, with a scheduler stepped between calls,
+    trained by a compiled step and an eager one (on the batch, or on two micro-batches
+    whose second may hold a padded target at the last call), with a scheduler stepped between calls,
     an evaluation forward at one of them and a smaller batch at the third: the same
     losses, parameters, buffers and optimizer state after each call."""
     @settings(max_examples=25 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -528,7 +539,10 @@ def test_a_compiled_random_models_step_is_the_eager_one(device, fuse):
                     x = Tensor(rng.normal(size=(batch, 3, 8, 8)), device=device)
                 else:
                     x = lp.asarray(rng.integers(0, 10, size=(batch, 5)), device=device)
-                y = lp.asarray(rng.integers(0, 3, size=batch), device=device)
+                y = rng.integers(0, 3, size=batch)
+                if call == CALLS - 1 and spec[4].endswith("padded at the last call"):
+                    y[-1] = -100  # (a padded target in the second micro-batch: that call runs eagerly)
+                y = lp.asarray(y, device=device)
                 lp.manual_seed(call)
                 want = eager(x, y)
                 lp.manual_seed(call)
