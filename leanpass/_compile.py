@@ -190,51 +190,57 @@ def _host_generators(function, objects) -> list:
     as far as its code shows: those among the values it names (closure cells, globals,
     default arguments) and ``objects`` (its arguments, its owner), the generators behind
     the bound methods there (``from random import gauss``), the ones their attributes
-    named in the code hold (``self.rng``, ``cfg.aug.rng``, two levels), NumPy's and
-    Python's global ones where the code names ``np.random`` or ``random``; and so on
-    through the Python functions it names (a script's ``mixup`` helper, ``self.forward``),
-    three levels deep, not LeanPass's own. What a trace saw drawn from one runs eagerly
-    (:func:`_host_draws`); a generator a helper reaches another way is not seen."""
-    found, seen, todo = [], set(), [(function, 0)]
-    names = set()
-    values = list(objects)
-    while todo:
-        fn, depth = todo.pop()
-        code = getattr(fn, "__code__", None)
-        if code is None or id(code) in seen or code.co_filename.startswith(_PACKAGE) and depth:
-            continue
-        seen.add(id(code))
-        own = _attribute_names(fn)
-        names |= own
-        cells, globals_ = _names_seen(fn)
-        named = [*_values((cells, globals_)), *(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values()]
-        if ("random" in own and any(v is np for v in named)) or any(v is np.random for v in named):
-            values.append(np.random.mtrand._rand)  # (np.random.beta: the legacy global generator)
-        if any(v is random for v in named):
-            values.append(random._inst)
-        values += named
-        if depth < 3:
-            todo += [(v, depth + 1) for v in named if isinstance(v, types.FunctionType)]
-            todo += [(getattr(type(o), n, None), depth + 1) for o in objects for n in own
-                     if isinstance(getattr(type(o), n, None), types.FunctionType)]  # (self.forward)
-            for model in (v for v in (*named, *objects) if isinstance(v, Module)):  # (a Mixup layer inside)
-                layers = list(model.modules())
-                values += layers
-                todo += [(getattr(type(m), "forward", None), depth + 1) for m in layers]
-    for _ in range(3):  # the values, their attributes named in the code, theirs
-        more = []
-        for v in values:
-            v = getattr(v, "__self__", v) if isinstance(v, types.BuiltinMethodType) else v
-            if isinstance(v, _GENERATORS):
-                if all(g is not v for g in found):
+    named in the code hold (``self.rng``, ``cfg.aug.rng``, ``self.rngs[0]``: two levels),
+    NumPy's and Python's global ones where the code names ``np.random`` or ``random``;
+    and so on through the Python functions it names (a script's ``mixup`` helper,
+    ``self.forward``), three levels deep, not LeanPass's own, and the ``forward`` of the
+    layers of every model reached (``self.model``'s). What a trace saw drawn from one
+    runs eagerly (:func:`_host_draws`); a generator a helper reaches another way is not
+    seen."""
+    seen, names, roots, todo = set(), set(), list(objects), [(function, 0)]
+    for _ in range(8):  # functions read -> values they name -> models among them -> their layers' forward
+        while todo:
+            fn, depth = todo.pop()
+            code = getattr(fn, "__code__", None)
+            if code is None or id(code) in seen or code.co_filename.startswith(_PACKAGE) and depth:
+                continue
+            seen.add(id(code))
+            own = _attribute_names(fn)
+            names |= own
+            named = [*_values(_names_seen(fn)), *(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values()]
+            if ("random" in own and any(v is np for v in named)) or any(v is np.random for v in named):
+                roots.append(np.random.mtrand._rand)  # (np.random.beta: the legacy global generator)
+            if any(v is random for v in named):
+                roots.append(random._inst)
+            roots += named
+            if depth < 3:
+                todo += [(v, depth + 1) for v in named if isinstance(v, types.FunctionType)]
+                todo += [(getattr(type(o), n, None), depth + 1) for o in objects for n in own
+                         if isinstance(getattr(type(o), n, None), types.FunctionType)]  # (self.forward)
+        found, values, reached = [], list(roots), set()
+        for _ in range(4):  # the values, their attributes named in the code, theirs (a model's layers': one more)
+            more = []
+            for v in values:
+                v = getattr(v, "__self__", v) if isinstance(v, types.BuiltinMethodType) else v
+                if id(v) in reached:
+                    continue
+                reached.add(id(v))
+                if isinstance(v, _GENERATORS):
                     found.append(v)
-            elif isinstance(v, (list, tuple)):  # (self.rngs[0])
-                more += v[:64]
-            elif isinstance(v, dict):
-                more += list(v.values())[:64]
-            elif not isinstance(v, (types.ModuleType, type, Tensor, types.FunctionType)):
-                more += _attributes([v], names)
-        values = more
+                elif isinstance(v, (list, tuple)):  # (self.rngs[0])
+                    more += v[:64]
+                elif isinstance(v, dict):
+                    more += list(v.values())[:64]
+                elif isinstance(v, Module):  # (a Mixup layer inside: its forward, its attributes)
+                    layers = list(v.modules())
+                    todo += [(f, 1) for f in {type(m).forward for m in layers}
+                             if id(getattr(f, "__code__", None)) not in seen]
+                    more += [a for m in layers for a in _attributes([m], names)]
+                elif not isinstance(v, (types.ModuleType, type, Tensor, types.FunctionType)):
+                    more += _attributes([v], names)
+            values = more
+        if not todo:
+            return found
     return found
 
 
@@ -515,35 +521,98 @@ def _python_state(value, objects, names=None) -> list:
         if isinstance(obj, (collections.deque, set, frozenset)):  # (a deque of the last frames: its items)
             state.append((obj, tuple(obj)))
             continue
-        attrs = dict(getattr(obj, "__dict__", None) or {})
-        for slot in _slots(type(obj)):
-            if hasattr(obj, slot):
-                attrs[slot] = getattr(obj, slot)
-        if names is not None:  # (read through the class: cfg.scale where Cfg.scale = 2.0; set on it later)
-            attrs = {k: v for k, v in attrs.items() if k in names}
-            found = set(attrs)
-            for base in type(obj).__mro__:  # (class_attribute's, for the names alone: the first base decides)
-                for name in base.__dict__.keys() & names:
-                    if name not in found:
-                        found.add(name)
-                        value = base.__dict__[name]
-                        if not hasattr(type(value), "__get__"):  # (not a method, a property)
-                            attrs[name] = value
+        try:
+            attrs = _object_attributes(obj, names)
+        except Exception:  # (a proxy whose attributes raise outside its context: nothing to compare)
+            continue
         # (each plain object, also with none of those attributes yet: one set on it later is a change)
         state.append((obj, tuple(itertools.chain.from_iterable(attrs.items()))))
-        stack.extend(v for v in attrs.values() if hasattr(v, "__dict__") or hasattr(type(v), "__slots__")
-                     or isinstance(v, (collections.deque, set, frozenset)))
+        for v in attrs.values():
+            if isinstance(v, (list, dict)):  # (cfg.w[0] = 3.0: its items)
+                state.append((v, items_of(v)))
+            elif hasattr(v, "__dict__") or hasattr(type(v), "__slots__") or isinstance(
+                    v, (collections.deque, set, frozenset)):
+                stack.append(v)
     return state
 
 
-def _plain_objects(values) -> list:
-    """The plain objects among ``values`` (what the function's code names: a global
-    ``cfg``), whose attributes the code reads are checked as an argument's: not
-    modules of code, classes, functions, Modules, Tensors, containers, numbers."""
-    return [v for v in values
-            if (hasattr(v, "__dict__") or hasattr(type(v), "__slots__")) and not isinstance(
-                v, (types.ModuleType, type, types.FunctionType, types.MethodType, types.BuiltinFunctionType,
-                    functools.partial, Module, Tensor, list, tuple, dict))]
+def _object_attributes(obj, names) -> dict:
+    """The attributes of the plain object ``obj`` a call's code names (``names``; None:
+    all): its own (``__dict__``, slots), or its class's plain values (``Cfg.scale =
+    2.0``: the first base that has the name decides). All of its own where the code
+    cannot tell which it reads: a property among the names, a ``__getattr__`` (its
+    values kept elsewhere, as an attribute dict's)."""
+    cls = type(obj)
+    own = getattr(obj, "__dict__", None)
+    own = own if isinstance(own, dict) else {}
+    attrs, whole = {}, names is None or getattr(cls, "__getattr__", None) is not None
+    if names is not None:
+        found = set()
+        for base in cls.__mro__:
+            for name in base.__dict__.keys() & names:
+                if name not in found:
+                    found.add(name)
+                    value = base.__dict__[name]
+                    if not hasattr(type(value), "__get__"):
+                        attrs[name] = value
+                    elif not isinstance(value, (types.FunctionType, staticmethod, classmethod)):
+                        whole = True  # (a property: what it reads is not among the names)
+    attrs.update(own if whole else ((k, own[k]) for k in own.keys() & names))
+    for slot in _slots(cls):
+        if (whole or slot in names) and hasattr(obj, slot):
+            attrs[slot] = getattr(obj, slot)
+    return attrs
+
+
+def _named_objects(fn) -> list:
+    """``(object, names)`` for the plain objects ``fn`` reads by name (a global ``cfg``, a
+    closure's): the attributes its code loads right on that name (``cfg.scale``,
+    ``cfg.train``: not ``opt.step``'s ``step``), whose values a replay checks (an
+    object found on one of them, ``cfg.train``, with all the names its code names). Not
+    modules of code, classes, functions, Modules, Tensors, containers."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return []
+    values = {}
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        try:
+            values[name] = cell.cell_contents
+        except ValueError:  # (an empty cell)
+            pass
+    values.update((name, namespace[name]) for namespace, name in _names_seen(fn)[1] if name in namespace)
+    loaded: dict = {}
+    for c in _codes(code):
+        previous = None
+        for ins in dis.get_instructions(c):
+            if previous is not None and ins.opname in ("LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR"):
+                loaded.setdefault(previous, set()).add(ins.argval)
+            previous = ins.argval if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF") else None
+    return [(values[name], frozenset(attrs)) for name, attrs in loaded.items()
+            if name in values and _plain(values[name])]
+
+
+def _codes(code) -> list:
+    """``code`` and the code nested in it (comprehensions, lambdas, functions)."""
+    found, stack = [], [code]
+    while stack:
+        c = stack.pop()
+        found.append(c)
+        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    return found
+
+
+def _plain(value) -> bool:
+    try:
+        return (hasattr(value, "__dict__") or hasattr(type(value), "__slots__")) and not isinstance(
+            value, (types.ModuleType, type, types.FunctionType, types.MethodType, types.BuiltinFunctionType,
+                    functools.partial, Module, Tensor, list, tuple, dict))
+    except Exception:  # (a proxy whose attributes raise outside its context)
+        return False
+
+
+def _named_state(named) -> list:
+    """:func:`_python_state` of :func:`_named_objects`' objects, each with its names."""
+    return [item for obj, names in named for item in _python_state((), [obj], names)]
 
 
 @functools.cache
@@ -2126,7 +2195,8 @@ class Compiled:
             return self.fn(*args, **kwargs)
         if not entry.fits() or not all(map(_same, _values(self._names), entry.names)):
             return self._trace(key, tensors, objects, args, kwargs)
-        if entry.object_state and not _same_state(entry.object_state, self._object_state(entry.objects)):
+        if (entry.object_state and not _same_state(entry.object_state, self._object_state(entry.objects))) or (
+                entry.named and not _same_state(entry.named_state, _named_state(entry.named))):
             self._warn("traced again: an attribute its code reads, of an argument or of an object it names (a "
                        "global cfg), was set since the last call", "the call")
             return self._trace(key, tensors, objects, args, kwargs)
@@ -2156,8 +2226,8 @@ class Compiled:
         modules, names = _MODULE_CHANGES[0], _values(self._names)
         # Python state the call may change: snapshots first (they hold the objects: the
         # references the tracer counts below, before and after the call, include theirs)
-        objects = [*objects, *_plain_objects(names)]  # (cfg.t, cfg.scale: a global's attributes, as an argument's)
-        python = _python_state((args, kwargs), [*objects, *self._owners], self._attrs)
+        named = _named_objects(self._function)  # (cfg.t, cfg.scale: a global object's attributes)
+        python = _python_state((args, kwargs), [*objects, *self._owners], self._attrs) + _named_state(named)
         given = [v for v in (*objects, *self._owners) if isinstance(v, Module)]  # (a model passed in, a method's own)
         members = _named_members(names) + _named_members(given)
         tracer = Tracer(tensors)
@@ -2192,7 +2262,9 @@ class Compiled:
         if any(value is t for value in names for t in tensors):  # one object, two roles: a replay would merge them
             tracer.unsupported("an argument the function also reads by name (a global or closure variable)")
         changed = None  # Python state the call changed that a replay would leave as it is
-        if not _same_state(python, _python_state((args, kwargs), [*objects, *self._owners], self._attrs)):
+        named_state = _named_state(named)
+        if not _same_state(python, _python_state((args, kwargs), [*objects, *self._owners], self._attrs)
+                           + named_state):
             changed = "a list or dict argument, or an argument's attribute, changed by the function (lst.pop(), " \
                       "d[key] = v, self.steps += 1)"
         elif not all(unchanged(c, items) for c, items in members):
@@ -2220,6 +2292,7 @@ class Compiled:
         if plan is not None:
             plan.names = names
             plan.objects = objects
+            plan.named, plan.named_state = named, named_state
             plan.object_state = self._object_state(objects)  # (what a caller may
             plan.member_lists = plan.member_lists + members  # change between calls)
         if plan is None:

@@ -602,6 +602,47 @@ def test_a_global_objects_attribute_set_between_calls_traces_again():
     assert f.calls == {"traced": 3, "replayed": 2, "eager": 0}
 
 
+class _Settings:
+    """Values kept in a dict and served by ``__getattr__`` (an EasyDict-like config)."""
+
+    def __init__(self, **values):
+        self._values = values
+
+    def __getattr__(self, name):
+        try:
+            return self.__dict__["_values"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+SETTINGS = _Settings(scale=2.0)
+TICKER = collections.Counter()
+
+
+def test_what_a_global_object_holds_is_checked_as_the_code_reads_it():
+    """The attributes loaded right on a global object's name are checked: not another
+    object's of the same name (``CONFIG.step``, a loop's counter, beside a call of
+    ``TICKER.update``'s kind), the items of a list attribute (``CONFIG.weights[0] =
+    3.0``), and all of an object served by ``__getattr__``."""
+    CONFIG.scale, CONFIG.weights, CONFIG.update = 2.0, [1.0], 0
+    def step(x):
+        TICKER.update()
+        return (x * CONFIG.scale * CONFIG.weights[0] * SETTINGS.scale).sum()
+
+    f = lp.compile(step, fuse=False)
+    x = Tensor(np.ones(3))
+    for k in range(3):
+        CONFIG.update = k  # (named like TICKER's method the code calls: not read on CONFIG)
+        assert float(f(x)) == 12.0
+    assert f.calls == {"traced": 1, "replayed": 2, "eager": 0}
+    with pytest.warns(RuntimeWarning, match=ATTRIBUTE_SET):
+        CONFIG.weights[0] = 3.0
+        assert float(f(x)) == 36.0
+        SETTINGS._values["scale"] = 1.0
+        assert float(f(x)) == 18.0
+    assert f.calls == {"traced": 3, "replayed": 2, "eager": 0}
+
+
 def test_an_argument_attribute_read_through_its_class_is_checked():
     """``c.scale`` where the trace found it on the class: set later on the object, or
     changed on the class, it traces again (a replay kept the trace's value before)."""
@@ -1220,6 +1261,16 @@ class _MixupLayer(nn.Module):
 _MIXUP_MODEL = nn.Sequential(nn.Identity(), _MixupLayer())
 
 
+class _Trainer:
+    """A class-based trainer whose model holds a layer with its own generators."""
+
+    def __init__(self):
+        self.model = nn.Sequential(nn.Identity(), _MixupLayer())
+
+    def step(self, x):
+        return self.model(x).sum()
+
+
 _DRAWING_STEPS = {  # (each its own code: what a step's code names decides which generators are compared)
     "np.random": lambda x: (x * np.random.beta(0.4, 0.4)).sum(),  # noqa: NPY002 - the legacy global generator
     "random": lambda x: (x * random.random()).sum(),
@@ -1227,6 +1278,7 @@ _DRAWING_STEPS = {  # (each its own code: what a step's code names decides which
     "the object's Generator": _Mixup().step,
     "a helper function": lambda x: (x * _mixup_weight()).sum(),
     "a layer of a model": lambda x: _MIXUP_MODEL(x).sum(),
+    "a layer of a trainer's model": _Trainer().step,
     "random.SystemRandom": lambda x: (x * _SYSTEM_RNG.random()).sum(),  # (no state: counts as drawn from)
 }
 
@@ -4000,15 +4052,21 @@ def test_a_check_after_an_in_place_change_through_a_view_stays_in_its_place():
     assert compiled.calls == {"traced": 1, "replayed": 1, "eager": 0}  # (the third raised in its replay)
 
 
-def test_a_mask_made_in_the_step_and_found_causal_after_a_change_of_state_runs_eagerly():
-    """Whether a mask is causal decides a path (never an error): where a replay could
-    only check it after the call changed state (a mask the step computes, after
-    BatchNorm's statistics moved), the call runs eagerly, with a warning."""
+@pytest.mark.parametrize("case", ["computed from the argument", "computed from a random draw"])
+def test_a_mask_made_in_the_step_and_found_causal_after_a_change_of_state(case):
+    """Whether a mask is causal decides a path (never an error), checked after the call
+    changed state (BatchNorm's statistics moved). A mask the step computes from its
+    argument is checked first, with the operations computing it: the step replays, and
+    the call whose mask is not causal runs eagerly before changing anything. One that
+    also depends on a random draw cannot be checked first: the call runs eagerly from
+    the trace on, with a warning."""
     def setup():
         lp.manual_seed(0)
         model = _NormedEncoder()
 
         def step(x, blocked):
+            if case.endswith("draw"):
+                blocked = blocked | (lp.rand(5, 5) > 2.0)  # (never: a draw the mask depends on)
             mask = lp.where(blocked, lp.asarray(-np.inf), 0.0)
             with lp.no_grad():
                 return model(x, mask)[..., 0].sum()
@@ -4021,12 +4079,18 @@ def test_a_mask_made_in_the_step_and_found_causal_after_a_change_of_state_runs_e
     causal = np.triu(np.ones((5, 5), bool), 1)
     other = causal.copy()
     other[4, 0] = True
-    with pytest.warns(RuntimeWarning, match="decides a path"):
-        for blocked in (causal, causal, other):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for blocked in (causal, causal, other, causal):
             x = lp.asarray(rng.normal(size=(5, 2, 8)))
             np.testing.assert_array_equal(host(compiled(x, lp.asarray(blocked))), host(eager(x, lp.asarray(blocked))))
     np.testing.assert_array_equal(host(model.bn.running_mean), host(eager_model.bn.running_mean))
-    assert compiled.calls == {"traced": 1, "replayed": 0, "eager": 2}
+    messages = [str(w.message) for w in caught if "lp.compile" in str(w.message)]
+    if case.endswith("draw"):
+        assert len(messages) == 1 and "decides a path" in messages[0]
+        assert compiled.calls == {"traced": 1, "replayed": 0, "eager": 3}
+    else:
+        assert not messages and compiled.calls == {"traced": 1, "replayed": 2, "eager": 1}
 
 
 def test_a_mask_made_in_the_step_before_any_change_of_state_replays():
