@@ -202,9 +202,11 @@ def _host_generators(function, objects) -> list:
         while todo:
             fn, depth = todo.pop()
             code = getattr(fn, "__code__", None)
-            if code is None or id(code) in seen or code.co_filename.startswith(_PACKAGE) and depth:
+            if code is None or id(code) in seen:
                 continue
             seen.add(id(code))
+            if depth and code.co_filename.startswith(_PACKAGE):  # (LeanPass's own draw on LeanPass's generator)
+                continue
             own = _attribute_names(fn)
             names |= own
             named = [*_values(_names_seen(fn)), *(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values()]
@@ -232,10 +234,11 @@ def _host_generators(function, objects) -> list:
                 elif isinstance(v, dict):
                     more += list(v.values())[:64]
                 elif isinstance(v, Module):  # (a Mixup layer inside: its forward, its attributes)
-                    layers = list(v.modules())
+                    layers = [m for m in v.modules() if m is v or id(m) not in reached]
+                    reached.update(map(id, layers))
                     todo += [(f, 1) for f in {type(m).forward for m in layers}
                              if id(getattr(f, "__code__", None)) not in seen]
-                    more += [a for m in layers for a in _attributes([m], names)]
+                    more += [a for a in _attributes(layers, names) if not isinstance(a, Module)]
                 elif not isinstance(v, (types.ModuleType, type, Tensor, types.FunctionType)):
                     more += _attributes([v], names)
             values = more
