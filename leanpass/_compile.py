@@ -569,10 +569,10 @@ def _object_attributes(obj, names) -> dict:
 
 def _named_objects(fn) -> list:
     """``(object, names)`` for the plain objects ``fn`` reads by name (a global ``cfg``, a
-    closure's): the attributes its code loads right on that name (``cfg.scale``,
-    ``cfg.train``: not ``opt.step``'s ``step``), whose values a replay checks (an
-    object found on one of them, ``cfg.train``, with all the names its code names). Not
-    modules of code, classes, functions, Modules, Tensors, containers."""
+    closure's): the attributes its code loads on that name, and on those in a chain
+    (``cfg.scale``, ``cfg.train.lr``: not ``opt.step``'s ``step``, nor ``cfg.opt.step()``'s),
+    whose values a replay checks. Not modules of code, classes, functions, Modules,
+    Tensors, containers."""
     code = getattr(fn, "__code__", None)
     if code is None:
         return []
@@ -585,11 +585,20 @@ def _named_objects(fn) -> list:
     values.update((name, namespace[name]) for namespace, name in _names_seen(fn)[1] if name in namespace)
     loaded: dict = {}
     for c in _codes(code):
-        previous = None
+        root = chain = None  # the name loaded, and whether attributes are being loaded on it (cfg.train.lr)
         for ins in dis.get_instructions(c):
-            if previous is not None and ins.opname in ("LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR"):
-                loaded.setdefault(previous, set()).add(ins.argval)
-            previous = ins.argval if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF") else None
+            method = ins.opname == "LOAD_METHOD" or (ins.opname == "LOAD_ATTR" and sys.version_info >= (3, 12)
+                                                      and ins.arg & 1)
+            if root is not None and ins.opname in ("LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR") and (
+                    not chain or not method):  # (cfg.train.lr: train and lr; cfg.opt.step(): opt alone)
+                loaded.setdefault(root, set()).add(ins.argval)
+                chain = ins.opname == "LOAD_ATTR" and not method
+                root = root if chain else None
+            elif root is not None and ins.opname in ("COPY", "DUP_TOP") and not chain:
+                pass  # (cfg.calls += 1: the object copied, then its attribute loaded, changed and stored)
+            else:
+                root = ins.argval if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF") else None
+                chain = False
     return [(values[name], frozenset(attrs)) for name, attrs in loaded.items()
             if name in values and _plain(values[name])]
 
@@ -1882,7 +1891,8 @@ class Plan:
         self.replays += 1
         for read, written in self.guards:  # (a moved check would read a tensor before the call writes it)
             if _share_memory(*(args[ref] if kind == ARG else ref for kind, ref in (read, written))):
-                raise _Retry("an argument shares memory with a tensor the call writes before it checks the argument")
+                raise _Retry("an argument shares memory with a tensor a moved check reads, or one the call writes "
+                             "before the check's place")
         if self._to_fuse is not None:
             self._fuse()
         if self.replays == COMPILE_AFTER and self.runs:  # a plan replayed again: worth compiling its runs
@@ -2268,8 +2278,8 @@ class Compiled:
         named_state = _named_state(named)
         if not _same_state(python, _python_state((args, kwargs), [*objects, *self._owners], self._attrs)
                            + named_state):
-            changed = "a list or dict argument, or an argument's attribute, changed by the function (lst.pop(), " \
-                      "d[key] = v, self.steps += 1)"
+            changed = "a list or dict argument, or an attribute of an argument or of an object the function names, " \
+                      "changed by the function (lst.pop(), d[key] = v, self.steps += 1, cfg.calls += 1)"
         elif not all(unchanged(c, items) for c, items in members):
             changed = "a list or dict of tensors or modules the function reads by name, changed by it " \
                       "(history.append(loss), a module's list of layers)"

@@ -619,15 +619,33 @@ SETTINGS = _Settings(scale=2.0)
 TICKER = collections.Counter()
 
 
+def test_a_global_objects_attribute_the_function_changes_runs_it_eagerly():
+    """``CONFIG.calls += 1`` inside the function: a replay would not count, so the call
+    runs eagerly (after one more trace), and the count is eager's."""
+    CONFIG.calls = 0
+
+    def step(x):
+        CONFIG.calls += 1
+        return x * 2.0
+
+    f = lp.compile(step, fuse=False)
+    with pytest.warns(RuntimeWarning, match="an attribute of an argument or of an object the function names"):
+        for _ in range(4):
+            f(Tensor(np.ones(2)))
+    assert CONFIG.calls == 4 and f.calls["replayed"] == 0
+
+
 def test_what_a_global_object_holds_is_checked_as_the_code_reads_it():
     """The attributes loaded right on a global object's name are checked: not another
     object's of the same name (``CONFIG.step``, a loop's counter, beside a call of
     ``TICKER.update``'s kind), the items of a list attribute (``CONFIG.weights[0] =
     3.0``), and all of an object served by ``__getattr__``."""
-    CONFIG.scale, CONFIG.weights, CONFIG.update = 2.0, [1.0], 0
+    CONFIG.scale, CONFIG.weights, CONFIG.update, CONFIG.train = 2.0, [1.0], 0, _Config()
+    CONFIG.train.lr = 1.0
+
     def step(x):
         TICKER.update()
-        return (x * CONFIG.scale * CONFIG.weights[0] * SETTINGS.scale).sum()
+        return (x * CONFIG.scale * CONFIG.weights[0] * SETTINGS.scale * CONFIG.train.lr).sum()
 
     f = lp.compile(step, fuse=False)
     x = Tensor(np.ones(3))
@@ -640,7 +658,9 @@ def test_what_a_global_object_holds_is_checked_as_the_code_reads_it():
         assert float(f(x)) == 36.0
         SETTINGS._values["scale"] = 1.0
         assert float(f(x)) == 18.0
-    assert f.calls == {"traced": 3, "replayed": 2, "eager": 0}
+        CONFIG.train.lr = 0.5  # (an attribute of an attribute)
+        assert float(f(x)) == 9.0
+    assert f.calls == {"traced": 4, "replayed": 2, "eager": 0}
 
 
 def test_an_argument_attribute_read_through_its_class_is_checked():
