@@ -223,7 +223,8 @@ def _host_generators(function, objects) -> list:
         for _ in range(4):  # the values, their attributes named in the code, theirs (a model's layers': one more)
             more = []
             for v in values:
-                v = getattr(v, "__self__", v) if isinstance(v, types.BuiltinMethodType) else v
+                if isinstance(v, (types.BuiltinMethodType, types.MethodType)):  # (from random import gauss)
+                    v = v.__self__
                 if id(v) in reached:
                     continue
                 reached.add(id(v))
@@ -531,10 +532,10 @@ def _python_state(value, objects, names=None) -> list:
         # (each plain object, also with none of those attributes yet: one set on it later is a change)
         state.append((obj, tuple(itertools.chain.from_iterable(attrs.items()))))
         for v in attrs.values():
-            if isinstance(v, (list, dict)):  # (cfg.w[0] = 3.0: its items)
-                state.append((v, items_of(v)))
-            elif hasattr(v, "__dict__") or hasattr(type(v), "__slots__") or isinstance(
-                    v, (collections.deque, set, frozenset)):
+            kind = type(v)  # (not isinstance: a proxy's __class__ may raise outside its context)
+            if issubclass(kind, (list, dict)):  # (cfg.w[0] = 3.0: its items; a long list's length alone)
+                state.append((v, items_of(v) if len(v) <= 256 else (len(v),)))
+            elif issubclass(kind, (collections.deque, set, frozenset)) or _plain(v):
                 stack.append(v)
     return state
 
@@ -571,8 +572,10 @@ def _named_objects(fn) -> list:
     """``(object, names)`` for the plain objects ``fn`` reads by name (a global ``cfg``, a
     closure's): the attributes its code loads on that name, and on those in a chain
     (``cfg.scale``, ``cfg.train.lr``: not ``opt.step``'s ``step``, nor ``cfg.opt.step()``'s),
-    whose values a replay checks. Not modules of code, classes, functions, Modules,
-    Tensors, containers."""
+    whose values a replay checks; all of them (None) where the code calls one of its
+    methods (``logger.log()``, ``pbar.update(1)``: what the method reads or sets is not in
+    the code), but for the steps a replay calls again (a scheduler's ``step``). Not
+    modules of code, classes, functions, Modules, Tensors, containers."""
     code = getattr(fn, "__code__", None)
     if code is None:
         return []
@@ -584,23 +587,31 @@ def _named_objects(fn) -> list:
             pass
     values.update((name, namespace[name]) for namespace, name in _names_seen(fn)[1] if name in namespace)
     loaded: dict = {}
+    called: dict = {}  # the methods the code calls on a name's object
     for c in _codes(code):
         root = chain = None  # the name loaded, and whether attributes are being loaded on it (cfg.train.lr)
         for ins in dis.get_instructions(c):
             method = ins.opname == "LOAD_METHOD" or (ins.opname == "LOAD_ATTR" and sys.version_info >= (3, 12)
                                                       and ins.arg & 1)
-            if root is not None and ins.opname in ("LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR") and (
+            if root is not None and ins.opname in ("LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR", "DELETE_ATTR") and (
                     not chain or not method):  # (cfg.train.lr: train and lr; cfg.opt.step(): opt alone)
                 loaded.setdefault(root, set()).add(ins.argval)
+                if method and not chain:  # (logger.log(), pbar.update(1): what the method reads or sets is unseen)
+                    called.setdefault(root, set()).add(ins.argval)
                 chain = ins.opname == "LOAD_ATTR" and not method
                 root = root if chain else None
-            elif root is not None and ins.opname in ("COPY", "DUP_TOP") and not chain:
-                pass  # (cfg.calls += 1: the object copied, then its attribute loaded, changed and stored)
+            elif root is not None and ins.opname in ("COPY", "DUP_TOP", "EXTENDED_ARG"):
+                pass  # (cfg.calls += 1, cfg.a.b += 1: the object copied, then its attribute loaded, changed, stored)
             else:
                 root = ins.argval if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF") else None
                 chain = False
-    return [(values[name], frozenset(attrs)) for name, attrs in loaded.items()
-            if name in values and _plain(values[name])]
+    found = []
+    for name, attrs in loaded.items():
+        value = values.get(name, _NOT_KEYED)
+        if name in values and _plain(value):  # (all its attributes where it runs a method a replay does not)
+            whole = any(not getattr(getattr(type(value), m, None), "action", False) for m in called.get(name, ()))
+            found.append((value, None if whole else frozenset(attrs)))
+    return found
 
 
 def _codes(code) -> list:

@@ -413,9 +413,12 @@ def _model_world(spec, device):
     layers = []
     if kind == "image":
         channels, size = 3, 8
-        for block in blocks:
-            if block == "conv":
-                layers.append(nn.Conv2d(channels, 4, 3, padding=1, device=device, dtype="float64"))
+        for k, block in enumerate(blocks):
+            if block == "conv":  # (no bias before batch norm: its gradient is rounding noise, which Adam and
+                # RMSprop scale up to steps that fusion's rounding moves by more than any tolerance of ulps)
+                after = [b for b in blocks[k + 1:] if b not in ("max_pool", "avg_pool")]  # (a shift passes pooling)
+                bias = after[:1] != ["batch_norm"]
+                layers.append(nn.Conv2d(channels, 4, 3, padding=1, bias=bias, device=device, dtype="float64"))
                 channels = 4
             elif block == "batch_norm":
                 layers.append(nn.BatchNorm2d(channels, device=device, dtype="float64"))

@@ -64,6 +64,7 @@ def action(method):
             return method(*args, **kwargs)
         return tracer.action(method, args, kwargs)
 
+    traced.action = True  # (lp.compile: a replay calls it again; what it changes is not the call's own)
     return traced
 
 
