@@ -494,14 +494,15 @@ def _key_of(value, tensors: list, objects: list | None = None):
     return ("id", id(value))
 
 
-def _python_state(value, objects, names=None) -> list:
+def _python_state(value, objects, names=None, nested=_NOT_KEYED) -> list:
     """What a call could change of its arguments other than tensors' values, and a
     replay would not: each list and dict in them, and each plain object among
     ``objects`` (``self.steps += 1`` in a method), with its items or attributes
     (:func:`leanpass.nn.module.items_of`; an object's attributes only those in
     ``names``, where the function's code names them: a scheduler passed in, whose
     ``step`` sets its count, is no change unless the code reads the count). Not a
-    module's or an optimizer's (their own checks look after them)."""
+    module's or an optimizer's (their own checks look after them). ``nested``: the names
+    for the plain objects found among attributes, where not ``names``."""
     state, seen, stack = [], set(), [value]
     while stack:
         v = stack.pop()
@@ -526,7 +527,8 @@ def _python_state(value, objects, names=None) -> list:
             state.append((obj, tuple(obj)))
             continue
         try:
-            attrs = _object_attributes(obj, names)
+            attrs = _object_attributes(obj, names if nested is _NOT_KEYED or any(obj is o for o in objects)
+                                       else nested)
         except Exception:  # (a proxy whose attributes raise outside its context: nothing to compare)
             continue
         # (each plain object, also with none of those attributes yet: one set on it later is a change)
@@ -634,8 +636,10 @@ def _plain(value) -> bool:
 
 
 def _named_state(named) -> list:
-    """:func:`_python_state` of :func:`_named_objects`' objects, each with its names."""
-    return [item for obj, names in named for item in _python_state((), [obj], names)]
+    """:func:`_python_state` of :func:`_named_objects`' objects, each with its names (all
+    of its own attributes, None: the objects among them only as they are)."""
+    return [item for obj, names in named
+            for item in _python_state((), [obj], names, frozenset() if names is None else _NOT_KEYED)]
 
 
 @functools.cache
@@ -2251,7 +2255,8 @@ class Compiled:
         # Python state the call may change: snapshots first (they hold the objects: the
         # references the tracer counts below, before and after the call, include theirs)
         named = _named_objects(self._function)  # (cfg.t, cfg.scale: a global object's attributes)
-        python = _python_state((args, kwargs), [*objects, *self._owners], self._attrs) + _named_state(named)
+        named_state = _named_state(named)
+        python = _python_state((args, kwargs), [*objects, *self._owners], self._attrs) + named_state
         given = [v for v in (*objects, *self._owners) if isinstance(v, Module)]  # (a model passed in, a method's own)
         members = _named_members(names) + _named_members(given)
         tracer = Tracer(tensors)
@@ -2286,9 +2291,8 @@ class Compiled:
         if any(value is t for value in names for t in tensors):  # one object, two roles: a replay would merge them
             tracer.unsupported("an argument the function also reads by name (a global or closure variable)")
         changed = None  # Python state the call changed that a replay would leave as it is
-        named_state = _named_state(named)
         if not _same_state(python, _python_state((args, kwargs), [*objects, *self._owners], self._attrs)
-                           + named_state):
+                           + _named_state(named)):  # (the snapshot after: not kept, it would count as a reference)
             changed = "a list or dict argument, or an attribute of an argument or of an object the function names, " \
                       "changed by the function (lst.pop(), d[key] = v, self.steps += 1, cfg.calls += 1)"
         elif not all(unchanged(c, items) for c, items in members):
