@@ -44,14 +44,11 @@ import itertools
 import linecache
 import math
 import os
-import random
 import sys
 import threading
 import types
 import warnings
 import weakref
-
-import numpy as np
 
 from . import ops
 from ._checks import broadcast_shapes
@@ -66,7 +63,7 @@ from ._graph.trace import WATCHED as _WATCHED
 from ._graph.trace import WRITES as _WRITES
 from ._node import _cast_back, _part_backward, inplace, leaf, share_version
 from .backends import _base as _backends_base
-from .backends import get_default_device, get_default_dtype
+from .backends import _host_random, get_default_device, get_default_dtype
 from .nn.module import _CHANGES as _MODULE_CHANGES
 from .nn.module import Module, _same_value, holding_members, items_of, unchanged
 from .nn.module import restored as modules_restored
@@ -182,9 +179,6 @@ def _equal(a, b) -> bool:
     return _same(a, b)
 
 
-_GENERATORS = (np.random.Generator, np.random.RandomState, random.Random)
-
-
 def _host_generators(function, objects) -> list:
     """The host random generators outside LeanPass a call of ``function`` may draw from,
     as far as its code shows: those among the values it names (closure cells, globals,
@@ -210,10 +204,7 @@ def _host_generators(function, objects) -> list:
             own = _attribute_names(fn)
             names |= own
             named = [*_values(_names_seen(fn)), *(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values()]
-            if ("random" in own and any(v is np for v in named)) or any(v is np.random for v in named):
-                roots.append(np.random.mtrand._rand)  # (np.random.beta: the legacy global generator)
-            if any(v is random for v in named):
-                roots.append(random._inst)
+            roots += _host_random.global_generators(named, own)  # (np.random.beta, random.random())
             roots += named
             if depth < 3:
                 todo += [(v, depth + 1) for v in named if isinstance(v, types.FunctionType)]
@@ -228,7 +219,7 @@ def _host_generators(function, objects) -> list:
                 if id(v) in reached:
                     continue
                 reached.add(id(v))
-                if isinstance(v, _GENERATORS):
+                if isinstance(v, _host_random.GENERATORS):
                     found.append(v)
                 elif isinstance(v, (list, tuple)):  # (self.rngs[0])
                     more += v[:64]
@@ -252,18 +243,7 @@ def _host_draws(generators) -> list:
     """The states of ``generators`` (:func:`_host_generators`): a trace whose call
     changed one froze that draw (mixup's ``lam``) into its replays. A generator without
     a state (``random.SystemRandom``) counts as drawn from."""
-    states = []
-    for g in generators:
-        if isinstance(g, np.random.Generator):
-            states.append(_frozen(g.bit_generator.state))
-        elif isinstance(g, np.random.RandomState):
-            states.append(_frozen(g.get_state(legacy=False)))
-        else:
-            try:
-                states.append(g.getstate())
-            except NotImplementedError:  # (the system's entropy: no state to compare)
-                states.append(object())
-    return states
+    return [_host_random.state(g) for g in generators]
 
 
 def _attributes(objects, names) -> list:
@@ -275,17 +255,6 @@ def _attributes(objects, names) -> list:
         if isinstance(attributes, dict):
             found.extend(v for k, v in attributes.items() if names is None or k in names)
     return found
-
-
-def _frozen(state):
-    """``state`` (dicts, tuples and arrays of a generator's state) comparable by ``==``."""
-    if isinstance(state, dict):
-        return tuple((k, _frozen(v)) for k, v in state.items())
-    if isinstance(state, (tuple, list)):
-        return tuple(map(_frozen, state))
-    if isinstance(state, np.ndarray):
-        return state.tobytes()
-    return state
 
 
 def _values(names) -> tuple:

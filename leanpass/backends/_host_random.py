@@ -1,0 +1,48 @@
+"""The host's random generators outside LeanPass (NumPy's and Python's), for
+``lp.compile``: a number a traced call draws from one would be frozen into its
+replays, so the compiler compares their states around the trace. NumPy is named
+here, in the backends' layer, not in the compiler (DESIGN.md's rule 2)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+GENERATORS = (np.random.Generator, np.random.RandomState, random.Random)
+
+
+def global_generators(named, names) -> list:
+    """The global generators code draws from where it names them: NumPy's legacy one
+    (``np.random.beta``: the module ``numpy`` with ``random`` among the code's
+    ``names``, or ``numpy.random`` itself) and Python's (the ``random`` module)."""
+    found = []
+    if ("random" in names and any(v is np for v in named)) or any(v is np.random for v in named):
+        found.append(np.random.mtrand._rand)
+    if any(v is random for v in named):
+        found.append(random._inst)
+    return found
+
+
+def state(generator):
+    """``generator``'s state, comparable by ``==``; a new object for one without a state
+    (``random.SystemRandom``: the system's entropy), which counts as drawn from."""
+    if isinstance(generator, np.random.Generator):
+        return _frozen(generator.bit_generator.state)
+    if isinstance(generator, np.random.RandomState):
+        return _frozen(generator.get_state(legacy=False))
+    try:
+        return generator.getstate()
+    except NotImplementedError:
+        return object()
+
+
+def _frozen(value):
+    """A generator's state (dicts, tuples and arrays) comparable by ``==``."""
+    if isinstance(value, dict):
+        return tuple((k, _frozen(v)) for k, v in value.items())
+    if isinstance(value, (tuple, list)):
+        return tuple(map(_frozen, value))
+    if isinstance(value, np.ndarray):
+        return value.tobytes()
+    return value
