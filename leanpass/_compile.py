@@ -204,6 +204,7 @@ def _host_generators(function, objects) -> list:
             own = _attribute_names(fn)
             names |= own
             named = [*_values(_names_seen(fn)), *(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values()]
+            named = [v for v in named if _inspectable(v)]
             roots += _host_random.global_generators(named, own)  # (np.random.beta, random.random())
             roots += named
             if depth < 3:
@@ -233,7 +234,7 @@ def _host_generators(function, objects) -> list:
                     more += [a for a in _attributes(layers, names) if not isinstance(a, Module)]
                 elif not isinstance(v, (types.ModuleType, type, Tensor, types.FunctionType)):
                     more += _attributes([v], names)
-            values = more
+            values = [v for v in more if _inspectable(v)]
         if not todo:
             return found
     return found
@@ -255,6 +256,15 @@ def _attributes(objects, names) -> list:
         if isinstance(attributes, dict):
             found.extend(v for k, v in attributes.items() if names is None or k in names)
     return found
+
+
+def _inspectable(value) -> bool:
+    """Whether ``value``'s class can be asked for (``isinstance``): not a proxy that
+    raises outside its context (flask's ``request``), which the compiler leaves alone."""
+    try:
+        return value.__class__ is not None
+    except Exception:
+        return False
 
 
 def _values(names) -> tuple:
@@ -634,6 +644,7 @@ def _named_members(values) -> list:
     attributes of the modules there and of their sub-modules (not a private cache
     such as MLP's ``_fusion``), each with its items: checked after the trace (a step
     that changed one) and before each replay (:func:`leanpass.nn.module.unchanged`)."""
+    values = [v for v in values if _inspectable(v)]
     found = holding_members(values)
     found += [x for v in values if isinstance(v, Module) for m in v.modules()
               for x in holding_members([a for k, a in vars(m).items() if not k.startswith("_")])]

@@ -711,6 +711,43 @@ def test_what_a_global_object_holds_is_checked_as_the_code_reads_it():
     assert f.calls == {"traced": 4, "replayed": 2, "eager": 0}
 
 
+class _OutsideContext:
+    """A context-local proxy as flask's ``request``: outside its context, asking for its
+    class or any attribute raises (as ``isinstance`` does)."""
+
+    @property
+    def __class__(self):
+        raise RuntimeError("working outside of request context")
+
+    def __getattr__(self, name):
+        raise RuntimeError("working outside of request context")
+
+
+REQUEST = _OutsideContext()
+
+
+def test_a_proxy_that_raises_outside_its_context_is_left_alone():
+    """A global, a closure's value, a default or an owner's attribute that raises when
+    asked for its class is not looked into: the step traces and replays (the compiler
+    crashed in its scan of what the function reads before)."""
+    proxy = _OutsideContext()
+
+    class Owner:  # (not a Module: PyTorch's refuses such an attribute, as its class cannot be asked for)
+        def __init__(self):
+            self.w = Tensor(np.ones(3), requires_grad=True)
+            self.request = proxy
+
+        def forward(self, x, r=proxy):
+            if x.shape[0] == 7:
+                return REQUEST.args, proxy.form, r.json, self.request.files
+            return (x * self.w).sum().item()
+
+    owner = Owner()
+    f = lp.compile(owner.forward, fuse=False)
+    assert [f(Tensor(np.ones(3))) for _ in range(3)] == [3.0] * 3
+    assert f.calls == {"traced": 1, "replayed": 2, "eager": 0}
+
+
 def test_an_argument_attribute_read_through_its_class_is_checked():
     """``c.scale`` where the trace found it on the class: set later on the object, or
     changed on the class, it traces again (a replay kept the trace's value before)."""
