@@ -1221,7 +1221,8 @@ def test_a_returned_detach_of_a_state_tensor_counts_changes_with_it(device):
 
 def spectral_step(device, fuse=None):
     """A training step through complex values: a real layer, its rows' spectra (rfft)
-    times complex weights made of two real parameters (Adam's) plus a complex leaf
+    times complex weights made of two real parameters and a complex one (Adam's,
+    which steps a complex parameter's parts as two real ones) plus a complex leaf
     times their conjugate (updated by hand), back (irfft); broadcasting complex
     products, holomorphic ops and ops of their own complex rules. Compiled with
     ``fuse`` unless None."""
@@ -1230,11 +1231,12 @@ def spectral_step(device, fuse=None):
     z = Tensor(np.array([1 + 2j, 3 - 1j, 0.5j, 1, 2 - 2j]), requires_grad=True, device=device)
     lin = nn.Linear(8, 8, dtype="float64", device=device)
     lin.load_state_dict({"weight": np.eye(8) + 0.1 * np.arange(64.0).reshape(8, 8) / 64, "bias": np.zeros(8)})
-    opt = lp.optim.Adam([wr, wi, *lin.parameters()], lr=0.01)
+    c = Tensor(np.array([1 - 0.5j, 0.2 + 1j, 1, -1j, 0.5 + 0.5j]), requires_grad=True, device=device)
+    opt = lp.optim.Adam([wr, c, wi, *lin.parameters()], lr=0.01)
 
     def step(x):
         spectrum = lp.fft.rfft(lin(x), axis=-1)
-        mixed = spectrum * (wr + wi * 1j) + z * lp.conj(spectrum)
+        mixed = spectrum * (wr + wi * 1j) * c + z * lp.conj(spectrum)
         loss = (lp.fft.irfft(mixed, n=8, axis=-1) ** 2).mean() + lp.abs(mixed).sum() * 0.01
         loss.backward()
         opt.step()
@@ -1244,7 +1246,7 @@ def spectral_step(device, fuse=None):
         z.grad = None
         return loss
 
-    return (step if fuse is None else lp.compile(step, fuse=fuse)), (wr, wi, z, *lin.parameters())
+    return (step if fuse is None else lp.compile(step, fuse=fuse)), (wr, wi, c, z, *lin.parameters())
 
 
 @pytest.mark.parametrize("fuse", [False, True])

@@ -844,3 +844,105 @@ def test_groups_with_explicit_param_names_as_pytorch():
     assert [g["param_names"] for g in opt.param_groups] == [["a"], ["b"]]
     named = optim.SGD(nn.Linear(1, 1).named_parameters(), lr=0.1)
     named.add_param_group({"params": [a], "param_names": ["x"]})
+
+
+# ---- complex parameters: each part a real parameter, as PyTorch's ------------------
+
+COMPLEX_CASES = [
+    ("SGD", dict(lr=0.1)), ("SGD", dict(lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.01)),
+    ("SGD", dict(lr=0.1, momentum=0.9, dampening=0.4, maximize=True)),
+    ("Adam", dict(lr=0.01)), ("Adam", dict(lr=0.02, amsgrad=True, weight_decay=0.1)),
+    ("AdamW", dict(lr=0.03, weight_decay=0.5)), ("AdamW", dict(lr=0.01, maximize=True)),
+    ("RMSprop", dict(lr=0.01, alpha=0.9, centered=True, momentum=0.5, weight_decay=0.1)),
+    ("Adagrad", dict(lr=0.1, lr_decay=0.01, initial_accumulator_value=0.1)),
+]
+
+
+def _complex_grads(n, seed=5, shape=W0.shape):
+    rng = np.random.default_rng(seed)
+    return [rng.normal(size=shape) + 1j * rng.normal(size=shape) for _ in range(n)]
+
+
+@pytest.mark.parametrize("cls, options", COMPLEX_CASES, ids=lambda x: str(x))
+def test_a_complex_parameter_steps_as_its_real_and_imaginary_parts_would(device, cls, options):
+    """PyTorch's rule for complex parameters (``view_as_real``): the real and imaginary
+    parts step as two real parameters would, so Adam's second moment is each part's
+    square, not ``|g|**2``; the state stays complex, of the parameter's shape."""
+    w0 = W0 + 1j * W0[::-1]
+    grads = _complex_grads(6)
+    w, opt = run_steps(device, lambda p: getattr(optim, cls)(p, **options), grads=grads, w0=w0, dtype="complex128")
+    parts = Tensor(np.stack([w0.real, w0.imag], axis=-1), requires_grad=True, device=device)
+    twin = getattr(optim, cls)([parts], **options)
+    for g in grads:
+        parts.grad = np.stack([g.real, g.imag], axis=-1)
+        twin.step()
+    expected = parts.numpy()
+    assert w.dtype == get_backend(device).dtype("complex128")
+    np.testing.assert_array_equal(w.numpy(), expected[..., 0] + 1j * expected[..., 1])
+    backend = get_backend(device)
+    for field, value in opt.state_dict()["state"][0].items():
+        theirs = twin.state_dict()["state"][0][field]
+        if not hasattr(value, "shape"):
+            assert value == theirs
+            continue
+        assert value.dtype == backend.dtype("complex128") and tuple(value.shape) == W0.shape
+        host = backend.to_host(theirs)
+        np.testing.assert_array_equal(backend.to_host(value), host[..., 0] + 1j * host[..., 1])
+
+
+@pytest.mark.parametrize("cls, options", COMPLEX_CASES[:1] + COMPLEX_CASES[3:5] + COMPLEX_CASES[-2:],
+                         ids=lambda x: str(x))
+def test_complex_parameters_match_torch_optim(device, cls, options):
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed; the parts' rule still runs")
+    w0 = (W0 + 1j * W0[::-1]).astype(np.complex64)
+    tw = torch.tensor(w0, requires_grad=True)
+    topt = getattr(torch.optim, cls)([tw], **options)
+    w = Tensor(w0, requires_grad=True, device=device)
+    opt = getattr(optim, cls)([w], **options)
+    for g in _complex_grads(8):
+        g = g.astype(np.complex64)
+        tw.grad, w.grad = torch.tensor(g), g
+        topt.step()
+        opt.step()
+        np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=2e-6, atol=1e-7)
+    theirs = topt.state_dict()["state"].get(0, {})  # (nothing for plain SGD: PyTorch keeps no entry)
+    for field, value in opt.state_dict()["state"][0].items():
+        if hasattr(value, "shape"):
+            np.testing.assert_allclose(get_backend(device).to_host(value), theirs[field].numpy(), rtol=2e-6,
+                                       atol=1e-7)
+
+
+def test_a_complex_parameter_not_in_c_order_is_updated_in_place():
+    """A parameter whose array is not in C order (``p.data = a.T``) has no real view: its
+    update is made on a C-ordered copy and written back into its own array."""
+    rng = np.random.default_rng(2)
+    base = rng.normal(size=(4, 3)) + 1j * rng.normal(size=(4, 3))
+    g = _complex_grads(1, shape=(3, 4))[0]
+    w = Tensor(np.zeros((3, 4), complex), requires_grad=True)
+    owner = base.copy()
+    w.data = data = owner.T  # F-ordered, a view of owner
+    reference = Tensor(np.ascontiguousarray(base.T), requires_grad=True)
+    for p in (w, reference):
+        opt = optim.Adam([p], lr=0.1)
+        p.grad = g
+        opt.step()
+    assert w.data is data and not data.flags.c_contiguous
+    np.testing.assert_array_equal(owner.T, reference.numpy())
+    assert opt.state_dict()["state"][0]["exp_avg"].dtype == np.complex128
+
+
+def test_complex_and_real_parameters_in_one_group_step_as_each_would_alone(device):
+    """One group of real and complex parameters: each steps as it would alone."""
+    values = [W0, W0 + 1j * W0.T, W0[0], W0[1] * 1j]
+    grads = [_complex_grads(3, seed=k, shape=np.shape(v)) for k, v in enumerate(values)]
+    grads = [[g if np.iscomplexobj(v) else g.real for g in gs] for v, gs in zip(values, grads)]
+    params = [Tensor(v, requires_grad=True, device=device) for v in values]
+    opt = optim.Adam(params, lr=0.05, weight_decay=0.1)
+    for k in range(3):
+        for p, gs in zip(params, grads):
+            p.grad = gs[k]
+        opt.step()
+    for p, v, gs in zip(params, values, grads):
+        alone, _ = run_steps(device, lambda ps: optim.Adam(ps, lr=0.05, weight_decay=0.1), grads=gs, w0=v,
+                             dtype=str(np.asarray(v).dtype))
+        np.testing.assert_array_equal(p.numpy(), alone.numpy())

@@ -23,6 +23,7 @@ from .._dtypes import DTYPES, as_dtype, dtype_name
 
 FLOAT_DTYPES = ("float32", "float64")
 GRAD_DTYPES = (*FLOAT_DTYPES, "complex64", "complex128")  # the dtypes whose tensors may carry gradients
+_COMPLEX_OF = {"float32": "complex64", "float64": "complex128"}
 
 # Parameter initialisation and dropout draw from this host generator (on CPU
 # backends) so that one seed gives the same numbers on every device.
@@ -581,6 +582,19 @@ class Backend:
         no layouts: a flat reshape copies in C order where a view cannot be had)."""
         xp = self.xp
         return xp.reshape(xp.reshape(array, (-1,)), array.shape) if array.ndim > 1 else array
+
+    def real_view(self, array):
+        """The C-ordered complex ``array`` as a real array of shape ``shape + (2,)``
+        (the real and imaginary parts side by side) sharing its memory, as PyTorch's
+        ``view_as_real``: an optimizer updates complex parameters through it, each part
+        as a real number. Generic version: NumPy's ``view``, which CuPy has too (the
+        standard has none)."""
+        return array.reshape(array.shape + (1,)).view(array.real.dtype)
+
+    def complex_view(self, array):
+        """The inverse of :meth:`real_view`: a C-ordered real array of shape
+        ``shape + (2,)`` as the complex array of shape ``shape`` sharing its memory."""
+        return array.view(_COMPLEX_OF[dtype_name(array.dtype)])[..., 0]
 
     def zeros(self, shape, dtype):
         return self.xp.zeros(shape, dtype=dtype, device=self.xp_device)

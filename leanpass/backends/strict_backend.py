@@ -63,6 +63,16 @@ class StrictBackend(Backend):
         inner_a, inner_b = getattr(a, "_array", None), getattr(b, "_array", None)
         return inner_a is None or inner_b is None or np.may_share_memory(inner_a, inner_b)
 
+    def real_view(self, array):  # (through DLPack: the standard has no views of another dtype)
+        host = np.from_dlpack(array)
+        return array_api_strict.from_dlpack(host.reshape(host.shape + (1,)).view(host.real.dtype),
+                                            device=self._device, copy=False)
+
+    def complex_view(self, array):
+        host = np.from_dlpack(array)
+        return array_api_strict.from_dlpack(host.view(np.result_type(host.dtype, np.complex64))[..., 0],
+                                            device=self._device, copy=False)
+
     def from_dlpack(self, x, copy=None):
         kwargs = {} if copy is None else {"copy": copy}
         return array_api_strict.from_dlpack(x, device=self._device, **kwargs)

@@ -23,7 +23,7 @@ import numbers
 from .._graph.modes import enable_grad
 from .._graph.trace import TRACER, action, idempotent, read_option, watch, wrote
 from .._graph.versions import increment_versions
-from ..backends import FLOAT_DTYPES, backend_of_array, dtype_name, get_backend
+from ..backends import GRAD_DTYPES, backend_of_array, dtype_name, get_backend
 from ..backends._base import NO_FUSED
 from ..serialization import TORCH_LAYOUTS, transposed_copy, was_transposed
 from ..tensor import Tensor, as_tensor, clear_gradients, with_gradients
@@ -303,8 +303,32 @@ class Optimizer:
             # a graph that saved the old values can no longer backpropagate (counted
             # before the update: the tensors are at hand now, not after a large one)
             increment_versions([item[0] for item in items])
-            self._update_group(items, group)
+            complex_ = [item for item in items if dtype_name(item[1].dtype).startswith("complex")]
+            if complex_:
+                items = [item for item in items if not dtype_name(item[1].dtype).startswith("complex")]
+                self._update_complex(complex_, group)
+            if items:
+                self._update_group(items, group)
         return loss
+
+    def _update_complex(self, items: list, group: dict) -> None:
+        """Update complex parameters as PyTorch's optimizers do: each one's real and
+        imaginary parts as two real parameters (``view_as_real``), so that Adam's second
+        moment is that of each part, not ``|g|**2``. The state stays complex, of the
+        parameter's shape (a PyTorch state dict's); the rule runs on real views of the
+        C-ordered arrays (copies of the others, written back)."""
+        real_items, back = [], []
+        for p, data, grad, state, backend in items:
+            view = backend.real_view
+            ordered = backend.c_order(data)
+            real_state = {k: view(backend.c_order(v)) if hasattr(v, "shape") else v for k, v in state.items()}
+            real_items.append((p, view(ordered), view(backend.c_order(grad)), real_state, backend))
+            back.append((data, ordered, state, real_state, backend))
+        self._update_group(real_items, group)
+        for data, ordered, state, real_state, backend in back:
+            if ordered is not data and not backend.shares_memory(ordered, data):
+                data[...] = ordered
+            state.update((k, backend.complex_view(v) if hasattr(v, "shape") else v) for k, v in real_state.items())
 
     def _update_group(self, items: list, group: dict) -> None:
         """Update the parameters ``items`` of ``group``: ``(tensor, data, gradient,
@@ -344,8 +368,9 @@ class Optimizer:
         """``p``'s state arrays on ``backend`` in the data's dtype (not stored yet), after
         checking that the data is floating-point and the state has its shape."""
         kind = dtype_name(data.dtype)
-        if kind not in FLOAT_DTYPES:
-            raise TypeError(f"{self._where(p)} has dtype {kind}: only floating-point parameters can be optimized")
+        if kind not in GRAD_DTYPES:
+            raise TypeError(f"{self._where(p)} has dtype {kind}: only floating-point and complex parameters can "
+                            "be optimized")
         moved = {}
         for field, value in self.state.get(id(p), {}).items():
             if hasattr(value, "shape"):
