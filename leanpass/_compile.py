@@ -188,9 +188,10 @@ def _host_generators(function, objects) -> list:
     NumPy's and Python's global ones where the code names ``np.random`` or ``random``;
     and so on through the Python functions it names (a script's ``mixup`` helper,
     ``self.forward``), three levels deep, not LeanPass's own, and the ``forward`` of the
-    layers of every model reached (``self.model``'s). What a trace saw drawn from one
-    runs eagerly (:func:`_host_draws`); a generator a helper reaches another way is not
-    seen."""
+    layers of every model reached (``self.model``'s); and the system's entropy where
+    that code makes a generator without a seed (:func:`_unseeded_generators`). What a
+    trace saw drawn from one runs eagerly (:func:`_host_draws`); a generator a helper
+    reaches another way is not seen."""
     seen, names, roots, todo = set(), set(), list(objects), [(function, 0)]
     for _ in range(8):  # functions read -> values they name -> models among them -> their layers' forward
         while todo:
@@ -203,6 +204,8 @@ def _host_generators(function, objects) -> list:
                 continue
             own = _attribute_names(fn)
             names |= own
+            if _unseeded_generators(fn):  # (np.random.default_rng() inside: the system's entropy, drawn from)
+                roots.append(_host_random.ENTROPY)
             named = [*_values(_names_seen(fn)), *(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values()]
             named = [v for v in named if _inspectable(v)]
             roots += _host_random.global_generators(named, own)  # (np.random.beta, random.random())
@@ -238,6 +241,58 @@ def _host_generators(function, objects) -> list:
         if not todo:
             return found
     return found
+
+
+_ZERO_ARGUMENT_CALLS = ("CALL", "CALL_FUNCTION", "CALL_METHOD", "PRECALL")
+
+
+@functools.lru_cache(maxsize=1024)
+def _calls_without_seed(code) -> tuple:
+    """The callables ``code`` (and the code nested in it) calls without an argument, or
+    with None alone, as chains of names: ``("np", "random", "default_rng")`` for
+    ``np.random.default_rng()``, ``("Random",)`` for ``Random(None)``."""
+    found = []
+    for c in _codes(code):
+        chain, none = None, False  # the names loaded so far; whether None was loaded after them
+        for ins in dis.get_instructions(c):
+            op = ins.opname
+            if op in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF"):
+                chain, none = (ins.argval,), False
+            elif chain is not None and op in ("LOAD_ATTR", "LOAD_METHOD") and not none:
+                chain += (ins.argval,)
+            elif chain is not None and op == "LOAD_CONST" and ins.argval is None and not none:
+                none = True
+            elif chain is not None and op in _ZERO_ARGUMENT_CALLS and ins.arg == int(none):
+                found.append(chain)
+                chain = None
+            elif op not in ("PUSH_NULL", "EXTENDED_ARG", "PRECALL"):
+                chain = None
+    return tuple(found)
+
+
+def _unseeded_generators(fn) -> bool:
+    """Whether ``fn``'s code makes a random generator without a seed
+    (``np.random.default_rng()``, ``random.Random()``): it draws from the system's
+    entropy, so what a traced call drew from it would be frozen into the replays."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return False
+    calls = _calls_without_seed(code)
+    if not calls:
+        return False
+    scope = dict(fn.__globals__)
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        try:
+            scope[name] = cell.cell_contents
+        except ValueError:  # (an empty cell)
+            pass
+    for root, *attributes in calls:
+        value = scope.get(root, _NOT_KEYED)
+        for name in attributes:  # (through modules only: no property runs)
+            value = getattr(value, name, None) if isinstance(value, types.ModuleType) else None
+        if _host_random.makes_generator(value):
+            return True
+    return False
 
 
 def _host_draws(generators) -> list:
@@ -2265,7 +2320,8 @@ class Compiled:
             tracer.unsupported("a random draw the trace does not record (a layer made inside, lp.manual_seed...)")
         if _host_draws(generators) != host_draws:
             tracer.unsupported("a random number drawn on the host outside LeanPass (np.random, random, a NumPy "
-                               "Generator: a replay would reuse the trace's); draw it with lp.rand, or pass it in")
+                               "Generator, one made in the function without a seed: a replay would reuse the "
+                               "trace's); draw it with lp.rand, or pass it in")
         if hooks.post_hook_changes[0] != hooked:  # a replay runs the hooks there are, and would not add this one
             tracer.unsupported("a post-accumulate-grad hook added or removed inside the function")
         if any(value is t for value in names for t in tensors):  # one object, two roles: a replay would merge them

@@ -19,6 +19,7 @@ from random import gauss
 import numpy as np
 import pytest
 from helpers import host, training_step
+from numpy.random import default_rng
 
 import leanpass as lp
 from leanpass import Tensor, nn
@@ -1388,7 +1389,27 @@ _DRAWING_STEPS = {  # (each its own code: what a step's code names decides which
     "a layer of a trainer's model": _Trainer().step,
     "random.SystemRandom": lambda x: (x * _SYSTEM_RNG.random()).sum(),  # (no state: counts as drawn from)
     "from random import gauss": lambda x: (x * gauss(0.0, 1.0)).sum(),  # (a bound method of Python's generator)
+    # generators made in the call without a seed: the system's entropy (the trace's numbers were replayed before)
+    "np.random.default_rng()": lambda x: (x * np.random.default_rng().uniform()).sum(),
+    "default_rng(None)": lambda x: (x * default_rng(None).uniform()).sum(),
+    "random.Random()": lambda x: (x * random.Random().random()).sum(),
+    "a helper's Generator(PCG64())": lambda x: (x * _fresh_generator().uniform()).sum(),
 }
+
+
+def _fresh_generator():
+    """A helper of the script's that makes a generator seeded from the system's entropy."""
+    return np.random.Generator(np.random.PCG64())
+
+
+def test_a_generator_made_in_the_call_with_a_seed_replays():
+    """``np.random.default_rng(0)`` made in the call draws the same numbers at every call:
+    the replays give them, as eagerly."""
+    compiled = lp.compile(lambda x: (x * np.random.default_rng(0).uniform()).sum())
+    x = Tensor(np.arange(4.0))
+    values = {float(compiled(x)) for _ in range(3)}
+    assert values == {float((x * np.random.default_rng(0).uniform()).sum())}
+    assert compiled.calls == {"traced": 1, "replayed": 2, "eager": 0}
 
 
 @pytest.mark.parametrize("source", list(_DRAWING_STEPS))

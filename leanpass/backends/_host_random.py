@@ -10,6 +10,17 @@ import random
 import numpy as np
 
 GENERATORS = (np.random.Generator, np.random.RandomState, random.Random)
+# what makes a generator, seeded from the system's entropy where it is called without a seed
+_MAKERS = (np.random.default_rng, np.random.RandomState, np.random.SeedSequence, np.random.PCG64,
+           np.random.PCG64DXSM, np.random.MT19937, np.random.Philox, np.random.SFC64, random.Random,
+           random.SystemRandom)
+ENTROPY = random.SystemRandom()  # the system's entropy, as a generator (it has no state: always drawn from)
+
+
+def makes_generator(value) -> bool:
+    """Whether ``value`` makes a random generator (``np.random.default_rng``,
+    ``random.Random``: called without a seed, one seeded from the system's entropy)."""
+    return any(value is maker for maker in _MAKERS)
 
 
 def global_generators(named, names) -> list:
