@@ -43,8 +43,10 @@ import io
 import itertools
 import linecache
 import math
+import operator
 import os
 import sys
+import sysconfig
 import threading
 import types
 import warnings
@@ -179,8 +181,9 @@ def _equal(a, b) -> bool:
     return _same(a, b)
 
 
-def _host_generators(function, objects) -> list:
-    """The host random generators outside LeanPass a call of ``function`` may draw from,
+def _host_generators(function, objects) -> tuple:
+    """``(generators, functions)``: the host random generators outside LeanPass a call
+    of ``function`` may draw from,
     as far as its code shows: those among the values it names (closure cells, globals,
     default arguments) and ``objects`` (its arguments, its owner), the generators behind
     the bound methods there (``from random import gauss``), the ones their attributes
@@ -191,8 +194,9 @@ def _host_generators(function, objects) -> list:
     layers of every model reached (``self.model``'s); and the system's entropy where
     that code makes a generator without a seed (:func:`_unseeded_generators`). What a
     trace saw drawn from one runs eagerly (:func:`_host_draws`); a generator a helper
-    reaches another way is not seen."""
-    seen, names, roots, todo = set(), set(), list(objects), [(function, 0)]
+    reaches another way is not seen. ``functions``: the Python functions visited,
+    ``function`` first (what they read by name is checked before a replay too)."""
+    seen, names, roots, todo, functions = set(), set(), list(objects), [(function, 0)], []
     for _ in range(8):  # functions read -> values they name -> models among them -> their layers' forward
         while todo:
             fn, depth = todo.pop()
@@ -202,6 +206,7 @@ def _host_generators(function, objects) -> list:
             seen.add(id(code))
             if depth and code.co_filename.startswith(_PACKAGE):  # (LeanPass's own draw on LeanPass's generator)
                 continue
+            functions.append(fn)
             own = _attribute_names(fn)
             names |= own
             if _unseeded_generators(fn):  # (np.random.default_rng() inside: the system's entropy, drawn from)
@@ -239,8 +244,25 @@ def _host_generators(function, objects) -> list:
                     more += _attributes([v], names)
             values = [v for v in more if _inspectable(v)]
         if not todo:
-            return found
-    return found
+            break
+    return found, functions
+
+
+def _names_read(functions) -> tuple:
+    """:func:`_names_seen` of each of ``functions`` (a step and the helpers it reaches:
+    ``helper``'s global ``SCALE``), merged as ``(cells, globals)``, each once."""
+    cells, globals_, seen = [], [], set()
+    for fn in functions:
+        fn_cells, fn_globals = _names_seen(fn)
+        for cell in fn_cells:
+            if id(cell) not in seen:
+                seen.add(id(cell))
+                cells.append(cell)
+        for namespace, name in fn_globals:
+            if (id(namespace), name) not in seen:
+                seen.add((id(namespace), name))
+                globals_.append((namespace, name))
+    return tuple(cells), tuple(globals_)
 
 
 _ZERO_ARGUMENT_CALLS = ("CALL", "CALL_FUNCTION", "CALL_METHOD", "PRECALL")
@@ -553,7 +575,8 @@ def _python_state(value, objects, names=None, nested=_NOT_KEYED) -> list:
     stack, seen = list(objects), set()
     while stack:  # the objects, and the plain objects among their attributes (cfg.train.scale)
         obj = stack.pop()
-        if (id(obj) in seen or isinstance(obj, (Module, Tensor, type, types.FunctionType, types.MethodType))
+        if (id(obj) in seen or isinstance(obj, (Module, Tensor, types.FunctionType, types.MethodType))
+                or (isinstance(obj, type) and not any(obj is o for o in objects))  # (a class named: its values)
                 or hasattr(type(obj), "_traced_state")):  # (a watched one: an optimizer, a scheduler)
             continue
         seen.add(id(obj))
@@ -573,6 +596,8 @@ def _python_state(value, objects, names=None, nested=_NOT_KEYED) -> list:
                 state.append((v, items_of(v) if len(v) <= 256 else (len(v),)))
             elif issubclass(kind, (collections.deque, set, frozenset)) or _plain(v):
                 stack.append(v)
+            elif _is_iterator(v):  # (next(self.batches): where it stands)
+                state.append((v, _position(v)))
     return state
 
 
@@ -582,6 +607,11 @@ def _object_attributes(obj, names) -> dict:
     2.0``: the first base that has the name decides). All of its own where the code
     cannot tell which it reads: a property among the names, a ``__getattr__`` (its
     values kept elsewhere, as an attribute dict's)."""
+    if isinstance(obj, type):  # (a class as a configuration, Config.lr: its values and its bases')
+        attrs = {}
+        for base in obj.__mro__[:-1]:
+            attrs.update((k, v) for k, v in vars(base).items() if (names is None or k in names) and k not in attrs)
+        return attrs
     cls = type(obj)
     own = getattr(obj, "__dict__", None)
     own = own if isinstance(own, dict) else {}
@@ -622,6 +652,7 @@ def _named_objects(fn) -> list:
         except ValueError:  # (an empty cell)
             pass
     values.update((name, namespace[name]) for namespace, name in _names_seen(fn)[1] if name in namespace)
+    values = {name: value for name, value in values.items() if _inspectable(value)}
     loaded: dict = {}
     called: dict = {}  # the methods the code calls on a name's object
     for c in _codes(code):
@@ -644,10 +675,63 @@ def _named_objects(fn) -> list:
     found = []
     for name, attrs in loaded.items():
         value = values.get(name, _NOT_KEYED)
-        if name in values and _plain(value):  # (all its attributes where it runs a method a replay does not)
-            whole = any(not getattr(getattr(type(value), m, None), "action", False) for m in called.get(name, ()))
+        if name in values and (_plain(value) or _configuration(value)):  # (all its attributes where it runs a
+            whole = any(not getattr(getattr(type(value), m, None), "action", False)  # method a replay does not)
+                        for m in called.get(name, ()))
             found.append((value, None if whole else frozenset(attrs)))
+    for value in values.values():  # (CFG["scale"], COUNTS["n"] += 1: a dict's or list's items; not those
+        if issubclass(type(value), (dict, list)) and not holding_members([value]):  # holding tensors or modules:
+            found.append((value, None))  # _named_members)
+        elif _is_iterator(value):  # (next(it): a replay would not advance it)
+            found.append((value, _ITERATOR))
     return found
+
+
+_ITERATOR = "iterator"  # (the names of an iterator among _named_objects': its position is compared)
+
+
+def _is_iterator(value) -> bool:
+    """Whether ``value`` is an iterator (a generator, ``iter(batches)``), not a file."""
+    kind = type(value)
+    return hasattr(kind, "__next__") and hasattr(kind, "__iter__") and not issubclass(kind, io.IOBase)
+
+
+def _position(iterator) -> tuple:
+    """Where ``iterator`` stands, as far as Python shows: a generator's next instruction
+    and its frame's locals (the loop's variable; with the iterator it delegates to, in
+    ``yield from``), an iterator object's attributes, or
+    the number of items it has left (a list's iterator); where none of those shows (a
+    ``zip``), an object of its own each time, as if it had been advanced."""
+    if isinstance(iterator, types.GeneratorType):
+        frame, inner = iterator.gi_frame, iterator.gi_yieldfrom  # (yield from batches: where batches' stands)
+        return ("done",) if frame is None else (
+            frame.f_lasti, *frame.f_locals.values(), *(() if inner is None else _position(inner)))
+    attributes = getattr(iterator, "__dict__", None)
+    if isinstance(attributes, dict) and attributes:
+        return tuple(itertools.chain.from_iterable(attributes.items()))
+    left = operator.length_hint(iterator, -1)
+    return (left,) if left >= 0 else (object(),)
+
+
+def _configuration(value) -> bool:
+    """Whether ``value`` is a module or a class of the user's code (``import config;
+    config.lr``, ``class Config: lr = 0.1``), not of Python's or of an installed
+    package (``np``, ``lp``, ``nn.Linear``): its attributes the code reads are checked."""
+    if isinstance(value, type):
+        value = sys.modules.get(value.__module__)
+    return isinstance(value, types.ModuleType) and _users_file(getattr(value, "__file__", None) or value.__name__)
+
+
+@functools.lru_cache(maxsize=256)
+def _users_file(path: str) -> bool:
+    """Whether the module at ``path`` is the user's (``"__main__"`` without a file: an
+    interactive session's), not Python's, an installed package's or LeanPass's."""
+    if path == "__main__":
+        return True
+    if not os.path.isabs(path):  # (a built-in module: no file)
+        return False
+    roots = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return not path.startswith((_PACKAGE, *roots))
 
 
 def _codes(code) -> list:
@@ -671,9 +755,22 @@ def _plain(value) -> bool:
 
 def _named_state(named) -> list:
     """:func:`_python_state` of :func:`_named_objects`' objects, each with its names (all
-    of its own attributes, None: the objects among them only as they are)."""
-    return [item for obj, names in named
-            for item in _python_state((), [obj], names, frozenset() if names is None else _NOT_KEYED)]
+    of its own attributes, None: the objects among them only as they are); a dict's or
+    list's items, and those of the dicts and lists among them (``CFG["train"]["lr"]``):
+    a container of more than 256 items by its length alone (a dataset's list)."""
+    state = []
+    for obj, names in named:
+        if names is _ITERATOR:
+            state.append((obj, _position(obj)))
+        elif issubclass(type(obj), (dict, list)):
+            state.append((obj, items_of(obj) if len(obj) <= 256 else (len(obj),)))
+            if len(obj) <= 256:
+                inner = [v for v in (obj.values() if isinstance(obj, dict) else obj)
+                         if issubclass(type(v), (dict, list))]
+                state += [(v, items_of(v) if len(v) <= 256 else (len(v),)) for v in inner[:64]]
+        else:
+            state += _python_state((), [obj], names, frozenset() if names is None else _NOT_KEYED)
+    return state
 
 
 @functools.cache
@@ -2256,12 +2353,13 @@ class Compiled:
         if isinstance(entry, str):  # it could not be traced: eagerly
             self.calls["eager"] += 1
             return self.fn(*args, **kwargs)
-        if not entry.fits() or not all(map(_same, _values(self._names), entry.names)):
+        if not entry.fits() or not all(map(_same, _values(entry.name_reads), entry.names)):
             return self._trace(key, tensors, objects, args, kwargs)
         if (entry.object_state and not _same_state(entry.object_state, self._object_state(entry.objects))) or (
                 entry.named and not _same_state(entry.named_state, _named_state(entry.named))):
             self._warn("traced again: an attribute its code reads, of an argument or of an object it names (a "
-                       "global cfg), was set since the last call", "the call")
+                       "global cfg), was set since the last call, or an item of a dict or list it names "
+                       "(CFG['lr'])", "the call")
             return self._trace(key, tensors, objects, args, kwargs)
         # the host generator's state where the replay draws (dropout's masks on the CPU): a
         # replay that falls back gives its draws back, so the eager call draws as eagerly
@@ -2286,10 +2384,14 @@ class Compiled:
         self._entries.pop(key, None)
         if self._attrs is _UNREAD:
             self._attrs = _attribute_names(self._function)
-        modules, names = _MODULE_CHANGES[0], _values(self._names)
+        # the functions the call's code reaches (its helpers, its layers' forward), the host generators they may
+        # draw from, and the names they read (helper's global SCALE: checked before each replay too)
+        generators, reached = _host_generators(self._function, [*objects, *self._owners])
+        reads = _names_read(reached)
+        modules, names = _MODULE_CHANGES[0], _values(reads)
         # Python state the call may change: snapshots first (they hold the objects: the
         # references the tracer counts below, before and after the call, include theirs)
-        named = _named_objects(self._function)  # (cfg.t, cfg.scale: a global object's attributes)
+        named = [x for fn in reached for x in _named_objects(fn)]  # (cfg.scale, CFG["scale"], config.lr)
         named_state = _named_state(named)
         python = _python_state((args, kwargs), [*objects, *self._owners], self._attrs) + named_state
         given = [v for v in (*objects, *self._owners) if isinstance(v, Module)]  # (a model passed in, a method's own)
@@ -2302,7 +2404,6 @@ class Compiled:
             self._returns = _returned_reads(self.fn)
         tracer.returns = self._returns
         rng = _backends_base._host_rng
-        generators = _host_generators(self._function, [*objects, *self._owners])
         host_draws = _host_draws(generators)
         hooked = hooks.post_hook_changes[0]
         modes = (is_grad_enabled(), get_default_dtype(), get_default_device())
@@ -2329,8 +2430,9 @@ class Compiled:
         changed = None  # Python state the call changed that a replay would leave as it is
         if not _same_state(python, _python_state((args, kwargs), [*objects, *self._owners], self._attrs)
                            + _named_state(named)):  # (the snapshot after: not kept, it would count as a reference)
-            changed = "a list or dict argument, or an attribute of an argument or of an object the function names, " \
-                      "changed by the function (lst.pop(), d[key] = v, self.steps += 1, cfg.calls += 1)"
+            changed = "a list or dict argument or one the function names, or an attribute of an argument or of an " \
+                      "object it names, changed by the function, or an iterator it names advanced (lst.pop(), " \
+                      "d[key] = v, COUNTS['n'] += 1, self.steps += 1, cfg.calls += 1, next(it))"
         elif not all(unchanged(c, items) for c, items in members):
             changed = "a list or dict of tensors or modules the function reads by name, changed by it " \
                       "(history.append(loss), a module's list of layers)"
@@ -2338,7 +2440,7 @@ class Compiled:
         # (module changes the call undid, or made to modules it made and dropped, as a loss module built
         # in the step: a replay that makes none leaves the modules as the call left them)
         retrace = ((_MODULE_CHANGES[0] != modules and not modules_restored(modules))
-                   or not all(map(_same, _values(self._names), names)) or tracer.state_changed)
+                   or not all(map(_same, _values(reads), names)) or tracer.state_changed)
         if retrace and tracer.reason is None:  # the call changed Python state a replay would not change
             self._warn("the function changed a module's attributes or members, an optimizer's options, or "
                        "rebound a name it reads (a replay would not); it is traced again at the next call", "trace")
@@ -2354,7 +2456,7 @@ class Compiled:
                 f"{getattr(getattr(self.fn, '__code__', None), 'co_filename', '?')}:"
                 f"{getattr(getattr(self.fn, '__code__', None), 'co_firstlineno', '?')}")
         if plan is not None:
-            plan.names = names
+            plan.name_reads, plan.names = reads, names
             plan.objects = objects
             plan.named, plan.named_state = named, named_state
             plan.object_state = self._object_state(objects)  # (what a caller may

@@ -675,7 +675,7 @@ def test_a_global_objects_attribute_the_function_changes_runs_it_eagerly(change)
         results = [host(f(Tensor(np.ones(2))))[0] for _ in range(4)]
     if change != "del cfg.flag":
         assert [str(w.message) for w in caught if "lp.compile" in str(w.message)] and all(
-            "an object the function names, changed by the function" in str(w.message) for w in caught)
+            "of an object it names, changed by the function" in str(w.message) for w in caught)
     if change == "del cfg.flag":  # (the object is left alone from the second call on: traced again, replayed)
         assert results == [2.0, 3.0, 3.0, 3.0] and f.calls["replayed"] == 2
         return
@@ -747,6 +747,152 @@ def test_a_proxy_that_raises_outside_its_context_is_left_alone():
     f = lp.compile(owner.forward, fuse=False)
     assert [f(Tensor(np.ones(3))) for _ in range(3)] == [3.0] * 3
     assert f.calls == {"traced": 1, "replayed": 2, "eager": 0}
+
+
+HYPER = {"scale": 2.0, "train": {"lr": 1.0}}
+COUNTS = {"calls": 0}
+SHIFT = 0.0
+
+
+class _Hyper:
+    """A class used as a configuration (its attributes, not an instance's)."""
+
+    scale = 2.0
+
+
+class _ShiftedLayer(nn.Module):
+    """A layer whose forward reads a global of the script's."""
+
+    def forward(self, x):
+        return x + SHIFT
+
+
+def _scaled(x):
+    """A helper of the script's that reads a global number."""
+    return x * SHIFT
+
+
+def test_a_global_dicts_items_set_between_calls_trace_again():
+    """``HYPER["scale"]`` and ``HYPER["train"]["lr"]`` read by the function: set between
+    calls, the call traces again (a replay kept the trace's numbers before, silently)."""
+    HYPER["scale"], HYPER["train"]["lr"] = 2.0, 1.0
+    f = lp.compile(lambda x: (x * HYPER["scale"] * HYPER["train"]["lr"]).sum(), fuse=False)
+    x = Tensor(np.ones(3))
+    assert float(f(x)) == float(f(x)) == 6.0
+    with pytest.warns(RuntimeWarning, match=ATTRIBUTE_SET):
+        HYPER["scale"] = 3.0
+        assert float(f(x)) == 9.0
+        HYPER["train"]["lr"] = 0.5
+        assert float(f(x)) == 4.5
+    assert float(f(x)) == 4.5
+    assert f.calls == {"traced": 3, "replayed": 2, "eager": 0}
+
+
+def test_a_global_dict_the_function_changes_runs_it_eagerly():
+    """``COUNTS["calls"] += 1`` in the function: a replay would not count (it did not,
+    silently): the function runs eagerly, and every call counts."""
+    COUNTS["calls"] = 0
+
+    def step(x):
+        COUNTS["calls"] += 1
+        return (x * 2.0).sum()
+
+    f = lp.compile(step, fuse=False)
+    with pytest.warns(RuntimeWarning, match="COUNTS"):
+        for _ in range(4):
+            assert float(f(Tensor(np.ones(3)))) == 6.0
+    assert COUNTS["calls"] == 4
+    assert f.calls["replayed"] == 0
+
+
+def test_a_config_module_and_class_read_by_the_function_are_checked(tmp_path, monkeypatch):
+    """``config.scale`` of a module of the user's (``import config``) and ``Config.scale``
+    of a class: set between calls, the call traces again. A library's module (``np``,
+    ``lp``) is not looked into: its attributes are no configuration."""
+    (tmp_path / "lp_test_config.py").write_text("scale = 2.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import lp_test_config as config
+
+    _Hyper.scale = 2.0
+    f = lp.compile(lambda x: (x * config.scale * _Hyper.scale * np.float64(1.0)).sum(), fuse=False)
+    x = Tensor(np.ones(3))
+    assert float(f(x)) == float(f(x)) == 12.0
+    with pytest.warns(RuntimeWarning, match=ATTRIBUTE_SET):
+        config.scale = 3.0
+        assert float(f(x)) == 18.0
+        _Hyper.scale = 1.0
+        assert float(f(x)) == 9.0
+    assert f.calls == {"traced": 3, "replayed": 1, "eager": 0}
+    assert [entry.named for entry in f._entries.values()][0][0][0] is config
+    assert not any(obj is np or obj is lp for entry in f._entries.values() for obj, _ in entry.named)
+
+
+@pytest.mark.parametrize("reader", ["a helper", "a layer's forward"])
+def test_a_global_a_helper_or_a_layer_reads_rebound_traces_again(reader):
+    """A global number a helper function or a layer's ``forward`` reads (not the
+    function itself): rebound between calls, the call traces again (a replay kept the
+    trace's before, silently)."""
+    global SHIFT
+    SHIFT = 1.0
+    layer = _ShiftedLayer()
+    step = (lambda x: _scaled(x).sum()) if reader == "a helper" else (lambda x: layer(x).sum())
+    f = lp.compile(step, fuse=False)
+    x = Tensor(np.ones(3))
+    expected = (lambda: 3.0 * SHIFT) if reader == "a helper" else (lambda: 3.0 + 3.0 * SHIFT)
+    assert float(f(x)) == float(f(x)) == expected()
+    SHIFT = 2.0
+    assert float(f(x)) == expected()
+    assert f.calls == {"traced": 2, "replayed": 1, "eager": 0}
+
+
+class _Batches:
+    """An iterator object of the user's: a data loader's iterator, by its index."""
+
+    def __init__(self, batches):
+        self.batches, self.index = batches, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.index += 1
+        return self.batches[self.index - 1]
+
+
+class _Trainer2:
+    """A trainer that keeps its data's iterator (``next(self.data)`` in its step)."""
+
+    def __init__(self, data):
+        self.data = data
+
+    def step(self):
+        return next(self.data).sum()
+
+
+def _generate(batches):
+    for batch in batches:  # noqa: UP028 - the loop's variable is what shows the generator moved
+        yield batch
+
+
+def _delegate(batches):
+    yield from batches
+
+
+@pytest.mark.parametrize("kind", ["iter(list)", "a generator", "yield from", "an iterator object",
+                                  "an object's iterator"])
+def test_next_of_an_iterator_the_function_names_runs_it_eagerly(kind):
+    """``x = next(it)`` in the step, ``it`` a global's, a closure's or an object's: a
+    replay would not advance it, and read the first batch again (silently, before):
+    the call runs eagerly, each call on its own batch, as eagerly."""
+    batches = [Tensor(np.full(3, float(k))) for k in range(6)]
+    data = {"iter(list)": lambda: iter(batches), "a generator": lambda: _generate(batches),
+            "yield from": lambda: _delegate(batches),
+            "an iterator object": lambda: _Batches(batches), "an object's iterator": lambda: iter(batches)}[kind]()
+    trainer = _Trainer2(data)
+    f = lp.compile(trainer.step if kind == "an object's iterator" else (lambda: next(data).sum()), fuse=False)
+    with pytest.warns(RuntimeWarning, match=r"an iterator it names advanced"):
+        assert [float(f()) for _ in range(4)] == [0.0, 3.0, 6.0, 9.0]
+    assert f.calls["replayed"] == 0
 
 
 def test_an_argument_attribute_read_through_its_class_is_checked():
@@ -1503,11 +1649,10 @@ def test_other_threads_are_not_recorded():
 
 
 def test_an_exception_propagates_and_leaves_no_cache_entry():
-    calls = []
+    fail = [True]  # (set between calls: a list the function reads is checked before a replay)
 
     def f(x):
-        calls.append(1)
-        if len(calls) == 1:
+        if fail[0]:
             raise KeyError("boom")
         return x + 1.0
 
@@ -1515,6 +1660,7 @@ def test_an_exception_propagates_and_leaves_no_cache_entry():
     with pytest.raises(KeyError, match="boom"):
         g(Tensor(np.ones(2)))
     assert not g._entries
+    fail[0] = False
     same(g(Tensor(np.ones(2))), [2.0, 2.0])
     same(g(Tensor(np.ones(2))), [2.0, 2.0])
     assert g.calls == {"traced": 1, "replayed": 1, "eager": 0}
