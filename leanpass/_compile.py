@@ -958,6 +958,8 @@ class Tracer:
         self.implicit: set = set()  # ids of the ones arrays backward() made as seeds
         self.draws = 0
         self.graph_passes = 0  # autograd.grad(create_graph=True) passes: recorded as their operations
+        self.hooked_passes = set()  # the ids of the backward events whose leaves have hooks (Tracer._hooked)
+        self.checks_past_passes = False  # whether a check moved past a backward pass (_checks_first)
         self.inner_leaves: dict = {}  # id(tensor) -> slot: leaves that require grad made in the call (new_leaf)
         self.grad_slots: dict = {}  # slot of a gradient read in the call (t.grad) -> t's source
         self.rng_state = _backends_base._host_rng.bit_generator.state  # the host generator's, after the last draw
@@ -1429,15 +1431,15 @@ class Tracer:
             return
         if create_graph and targets is None:
             return self.unsupported("backward(create_graph=True) inside the function (a .grad in a graph)")
-        if create_graph and hooks._grad_hooks_registered:  # (its hooks would run on the recorded Tensors)
-            return self.unsupported("autograd.grad(create_graph=True) with gradient hooks registered (register_hook)")
         if create_graph:
             self.graph_passes += 1  # (a hook registered later makes its replays stale: Plan.fits)
             # autograd.grad(create_graph=True) (lp.func.hvp, a gradient penalty): the pass records its rules as
             # operations on Tensors, which the trace records as any other (its seeds, Tensors, too); a replay runs
             # them, and a later pass goes back through them. Only the graph is checked here: made in the call.
             needed = _needed(roots, {id(edge(t)) for t in targets})
-            self._schedule([r._node for r in roots if id(r._node) in needed], needed)
+            schedule = self._schedule([r._node for r in roots if id(r._node) in needed], needed)
+            if schedule is not None and self._hooked(schedule, post=False):  # (they would run on recorded Tensors)
+                self.unsupported("autograd.grad(create_graph=True) to a tensor with gradient hooks (register_hook)")
             return
         seeds = []
         for root, g in zip(roots, grads):
@@ -1455,6 +1457,8 @@ class Tracer:
             schedule = self._schedule([r._node for r in roots])
             if schedule is not None:
                 self.events.append(("backward", tuple(seeds), schedule, roots[0]._backend))
+                if self._hooked(schedule):
+                    self.hooked_passes.add(id(self.events[-1]))
             return
         # autograd.grad: only the nodes on a path to a target, whose gradients it returns (each
         # copied into a slot of its own: ``gradients``), and no .grad written
@@ -1516,6 +1520,22 @@ class Tracer:
             return False
         self.new_leaf(t)
         return True
+
+    def _hooked(self, schedule, post: bool = True) -> bool:
+        """Whether a leaf of the pass ``schedule`` (an argument, a tensor from outside)
+        has a hook, a gradient hook or (``post``) a post-accumulate one, which may write
+        any tensor: a check stays behind the pass (:func:`_checks_first`). Hooks
+        elsewhere (on another model's tensors, or on ones that are garbage not yet
+        collected) are no matter."""
+        for _, parents, _, _ in schedule:
+            for parent in parents:
+                if parent is None or parent[0] not in (ARG, EXT):
+                    continue
+                t = self.keep_args[parent[1]] if parent[0] == ARG else parent[1]
+                hooked = getattr(t, "_hooks", None)
+                if hooked is not None and ((post and len(hooked)) or hooked.grad):
+                    return True
+        return False
 
     def _leaf_key(self, t):
         """How a backward pass's schedule names the leaf ``t``: ``(ARG, i)``, ``(EXT, t)``,
@@ -1591,7 +1611,8 @@ class Tracer:
                     self.reason = (what, where)
                     break
         if self.reason is None:
-            self.events, late, self.guards = _checks_first(self.events, self.keep_args)
+            self.events, late, self.guards, self.checks_past_passes = _checks_first(
+                self.events, self.keep_args, self.hooked_passes)
             if late:  # a path eager code takes on values, decided after the call changed state
                 self.reason = (f"a value read on the host that decides a path ({late}) after the call changed state "
                                "(a backward pass, a step), or of a value it computed: a replay could not take the "
@@ -1742,7 +1763,7 @@ def _output_slots(spec) -> list:
     return []
 
 
-def _checks_first(events: list, args: list):
+def _checks_first(events: list, args: list, hooked=frozenset()):
     """``(events, late, guards)``: ``events`` with each check of values from outside the
     call (an argument's, a state tensor's: class indices, a mask found causal), or of
     values the call computed from those by operations (a later micro-batch's targets,
@@ -1750,7 +1771,8 @@ def _checks_first(events: list, args: list):
     where nothing before it could have changed them: no in-place change of one of them
     or of memory it shares (a view, a second name), nor of the computed value, nor of a
     value of the call that may be a view of one; no step given one of them or its
-    holder; no backward pass while hooks (which may write anything) are registered. A
+    holder; no backward pass whose leaves have hooks (which may write anything: ``hooked``,
+    the ids of those passes, :meth:`Tracer._hooked`). A
     replay that fails it then has changed nothing yet, and the call runs eagerly, as
     eager code would take another path, where a check met after a backward pass or a
     step could only raise.
@@ -1762,11 +1784,14 @@ def _checks_first(events: list, args: list):
     something before the check's place writes. A replay where the two share memory
     (``f(state[:])`` where the trace had another tensor, read or written) runs
     eagerly; the call's key tells how arguments share memory among themselves.
-    ``args``: the traced call's tensor arguments."""
-    first, rest, late, guards = [], [], None, []
+    ``args``: the traced call's tensor arguments. ``crossed``: whether a check moved
+    past a backward pass (a hook added since to one of its leaves may write what it
+    reads: :meth:`Plan.fits`)."""
+    first, rest, late, guards, crossed = [], [], None, [], False
     written = []  # the tensors from outside an in-place change or a step before here may have written
     anything = False  # an in-place change of a value of the call that is not its own memory; a hooked backward
     changed = read_grads = False  # a change of state before here, by the replay's rules (Plan._replay)
+    passed = False  # a backward pass before here
 
     def tensor(src):
         kind, ref = src
@@ -1786,6 +1811,7 @@ def _checks_first(events: list, args: list):
             chain = []  # a check of a value the call computed from such tensors (the labels of a micro-batch,
             # y[2:4], after the first one's backward pass) moves with the operations that compute it
             if not anything and all(_movable(src, chain, made, moved, changed_values, untouched) for src in event[2]):
+                crossed = crossed or passed
                 first += chain
                 moved.update(map(id, chain))
                 first.append(event)
@@ -1813,16 +1839,16 @@ def _checks_first(events: list, args: list):
             if read_grads or not getattr(event[1], "idempotent", False):  # (zero_grad writes no values)
                 written += _touched(event[1], event[2], event[3])
                 changed = True
-        elif kind == "backward":  # (a hook may step the parameters, or write any tensor; a post hook added or
-            # removed since the trace, or the first gradient hook, traces again: Plan.fits)
-            anything = anything or bool(hooks._hooks_registered) or bool(hooks._grad_hooks_registered)
-            changed = True
+        elif kind == "backward":  # (a hook on its leaves may step the parameters, or write any tensor; a hook
+            # added or removed since the trace traces again: Plan.fits)
+            anything = anything or id(event) in hooked
+            changed = passed = True
         elif kind == "grad_read":
             read_grads = True
         elif kind == "grad":
             changed = changed or event[2] or read_grads
         rest.append(event)
-    return first + [e for e in rest if id(e) not in moved], late, guards
+    return first + [e for e in rest if id(e) not in moved], late, guards, crossed
 
 
 def _operands(event) -> tuple:
@@ -1890,7 +1916,10 @@ class Plan:
         self.events = tracer.events
         self.guards = tracer.guards  # (read, written): sources a moved check reads and the call writes
         self.post_hooks = hooks.post_hook_changes[0]  # (a hook added or removed since: trace again)
-        self.grad_hooked = bool(hooks._grad_hooks_registered)  # (_checks_first: whether a hook may write anything)
+        # gradient hooks added or removed since: a trace again, where a check moved past a pass (a hook on its
+        # leaves may write what it reads: _checks_first) or a graph pass met none (they would run on its Tensors)
+        self.grad_hooks = (hooks.grad_hook_changes[0] if tracer.checks_past_passes or tracer.graph_passes
+                           else None)
         self.slots = tracer.slots
         self.outputs = outputs
         self.externals = list(tracer.externals.values())
@@ -2009,8 +2038,8 @@ class Plan:
         for members, items in self.member_lists:  # an item replaced in place: model.layers[0] = other
             if not unchanged(members, items):
                 return False
-        if hooks._grad_hooks_registered and self.passes and (self.graph_passes or not self.grad_hooked):
-            return False  # the first gradient hooks since: a hook may write anything (_checks_first); trace again
+        if self.grad_hooks is not None and hooks.grad_hook_changes[0] != self.grad_hooks:
+            return False  # a gradient hook added or removed since (see __init__): trace again
         for t, shape, dtype, backend, rg in self.externals:
             data = t._data
             if data.dtype != dtype or tuple(data.shape) != shape or t._backend is not backend or t._rg != rg:

@@ -28,6 +28,9 @@ retaining = False
 # post-accumulate-grad hooks added or removed so far: lp.compile replays the hooks there
 # are, so a traced call that adds or removes one runs eagerly
 post_hook_changes = [0]
+# gradient hooks added or removed so far: a compiled call whose passes met none at its
+# trace is traced again after a change (a hook on a leaf of its passes may write anything)
+grad_hook_changes = [0]
 _rounds = itertools.count(1)
 
 
@@ -61,6 +64,7 @@ class RemovableHandle:
                 if self._gradient:
                     live[2] -= 1
                     _grad_hooks_registered -= 1
+                    grad_hook_changes[0] += 1
                     note(_HOOKED_INSIDE)
                 else:
                     live[0] -= 1
@@ -139,6 +143,7 @@ def add_grad_hook(tensor, hook) -> RemovableHandle:
     hooks.grad.append(hook)
     hooks.live[2] += 1
     _grad_hooks_registered += 1
+    grad_hook_changes[0] += 1
     note(_HOOKED_INSIDE)
     return RemovableHandle(hooks, hook, gradient=True)
 
