@@ -43,7 +43,6 @@ import io
 import itertools
 import linecache
 import math
-import operator
 import os
 import sys
 import sysconfig
@@ -182,7 +181,7 @@ def _equal(a, b) -> bool:
 
 
 def _host_generators(function, objects) -> tuple:
-    """``(generators, functions)``: the host random generators outside LeanPass a call
+    """``(generators, functions, makers)``: the host random generators outside LeanPass a call
     of ``function`` may draw from,
     as far as its code shows: those among the values it names (closure cells, globals,
     default arguments) and ``objects`` (its arguments, its owner), the generators behind
@@ -191,12 +190,14 @@ def _host_generators(function, objects) -> tuple:
     NumPy's and Python's global ones where the code names ``np.random`` or ``random``;
     and so on through the Python functions it names (a script's ``mixup`` helper,
     ``self.forward``), three levels deep, not LeanPass's own, and the ``forward`` of the
-    layers of every model reached (``self.model``'s); and the system's entropy where
-    that code makes a generator without a seed (:func:`_unseeded_generators`). What a
-    trace saw drawn from one runs eagerly (:func:`_host_draws`); a generator a helper
-    reaches another way is not seen. ``functions``: the Python functions visited,
-    ``function`` first (what they read by name is checked before a replay too)."""
-    seen, names, roots, todo, functions = set(), set(), list(objects), [(function, 0)], []
+    layers of every model reached (``self.model``'s). What a trace saw drawn from one
+    runs eagerly (:func:`_host_draws`); a generator a helper reaches another way is not
+    seen. ``functions``: the Python functions visited, ``function`` first (what they
+    read by name is checked before a replay too), with the functions of the user's
+    modules it names (``utils.scale``). ``makers``: whether that code names what makes
+    a generator (``np.random.default_rng``: one made there without a seed draws on the
+    system's entropy, which the trace then watches for)."""
+    seen, names, roots, todo, functions, makers = set(), set(), list(objects), [(function, 0)], [], False
     for _ in range(8):  # functions read -> values they name -> models among them -> their layers' forward
         while todo:
             fn, depth = todo.pop()
@@ -209,14 +210,16 @@ def _host_generators(function, objects) -> tuple:
             functions.append(fn)
             own = _attribute_names(fn)
             names |= own
-            if _unseeded_generators(fn):  # (np.random.default_rng() inside: the system's entropy, drawn from)
-                roots.append(_host_random.ENTROPY)
+            chained = _chain_values(fn)  # (np.random.default_rng, utils.scale)
+            makers = makers or any(map(_host_random.makes_generator, chained))  # (the trace watches for entropy)
             named = [*_values(_names_seen(fn)), *(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values()]
             named = [v for v in named if _inspectable(v)]
             roots += _host_random.global_generators(named, own)  # (np.random.beta, random.random())
             roots += named
             if depth < 3:
                 todo += [(v, depth + 1) for v in named if isinstance(v, types.FunctionType)]
+                todo += [(v, depth + 1) for v in chained  # (utils.scale of a module of the user's)
+                         if type(v) is types.FunctionType and _users_file(v.__code__.co_filename)]
                 todo += [(getattr(type(o), n, None), depth + 1) for o in objects for n in own
                          if isinstance(getattr(type(o), n, None), types.FunctionType)]  # (self.forward)
         found, values, reached = [], list(roots), set()
@@ -245,7 +248,7 @@ def _host_generators(function, objects) -> tuple:
             values = [v for v in more if _inspectable(v)]
         if not todo:
             break
-    return found, functions
+    return found, functions, makers
 
 
 def _names_read(functions) -> tuple:
@@ -265,56 +268,51 @@ def _names_read(functions) -> tuple:
     return tuple(cells), tuple(globals_)
 
 
-_ZERO_ARGUMENT_CALLS = ("CALL", "CALL_FUNCTION", "CALL_METHOD", "PRECALL")
-
-
 @functools.lru_cache(maxsize=1024)
-def _calls_without_seed(code) -> tuple:
-    """The callables ``code`` (and the code nested in it) calls without an argument, or
-    with None alone, as chains of names: ``("np", "random", "default_rng")`` for
-    ``np.random.default_rng()``, ``("Random",)`` for ``Random(None)``."""
+def _name_chains(code) -> tuple:
+    """The chains of names ``code`` (and the code nested in it) loads from a global or a
+    closure's name: ``("np", "random", "default_rng")`` for ``np.random.default_rng``."""
     found = []
     for c in _codes(code):
-        chain, none = None, False  # the names loaded so far; whether None was loaded after them
+        chain = None  # the names loaded so far
         for ins in dis.get_instructions(c):
             op = ins.opname
-            if op in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF"):
-                chain, none = (ins.argval,), False
-            elif chain is not None and op in ("LOAD_ATTR", "LOAD_METHOD") and not none:
+            if chain is not None and op in ("LOAD_ATTR", "LOAD_METHOD"):
                 chain += (ins.argval,)
-            elif chain is not None and op == "LOAD_CONST" and ins.argval is None and not none:
-                none = True
-            elif chain is not None and op in _ZERO_ARGUMENT_CALLS and ins.arg == int(none):
+                continue
+            if chain is not None and op in ("PUSH_NULL", "EXTENDED_ARG"):
+                continue
+            if chain is not None:
                 found.append(chain)
-                chain = None
-            elif op not in ("PUSH_NULL", "EXTENDED_ARG", "PRECALL"):
-                chain = None
+            chain = (ins.argval,) if op in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF") else None
+        if chain is not None:
+            found.append(chain)
     return tuple(found)
 
 
-def _unseeded_generators(fn) -> bool:
-    """Whether ``fn``'s code makes a random generator without a seed
-    (``np.random.default_rng()``, ``random.Random()``): it draws from the system's
-    entropy, so what a traced call drew from it would be frozen into the replays."""
+def _chain_values(fn) -> list:
+    """What the chains of names ``fn``'s code loads (:func:`_name_chains`) lead to,
+    through modules only (no property runs): ``np.random.default_rng`` the function,
+    ``utils.scale`` a function of a module of the user's; None where a chain leaves
+    the modules (``cfg.scale``)."""
     code = getattr(fn, "__code__", None)
-    if code is None:
-        return False
-    calls = _calls_without_seed(code)
-    if not calls:
-        return False
-    scope = dict(fn.__globals__)
+    chains = _name_chains(code) if code is not None else ()
+    if not chains:
+        return []
+    scope = fn.__globals__
+    cells = {}
     for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
         try:
-            scope[name] = cell.cell_contents
+            cells[name] = cell.cell_contents
         except ValueError:  # (an empty cell)
             pass
-    for root, *attributes in calls:
-        value = scope.get(root, _NOT_KEYED)
-        for name in attributes:  # (through modules only: no property runs)
-            value = getattr(value, name, None) if isinstance(value, types.ModuleType) else None
-        if _host_random.makes_generator(value):
-            return True
-    return False
+    found = []
+    for root, *attributes in chains:
+        value = cells[root] if root in cells else scope.get(root, _NOT_KEYED)
+        for name in attributes:  # (type(): not a proxy's __class__, which may raise outside its context)
+            value = getattr(value, name, None) if issubclass(type(value), types.ModuleType) else None
+        found.append(value)
+    return found
 
 
 def _host_draws(generators) -> list:
@@ -596,7 +594,7 @@ def _python_state(value, objects, names=None, nested=_NOT_KEYED) -> list:
                 state.append((v, items_of(v) if len(v) <= 256 else (len(v),)))
             elif issubclass(kind, (collections.deque, set, frozenset)) or _plain(v):
                 stack.append(v)
-            elif _is_iterator(v):  # (next(self.batches): where it stands)
+            elif _inspectable(v) and _is_iterator(v):  # (next(self.batches): as advanced)
                 state.append((v, _position(v)))
     return state
 
@@ -607,9 +605,9 @@ def _object_attributes(obj, names) -> dict:
     2.0``: the first base that has the name decides). All of its own where the code
     cannot tell which it reads: a property among the names, a ``__getattr__`` (its
     values kept elsewhere, as an attribute dict's)."""
-    if isinstance(obj, type):  # (a class as a configuration, Config.lr: its values and its bases')
+    if isinstance(obj, type):  # (a class as a configuration, Config.lr: its values and its bases', the user's)
         attrs = {}
-        for base in obj.__mro__[:-1]:
+        for base in (b for b in obj.__mro__[:-1] if _configuration(b)):
             attrs.update((k, v) for k, v in vars(base).items() if (names is None or k in names) and k not in attrs)
         return attrs
     cls = type(obj)
@@ -655,9 +653,15 @@ def _named_objects(fn) -> list:
     values = {name: value for name, value in values.items() if _inspectable(value)}
     loaded: dict = {}
     called: dict = {}  # the methods the code calls on a name's object
+    whole = set()  # the names whose object the code uses otherwise: passed (helper(x, cfg)), aliased, getattr()
     for c in _codes(code):
         root = chain = None  # the name loaded, and whether attributes are being loaded on it (cfg.train.lr)
+        fresh = False  # whether the root was loaded right before: no attribute of it loaded yet
         for ins in dis.get_instructions(c):
+            if fresh and ins.opname not in ("LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR", "DELETE_ATTR", "COPY",
+                                             "DUP_TOP", "EXTENDED_ARG"):
+                whole.add(root)  # (what is done with it is not in this code)
+            fresh = False
             method = ins.opname == "LOAD_METHOD" or (ins.opname == "LOAD_ATTR" and sys.version_info >= (3, 12)
                                                       and ins.arg & 1)
             if root is not None and ins.opname in ("LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR", "DELETE_ATTR") and (
@@ -672,13 +676,17 @@ def _named_objects(fn) -> list:
             else:
                 root = ins.argval if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF") else None
                 chain = False
+                fresh = root is not None
     found = []
-    for name, attrs in loaded.items():
+    for name in sorted(loaded.keys() | whole):
         value = values.get(name, _NOT_KEYED)
-        if name in values and (_plain(value) or _configuration(value)):  # (all its attributes where it runs a
-            whole = any(not getattr(getattr(type(value), m, None), "action", False)  # method a replay does not)
-                        for m in called.get(name, ()))
-            found.append((value, None if whole else frozenset(attrs)))
+        if isinstance(value, types.ModuleType):  # (a config module: the names loaded on it, never all of it; a
+            if name in loaded and _configuration(value):  # function of it called is followed: _host_generators)
+                found.append((value, frozenset(loaded[name])))
+        elif name in values and (_plain(value) or _configuration(value)):  # (all its attributes where it runs a
+            everything = name in whole or any(not getattr(getattr(type(value), m, None), "action", False)
+                                              for m in called.get(name, ()))  # method a replay does not)
+            found.append((value, None if everything else frozenset(loaded.get(name, ()))))
     for value in values.values():  # (CFG["scale"], COUNTS["n"] += 1: a dict's or list's items; not those
         if issubclass(type(value), (dict, list)) and not holding_members([value]):  # holding tensors or modules:
             found.append((value, None))  # _named_members)
@@ -697,20 +705,11 @@ def _is_iterator(value) -> bool:
 
 
 def _position(iterator) -> tuple:
-    """Where ``iterator`` stands, as far as Python shows: a generator's next instruction
-    and its frame's locals (the loop's variable; with the iterator it delegates to, in
-    ``yield from``), an iterator object's attributes, or
-    the number of items it has left (a list's iterator); where none of those shows (a
-    ``zip``), an object of its own each time, as if it had been advanced."""
-    if isinstance(iterator, types.GeneratorType):
-        frame, inner = iterator.gi_frame, iterator.gi_yieldfrom  # (yield from batches: where batches' stands)
-        return ("done",) if frame is None else (
-            frame.f_lasti, *frame.f_locals.values(), *(() if inner is None else _position(inner)))
-    attributes = getattr(iterator, "__dict__", None)
-    if isinstance(attributes, dict) and attributes:
-        return tuple(itertools.chain.from_iterable(attributes.items()))
-    left = operator.length_hint(iterator, -1)
-    return (left,) if left >= 0 else (object(),)
+    """Where ``iterator`` stands: an object of its own each time, as if it had been
+    advanced, since Python does not show it (a generator at the same ``yield`` with the
+    same locals, an iterator object whose state is in another one, ``self.it``, may
+    have moved on): a function that names one runs eagerly."""
+    return (object(),)
 
 
 def _configuration(value) -> bool:
@@ -2384,7 +2383,8 @@ class Compiled:
             return self.fn(*args, **kwargs)
         if not entry.fits() or not all(map(_same, _values(entry.name_reads), entry.names)):
             return self._trace(key, tensors, objects, args, kwargs)
-        if (entry.object_state and not _same_state(entry.object_state, self._object_state(entry.objects))) or (
+        if (entry.object_state and not _same_state(entry.object_state, self._object_state(entry.objects,
+                                                                                         entry.attrs))) or (
                 entry.named and not _same_state(entry.named_state, _named_state(entry.named))):
             self._warn("traced again: an attribute its code reads, of an argument or of an object it names (a "
                        "global cfg), was set since the last call, or an item of a dict or list it names "
@@ -2415,14 +2415,17 @@ class Compiled:
             self._attrs = _attribute_names(self._function)
         # the functions the call's code reaches (its helpers, its layers' forward), the host generators they may
         # draw from, and the names they read (helper's global SCALE: checked before each replay too)
-        generators, reached = _host_generators(self._function, [*objects, *self._owners])
+        generators, reached, makers = _host_generators(self._function, [*objects, *self._owners])
         reads = _names_read(reached)
+        # the attributes of the arguments and the owner its code names, or a helper's reached (self.helper(x)
+        # reading self.scale, helper(x, cfg) reading cfg.scale)
+        attrs = None if self._attrs is None else self._attrs.union(*(_attribute_names(f) for f in reached[1:]))
         modules, names = _MODULE_CHANGES[0], _values(reads)
         # Python state the call may change: snapshots first (they hold the objects: the
         # references the tracer counts below, before and after the call, include theirs)
         named = [x for fn in reached for x in _named_objects(fn)]  # (cfg.scale, CFG["scale"], config.lr)
         named_state = _named_state(named)
-        python = _python_state((args, kwargs), [*objects, *self._owners], self._attrs) + named_state
+        python = _python_state((args, kwargs), [*objects, *self._owners], attrs) + named_state
         given = [v for v in (*objects, *self._owners) if isinstance(v, Module)]  # (a model passed in, a method's own)
         members = _named_members(names) + _named_members(given)
         tracer = Tracer(tensors)
@@ -2436,10 +2439,15 @@ class Compiled:
         host_draws = _host_draws(generators)
         hooked = hooks.post_hook_changes[0]
         modes = (is_grad_enabled(), get_default_dtype(), get_default_device())
+        entropy = _host_random.EntropyWatch() if makers else None  # (a generator made without a seed)
         TRACER[0] = tracer
         try:
+            if entropy is not None:
+                entropy.start()
             box = [self.fn(*args, **kwargs)]  # the result, held only here (what else holds it: Tracer.escaped)
         finally:
+            if entropy is not None:
+                entropy.stop()
             TRACER[0] = None
             tracer.modules_called.clear()  # (held for their ids while the call ran: one it made and dropped goes)
         self.calls["traced"] += 1
@@ -2448,7 +2456,7 @@ class Compiled:
                                "left so (lp.set_grad_enabled, lp.set_default_dtype...)")
         if _backends_base._host_rng is not rng or rng.bit_generator.state != tracer.rng_state:
             tracer.unsupported("a random draw the trace does not record (a layer made inside, lp.manual_seed...)")
-        if _host_draws(generators) != host_draws:
+        if _host_draws(generators) != host_draws or (entropy is not None and entropy.drawn):
             tracer.unsupported("a random number drawn on the host outside LeanPass (np.random, random, a NumPy "
                                "Generator, one made in the function without a seed: a replay would reuse the "
                                "trace's); draw it with lp.rand, or pass it in")
@@ -2457,7 +2465,7 @@ class Compiled:
         if any(value is t for value in names for t in tensors):  # one object, two roles: a replay would merge them
             tracer.unsupported("an argument the function also reads by name (a global or closure variable)")
         changed = None  # Python state the call changed that a replay would leave as it is
-        if not _same_state(python, _python_state((args, kwargs), [*objects, *self._owners], self._attrs)
+        if not _same_state(python, _python_state((args, kwargs), [*objects, *self._owners], attrs)
                            + _named_state(named)):  # (the snapshot after: not kept, it would count as a reference)
             changed = "a list or dict argument or one the function names, or an attribute of an argument or of an " \
                       "object it names, changed by the function, or an iterator it names advanced (lst.pop(), " \
@@ -2488,7 +2496,8 @@ class Compiled:
             plan.name_reads, plan.names = reads, names
             plan.objects = objects
             plan.named, plan.named_state = named, named_state
-            plan.object_state = self._object_state(objects)  # (what a caller may
+            plan.attrs = attrs
+            plan.object_state = self._object_state(objects, attrs)  # (what a caller may
             plan.member_lists = plan.member_lists + members  # change between calls)
         if plan is None:
             self._fall_back(key, tracer.reason)
@@ -2498,10 +2507,11 @@ class Compiled:
                 self._entries.popitem(last=False)
         return box[0]
 
-    def _object_state(self, objects) -> list:
+    def _object_state(self, objects, attrs) -> list:
         """The attributes of the plain objects among the arguments and of the callable's
-        own (:func:`_unwrapped`) that the function's code reads: checked before a replay."""
-        return _python_state((), [*objects, *self._owners], self._attrs)
+        own (:func:`_unwrapped`) that the function's code, or a helper's it reaches,
+        names (``attrs``): checked before a replay."""
+        return _python_state((), [*objects, *self._owners], attrs)
 
     def _fall_back(self, key, reason) -> None:
         what, where = reason

@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import functools
 import gc
+import importlib
 import random
 import threading
 import tracemalloc
@@ -725,6 +726,12 @@ class _OutsideContext:
     def __getattr__(self, name):
         raise RuntimeError("working outside of request context")
 
+    def __iter__(self):  # (werkzeug's LocalProxy has the iterator protocol on its class)
+        raise RuntimeError("working outside of request context")
+
+    def __next__(self):
+        raise RuntimeError("working outside of request context")
+
 
 REQUEST = _OutsideContext()
 
@@ -825,8 +832,83 @@ def test_a_config_module_and_class_read_by_the_function_are_checked(tmp_path, mo
         _Hyper.scale = 1.0
         assert float(f(x)) == 9.0
     assert f.calls == {"traced": 3, "replayed": 1, "eager": 0}
-    assert [entry.named for entry in f._entries.values()][0][0][0] is config
+    assert any(obj is config for entry in f._entries.values() for obj, _ in entry.named)
     assert not any(obj is np or obj is lp for entry in f._entries.values() for obj, _ in entry.named)
+
+
+def _scaled_by(x, cfg):
+    """A helper given the configuration: what it reads of it is not in the step's code."""
+    return x * cfg.scale
+
+
+class _Stepper:
+    """A trainer whose step calls a method of its own that reads an attribute."""
+
+    def __init__(self):
+        self.scale = 2.0
+
+    def scaled(self, x):
+        return x * self.scale
+
+    def step(self, x):
+        return self.scaled(x).sum()
+
+
+def _aliased(x):
+    c = CONFIG
+    return (x * c.scale).sum()
+
+
+_PASSED_ON = {  # (each its own code: what it names decides what is checked)
+    "passed to a helper": lambda x: _scaled_by(x, CONFIG).sum(),
+    "a local alias": _aliased,
+    "getattr()": lambda x: (x * getattr(CONFIG, "scale")).sum(),  # noqa: B009 - getattr is what is tested
+    "an argument passed to a helper": lambda x, cfg: _scaled_by(x, cfg).sum(),
+    "the owner, in its own method": None,
+}
+
+
+@pytest.mark.parametrize("how", list(_PASSED_ON))
+def test_a_configuration_used_other_than_by_its_attributes_is_checked_whole(how):
+    """A global object passed to a helper (``helper(x, cfg)``), aliased (``c = cfg``) or
+    read with ``getattr``; an argument passed on; the compiled method's object read in
+    another method of its own: what is read of it is not in the step's code, so all of
+    its attributes (or those the helpers reached name) are checked, and a new scale
+    traces again (a replay kept the trace's before, silently)."""
+    CONFIG.scale = 2.0
+    stepper = _Stepper()
+    step = stepper.step if how.startswith("the owner") else _PASSED_ON[how]
+    f = lp.compile(step, fuse=False)
+    extra = (CONFIG,) if how.startswith("an argument") else ()
+    x = Tensor(np.ones(3))
+    assert float(f(x, *extra)) == float(f(x, *extra)) == 6.0
+    stepper.scale = CONFIG.scale = 3.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert float(f(x, *extra)) == 9.0
+    assert f.calls == {"traced": 2, "replayed": 1, "eager": 0}
+
+
+def test_a_function_of_a_users_module_and_what_it_reads_are_checked(tmp_path, monkeypatch):
+    """``utils.scale(x)``, ``utils`` a module of the user's: what ``scale`` reads by name
+    (the module's ``FACTOR``) is checked, so a new factor traces again; the module's
+    other names are not (a count the script keeps there, changed between calls, leaves
+    the step replaying; a first version compared all of such a module on Python 3.10,
+    whose code calls its functions as methods, or where it was bound by importlib)."""
+    (tmp_path / "lp_test_utils.py").write_text(
+        "FACTOR = 2.0\nCALLS = 0\n\n\ndef scale(x):\n    return x * FACTOR\n\n\n"
+        "def count():\n    global CALLS\n    CALLS += 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    utils = importlib.import_module("lp_test_utils")
+    f = lp.compile(lambda x: utils.scale(x).sum(), fuse=False)
+    x = Tensor(np.ones(3))
+    for _ in range(3):
+        assert float(f(x)) == 6.0
+        utils.count()
+    assert f.calls == {"traced": 1, "replayed": 2, "eager": 0}
+    utils.FACTOR = 3.0
+    assert float(f(x)) == 9.0
+    assert f.calls == {"traced": 2, "replayed": 2, "eager": 0}
 
 
 @pytest.mark.parametrize("reader", ["a helper", "a layer's forward"])
@@ -880,20 +962,50 @@ def _delegate(batches):
     yield from batches
 
 
+class _Endless:
+    """An endless loader's iterator: its state is the iterator it wraps (``self.it``)."""
+
+    def __init__(self, batches):
+        self.batches, self.it = batches, iter(batches)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        try:
+            return next(self.it)
+        except StopIteration:
+            self.it = iter(self.batches)
+            return next(self.it)
+
+
+def _sampled(batches):
+    """A generator whose frame looks the same after each ``yield`` (same instruction,
+    same locals): it samples its next batch from a generator it holds."""
+    rng = np.random.default_rng(5)
+    while True:
+        yield batches[int(rng.integers(0, len(batches)))]
+
+
 @pytest.mark.parametrize("kind", ["iter(list)", "a generator", "yield from", "an iterator object",
-                                  "an object's iterator"])
+                                  "an object's iterator", "a wrapping iterator", "a sampling generator"])
 def test_next_of_an_iterator_the_function_names_runs_it_eagerly(kind):
     """``x = next(it)`` in the step, ``it`` a global's, a closure's or an object's: a
     replay would not advance it, and read the first batch again (silently, before):
     the call runs eagerly, each call on its own batch, as eagerly."""
     batches = [Tensor(np.full(3, float(k))) for k in range(6)]
     data = {"iter(list)": lambda: iter(batches), "a generator": lambda: _generate(batches),
-            "yield from": lambda: _delegate(batches),
+            "yield from": lambda: _delegate(batches), "a wrapping iterator": lambda: _Endless(batches),
+            "a sampling generator": lambda: _sampled(batches),
             "an iterator object": lambda: _Batches(batches), "an object's iterator": lambda: iter(batches)}[kind]()
     trainer = _Trainer2(data)
     f = lp.compile(trainer.step if kind == "an object's iterator" else (lambda: next(data).sum()), fuse=False)
+    expected = [0.0, 3.0, 6.0, 9.0]
+    if kind == "a sampling generator":
+        rng = np.random.default_rng(5)
+        expected = [3.0 * int(rng.integers(0, 6)) for _ in range(4)]
     with pytest.warns(RuntimeWarning, match=r"an iterator it names advanced"):
-        assert [float(f()) for _ in range(4)] == [0.0, 3.0, 6.0, 9.0]
+        assert [float(f()) for _ in range(4)] == expected
     assert f.calls["replayed"] == 0
 
 
@@ -1542,12 +1654,31 @@ _DRAWING_STEPS = {  # (each its own code: what a step's code names decides which
     "default_rng(None)": lambda x: (x * default_rng(None).uniform()).sum(),
     "random.Random()": lambda x: (x * random.Random().random()).sum(),
     "a helper's Generator(PCG64())": lambda x: (x * _fresh_generator().uniform()).sum(),
+    "default_rng(seed=None)": lambda x: (x * np.random.default_rng(seed=None).uniform()).sum(),
 }
 
 
 def _fresh_generator():
     """A helper of the script's that makes a generator seeded from the system's entropy."""
     return np.random.Generator(np.random.PCG64())
+
+
+def _augment(x, alpha=0.0, rng=None):
+    """A helper that makes a generator without a seed on a path the step does not take."""
+    if alpha <= 0:
+        return x
+    rng = np.random.default_rng() if rng is None else rng
+    return x * rng.beta(alpha, alpha)
+
+
+def test_a_generator_maker_on_a_path_not_taken_replays():
+    """``np.random.default_rng()`` in a branch the call does not take: nothing is drawn
+    from the system's entropy at the trace, so the step replays (a first version that
+    only read the code made every such step eager)."""
+    compiled = lp.compile(lambda x: (_augment(x) * 2.0).sum())
+    for _ in range(3):
+        assert float(compiled(Tensor(np.arange(4.0)))) == 12.0
+    assert compiled.calls == {"traced": 1, "replayed": 2, "eager": 0}
 
 
 def test_a_generator_made_in_the_call_with_a_seed_replays():

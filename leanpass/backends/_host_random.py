@@ -5,7 +5,9 @@ here, in the backends' layer, not in the compiler (DESIGN.md's rule 2)."""
 
 from __future__ import annotations
 
+import os
 import random
+import sys
 
 import numpy as np
 
@@ -14,7 +16,6 @@ GENERATORS = (np.random.Generator, np.random.RandomState, random.Random)
 _MAKERS = (np.random.default_rng, np.random.RandomState, np.random.SeedSequence, np.random.PCG64,
            np.random.PCG64DXSM, np.random.MT19937, np.random.Philox, np.random.SFC64, random.Random,
            random.SystemRandom)
-ENTROPY = random.SystemRandom()  # the system's entropy, as a generator (it has no state: always drawn from)
 
 
 def makes_generator(value) -> bool:
@@ -57,3 +58,39 @@ def _frozen(value):
     if isinstance(value, np.ndarray):
         return value.tobytes()
     return value
+
+
+_SEED = random.Random.seed.__code__  # (random.Random() and random.seed(): seeded with None, from os.urandom)
+
+
+class EntropyWatch:
+    """Whether the code run on this thread between :meth:`start` and :meth:`stop` drew on
+    the system's entropy: ``os.urandom`` (an unseeded NumPy generator's ``SeedSequence``,
+    ``random.SystemRandom``) or Python's ``Random.seed(None)`` (``random.Random()``), through
+    ``sys.setprofile`` (a trace of code that names what makes a generator turns it on:
+    the numbers drawn from such a generator would be frozen into the replays). A
+    profiler set already is left alone, and the entropy counted as drawn. A legacy
+    ``np.random.RandomState(seed)`` counts too: it draws some before its seed."""
+
+    def __init__(self):
+        self.drawn = False
+        self._set = False
+
+    def start(self) -> None:
+        if sys.getprofile() is not None:
+            self.drawn = True
+            return
+        sys.setprofile(self._event)
+        self._set = True
+
+    def stop(self) -> None:
+        if self._set:
+            sys.setprofile(None)
+            self._set = False
+
+    def _event(self, frame, event, arg) -> None:
+        if event == "c_call":
+            if arg is os.urandom:
+                self.drawn = True
+        elif event == "call" and frame.f_code is _SEED and frame.f_locals.get("a") is None:
+            self.drawn = True
