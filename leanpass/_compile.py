@@ -181,7 +181,7 @@ def _equal(a, b) -> bool:
 
 
 def _host_generators(function, objects) -> tuple:
-    """``(generators, functions, makers)``: the host random generators outside LeanPass a call
+    """``(generators, functions, makers, held)``: the host random generators outside LeanPass a call
     of ``function`` may draw from,
     as far as its code shows: those among the values it names (closure cells, globals,
     default arguments) and ``objects`` (its arguments, its owner), the generators behind
@@ -189,15 +189,19 @@ def _host_generators(function, objects) -> tuple:
     named in the code hold (``self.rng``, ``cfg.aug.rng``, ``self.rngs[0]``: two levels),
     NumPy's and Python's global ones where the code names ``np.random`` or ``random``;
     and so on through the Python functions it names (a script's ``mixup`` helper,
-    ``self.forward``), three levels deep, not LeanPass's own, and the ``forward`` of the
-    layers of every model reached (``self.model``'s). What a trace saw drawn from one
+    ``self.forward``), three levels deep, not LeanPass's own, the ``forward`` of the
+    layers of every model reached (``self.model``'s), and the methods of the user's
+    classes of those layers and of the plain objects reached (:func:`_methods`: a
+    ``MixUp`` object's ``__call__``, a layer's helper method). What a trace saw drawn from one
     runs eagerly (:func:`_host_draws`); a generator a helper reaches another way is not
     seen. ``functions``: the Python functions visited, ``function`` first (what they
     read by name is checked before a replay too), with the functions of the user's
     modules it names (``utils.scale``). ``makers``: whether that code names what makes
     a generator (``np.random.default_rng``: one made there without a seed draws on the
-    system's entropy, which the trace then watches for)."""
+    system's entropy, which the trace then watches for). ``held``: the plain objects
+    among the attributes of the layers reached (``self.cfg`` read in a ``forward``)."""
     seen, names, roots, todo, functions, makers = set(), set(), list(objects), [(function, 0)], [], False
+    held = []
     for _ in range(8):  # functions read -> values they name -> models among them -> their layers' forward
         while todo:
             fn, depth = todo.pop()
@@ -237,18 +241,37 @@ def _host_generators(function, objects) -> tuple:
                     more += v[:64]
                 elif isinstance(v, dict):
                     more += list(v.values())[:64]
-                elif isinstance(v, Module):  # (a Mixup layer inside: its forward, its attributes)
-                    layers = [m for m in v.modules() if m is v or id(m) not in reached]
+                elif isinstance(v, Module):  # (a Mixup layer inside: its forward and the methods of its class if
+                    layers = [m for m in v.modules() if m is v or id(m) not in reached]  # the user's, its attributes)
                     reached.update(map(id, layers))
-                    todo += [(f, 1) for f in {type(m).forward for m in layers}
+                    todo += [(f, 1) for f in {f for m in layers for f in (type(m).forward, *_methods(type(m)))}
                              if id(getattr(f, "__code__", None)) not in seen]
-                    more += [a for a in _attributes(layers, names) if not isinstance(a, Module)]
+                    attributes = [a for a in _attributes(layers, names) if not isinstance(a, Module)]
+                    held += [a for a in attributes if _plain(a)]  # (self.cfg.scale in a layer's forward)
+                    more += attributes
                 elif not isinstance(v, (types.ModuleType, type, Tensor, types.FunctionType)):
+                    todo += [(f, 1) for f in _methods(type(v))  # (a MixUp object's __call__, noise.apply)
+                             if id(f.__code__) not in seen]
                     more += _attributes([v], names)
             values = [v for v in more if _inspectable(v)]
         if not todo:
             break
-    return found, functions, makers
+    return found, functions, makers, held
+
+
+def _methods(cls) -> list:
+    """The Python functions of ``cls`` and its bases of the user's code (not LeanPass's
+    nor an installed package's): methods, static and class methods, properties'
+    getters. A layer's helper method and a plain object's ``__call__`` read what a
+    replay must check too."""
+    found = []
+    for base in cls.__mro__[:-1]:
+        if _configuration(base):
+            for value in vars(base).values():
+                value = getattr(value, "__func__", getattr(value, "fget", value))
+                if type(value) is types.FunctionType:
+                    found.append(value)
+    return found
 
 
 def _names_read(functions) -> tuple:
@@ -309,10 +332,20 @@ def _chain_values(fn) -> list:
     found = []
     for root, *attributes in chains:
         value = cells[root] if root in cells else scope.get(root, _NOT_KEYED)
-        for name in attributes:  # (type(): not a proxy's __class__, which may raise outside its context)
-            value = getattr(value, name, None) if issubclass(type(value), types.ModuleType) else None
+        for name in attributes:  # (type(): not a proxy's __class__, which may raise outside its context; the
+            value = _module_attribute(value, name)  # module's dict: no __getattr__ runs, which may warn or import)
         found.append(value)
     return found
+
+
+def _module_attribute(module, name):
+    """``module.name`` as the module holds it (its dict, or a submodule imported), None
+    where ``module`` is no module or holds no such name: no module ``__getattr__`` runs
+    (a deprecated name's warning, a lazy import)."""
+    if not issubclass(type(module), types.ModuleType):
+        return None
+    value = vars(module).get(name)
+    return value if value is not None else sys.modules.get(f"{getattr(module, '__name__', '')}.{name}")
 
 
 def _host_draws(generators) -> list:
@@ -581,6 +614,12 @@ def _python_state(value, objects, names=None, nested=_NOT_KEYED) -> list:
         if isinstance(obj, (collections.deque, set, frozenset)):  # (a deque of the last frames: its items)
             state.append((obj, tuple(obj)))
             continue
+        if issubclass(type(obj), (dict, list)):  # (a partial's dict argument: its items)
+            stack += _container_state(obj, state)
+            continue
+        if _is_iterator(obj):  # (a partial's iterator argument: as advanced)
+            state.append((obj, _position(obj)))
+            continue
         try:
             attrs = _object_attributes(obj, names if nested is _NOT_KEYED or any(obj is o for o in objects)
                                        else nested)
@@ -591,7 +630,7 @@ def _python_state(value, objects, names=None, nested=_NOT_KEYED) -> list:
         for v in attrs.values():
             kind = type(v)  # (not isinstance: a proxy's __class__ may raise outside its context)
             if issubclass(kind, (list, dict)):  # (cfg.w[0] = 3.0: its items; a long list's length alone)
-                state.append((v, items_of(v) if len(v) <= 256 else (len(v),)))
+                stack += _container_state(v, state)  # (self.loaders["train"]: an iterator in it, as advanced)
             elif issubclass(kind, (collections.deque, set, frozenset)) or _plain(v):
                 stack.append(v)
             elif _inspectable(v) and _is_iterator(v):  # (next(self.batches): as advanced)
@@ -632,14 +671,19 @@ def _object_attributes(obj, names) -> dict:
     return attrs
 
 
-def _named_objects(fn) -> list:
+def _named_objects(fn, words=frozenset()) -> list:
     """``(object, names)`` for the plain objects ``fn`` reads by name (a global ``cfg``, a
     closure's): the attributes its code loads on that name, and on those in a chain
     (``cfg.scale``, ``cfg.train.lr``: not ``opt.step``'s ``step``, nor ``cfg.opt.step()``'s),
     whose values a replay checks; all of them (None) where the code calls one of its
     methods (``logger.log()``, ``pbar.update(1)``: what the method reads or sets is not in
-    the code), but for the steps a replay calls again (a scheduler's ``step``). Not
-    modules of code, classes, functions, Modules, Tensors, containers."""
+    the code), but for the steps a replay calls again (a scheduler's ``step``), or uses
+    it otherwise (passed to a helper, aliased, ``getattr``). A module or a class of the
+    user's as a configuration (:func:`_configuration`): the names loaded on it, or, used
+    otherwise, those among ``words`` (the names and strings of the code reached). The
+    dicts and lists it names or has as defaults (``CFG["lr"]``): the keys of a dict the
+    code only subscripts with constants (``HP["smoothing"]``, as a tuple), else all its
+    items (None). Iterators: :data:`_ITERATOR`. Not functions, Modules, Tensors."""
     code = getattr(fn, "__code__", None)
     if code is None:
         return []
@@ -653,14 +697,20 @@ def _named_objects(fn) -> list:
     values = {name: value for name, value in values.items() if _inspectable(value)}
     loaded: dict = {}
     called: dict = {}  # the methods the code calls on a name's object
+    keys: dict = {}  # the constant keys the code subscripts a name's object with (HP["smoothing"])
     whole = set()  # the names whose object the code uses otherwise: passed (helper(x, cfg)), aliased, getattr()
     for c in _codes(code):
         root = chain = None  # the name loaded, and whether attributes are being loaded on it (cfg.train.lr)
         fresh = False  # whether the root was loaded right before: no attribute of it loaded yet
-        for ins in dis.get_instructions(c):
+        instructions = list(dis.get_instructions(c))
+        for k, ins in enumerate(instructions):
             if fresh and ins.opname not in ("LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR", "DELETE_ATTR", "COPY",
                                              "DUP_TOP", "EXTENDED_ARG"):
-                whole.add(root)  # (what is done with it is not in this code)
+                key = _constant_subscript(instructions, k)
+                if key is _NOT_KEYED:
+                    whole.add(root)  # (what is done with it is not in this code)
+                else:
+                    keys.setdefault(root, []).append(key)
             fresh = False
             method = ins.opname == "LOAD_METHOD" or (ins.opname == "LOAD_ATTR" and sys.version_info >= (3, 12)
                                                       and ins.arg & 1)
@@ -678,21 +728,47 @@ def _named_objects(fn) -> list:
                 chain = False
                 fresh = root is not None
     found = []
-    for name in sorted(loaded.keys() | whole):
-        value = values.get(name, _NOT_KEYED)
-        if isinstance(value, types.ModuleType):  # (a config module: the names loaded on it, never all of it; a
-            if name in loaded and _configuration(value):  # function of it called is followed: _host_generators)
-                found.append((value, frozenset(loaded[name])))
-        elif name in values and (_plain(value) or _configuration(value)):  # (all its attributes where it runs a
+    for name in sorted(loaded.keys() | whole | keys.keys()):
+        if name not in values:
+            continue
+        value = values[name]
+        if issubclass(type(value), (dict, list)):
+            subscripted = issubclass(type(value), dict) and name not in whole and name not in loaded
+            found.append((value, tuple(dict.fromkeys(keys[name])) if subscripted else None))
+        elif isinstance(value, types.ModuleType):  # (a config module: the names loaded on it, or those of the
+            if _configuration(value):  # code reached where it is used otherwise: never all of it)
+                found.append((value, frozenset(loaded.get(name, ())) | (words if name in whole else frozenset())))
+        elif _plain(value) or _configuration(value):  # (all its attributes where it runs a method a replay does
             everything = name in whole or any(not getattr(getattr(type(value), m, None), "action", False)
-                                              for m in called.get(name, ()))  # method a replay does not)
+                                              for m in called.get(name, ()))  # not, or it is used otherwise)
             found.append((value, None if everything else frozenset(loaded.get(name, ()))))
-    for value in values.values():  # (CFG["scale"], COUNTS["n"] += 1: a dict's or list's items; not those
-        if issubclass(type(value), (dict, list)) and not holding_members([value]):  # holding tensors or modules:
-            found.append((value, None))  # _named_members)
-        elif _is_iterator(value):  # (next(it): a replay would not advance it)
+    defaults = [*(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values()]  # (def step(x, hp=HP))
+    for value in [*values.values(), *defaults]:
+        if not _inspectable(value):
+            continue
+        if _is_iterator(value):  # (next(it): a replay would not advance it)
             found.append((value, _ITERATOR))
+        elif any(value is v for v in defaults) and (issubclass(type(value), (dict, list)) or _plain(value)):
+            found.append((value, None))
     return found
+
+
+_SUBSCRIPTS = ("BINARY_SUBSCR", "STORE_SUBSCR", "DELETE_SUBSCR")
+
+
+def _constant_subscript(instructions, k):
+    """The constant key of a subscript of the object loaded right before
+    ``instructions[k]`` (``HP["smoothing"]``, ``HP["n"] += 1``, ``HP["x"] = v``), else
+    :data:`_NOT_KEYED` (the object is used otherwise)."""
+    ins = instructions[k]
+    if ins.opname != "LOAD_CONST" or not isinstance(ins.argval, (str, int, float, bool, bytes, type(None))):
+        return _NOT_KEYED
+    for after in instructions[k + 1:k + 4]:
+        if after.opname in _SUBSCRIPTS:
+            return ins.argval
+        if after.opname not in ("COPY", "DUP_TOP_TWO", "EXTENDED_ARG"):
+            break
+    return _NOT_KEYED
 
 
 _ITERATOR = "iterator"  # (the names of an iterator among _named_objects': its position is compared)
@@ -712,13 +788,45 @@ def _position(iterator) -> tuple:
     return (object(),)
 
 
+def _words(fn) -> frozenset:
+    """The names ``fn``'s code loads (:func:`_attribute_names`) and the strings it holds
+    (``getattr(cfg, "scale")``)."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return frozenset()
+    return _attribute_names(fn) | {k for c in _codes(code) for k in c.co_consts if type(k) is str}
+
+
+def _merged(named) -> list:
+    """:func:`_named_objects`' entries, one per object (several functions reached may
+    name one ``CFG``): the names of each merged, all of them (None) where one says all,
+    a dict's keys where each says keys."""
+    merged: dict = {}
+    for obj, names in named:
+        key = id(obj)
+        if key not in merged:
+            merged[key] = (obj, names)
+            continue
+        before = merged[key][1]
+        if before is None or names is None or before is _ITERATOR or names is _ITERATOR:
+            names = before if before is _ITERATOR or before is None else names
+        elif type(before) is tuple and type(names) is tuple:
+            names = tuple(dict.fromkeys((*before, *names)))
+        elif type(before) is tuple or type(names) is tuple:
+            names = None
+        else:
+            names = before | names
+        merged[key] = (obj, names)
+    return list(merged.values())
+
+
 def _configuration(value) -> bool:
     """Whether ``value`` is a module or a class of the user's code (``import config;
     config.lr``, ``class Config: lr = 0.1``), not of Python's or of an installed
     package (``np``, ``lp``, ``nn.Linear``): its attributes the code reads are checked."""
     if isinstance(value, type):
         value = sys.modules.get(value.__module__)
-    return isinstance(value, types.ModuleType) and _users_file(getattr(value, "__file__", None) or value.__name__)
+    return isinstance(value, types.ModuleType) and _users_file(str(getattr(value, "__file__", None) or value.__name__))
 
 
 @functools.lru_cache(maxsize=256)
@@ -754,22 +862,50 @@ def _plain(value) -> bool:
 
 def _named_state(named) -> list:
     """:func:`_python_state` of :func:`_named_objects`' objects, each with its names (all
-    of its own attributes, None: the objects among them only as they are); a dict's or
-    list's items, and those of the dicts and lists among them (``CFG["train"]["lr"]``):
-    a container of more than 256 items by its length alone (a dataset's list)."""
+    of its own attributes, None: the objects among them only as they are); a dict's
+    items (:func:`_container_state`), or those of the keys the code subscripts it with
+    (a tuple of them: ``HP["smoothing"]``, and what their values hold); an iterator as
+    advanced."""
     state = []
     for obj, names in named:
         if names is _ITERATOR:
             state.append((obj, _position(obj)))
         elif issubclass(type(obj), (dict, list)):
-            state.append((obj, items_of(obj) if len(obj) <= 256 else (len(obj),)))
-            if len(obj) <= 256:
-                inner = [v for v in (obj.values() if isinstance(obj, dict) else obj)
-                         if issubclass(type(v), (dict, list))]
-                state += [(v, items_of(v) if len(v) <= 256 else (len(v),)) for v in inner[:64]]
+            if type(names) is tuple:  # (the keys read: another key changed by the script is no change)
+                picked = tuple(dict.get(obj, key, _NOT_KEYED) for key in names)
+                state.append((obj, picked))
+                plain = _container_state(picked, state, inner=True)
+            else:
+                plain = _container_state(obj, state)
+            state += _python_state((), plain, None, frozenset())
         else:
             state += _python_state((), [obj], names, frozenset() if names is None else _NOT_KEYED)
     return state
+
+
+def _container_state(container, state: list, depth: int = 1, inner: bool = False) -> list:
+    """Appends to ``state`` the items of the dict or list ``container`` (its length alone
+    past 256; with ``inner``, only what its items hold), the iterators among them (as
+    advanced: ``ITERS["train"]``) and, ``depth`` levels down, the dicts and lists among
+    them (64 at most: ``CFG["train"]["lr"]``). Returns the plain objects among its items
+    (``CFG["aug"]``; 16 at most), whose attributes the caller compares."""
+    if not inner:
+        if len(container) > 256:
+            state.append((container, (len(container),)))
+            return []
+        state.append((container, items_of(container)))
+    plain, nested = [], 0
+    for v in (container.values() if isinstance(container, dict) else container):
+        kind = type(v)
+        if issubclass(kind, (dict, list)):
+            if depth and nested < 64:
+                nested += 1
+                plain += _container_state(v, state, depth - 1)
+        elif _inspectable(v) and _is_iterator(v):
+            state.append((v, _position(v)))
+        elif _plain(v) and len(plain) < 16:
+            plain.append(v)
+    return plain
 
 
 @functools.cache
@@ -959,6 +1095,7 @@ class Tracer:
         self.graph_passes = 0  # autograd.grad(create_graph=True) passes: recorded as their operations
         self.hooked_passes = set()  # the ids of the backward events whose leaves have hooks (Tracer._hooked)
         self.checks_past_passes = False  # whether a check moved past a backward pass (_checks_first)
+        self.pass_leaves = []  # the leaves of every pass, (ARG, i) or (EXT, t): hooks added there since (Plan)
         self.inner_leaves: dict = {}  # id(tensor) -> slot: leaves that require grad made in the call (new_leaf)
         self.grad_slots: dict = {}  # slot of a gradient read in the call (t.grad) -> t's source
         self.rng_state = _backends_base._host_rng.bit_generator.state  # the host generator's, after the last draw
@@ -1474,6 +1611,8 @@ class Tracer:
             if keys[-1] is None or keys[-1][1] is None:
                 return self.unsupported("autograd.grad for a tensor made outside the recorded operations")
         self.events.append(("autograd", tuple(seeds), schedule, roots[0]._backend, tuple(keys), []))
+        if self._hooked(schedule):  # (its leaves' gradient hooks run: they may write what a check reads)
+            self.hooked_passes.add(id(self.events[-1]))
 
     def gradients(self, arrays) -> None:
         """The arrays autograd.grad returns (the copies it makes, None where an input got no
@@ -1525,16 +1664,17 @@ class Tracer:
         has a hook, a gradient hook or (``post``) a post-accumulate one, which may write
         any tensor: a check stays behind the pass (:func:`_checks_first`). Hooks
         elsewhere (on another model's tensors, or on ones that are garbage not yet
-        collected) are no matter."""
+        collected) are no matter. The pass's leaves are kept (:attr:`pass_leaves`): a hook
+        added there later traces again (:meth:`Plan.fits`)."""
+        found = False
         for _, parents, _, _ in schedule:
             for parent in parents:
                 if parent is None or parent[0] not in (ARG, EXT):
                     continue
+                self.pass_leaves.append(parent[:2])
                 t = self.keep_args[parent[1]] if parent[0] == ARG else parent[1]
-                hooked = getattr(t, "_hooks", None)
-                if hooked is not None and ((post and len(hooked)) or hooked.grad):
-                    return True
-        return False
+                found = found or hooks.hooked(t, post)
+        return found
 
     def _leaf_key(self, t):
         """How a backward pass's schedule names the leaf ``t``: ``(ARG, i)``, ``(EXT, t)``,
@@ -1839,9 +1979,12 @@ def _checks_first(events: list, args: list, hooked=frozenset()):
                 written += _touched(event[1], event[2], event[3])
                 changed = True
         elif kind == "backward":  # (a hook on its leaves may step the parameters, or write any tensor; a hook
-            # added or removed since the trace traces again: Plan.fits)
+            # added since the trace on one of them traces again: Plan.fits)
             anything = anything or id(event) in hooked
             changed = passed = True
+        elif kind == "autograd":  # (no .grad written, but its leaves' gradient hooks run, as in a backward pass)
+            anything = anything or id(event) in hooked
+            passed = True
         elif kind == "grad_read":
             read_grads = True
         elif kind == "grad":
@@ -1915,10 +2058,11 @@ class Plan:
         self.events = tracer.events
         self.guards = tracer.guards  # (read, written): sources a moved check reads and the call writes
         self.post_hooks = hooks.post_hook_changes[0]  # (a hook added or removed since: trace again)
-        # gradient hooks added or removed since: a trace again, where a check moved past a pass (a hook on its
-        # leaves may write what it reads: _checks_first) or a graph pass met none (they would run on its Tensors)
-        self.grad_hooks = (hooks.grad_hook_changes[0] if tracer.checks_past_passes or tracer.graph_passes
-                           else None)
+        # the leaves of the passes where a check moved past one (a hook added there since may write what it reads:
+        # _checks_first) or a graph pass met none (they would run on its Tensors): one hooked since traces again
+        watched = tracer.pass_leaves if tracer.checks_past_passes or tracer.graph_passes else ()
+        self.hook_leaves = list({id(ref): ref for kind, ref in watched if kind == EXT}.values())
+        self.hook_args = sorted({ref for kind, ref in watched if kind == ARG})
         self.slots = tracer.slots
         self.outputs = outputs
         self.externals = list(tracer.externals.values())
@@ -2037,8 +2181,9 @@ class Plan:
         for members, items in self.member_lists:  # an item replaced in place: model.layers[0] = other
             if not unchanged(members, items):
                 return False
-        if self.grad_hooks is not None and hooks.grad_hook_changes[0] != self.grad_hooks:
-            return False  # a gradient hook added or removed since (see __init__): trace again
+        for t in self.hook_leaves:  # a hook added since on a leaf of a pass a check moved past (see __init__)
+            if hooks.hooked(t):
+                return False
         for t, shape, dtype, backend, rg in self.externals:
             data = t._data
             if data.dtype != dtype or tuple(data.shape) != shape or t._backend is not backend or t._rg != rg:
@@ -2381,7 +2526,8 @@ class Compiled:
         if isinstance(entry, str):  # it could not be traced: eagerly
             self.calls["eager"] += 1
             return self.fn(*args, **kwargs)
-        if not entry.fits() or not all(map(_same, _values(entry.name_reads), entry.names)):
+        if (not entry.fits() or not all(map(_same, _values(entry.name_reads), entry.names))
+                or (entry.hook_args and any(hooks.hooked(tensors[i]) for i in entry.hook_args))):  # (see Plan)
             return self._trace(key, tensors, objects, args, kwargs)
         if (entry.object_state and not _same_state(entry.object_state, self._object_state(entry.objects,
                                                                                          entry.attrs))) or (
@@ -2415,7 +2561,7 @@ class Compiled:
             self._attrs = _attribute_names(self._function)
         # the functions the call's code reaches (its helpers, its layers' forward), the host generators they may
         # draw from, and the names they read (helper's global SCALE: checked before each replay too)
-        generators, reached, makers = _host_generators(self._function, [*objects, *self._owners])
+        generators, reached, makers, held = _host_generators(self._function, [*objects, *self._owners])
         reads = _names_read(reached)
         # the attributes of the arguments and the owner its code names, or a helper's reached (self.helper(x)
         # reading self.scale, helper(x, cfg) reading cfg.scale)
@@ -2423,7 +2569,9 @@ class Compiled:
         modules, names = _MODULE_CHANGES[0], _values(reads)
         # Python state the call may change: snapshots first (they hold the objects: the
         # references the tracer counts below, before and after the call, include theirs)
-        named = [x for fn in reached for x in _named_objects(fn)]  # (cfg.scale, CFG["scale"], config.lr)
+        words = frozenset().union(*(_words(f) for f in reached))  # (a config module passed on: what is read)
+        named = _merged([*(x for fn in reached for x in _named_objects(fn, words)),  # (cfg.scale, CFG["lr"],
+                         *((obj, words) for obj in held)])  # config.lr; self.cfg.scale in a layer's forward)
         named_state = _named_state(named)
         python = _python_state((args, kwargs), [*objects, *self._owners], attrs) + named_state
         given = [v for v in (*objects, *self._owners) if isinstance(v, Module)]  # (a model passed in, a method's own)

@@ -28,9 +28,6 @@ retaining = False
 # post-accumulate-grad hooks added or removed so far: lp.compile replays the hooks there
 # are, so a traced call that adds or removes one runs eagerly
 post_hook_changes = [0]
-# gradient hooks added or removed so far: a compiled call whose passes met none at its
-# trace is traced again after a change (a hook on a leaf of its passes may write anything)
-grad_hook_changes = [0]
 _rounds = itertools.count(1)
 
 
@@ -64,7 +61,6 @@ class RemovableHandle:
                 if self._gradient:
                     live[2] -= 1
                     _grad_hooks_registered -= 1
-                    grad_hook_changes[0] += 1
                     note(_HOOKED_INSIDE)
                 else:
                     live[0] -= 1
@@ -143,9 +139,14 @@ def add_grad_hook(tensor, hook) -> RemovableHandle:
     hooks.grad.append(hook)
     hooks.live[2] += 1
     _grad_hooks_registered += 1
-    grad_hook_changes[0] += 1
     note(_HOOKED_INSIDE)
     return RemovableHandle(hooks, hook, gradient=True)
+
+
+def hooked(tensor, post: bool = True) -> bool:
+    """Whether ``tensor`` has gradient hooks, or (``post``) post-accumulate-grad hooks."""
+    hooks = getattr(tensor, "_hooks", None)
+    return hooks is not None and (bool(hooks.grad) or (post and len(hooks) > 0))
 
 
 def _has_grad_hooks(tensor) -> bool:
