@@ -322,19 +322,24 @@ def _chain_values(fn) -> list:
     chains = _name_chains(code) if code is not None else ()
     if not chains:
         return []
-    scope = fn.__globals__
-    cells = {}
-    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
-        try:
-            cells[name] = cell.cell_contents
-        except ValueError:  # (an empty cell)
-            pass
+    scope, cells = fn.__globals__, _cells(fn)
     found = []
     for root, *attributes in chains:
         value = cells[root] if root in cells else scope.get(root, _NOT_KEYED)
         for name in attributes:  # (type(): not a proxy's __class__, which may raise outside its context; the
             value = _module_attribute(value, name)  # module's dict: no __getattr__ runs, which may warn or import)
         found.append(value)
+    return found
+
+
+def _cells(fn) -> dict:
+    """``fn``'s closure variables that hold a value, by name."""
+    found = {}
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        try:
+            found[name] = cell.cell_contents
+        except ValueError:  # (an empty cell)
+            pass
     return found
 
 
@@ -687,12 +692,7 @@ def _named_objects(fn, words=frozenset()) -> list:
     code = getattr(fn, "__code__", None)
     if code is None:
         return []
-    values = {}
-    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
-        try:
-            values[name] = cell.cell_contents
-        except ValueError:  # (an empty cell)
-            pass
+    values = _cells(fn)
     values.update((name, namespace[name]) for namespace, name in _names_seen(fn)[1] if name in namespace)
     values = {name: value for name, value in values.items() if _inspectable(value)}
     loaded: dict = {}
