@@ -237,6 +237,9 @@ def _host_generators(function, objects) -> tuple:
                 reached.add(id(v))
                 if isinstance(v, _host_random.GENERATORS):
                     found.append(v)
+                elif type(v) is types.FunctionType:  # (a loss kept in a registry dict, a callback an object holds)
+                    if id(v.__code__) not in seen and _users_file(v.__code__.co_filename):
+                        todo.append((v, 1))
                 elif isinstance(v, (list, tuple)):  # (self.rngs[0])
                     more += v[:64]
                 elif isinstance(v, dict):
@@ -244,13 +247,13 @@ def _host_generators(function, objects) -> tuple:
                 elif isinstance(v, Module):  # (a Mixup layer inside: its forward and the methods of its class if
                     layers = [m for m in v.modules() if m is v or id(m) not in reached]  # the user's, its attributes)
                     reached.update(map(id, layers))
-                    todo += [(f, 1) for f in {f for m in layers for f in (type(m).forward, *_methods(type(m)))}
+                    todo += [(f, 1) for f in {f for m in layers for f in (type(m).forward, *_methods(type(m), names))}
                              if id(getattr(f, "__code__", None)) not in seen]
                     attributes = [a for a in _attributes(layers, names) if not isinstance(a, Module)]
                     held += [a for a in attributes if _plain(a)]  # (self.cfg.scale in a layer's forward)
                     more += attributes
                 elif not isinstance(v, (types.ModuleType, type, Tensor, types.FunctionType)):
-                    todo += [(f, 1) for f in _methods(type(v))  # (a MixUp object's __call__, noise.apply)
+                    todo += [(f, 1) for f in _methods(type(v), names)  # (a MixUp object's __call__, noise.apply)
                              if id(f.__code__) not in seen]
                     more += _attributes([v], names)
             values = [v for v in more if _inspectable(v)]
@@ -259,18 +262,23 @@ def _host_generators(function, objects) -> tuple:
     return found, functions, makers, held
 
 
-def _methods(cls) -> list:
+def _methods(cls, names) -> list:
     """The Python functions of ``cls`` and its bases of the user's code (not LeanPass's
-    nor an installed package's): methods, static and class methods, properties'
-    getters. A layer's helper method and a plain object's ``__call__`` read what a
-    replay must check too."""
+    nor an installed package's) that the code reached names (``names``), and its
+    ``__call__``: methods, static and class methods, properties' getters. A layer's
+    helper method and a plain object's ``__call__`` read what a replay must check too;
+    a trainer's ``on_step_end``, which the step does not call, does not."""
     found = []
     for base in cls.__mro__[:-1]:
-        if _configuration(base):
-            for value in vars(base).values():
-                value = getattr(value, "__func__", getattr(value, "fget", value))
-                if type(value) is types.FunctionType:
-                    found.append(value)
+        if not _configuration(base):
+            continue
+        for name, value in vars(base).items():
+            if name != "__call__" and name not in names:
+                continue
+            kind = type(value)  # (exact types: a class attribute's own __getattr__ or __class__ may raise)
+            value = value.__func__ if kind in (staticmethod, classmethod) else value.fget if kind is property else value
+            if type(value) is types.FunctionType:
+                found.append(value)
     return found
 
 
@@ -686,9 +694,9 @@ def _named_objects(fn, words=frozenset()) -> list:
     it otherwise (passed to a helper, aliased, ``getattr``). A module or a class of the
     user's as a configuration (:func:`_configuration`): the names loaded on it, or, used
     otherwise, those among ``words`` (the names and strings of the code reached). The
-    dicts and lists it names or has as defaults (``CFG["lr"]``): the keys of a dict the
-    code only subscripts with constants (``HP["smoothing"]``, as a tuple), else all its
-    items (None). Iterators: :data:`_ITERATOR`. Not functions, Modules, Tensors."""
+    dicts and lists it names or has as defaults (``CFG["lr"]``): all their items (None:
+    a reader the walk does not reach, a function kept in a dict or passed in, may read
+    any key). Iterators: :data:`_ITERATOR`. Not functions, Modules, Tensors."""
     code = getattr(fn, "__code__", None)
     if code is None:
         return []
@@ -697,21 +705,15 @@ def _named_objects(fn, words=frozenset()) -> list:
     values = {name: value for name, value in values.items() if _inspectable(value)}
     loaded: dict = {}
     called: dict = {}  # the methods the code calls on a name's object
-    keys: dict = {}  # the constant keys the code subscripts a name's object with (HP["smoothing"])
     whole = set()  # the names whose object the code uses otherwise: passed (helper(x, cfg)), aliased, getattr()
     for c in _codes(code):
         root = chain = None  # the name loaded, and whether attributes are being loaded on it (cfg.train.lr)
         fresh = False  # whether the root was loaded right before: no attribute of it loaded yet
-        instructions = list(dis.get_instructions(c))
-        for k, ins in enumerate(instructions):
+        for ins in dis.get_instructions(c):
             if fresh and ins.opname not in ("LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR", "DELETE_ATTR", "COPY",
                                              "DUP_TOP", "EXTENDED_ARG"):
-                key = _constant_subscript(instructions, k)
-                if key is _NOT_KEYED:
-                    whole.add(root)  # (what is done with it is not in this code)
-                else:
-                    keys.setdefault(root, []).append(key)
-            fresh = False
+                whole.add(root)  # (what is done with it is not in this code: subscripted, passed, stored)
+            was_fresh, fresh = fresh, False
             method = ins.opname == "LOAD_METHOD" or (ins.opname == "LOAD_ATTR" and sys.version_info >= (3, 12)
                                                       and ins.arg & 1)
             if root is not None and ins.opname in ("LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR", "DELETE_ATTR") and (
@@ -722,19 +724,19 @@ def _named_objects(fn, words=frozenset()) -> list:
                 chain = ins.opname == "LOAD_ATTR" and not method
                 root = root if chain else None
             elif root is not None and ins.opname in ("COPY", "DUP_TOP", "EXTENDED_ARG"):
-                pass  # (cfg.calls += 1, cfg.a.b += 1: the object copied, then its attribute loaded, changed, stored)
+                fresh = was_fresh  # (cfg.calls += 1, cfg.a.b += 1: the object copied, its attribute loaded, changed,
+                # stored; a = b = cfg: copied, then stored)
             else:
                 root = ins.argval if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF") else None
                 chain = False
                 fresh = root is not None
     found = []
-    for name in sorted(loaded.keys() | whole | keys.keys()):
+    for name in sorted(loaded.keys() | whole):
         if name not in values:
             continue
         value = values[name]
-        if issubclass(type(value), (dict, list)):
-            subscripted = issubclass(type(value), dict) and name not in whole and name not in loaded
-            found.append((value, tuple(dict.fromkeys(keys[name])) if subscripted else None))
+        if issubclass(type(value), (dict, list)):  # (all its items: a reader the walk does not reach, a function
+            found.append((value, None))  # kept in a dict or passed in, may read any key)
         elif isinstance(value, types.ModuleType):  # (a config module: the names loaded on it, or those of the
             if _configuration(value):  # code reached where it is used otherwise: never all of it)
                 found.append((value, frozenset(loaded.get(name, ())) | (words if name in whole else frozenset())))
@@ -753,31 +755,16 @@ def _named_objects(fn, words=frozenset()) -> list:
     return found
 
 
-_SUBSCRIPTS = ("BINARY_SUBSCR", "STORE_SUBSCR", "DELETE_SUBSCR")
-
-
-def _constant_subscript(instructions, k):
-    """The constant key of a subscript of the object loaded right before
-    ``instructions[k]`` (``HP["smoothing"]``, ``HP["n"] += 1``, ``HP["x"] = v``), else
-    :data:`_NOT_KEYED` (the object is used otherwise)."""
-    ins = instructions[k]
-    if ins.opname != "LOAD_CONST" or not isinstance(ins.argval, (str, int, float, bool, bytes, type(None))):
-        return _NOT_KEYED
-    for after in instructions[k + 1:k + 4]:
-        if after.opname in _SUBSCRIPTS:
-            return ins.argval
-        if after.opname not in ("COPY", "DUP_TOP_TWO", "EXTENDED_ARG"):
-            break
-    return _NOT_KEYED
-
-
 _ITERATOR = "iterator"  # (the names of an iterator among _named_objects': its position is compared)
 
 
 def _is_iterator(value) -> bool:
     """Whether ``value`` is an iterator (a generator, ``iter(batches)``), not a file."""
     kind = type(value)
-    return hasattr(kind, "__next__") and hasattr(kind, "__iter__") and not issubclass(kind, io.IOBase)
+    try:
+        return hasattr(kind, "__next__") and hasattr(kind, "__iter__") and not issubclass(kind, io.IOBase)
+    except Exception:  # (a metaclass whose __getattr__ raises)
+        return False
 
 
 def _position(iterator) -> tuple:
@@ -799,8 +786,7 @@ def _words(fn) -> frozenset:
 
 def _merged(named) -> list:
     """:func:`_named_objects`' entries, one per object (several functions reached may
-    name one ``CFG``): the names of each merged, all of them (None) where one says all,
-    a dict's keys where each says keys."""
+    name one ``CFG``): the names of each merged, all of them (None) where one says all."""
     merged: dict = {}
     for obj, names in named:
         key = id(obj)
@@ -810,10 +796,6 @@ def _merged(named) -> list:
         before = merged[key][1]
         if before is None or names is None or before is _ITERATOR or names is _ITERATOR:
             names = before if before is _ITERATOR or before is None else names
-        elif type(before) is tuple and type(names) is tuple:
-            names = tuple(dict.fromkeys((*before, *names)))
-        elif type(before) is tuple or type(names) is tuple:
-            names = None
         else:
             names = before | names
         merged[key] = (obj, names)
@@ -823,19 +805,30 @@ def _merged(named) -> list:
 def _configuration(value) -> bool:
     """Whether ``value`` is a module or a class of the user's code (``import config;
     config.lr``, ``class Config: lr = 0.1``), not of Python's or of an installed
-    package (``np``, ``lp``, ``nn.Linear``): its attributes the code reads are checked."""
+    package (``np``, ``lp``, ``nn.Linear``): its attributes the code reads are checked.
+    A class whose module is gone (a script run by ``runpy``) is the user's where its
+    functions' code is. No module ``__getattr__`` runs."""
     if isinstance(value, type):
-        value = sys.modules.get(value.__module__)
-    return isinstance(value, types.ModuleType) and _users_file(str(getattr(value, "__file__", None) or value.__name__))
+        module = sys.modules.get(getattr(value, "__module__", None) or "")
+        if module is None:
+            return any(type(f) is types.FunctionType and _users_file(f.__code__.co_filename)
+                       for f in vars(value).values())
+        value = module
+    if not issubclass(type(value), types.ModuleType):
+        return False
+    path = vars(value).get("__file__")
+    return _users_file(str(path) if path is not None else "__main__" if vars(value).get("__name__") == "__main__"
+                       else "")
 
 
 @functools.lru_cache(maxsize=256)
 def _users_file(path: str) -> bool:
-    """Whether the module at ``path`` is the user's (``"__main__"`` without a file: an
-    interactive session's), not Python's, an installed package's or LeanPass's."""
-    if path == "__main__":
+    """Whether the code at ``path`` is the user's (``"__main__"`` without a file: an
+    interactive session's; ``<stdin>``, ``<string>``, a notebook's cell), not Python's,
+    an installed package's or LeanPass's (nor a built-in module's: no file, "")."""
+    if path == "__main__" or (path.startswith("<") and not path.startswith("<frozen")):
         return True
-    if not os.path.isabs(path):  # (a built-in module: no file)
+    if not os.path.isabs(path):
         return False
     roots = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
     return not path.startswith((_PACKAGE, *roots))
@@ -863,37 +856,28 @@ def _plain(value) -> bool:
 def _named_state(named) -> list:
     """:func:`_python_state` of :func:`_named_objects`' objects, each with its names (all
     of its own attributes, None: the objects among them only as they are); a dict's
-    items (:func:`_container_state`), or those of the keys the code subscripts it with
-    (a tuple of them: ``HP["smoothing"]``, and what their values hold); an iterator as
-    advanced."""
+    items (:func:`_container_state`); an iterator as advanced."""
     state = []
     for obj, names in named:
         if names is _ITERATOR:
             state.append((obj, _position(obj)))
         elif issubclass(type(obj), (dict, list)):
-            if type(names) is tuple:  # (the keys read: another key changed by the script is no change)
-                picked = tuple(dict.get(obj, key, _NOT_KEYED) for key in names)
-                state.append((obj, picked))
-                plain = _container_state(picked, state, inner=True)
-            else:
-                plain = _container_state(obj, state)
-            state += _python_state((), plain, None, frozenset())
+            state += _python_state((), _container_state(obj, state), None, frozenset())
         else:
             state += _python_state((), [obj], names, frozenset() if names is None else _NOT_KEYED)
     return state
 
 
-def _container_state(container, state: list, depth: int = 1, inner: bool = False) -> list:
+def _container_state(container, state: list, depth: int = 1) -> list:
     """Appends to ``state`` the items of the dict or list ``container`` (its length alone
-    past 256; with ``inner``, only what its items hold), the iterators among them (as
+    past 256), the iterators among them (as
     advanced: ``ITERS["train"]``) and, ``depth`` levels down, the dicts and lists among
     them (64 at most: ``CFG["train"]["lr"]``). Returns the plain objects among its items
     (``CFG["aug"]``; 16 at most), whose attributes the caller compares."""
-    if not inner:
-        if len(container) > 256:
-            state.append((container, (len(container),)))
-            return []
-        state.append((container, items_of(container)))
+    if len(container) > 256:
+        state.append((container, (len(container),)))
+        return []
+    state.append((container, items_of(container)))
     plain, nested = [], 0
     for v in (container.values() if isinstance(container, dict) else container):
         kind = type(v)
@@ -1664,16 +1648,18 @@ class Tracer:
         has a hook, a gradient hook or (``post``) a post-accumulate one, which may write
         any tensor: a check stays behind the pass (:func:`_checks_first`). Hooks
         elsewhere (on another model's tensors, or on ones that are garbage not yet
-        collected) are no matter. The pass's leaves are kept (:attr:`pass_leaves`): a hook
-        added there later traces again (:meth:`Plan.fits`)."""
+        collected) are no matter. The pass's leaves without such hooks are kept
+        (:attr:`pass_leaves`, with ``post``): one hooked later traces again (:meth:`Plan.fits`)."""
         found = False
         for _, parents, _, _ in schedule:
             for parent in parents:
                 if parent is None or parent[0] not in (ARG, EXT):
                     continue
-                self.pass_leaves.append(parent[:2])
                 t = self.keep_args[parent[1]] if parent[0] == ARG else parent[1]
-                found = found or hooks.hooked(t, post)
+                if hooks.hooked(t, post):
+                    found = True
+                else:
+                    self.pass_leaves.append((*parent[:2], post))
         return found
 
     def _leaf_key(self, t):
@@ -2061,8 +2047,8 @@ class Plan:
         # the leaves of the passes where a check moved past one (a hook added there since may write what it reads:
         # _checks_first) or a graph pass met none (they would run on its Tensors): one hooked since traces again
         watched = tracer.pass_leaves if tracer.checks_past_passes or tracer.graph_passes else ()
-        self.hook_leaves = list({id(ref): ref for kind, ref in watched if kind == EXT}.values())
-        self.hook_args = sorted({ref for kind, ref in watched if kind == ARG})
+        self.hook_leaves = list({(id(ref), post): (ref, post) for kind, ref, post in watched if kind == EXT}.values())
+        self.hook_args = sorted({(ref, post) for kind, ref, post in watched if kind == ARG})
         self.slots = tracer.slots
         self.outputs = outputs
         self.externals = list(tracer.externals.values())
@@ -2181,8 +2167,8 @@ class Plan:
         for members, items in self.member_lists:  # an item replaced in place: model.layers[0] = other
             if not unchanged(members, items):
                 return False
-        for t in self.hook_leaves:  # a hook added since on a leaf of a pass a check moved past (see __init__)
-            if hooks.hooked(t):
+        for t, post in self.hook_leaves:  # a hook added since on a leaf of a pass a check moved past (__init__)
+            if hooks.hooked(t, post):
                 return False
         for t, shape, dtype, backend, rg in self.externals:
             data = t._data
@@ -2527,7 +2513,7 @@ class Compiled:
             self.calls["eager"] += 1
             return self.fn(*args, **kwargs)
         if (not entry.fits() or not all(map(_same, _values(entry.name_reads), entry.names))
-                or (entry.hook_args and any(hooks.hooked(tensors[i]) for i in entry.hook_args))):  # (see Plan)
+                or (entry.hook_args and any(hooks.hooked(tensors[i], post) for i, post in entry.hook_args))):  # (Plan)
             return self._trace(key, tensors, objects, args, kwargs)
         if (entry.object_state and not _same_state(entry.object_state, self._object_state(entry.objects,
                                                                                          entry.attrs))) or (

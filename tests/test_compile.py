@@ -13,6 +13,8 @@ import functools
 import gc
 import importlib
 import random
+import subprocess
+import sys
 import threading
 import tracemalloc
 import warnings
@@ -1045,21 +1047,202 @@ def test_configuration_reads_found_by_a_second_review_trace_again(case, tmp_path
     assert f.calls == {"traced": 2, "replayed": 1, "eager": 0}
 
 
-def test_a_key_of_a_global_dict_the_step_does_not_read_changes_nothing():
-    """The step reads ``HP["smoothing"]`` only (a constant key): the script's counter in
-    the same dict (``HP["global_step"] += 1``) leaves it replaying (every call traced
-    again, found by review); a new smoothing traces again."""
-    HYPER["smoothing"], HYPER["global_step"] = 2.0, 0
-    f = lp.compile(lambda x: (x * HYPER["smoothing"]).sum(), fuse=False)
+_LOSS_REGISTRY = {"scaled": lambda out: (out * (1.0 - HYPER["smoothing"])).sum()}
+
+
+class _Lookup:
+    """A mapping of the user's: its values in a dict of its own."""
+
+    def __init__(self, **values):
+        self._values = values
+
+    def __getitem__(self, key):
+        return self._values[key]
+
+
+_LOOKUP = _Lookup(scale=2.0)
+
+
+def _chained_alias(x):
+    a = b = HYPER  # noqa: F841 - the second name is what is tested
+    return (x * a["scale"]).sum()
+
+
+def _scale_by_hyper(x):
+    return x * HYPER["scale"]
+
+
+_WHOLE_DICT_READERS = {  # (each its own code)
+    "a function kept in a dict": (lambda x: _LOSS_REGISTRY["scaled"](x * 2.0), "smoothing", 0.5, 3.0),
+    "a mapping of the user's": (lambda x: (x * _LOOKUP["scale"]).sum(), None, 3.0, 9.0),
+    "a chained alias": (_chained_alias, "scale", 3.0, 9.0),
+    "a helper passed in": (lambda x, fn=_scale_by_hyper: fn(x).sum(), "scale", 3.0, 9.0),
+}
+
+
+@pytest.mark.parametrize("reader", list(_WHOLE_DICT_READERS))
+def test_a_dict_a_reader_the_walk_does_not_reach_reads_is_checked_whole(reader):
+    """A dict the step subscripts with constant keys is compared whole: another reader
+    may read any key (a function kept in a dict, one passed in, a chained alias, a
+    mapping's own dict). A first version compared the keys the step's code names alone,
+    and replayed stale values there (found by review); a counter the script keeps in a
+    dict the step reads therefore traces it again at every call: keep it elsewhere."""
+    HYPER.update(smoothing=0.0, scale=2.0)
+    _LOOKUP._values["scale"] = 2.0
+    step, key, value, expected = _WHOLE_DICT_READERS[reader]
+    f = lp.compile(step, fuse=False)
     x = Tensor(np.ones(3))
-    for _ in range(3):
-        assert float(f(x)) == 6.0
-        HYPER["global_step"] += 1
-    HYPER["smoothing"] = 3.0
+    assert float(f(x)) == float(f(x)) == 6.0
+    if key is None:
+        _LOOKUP._values["scale"] = value
+    else:
+        HYPER[key] = value
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert float(f(x)) == 9.0
-    assert f.calls == {"traced": 2, "replayed": 2, "eager": 0}
+        assert float(f(x)) == expected == float(step(x))
+    assert f.calls == {"traced": 2, "replayed": 1, "eager": 0}
+
+
+HOOK_FREE = {"hidden": 16, "global_step": 0, "loss": []}
+
+
+class _TrainerWithHabits:
+    """A trainer whose loop keeps a counter, metrics and its data's iterator on itself
+    and calls a model method, none of which its compiled step reads."""
+
+    def __init__(self, data):
+        lp.manual_seed(0)
+        self.model = _RecordingNet()
+        self.opt = lp.optim.AdamW(self.model.parameters(), lr=1e-3)
+        self.global_step, self.metrics, self.batches = 0, {"loss": 0.0}, iter(data)
+        self.train_step = lp.compile(self._step, fuse=False)
+
+    def _step(self, x, y):
+        self.opt.zero_grad()
+        loss = nn.functional.cross_entropy(self.model(x), y)
+        loss.backward()
+        self.opt.step()
+        return loss.detach()
+
+    def on_step_end(self, loss):
+        self.global_step += 1
+        self.metrics["loss"] = float(loss)
+        self.model.record(loss)
+
+    def fit(self, steps):
+        for _ in range(steps):
+            self.on_step_end(self.train_step(*next(self.batches)))
+
+
+class _RecordingNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, HOOK_FREE["hidden"], dtype="float64"), nn.ReLU(),
+                                  nn.Linear(HOOK_FREE["hidden"], 3, dtype="float64"))
+
+    def forward(self, x):
+        return self.body(x)
+
+    def record(self, loss):
+        HOOK_FREE["global_step"] += 1
+        HOOK_FREE["loss"].append(float(loss))
+
+
+def test_a_trainers_habits_outside_its_step_leave_the_step_replaying():
+    """What a training loop changes outside the compiled step (a counter and metrics on
+    the trainer, its data's iterator, a model method that logs into a global dict the
+    model's ``__init__`` read) is not read by the step: it replays (a first version
+    followed every method of the user's classes, and traced every call; found by review)."""
+    rng = np.random.default_rng(0)
+    data = [(Tensor(rng.normal(size=(8, 4))), lp.asarray(rng.integers(0, 3, size=8))) for _ in range(6)]
+    trainer = _TrainerWithHabits(data)
+    trainer.fit(6)
+    assert trainer.train_step.calls == {"traced": 1, "replayed": 5, "eager": 0}
+
+
+@pytest.mark.parametrize("case", ["a hooked head", "post hooks and a gradient penalty"])
+def test_a_leaf_hooked_before_the_trace_does_not_trace_every_call(case):
+    """A leaf of a watched pass that had its hook at the trace already (one head of two
+    clamps its gradient; post-accumulate hooks on a critic's parameters beside a
+    gradient penalty): only a hook added since traces again (every call traced before;
+    found by review)."""
+    lp.manual_seed(0)
+    if case == "a hooked head":
+        body = nn.Embedding(6, 4, dtype="float64")
+        heads = [nn.Linear(4, 6, dtype="float64") for _ in range(2)]
+        heads[1].weight.register_hook(lambda g: g.clamp(-1.0, 1.0))
+        opt = lp.optim.SGD([*body.parameters(), *heads[0].parameters(), *heads[1].parameters()], lr=0.1)
+
+        def step(t1, t2):
+            opt.zero_grad()
+            total = 0.0
+            for head, t in zip(heads, (t1, t2)):
+                loss = nn.functional.cross_entropy(head(body(t[:, :-1])).reshape((-1, 6)), t[:, 1:].reshape((-1,)))
+                loss.backward()
+                total = total + loss.detach()
+            opt.step()
+            return total
+
+        rng = np.random.default_rng(0)
+        make = lambda: (lp.asarray(rng.integers(0, 6, size=(2, 5))), lp.asarray(rng.integers(0, 6, size=(2, 5))))  # noqa: E731
+    else:
+        critic = nn.Sequential(nn.Linear(3, 8, dtype="float64"), nn.Tanh(), nn.Linear(8, 1, dtype="float64"))
+        for p in critic.parameters():
+            p.register_post_accumulate_grad_hook(lambda p: None)
+        opt = lp.optim.SGD(critic.parameters(), lr=0.01)
+
+        def step(x):
+            opt.zero_grad()
+            x = x.detach().requires_grad_(True)
+            out = critic(x).sum()
+            (g,) = lp.autograd.grad(out, [x], create_graph=True)
+            loss = out + ((g * g).sum() - 1.0) ** 2
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        rng = np.random.default_rng(0)
+        make = lambda: (Tensor(rng.normal(size=(4, 3))),)  # noqa: E731
+    f = lp.compile(step, fuse=False)
+    for _ in range(5):
+        f(*make())
+    assert f.calls == {"traced": 1, "replayed": 4, "eager": 0}
+
+
+class _RaisingProxy:
+    def __getattr__(self, name):
+        raise RuntimeError("working outside of request context")
+
+
+class _AugmentWithProxy:
+    request = _RaisingProxy()  # (a class attribute whose __getattr__ raises)
+
+    def __call__(self, x):
+        return x * 2.0
+
+
+_AUGMENT = _AugmentWithProxy()
+
+
+def test_a_class_attribute_whose_getattr_raises_does_not_crash_the_walk():
+    f = lp.compile(lambda x: _AUGMENT(x).sum(), fuse=False)
+    assert [float(f(Tensor(np.ones(3)))) for _ in range(2)] == [6.0, 6.0]
+
+
+def test_a_script_read_from_stdin_has_its_classes_walked():
+    """A script piped into Python (``__file__`` is ``<stdin>``) is the user's: its
+    ``MixUp`` object's draw runs the step eagerly (replayed stale before; found by review)."""
+    script = (
+        "import numpy as np, warnings, leanpass as lp\n"
+        "warnings.simplefilter('ignore')\n"
+        "class MixUp:\n"
+        "    def __call__(self, x):\n"
+        "        return x * np.random.beta(0.4, 0.4)\n"
+        "mix = MixUp()\n"
+        "f = lp.compile(lambda x: mix(x).sum())\n"
+        "print(len({float(f(lp.ones(3))) for _ in range(4)}), f.calls['replayed'])\n")
+    done = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["4", "0"], done.stderr
 
 
 def test_one_global_named_by_many_layers_is_checked_once():
