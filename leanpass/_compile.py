@@ -56,7 +56,7 @@ from ._checks import broadcast_shapes
 from ._fusion import ARG, COMPILE_AFTER, EXT, VAL, BackwardRun, compile_runs, fuse, fusion_enabled
 from ._graph import hooks
 from ._graph.engine import Released, _is_complex, _needed, _store, _unbroadcast, complex_rule
-from ._graph.hooks import _has_grad_hooks, _with_grad_hooks
+from ._graph.hooks import _with_grad_hooks
 from ._graph.modes import grad_lock, is_grad_enabled, no_grad
 from ._graph.node import COMPLEX, Node, edge
 from ._graph.trace import TRACER
@@ -187,7 +187,7 @@ def _host_generators(function, objects) -> tuple:
     default arguments) and ``objects`` (its arguments, its owner), the generators behind
     the bound methods there (``from random import gauss``), the ones their attributes
     named in the code hold (``self.rng``, ``cfg.aug.rng``, ``self.rngs[0]``: two levels),
-    NumPy's and Python's global ones where the code names ``np.random`` or ``random``;
+    NumPy's and Python's global ones where the code names NumPy's ``random`` or Python's;
     and so on through the Python functions it names (a script's ``mixup`` helper,
     ``self.forward``), three levels deep, not LeanPass's own, the ``forward`` of the
     layers of every model reached (``self.model``'s), and the methods of the user's
@@ -197,7 +197,7 @@ def _host_generators(function, objects) -> tuple:
     seen. ``functions``: the Python functions visited, ``function`` first (what they
     read by name is checked before a replay too), with the functions of the user's
     modules it names (``utils.scale``). ``makers``: whether that code names what makes
-    a generator (``np.random.default_rng``: one made there without a seed draws on the
+    a generator (NumPy's ``default_rng``: one made there without a seed draws on the
     system's entropy, which the trace then watches for). ``held``: the plain objects
     among the attributes of the layers reached (``self.cfg`` read in a ``forward``)."""
     seen, names, roots, todo, functions, makers = set(), set(), list(objects), [(function, 0)], [], False
@@ -214,11 +214,11 @@ def _host_generators(function, objects) -> tuple:
             functions.append(fn)
             own = _attribute_names(fn)
             names |= own
-            chained = _chain_values(fn)  # (np.random.default_rng, utils.scale)
+            chained = _chain_values(fn)  # (NumPy's default_rng, utils.scale)
             makers = makers or any(map(_host_random.makes_generator, chained))  # (the trace watches for entropy)
             named = [*_values(_names_seen(fn)), *(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values()]
             named = [v for v in named if _inspectable(v)]
-            roots += _host_random.global_generators(named, own)  # (np.random.beta, random.random())
+            roots += _host_random.global_generators(named, own)  # (NumPy's beta, random.random())
             roots += named
             if depth < 3:
                 todo += [(v, depth + 1) for v in named if isinstance(v, types.FunctionType)]
@@ -302,7 +302,7 @@ def _names_read(functions) -> tuple:
 @functools.lru_cache(maxsize=1024)
 def _name_chains(code) -> tuple:
     """The chains of names ``code`` (and the code nested in it) loads from a global or a
-    closure's name: ``("np", "random", "default_rng")`` for ``np.random.default_rng``."""
+    closure's name: ``("utils", "scale")`` for ``utils.scale``."""
     found = []
     for c in _codes(code):
         chain = None  # the names loaded so far
@@ -323,7 +323,7 @@ def _name_chains(code) -> tuple:
 
 def _chain_values(fn) -> list:
     """What the chains of names ``fn``'s code loads (:func:`_name_chains`) lead to,
-    through modules only (no property runs): ``np.random.default_rng`` the function,
+    through modules only (no property runs): NumPy's ``default_rng`` the function,
     ``utils.scale`` a function of a module of the user's; None where a chain leaves
     the modules (``cfg.scale``)."""
     code = getattr(fn, "__code__", None)
@@ -2420,7 +2420,7 @@ class Plan:
             if hooks._grad_hooks_registered:  # each leaf's gradient of the pass through its hooks, as eagerly
                 with no_grad():
                     for t, (g, _) in leaves.items():
-                        if type(t) is not tuple and _has_grad_hooks(t):  # (hooks are looked up now: those there are)
+                        if type(t) is not tuple and hooks.hooked(t, post=False):  # (looked up now: those there are)
                             leaves[t] = (_with_grad_hooks(t, g), False)  # (a hook may keep it: .grad is a copy)
         if targets is not None:
             for k, key in enumerate(targets):
@@ -2478,7 +2478,6 @@ class Compiled:
         self.fn = fn
         self.fuse = fuse
         function, self._owners = _unwrapped(fn)  # (what a method, a partial or a callable object runs)
-        self._names = _names_seen(function)
         self._function = function
         self.cache_size = cache_size
         self._entries: collections.OrderedDict = collections.OrderedDict()
@@ -2591,7 +2590,7 @@ class Compiled:
         if _backends_base._host_rng is not rng or rng.bit_generator.state != tracer.rng_state:
             tracer.unsupported("a random draw the trace does not record (a layer made inside, lp.manual_seed...)")
         if _host_draws(generators) != host_draws or (entropy is not None and entropy.drawn):
-            tracer.unsupported("a random number drawn on the host outside LeanPass (np.random, random, a NumPy "
+            tracer.unsupported("a random number drawn on the host outside LeanPass (NumPy's random, random, a NumPy "
                                "Generator, one made in the function without a seed: a replay would reuse the "
                                "trace's); draw it with lp.rand, or pass it in")
         if hooks.post_hook_changes[0] != hooked:  # a replay runs the hooks there are, and would not add this one

@@ -38,7 +38,7 @@ from ..backends import backend_of_array
 from ..ops.conversion import gradient_as
 from . import hooks
 from .above import above
-from .hooks import _has_grad_hooks, _run_post_hooks, _with_grad_hooks
+from .hooks import _run_post_hooks, _with_grad_hooks
 from .modes import enable_grad, grad_lock, no_grad
 from .node import COMPLEX, Node, edge
 from .trace import TRACER
@@ -405,7 +405,7 @@ def _backprop(roots, grads, create_graph, retain_graph, targets, tracer):
         if hooked:  # each leaf's gradient of this call, complete: through its hooks
             with _unrecorded(tracer, "gradient"):  # (a traced call's replays run them on their gradients)
                 for leaf in leaves:
-                    if _has_grad_hooks(leaf):  # a hook may keep what it saw (or gave): .grad is a copy
+                    if hooks.hooked(leaf, post=False):  # a hook may keep what it saw (or gave): .grad is a copy
                         leaves[leaf] = (_with_grad_hooks(leaf, leaves[leaf][0]), False)
     if targets is not None:
         for t, (g, _) in leaves.items():

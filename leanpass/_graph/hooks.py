@@ -149,11 +149,6 @@ def hooked(tensor, post: bool = True) -> bool:
     return hooks is not None and (bool(hooks.grad) or (post and len(hooks) > 0))
 
 
-def _has_grad_hooks(tensor) -> bool:
-    hooks = getattr(tensor, "_hooks", None)
-    return hooks is not None and bool(hooks.grad)
-
-
 def _with_grad_hooks(tensor, grad):
     """``grad`` (an array, or a Tensor with ``create_graph``) of ``tensor`` after its
     gradient hooks, in the order they were registered: each gets the gradient as a

@@ -303,12 +303,13 @@ class Optimizer:
             # a graph that saved the old values can no longer backpropagate (counted
             # before the update: the tensors are at hand now, not after a large one)
             increment_versions([item[0] for item in items])
-            complex_ = [item for item in items if dtype_name(item[1].dtype).startswith("complex")]
+            real, complex_ = [], []
+            for item in items:
+                (complex_ if dtype_name(item[1].dtype).startswith("complex") else real).append(item)
             if complex_:
-                items = [item for item in items if not dtype_name(item[1].dtype).startswith("complex")]
                 self._update_complex(complex_, group)
-            if items:
-                self._update_group(items, group)
+            if real:
+                self._update_group(real, group)
         return loss
 
     def _update_complex(self, items: list, group: dict) -> None:
