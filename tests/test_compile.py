@@ -455,14 +455,66 @@ def test_module_changes_the_call_undoes_or_makes_on_modules_it_drops_replay(devi
 
 def test_a_module_the_call_makes_and_keeps_traces_again():
     """A module the call makes and leaves in a live module's attribute: a replay would
-    not make it, so every call traces again, with the warning."""
+    not make it, so the next call traces again, with the warning; a call that does so
+    twice in a row does so at every call, and runs eagerly from then on."""
     model = mlp("cpu")
     f = lp.compile(lambda x: (setattr(model, "extra", nn.Identity()), model(x).sum().detach())[1])
     x = Tensor(RNG.normal(size=(2, 6)))
-    with pytest.warns(RuntimeWarning, match="changed a module's attributes"):
-        for _ in range(3):
+    with pytest.warns(RuntimeWarning, match="changed a module's attributes") as seen:
+        for _ in range(4):
             f(x)
-    assert f.calls == {"traced": 3, "replayed": 0, "eager": 0}
+    assert f.calls == {"traced": 2, "replayed": 0, "eager": 2}
+    assert sum("at two calls in a row" in str(w.message) for w in seen) == 1
+    assert "at two calls in a row" in f.explain()
+
+
+HELPER_CALLS = 0
+
+
+def _counted_scale(x):
+    """A helper that counts its calls in a global it rebinds."""
+    global HELPER_CALLS
+    HELPER_CALLS += 1
+    return x * float(HELPER_CALLS)
+
+
+def test_a_helper_that_rebinds_a_global_at_every_call_runs_eagerly_after_two_traces():
+    """A helper rebinding a global at each call (a counter): the replay would not, so
+    the call traces again; at the second trace in a row it runs eagerly from then on,
+    each call as eagerly (a trace costs more than the eager call it makes)."""
+    global HELPER_CALLS
+    f = lp.compile(lambda x: _counted_scale(x).sum())
+    x = Tensor(np.ones(3))
+    HELPER_CALLS = 0
+    with pytest.warns(RuntimeWarning, match="rebound a name it reads"):
+        got = [float(f(x)) for _ in range(5)]
+    assert got == [3.0, 6.0, 9.0, 12.0, 15.0] and HELPER_CALLS == 5
+    assert f.calls == {"traced": 2, "replayed": 0, "eager": 3}
+
+
+def test_a_change_at_the_first_call_alone_is_traced_once_more_then_replayed():
+    """A module that sets up a cache at its first call (an attribute set once): one
+    more trace, then replays; two such traces apart (the cache reset between calls,
+    replays between them) never run the function eagerly."""
+    class Cached(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = None
+
+        def forward(self, x):
+            if self.scale is None:
+                self.scale = 2.0
+            return x * self.scale
+
+    m = Cached()
+    f = lp.compile(lambda x: m(x).sum())
+    x = Tensor(np.ones(3))
+    with pytest.warns(RuntimeWarning, match="changed a module's attributes"):
+        assert [float(f(x)) for _ in range(3)] == [6.0] * 3
+        assert f.calls == {"traced": 2, "replayed": 1, "eager": 0}
+        m.scale = None  # (reset: the next call sets it again)
+        assert [float(f(x)) for _ in range(3)] == [6.0] * 3
+    assert f.calls["eager"] == 0 and f.calls["replayed"] >= 2
 
 
 def test_an_argument_models_layers_are_checked_and_a_module_the_call_keeps_traces_again():
@@ -510,7 +562,7 @@ def test_an_argument_models_layers_are_checked_and_a_module_the_call_keeps_trace
     with pytest.warns(RuntimeWarning, match="changed a module's attributes"):
         for _ in range(3):
             g(Tensor(np.ones(2)))
-    assert len(kept) == 3 and g.calls == {"traced": 3, "replayed": 0, "eager": 0}
+    assert len(kept) == 3 and g.calls == {"traced": 2, "replayed": 0, "eager": 1}
 
 
 def test_an_attribute_deleted_and_set_again_traces_again():
@@ -2285,7 +2337,8 @@ def test_a_tensor_made_inside_is_a_new_one_at_every_call():
 
 def test_state_the_function_changes_in_python_is_never_replayed():
     """A module attribute rebound inside the call, or a global it rebinds: traced again
-    at every call (with a warning), so each call does what eager does."""
+    (with a warning), then, at the second such trace in a row, eagerly: each call does
+    what eager does."""
     class Average(nn.Module):
         def __init__(self):
             super().__init__()
