@@ -2952,7 +2952,7 @@ def test_a_replay_that_falls_back_after_a_draw_draws_as_eager_does():
         first = compiled(x)
     got = [host(first), host(nn.functional.dropout(x, 0.5))]
     assert compiled.calls["eager"] == 1 and "a replay met" in compiled.explain()
-    assert isinstance(plan, _compile.Plan)
+    assert isinstance(plan, _compile.plan.Plan)
     np.testing.assert_array_equal(got[0], eager[0])
     np.testing.assert_array_equal(got[1], eager[1])
 

@@ -31,7 +31,7 @@ TOL = {"float32": dict(rtol=2e-6, atol=1e-6), "float64": dict(rtol=1e-13, atol=1
 @pytest.fixture
 def flat(monkeypatch):
     """Runs never compiled: flat programs only (what every backend without a compiler runs)."""
-    monkeypatch.setattr(_compile, "COMPILE_AFTER", 10**9)
+    monkeypatch.setattr(_compile.plan, "COMPILE_AFTER", 10**9)
 
 
 def chain(x):
@@ -253,7 +253,7 @@ def mode(request, monkeypatch):
     """"flat": runs never compiled (bit for bit); "compiled": cpu's Numba loops from the
     second replay (within TOL; skipped without Numba)."""
     if request.param == "flat":
-        monkeypatch.setattr(_compile, "COMPILE_AFTER", 10**9)
+        monkeypatch.setattr(_compile.plan, "COMPILE_AFTER", 10**9)
     elif not _numba.enabled():
         pytest.skip("Numba (the fuse extra) is not installed")
     return request.param

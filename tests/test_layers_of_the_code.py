@@ -29,7 +29,7 @@ LAYERS = [
     ("autograd", ["leanpass.autograd"]),
     ("library", ["leanpass.nn", "leanpass.nn.*", "leanpass.optim", "leanpass.optim.*", "leanpass.data",
                  "leanpass.func", "leanpass.gradcheck", "leanpass._einops", "leanpass._after_import",
-                 "leanpass._compile", "leanpass._fusion"]),
+                 "leanpass._compile", "leanpass._compile.*", "leanpass._fusion"]),
     ("face", ["leanpass"]),
 ]
 

@@ -1,0 +1,314 @@
+"""The compiled function: its cache of plans by the key of a call, when it traces,
+replays or runs eagerly, and why (``explain()``); :func:`compile`."""
+
+from __future__ import annotations
+
+import collections
+import functools
+import os
+import sys
+import types
+import warnings
+
+from .._graph import hooks
+from .._graph.modes import is_grad_enabled
+from .._graph.trace import TRACER
+from ..backends import _base as _backends_base
+from ..backends import _host_random, get_default_device, get_default_dtype
+from ..nn.module import _CHANGES as _MODULE_CHANGES
+from ..nn.module import Module, holding_members, unchanged
+from ..nn.module import restored as modules_restored
+from .code import (
+    _PACKAGE,
+    _attribute_names,
+    _host_draws,
+    _host_generators,
+    _merged,
+    _named_objects,
+    _names_read,
+    _same,
+    _unwrapped,
+    _values,
+    _words,
+)
+from .record import _Retry, _Stale
+from .returns import _returned_reads
+from .state import _call_key, _named_members, _named_state, _python_state, _same_state, _state_kept
+from .tracer import Tracer, _references
+
+__all__ = ["compile", "Compiled"]
+
+
+def _disabled() -> bool:
+    """Whether ``LEANPASS_COMPILE=0`` is set: read when a function is compiled (each call
+    reading the environment cost 2 of a small step's 100 microseconds)."""
+    return os.environ.get("LEANPASS_COMPILE", "1") == "0"
+
+
+# ---- the compiled function -------------------------------------------------------------------
+
+
+class Compiled:
+    """``fn`` traced at its first call with each kind of arguments, replayed at the
+    next (see :func:`compile`). ``explain()`` says what was traced."""
+
+    def __init__(self, fn, cache_size: int, fuse: bool = True):
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.fuse = fuse
+        function, self._owners = _unwrapped(fn)  # (what a method, a partial or a callable object runs)
+        self._function = function
+        self.cache_size = cache_size
+        self._entries: collections.OrderedDict = collections.OrderedDict()
+        self._warned: set = set()
+        self._returns = _UNREAD  # _returned_reads(fn), read at the first trace
+        self._attrs = _UNREAD  # the attribute names the function's code names (_attribute_names): at the first trace
+        self._escaped: set = set()  # keys whose trace kept a tensor made in the call: one more trace, then eagerly
+        self._unsettled: set = set()  # keys whose last trace changed Python state a replay would not change
+        self.calls = {"traced": 0, "replayed": 0, "eager": 0}
+        self.off = _disabled()  # LEANPASS_COMPILE=0 when it was made: every call eagerly
+
+    def __get__(self, obj, objtype=None):  # @lp.compile on a method: bound as a function is (the instance keyed)
+        return self if obj is None else types.MethodType(self, obj)
+
+    def __call__(self, *args, **kwargs):
+        if self.off or TRACER[0] is not None:  # turned off, or called inside a traced call: eagerly
+            self.calls["eager"] += 1
+            return self.fn(*args, **kwargs)
+        try:
+            key, tensors, objects = _call_key(args, kwargs)
+            entry = self._entries.get(key)  # (an unhashable argument raises here)
+        except TypeError as exc:  # an argument that cannot be a key (a NumPy array): every call is eager
+            if str(exc) == "an iterator argument":
+                self._warn("runs eagerly: an iterator argument (a replay would not advance it; pass what it "
+                           "gives)", "the call")
+            self.calls["eager"] += 1
+            return self.fn(*args, **kwargs)
+        if entry is None:
+            return self._trace(key, tensors, objects, args, kwargs)
+        if len(self._entries) > 1:
+            self._entries.move_to_end(key)
+        if isinstance(entry, str):  # it could not be traced: eagerly
+            self.calls["eager"] += 1
+            return self.fn(*args, **kwargs)
+        if (not entry.fits() or not all(map(_same, _values(entry.name_reads), entry.names))
+                or (entry.hook_args and any(hooks.hooked(tensors[i], post) for i, post in entry.hook_args))):  # (Plan)
+            return self._trace(key, tensors, objects, args, kwargs)
+        if not (_state_kept(entry.object_state) and _state_kept(entry.named_state)):
+            self._warn("traced again: an attribute its code reads, of an argument or of an object it names (a "
+                       "global cfg), was set since the last call, or an item of a dict or list it names "
+                       "(CFG['lr'])", "the call")
+            return self._trace(key, tensors, objects, args, kwargs)
+        # the host generator's state where the replay draws (dropout's masks on the CPU): a
+        # replay that falls back gives its draws back, so the eager call draws as eagerly
+        drawn = _backends_base._host_rng.bit_generator.state if entry.draws else None
+        try:
+            out = entry.replay(tensors)
+        except (_Stale, _Retry) as exc:  # a shape the trace did not see: eagerly from now on; an error: this once
+            if drawn is not None:
+                _backends_base._host_rng.bit_generator.state = drawn
+            if isinstance(exc, _Stale):
+                self._fall_back(key, (f"a replay met {exc}", "replay"))
+            self.calls["eager"] += 1
+            return self.fn(*args, **kwargs)
+        except BaseException:  # after a change of state: raised as eagerly; the next call traces again
+            if self._entries.get(key) is entry:
+                del self._entries[key]
+            raise
+        self.calls["replayed"] += 1
+        return out
+
+    def _trace(self, key, tensors, objects, args, kwargs):
+        self._entries.pop(key, None)
+        if self._attrs is _UNREAD:
+            self._attrs = _attribute_names(self._function)
+        # the functions the call's code reaches (its helpers, its layers' forward), the host generators they may
+        # draw from, and the names they read (helper's global SCALE: checked before each replay too)
+        generators, reached, makers, held = _host_generators(self._function, [*objects, *self._owners])
+        reads = _names_read(reached)
+        # the attributes of the arguments and the owner its code names, or a helper's reached (self.helper(x)
+        # reading self.scale, helper(x, cfg) reading cfg.scale)
+        attrs = None if self._attrs is None else self._attrs.union(*(_attribute_names(f) for f in reached[1:]))
+        modules, names = _MODULE_CHANGES[0], _values(reads)
+        # Python state the call may change: snapshots first (they hold the objects: the
+        # references the tracer counts below, before and after the call, include theirs)
+        words = frozenset().union(*(_words(f) for f in reached))  # (a config module passed on: what is read)
+        named = _merged([*(x for fn in reached for x in _named_objects(fn, words)),  # (cfg.scale, CFG["lr"],
+                         *((obj, words) for obj in held)])  # config.lr; self.cfg.scale in a layer's forward)
+        named_state = _named_state(named)
+        python = _python_state((args, kwargs), [*objects, *self._owners], attrs) + named_state
+        given = [v for v in (*objects, *self._owners) if isinstance(v, Module)]  # (a model passed in, a method's own)
+        members = _named_members(names) + _named_members(given)
+        tracer = Tracer(tensors, _TRACE_CODE)
+        tracer.holders = [c for c, _ in holding_members([args, kwargs], tuples=True)  # (not the call's own
+                          if c is not args and c is not kwargs]  # tuple and dict: made for it, and held by it)
+        tracer.holder_references = _references(tracer.holders)  # (before the call; after: Tracer.escaped)
+        if self._returns is _UNREAD:
+            self._returns = _returned_reads(self.fn)
+        tracer.returns = self._returns
+        rng = _backends_base._host_rng
+        host_draws = _host_draws(generators)
+        hooked = hooks.post_hook_changes[0]
+        modes = (is_grad_enabled(), get_default_dtype(), get_default_device())
+        entropy = _host_random.EntropyWatch() if makers else None  # (a generator made without a seed)
+        TRACER[0] = tracer
+        try:
+            if entropy is not None:
+                entropy.start()
+            box = [self.fn(*args, **kwargs)]  # the result, held only here (what else holds it: Tracer.escaped)
+        finally:
+            if entropy is not None:
+                entropy.stop()
+            TRACER[0] = None
+            tracer.modules_called.clear()  # (held for their ids while the call ran: one it made and dropped goes)
+        self.calls["traced"] += 1
+        if (is_grad_enabled(), get_default_dtype(), get_default_device()) != modes:  # a replay would leave them
+            tracer.unsupported("grad mode, the default dtype or the default device set inside the function and "
+                               "left so (lp.set_grad_enabled, lp.set_default_dtype...)")
+        if _backends_base._host_rng is not rng or rng.bit_generator.state != tracer.rng_state:
+            tracer.unsupported("a random draw the trace does not record (a layer made inside, lp.manual_seed...)")
+        if _host_draws(generators) != host_draws or (entropy is not None and entropy.drawn):
+            tracer.unsupported("a random number drawn on the host outside LeanPass (NumPy's random, random, a NumPy "
+                               "Generator, one made in the function without a seed: a replay would reuse the "
+                               "trace's); draw it with lp.rand, or pass it in")
+        if hooks.post_hook_changes[0] != hooked:  # a replay runs the hooks there are, and would not add this one
+            tracer.unsupported("a post-accumulate-grad hook added or removed inside the function")
+        if any(value is t for value in names for t in tensors):  # one object, two roles: a replay would merge them
+            tracer.unsupported("an argument the function also reads by name (a global or closure variable)")
+        changed = None  # Python state the call changed that a replay would leave as it is
+        if not _same_state(python, _python_state((args, kwargs), [*objects, *self._owners], attrs)
+                           + _named_state(named)):  # (the snapshot after: not kept, it would count as a reference)
+            changed = "a list or dict argument or one the function names, or an attribute of an argument or of an " \
+                      "object it names, changed by the function, or an iterator it names advanced (lst.pop(), " \
+                      "d[key] = v, COUNTS['n'] += 1, self.steps += 1, cfg.calls += 1, next(it))"
+        elif not all(unchanged(c, items) for c, items in members):
+            changed = "a list or dict of tensors or modules the function reads by name, changed by it " \
+                      "(history.append(loss), a module's list of layers)"
+        tracer.check_watched()
+        # (module changes the call undid, or made to modules it made and dropped, as a loss module built
+        # in the step: a replay that makes none leaves the modules as the call left them)
+        retrace = ((_MODULE_CHANGES[0] != modules and not modules_restored(modules))
+                   or not all(map(_same, _values(reads), names)) or tracer.state_changed)
+        if retrace and tracer.reason is None:  # the call changed Python state a replay would not change
+            what = ("the function changed a module's attributes or members, an optimizer's options, or rebound a "
+                    "name it reads (a replay would not)")
+            if key in self._unsettled:  # at two traces in a row: at every call (a running average rebound), so
+                self._unsettled.discard(key)  # eagerly from now on: a trace costs more than the eager call
+                self._fall_back(key, (f"{what}, at two calls in a row", _where_defined(self.fn)))
+                return box[0]
+            self._unsettled.add(key)
+            self._warn(f"{what}; it is traced again at the next call", "trace")
+            return box[0]  # no entry: the next call traces again (a module's first call may set up a cache)
+        self._unsettled.discard(key)
+        plan = tracer.plan(box[0], self.fuse)
+        kept = (tracer.escaped(box) or changed) if plan is not None else None
+        if kept is not None:
+            if key not in self._escaped:  # once: a cache filled at the first call (a mask made once): trace again
+                self._escaped.add(key)
+                return box[0]
+            plan, tracer.reason = None, (f"{kept}: a replay would leave it as the first call made it",
+                                         _where_defined(self.fn))
+        if plan is not None:
+            plan.name_reads, plan.names = reads, names
+            plan.objects = objects  # (the arguments keyed by their ids: held, the ids are not reused)
+            plan.named, plan.named_state = named, named_state
+            # the attributes of the plain objects among the arguments and of the callable's own (_unwrapped) that
+            # the function's code, or a helper's it reaches, names (attrs): what a caller may change between calls
+            plan.object_state = _python_state((), [*objects, *self._owners], attrs)
+            plan.member_lists = plan.member_lists + members
+        if plan is None:
+            self._fall_back(key, tracer.reason)
+        else:
+            self._entries[key] = plan
+            while len(self._entries) > self.cache_size:
+                self._entries.popitem(last=False)
+        return box[0]
+
+    def _fall_back(self, key, reason) -> None:
+        what, where = reason
+        self._entries[key] = f"{what} ({where})"
+        while len(self._entries) > self.cache_size:
+            self._entries.popitem(last=False)
+        self._warn(f"runs eagerly for these arguments: {what}", where)
+
+    def _warn(self, what: str, where: str) -> None:
+        if what not in self._warned:  # once per function and reason
+            self._warned.add(what)
+            name = getattr(self, "__name__", None) or repr(self.fn)  # (a callable object, a partial: no name)
+            level, frame = 1, sys._getframe()  # (the warning names the first frame outside LeanPass: the caller's)
+            while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
+                level, frame = level + 1, frame.f_back
+            warnings.warn(f"lp.compile: {name} {what} at {where}", RuntimeWarning, stacklevel=level)
+
+    def explain(self) -> str:
+        """What was traced: per cache entry, the operations, backward passes, in-place
+        changes, steps and constants it replays, or why it runs eagerly; and the calls
+        so far."""
+        lines = [f"lp.compile({getattr(self.fn, '__qualname__', self.fn)!s}): {len(self._entries)} cache "
+                 f"entr{'y' if len(self._entries) == 1 else 'ies'} (at most {self.cache_size}); calls: "
+                 + ", ".join(f"{n} {k}" for k, n in self.calls.items())
+                 + (" (LEANPASS_COMPILE=0: compilation is off)" if self.off else "")]
+        for i, (key, entry) in enumerate(self._entries.items()):
+            shapes = [k for k in _flat_tensor_keys(key[:2])]
+            head = f"  [{i}] arguments {', '.join(shapes) or '(no tensors)'}:"
+            if isinstance(entry, str):
+                lines.append(f"{head} eager: {entry}")
+                continue
+            c = entry.counts
+            passes = c["backward"] + c["autograd"]
+            of_grad = f" ({c['autograd']} of them autograd.grad)" if c["autograd"] else ""
+            lines.append(f"{head} replays {c['op']} operations, {passes} backward pass"
+                         f"{'es' * (passes != 1)}{of_grad}, {c['inplace']} in-place changes, "
+                         f"{c['action']} steps ({', '.join(entry.actions) or 'none'}), {entry.constants} constants, "
+                         f"{c['draw']} random draws, {c['host']} numbers read on the host; "
+                         f"{len(entry.externals)} tensors from outside, checked before each replay; "
+                         f"fusion: {entry.fusion()}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"<lp.compile of {self.fn!r}>"
+
+
+def _where_defined(fn) -> str:
+    """``file:line`` of ``fn``'s definition, for a reason that has no line of its own."""
+    code = getattr(fn, "__code__", None)
+    return f"{getattr(code, 'co_filename', '?')}:{getattr(code, 'co_firstlineno', '?')}"
+
+
+_TRACE_CODE = Compiled._trace.__code__  # the frame that calls the traced function
+_UNREAD = object()  # Compiled._returns before the first trace reads the source
+
+
+def _flat_tensor_keys(key):
+    if isinstance(key, tuple) and key and key[0] == "T":
+        yield f"{key[2]}{list(key[1])}{'(requires grad)' if key[4] else ''} on {key[3]}"
+        return
+    if isinstance(key, tuple):
+        for item in key:
+            yield from _flat_tensor_keys(item)
+
+
+def compile(fn=None, *, cache_size: int = 8, fuse: bool = True):  # noqa: A001 - PyTorch's and MLX's name
+    """``fn`` traced at its first call with each kind of arguments (shapes, dtypes,
+    devices, ``requires_grad`` flags, Python values), replayed at the next without
+    building the graph. Usable as ``@lp.compile`` and ``@lp.compile(cache_size=...,
+    fuse=...)``. ``cache_size`` bounds the traces kept (the least recently used goes).
+
+    With ``fuse`` (the default), runs of element-wise operations, and their backward
+    rules, replay as one program each (:mod:`leanpass._fusion`): the same kernels
+    without the Python between them, the same results bit for bit; on ``cpu`` with
+    Numba, from the second replay on, one compiled loop each, whose rounding may
+    differ from eager's by a few ulp. ``fuse=False`` replays every operation as it
+    ran: eager's results, bit for bit, always. ``LEANPASS_COMPILE=0`` turns
+    compilation off everywhere (read when the function is compiled), ``LEANPASS_FUSE=0``
+    fusion. What cannot be replayed
+    runs eagerly, with a warning (see docs/compile.md)."""
+    if fn is None:
+        return lambda f: compile(f, cache_size=cache_size, fuse=fuse)
+    if not callable(fn):
+        raise TypeError(f"compile: fn must be callable, got {type(fn).__name__}")
+    if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 1:
+        raise ValueError(f"compile: cache_size must be a positive integer, got {cache_size!r}")
+    if not isinstance(fuse, bool):
+        raise TypeError(f"compile: fuse must be True or False, got {fuse!r}")
+    return Compiled(fn, cache_size, fuse)

@@ -1,0 +1,294 @@
+"""The key of a call (its tensors' shapes, dtypes, devices and flags, its Python
+values) and the snapshots of the Python state a replay would not change (the
+items of dicts and lists, the attributes of plain objects, iterators), compared
+after a trace and before each replay."""
+
+from __future__ import annotations
+
+import collections
+import functools
+import io
+import itertools
+import math
+import types
+
+from .._graph.modes import is_grad_enabled
+from ..backends import get_default_device, get_default_dtype
+from ..nn.module import Module, _same_value, holding_members, items_of
+from ..tensor import Tensor
+from .code import _ITERATOR, _NOT_KEYED, _configuration, _inspectable, _is_iterator, _plain
+
+
+def _tensor_key(value) -> tuple:
+    data = value._data  # (the dtype itself: its str() is slow in NumPy)
+    # (a leaf that requires grad gets a .grad; a value of a graph made outside, of the same kind, does not)
+    return ("T", tuple(data.shape), data.dtype, value._backend.device, value._rg, value._node is None)
+
+
+def _key_of(value, tensors: list, objects: list | None = None):
+    """A hashable description of ``value``: a Tensor by its kind (and collected in
+    ``tensors``), containers item by item, Python scalars and strings by value, any
+    other object by identity (a module passed in: the same module)."""
+    if isinstance(value, Tensor):
+        tensors.append(value)
+        return _tensor_key(value)
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(_key_of(v, tensors, objects) for v in value))
+    if isinstance(value, dict):  # (in their order: a function may iterate them)
+        return ("dict", tuple((k, _key_of(v, tensors, objects)) for k, v in value.items()))
+    if isinstance(value, float):  # -0.0 is not 0.0 (1 / s)
+        return ("float", value, math.copysign(1.0, value))
+    if value is None or isinstance(value, (bool, int, complex, str, bytes)):
+        return (type(value).__name__, value)
+    if getattr(value, "shape", None) == () and hasattr(value, "item") and hasattr(value, "dtype"):  # a NumPy scalar
+        return ("scalar", str(value.dtype), _key_of(value.item(), tensors, objects))
+    if isinstance(value, collections.abc.Iterator) and not isinstance(value, io.IOBase):  # (a replay would not
+        # advance it: every call runs eagerly; a file given to write a log to is no iterator here)
+        raise TypeError("an iterator argument")
+    if objects is not None:
+        objects.append(value)  # kept by the trace: its id is not reused while the entry lives
+    return ("id", id(value))
+
+
+def _python_state(value, objects, names=None, nested=_NOT_KEYED) -> list:
+    """What a call could change of its arguments other than tensors' values, and a
+    replay would not: each list and dict in them, and each plain object among
+    ``objects`` (``self.steps += 1`` in a method), with its items or attributes
+    (:func:`leanpass.nn.module.items_of`; an object's attributes only those in
+    ``names``, where the function's code names them: a scheduler passed in, whose
+    ``step`` sets its count, is no change unless the code reads the count). Not a
+    module's or an optimizer's (their own checks look after them). ``nested``: the names
+    for the plain objects found among attributes, where not ``names``."""
+    state, seen, stack = [], set(), [value]
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if isinstance(v, dict):
+            state.append((v, items_of(v), items_of))
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            if isinstance(v, list):
+                state.append((v, items_of(v), items_of))
+            stack.extend(v)
+    stack, seen = list(objects), set()
+    while stack:  # the objects, and the plain objects among their attributes (cfg.train.scale)
+        obj = stack.pop()
+        if (id(obj) in seen or isinstance(obj, (Module, Tensor, types.FunctionType, types.MethodType))
+                or (isinstance(obj, type) and not any(obj is o for o in objects))  # (a class named: its values)
+                or hasattr(type(obj), "_traced_state")):  # (a watched one: an optimizer, a scheduler)
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, (collections.deque, set, frozenset)):  # (a deque of the last frames: its items)
+            state.append((obj, tuple(obj), tuple))
+            continue
+        if issubclass(type(obj), (dict, list)):  # (a partial's dict argument: its items)
+            stack += _container_state(obj, state)
+            continue
+        if _is_iterator(obj):  # (a partial's iterator argument: as advanced)
+            state.append((obj, _position(obj), _position))
+            continue
+        read = functools.partial(_attribute_items, names=names if nested is _NOT_KEYED
+                                 or any(obj is o for o in objects) else nested)
+        try:
+            attrs = _object_attributes(obj, read.keywords["names"])
+        except Exception:  # (a proxy whose attributes raise outside its context: nothing to compare)
+            continue
+        # (each plain object, also with none of those attributes yet: one set on it later is a change)
+        state.append((obj, tuple(itertools.chain.from_iterable(attrs.items())), read))
+        for v in attrs.values():
+            kind = type(v)  # (not isinstance: a proxy's __class__ may raise outside its context)
+            if issubclass(kind, (list, dict)):  # (cfg.w[0] = 3.0: its items; a long list's length alone)
+                stack += _container_state(v, state)  # (self.loaders["train"]: an iterator in it, as advanced)
+            elif issubclass(kind, (collections.deque, set, frozenset)) or _plain(v):
+                stack.append(v)
+            elif _inspectable(v) and _is_iterator(v):  # (next(self.batches): as advanced)
+                state.append((v, _position(v), _position))
+    return state
+
+
+def _attribute_items(obj, names) -> tuple:
+    """A plain object's entry in a :func:`_python_state` snapshot: the attributes
+    :func:`_object_attributes` reads, names and values side by side; an object of its
+    own (a change) where they raise now."""
+    try:
+        return tuple(itertools.chain.from_iterable(_object_attributes(obj, names).items()))
+    except Exception:
+        return (object(),)  # (no tuple of attributes matches it)
+
+
+def _object_attributes(obj, names) -> dict:
+    """The attributes of the plain object ``obj`` a call's code names (``names``; None:
+    all): its own (``__dict__``, slots), or its class's plain values (``Cfg.scale =
+    2.0``: the first base that has the name decides). All of its own where the code
+    cannot tell which it reads: a property among the names, a ``__getattr__`` (its
+    values kept elsewhere, as an attribute dict's)."""
+    if isinstance(obj, type):  # (a class as a configuration, Config.lr: its values and its bases', the user's)
+        attrs = {}
+        for base in (b for b in obj.__mro__[:-1] if _configuration(b)):
+            attrs.update((k, v) for k, v in vars(base).items() if (names is None or k in names) and k not in attrs)
+        return attrs
+    cls = type(obj)
+    own = getattr(obj, "__dict__", None)
+    own = own if isinstance(own, dict) else {}
+    attrs, whole = {}, names is None or getattr(cls, "__getattr__", None) is not None
+    if names is not None:
+        found = set()
+        for base in cls.__mro__:
+            for name in base.__dict__.keys() & names:
+                if name not in found:
+                    found.add(name)
+                    value = base.__dict__[name]
+                    if not hasattr(type(value), "__get__"):
+                        attrs[name] = value
+                    elif not isinstance(value, (types.FunctionType, staticmethod, classmethod)):
+                        whole = True  # (a property: what it reads is not among the names)
+    attrs.update(own if whole else ((k, own[k]) for k in own.keys() & names))
+    for slot in _slots(cls):
+        if (whole or slot in names) and hasattr(obj, slot):
+            attrs[slot] = getattr(obj, slot)
+    return attrs
+
+
+def _position(iterator) -> tuple:
+    """Where ``iterator`` stands: an object of its own each time, as if it had been
+    advanced, since Python does not show it (a generator at the same ``yield`` with the
+    same locals, an iterator object whose state is in another one, ``self.it``, may
+    have moved on): a function that names one runs eagerly."""
+    return (object(),)
+
+
+def _named_state(named) -> list:
+    """:func:`_python_state` of :func:`_named_objects`' objects, each with its names (all
+    of its own attributes, None: the objects among them only as they are); a dict's
+    items (:func:`_container_state`); an iterator as advanced."""
+    state = []
+    for obj, names in named:
+        if names is _ITERATOR:
+            state.append((obj, _position(obj), _position))
+        elif issubclass(type(obj), (dict, list)):
+            state += _python_state((), _container_state(obj, state), None, frozenset())
+        else:
+            state += _python_state((), [obj], names, frozenset() if names is None else _NOT_KEYED)
+    return state
+
+
+def _container_state(container, state: list, depth: int = 1) -> list:
+    """Appends to ``state`` the items of the dict or list ``container`` (its length alone
+    past 256), the iterators among them (as
+    advanced: ``ITERS["train"]``) and, ``depth`` levels down, the dicts and lists among
+    them (64 at most: ``CFG["train"]["lr"]``). Returns the plain objects among its items
+    (``CFG["aug"]``; 16 at most), whose attributes the caller compares."""
+    state.append((container, _container_items(container), _container_items))
+    if len(container) > 256:
+        return []
+    plain, nested = [], 0
+    for v in (container.values() if isinstance(container, dict) else container):
+        kind = type(v)
+        if issubclass(kind, (dict, list)):
+            if depth and nested < 64:
+                nested += 1
+                plain += _container_state(v, state, depth - 1)
+        elif _inspectable(v) and _is_iterator(v):
+            state.append((v, _position(v), _position))
+        elif _plain(v) and len(plain) < 16:
+            plain.append(v)
+    return plain
+
+
+@functools.cache
+def _slots(cls) -> tuple:
+    """The slot names of ``cls`` and its bases (not ``__dict__``, ``__weakref__``)."""
+    found = []
+    for base in cls.__mro__:
+        slots = base.__dict__.get("__slots__", ())
+        found += [s for s in ((slots,) if isinstance(slots, str) else slots) if s not in ("__dict__", "__weakref__")]
+    return tuple(found)
+
+
+def _container_items(container) -> tuple:
+    """A dict's or list's entry in a snapshot (:func:`_container_state`): its items,
+    or its length alone past 256 items."""
+    return (len(container),) if len(container) > 256 else items_of(container)
+
+
+def _same_state(before: list, now: list) -> bool:
+    """Whether two :func:`_python_state` snapshots agree: the same containers and
+    objects, holding the same items (:func:`leanpass.nn.module.unchanged`)."""
+    return len(before) == len(now) and all(a is b and len(i) == len(j) and all(map(_same_value, i, j))
+                                           for (a, i, _), (b, j, _) in zip(before, now))
+
+
+def _state_kept(snapshot: list) -> bool:
+    """Whether each container and object of a :func:`_python_state` snapshot holds
+    what it held, each read again as it was read: what :func:`_same_state` says of a
+    new snapshot, without walking again (the walk goes from item to item, so the same
+    items lead it to the same containers and objects), in a fifth of the time for
+    W1's step (a plain object of seven attributes, 18 against 4 us)."""
+    for obj, items, read in snapshot:
+        now = read(obj)
+        if len(now) != len(items) or not all(map(_same_value, now, items)):
+            return False
+    return True
+
+
+def _named_members(values) -> list:
+    """The lists and dicts holding tensors or modules among ``values`` (what a function
+    reads by name: ``bufs = {"a": t}``, ``layers = [...]``) and among the public
+    attributes of the modules there and of their sub-modules (not a private cache
+    such as MLP's ``_fusion``), each with its items: checked after the trace (a step
+    that changed one) and before each replay (:func:`leanpass.nn.module.unchanged`)."""
+    values = [v for v in values if _inspectable(v)]
+    found = holding_members(values)
+    found += [x for v in values if isinstance(v, Module) for m in v.modules()
+              for x in holding_members([a for k, a in vars(m).items() if not k.startswith("_")])]
+    return found
+
+
+def _call_key(args, kwargs):
+    """``(key, tensors, objects)`` of a call (:func:`_key_of` of its arguments, with the
+    modes a trace depends on, and which tensors are one or share memory). Plain
+    Tensors among the positional arguments, a training step's usual call, are keyed
+    here, as :func:`_key_of` keys them: every call pays for this."""
+    tensors: list = []
+    objects: list = []
+    parts = []
+    for value in args:
+        if type(value) is Tensor:
+            tensors.append(value)
+            parts.append(_tensor_key(value))
+        else:
+            parts.append(_key_of(value, tensors, objects))
+    key = (("tuple", tuple(parts)), _key_of(kwargs, tensors, objects) if kwargs else _NO_KWARGS, is_grad_enabled(),
+           get_default_dtype(), get_default_device())
+    if len(tensors) < 2:
+        return key + (((0,) if tensors else ()), ()), tensors, objects
+    first: dict = {}
+    aliasing = tuple(first.setdefault(id(t), i) for i, t in enumerate(tensors))  # f(a, a) is not f(a, b)
+    return key + (aliasing, _sharing(tensors)), tensors, objects
+
+
+_NO_KWARGS = ("dict", ())  # _key_of({})
+
+
+def _sharing(tensors) -> tuple:
+    """For each tensor, the first one before it whose memory it may share (``f(a,
+    a.detach())``, ``f(a, a[:])`` is not ``f(a, b)``: eagerly, a change of one is a
+    change of the other, which a backward that saved it refuses), else its own place:
+    arrays compared by their bounds where there are a few tensors, by identity else."""
+    if len(tensors) < 2:
+        return ()
+    if len(tensors) > 8:
+        first: dict = {}
+        return tuple(first.setdefault(id(t._data), i) for i, t in enumerate(tensors))
+    out = []
+    for i, t in enumerate(tensors):
+        data, backend = t._data, t._backend
+        place = i
+        for j in range(i):
+            if tensors[j]._backend is backend and backend.shares_memory(tensors[j]._data, data):
+                place = j
+                break
+        out.append(place)
+    return tuple(out)
