@@ -5254,3 +5254,268 @@ def test_a_step_after_the_model_changes_mode_runs_the_new_mode():
         expected = host(eager(x))
         lp.manual_seed(1)
         np.testing.assert_array_equal(host(compiled(x)), expected)
+
+
+class _AttrDict:
+    """A configuration whose values live in a dict behind ``__getattr__`` (an
+    ``EasyDict``-like object)."""
+
+    def __init__(self, **values):
+        object.__setattr__(self, "_values", dict(values))
+
+    def __getattr__(self, name):
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name, value):
+        self._values[name] = value
+
+
+class _Trainer:
+    def __init__(self):
+        self.cfg = _AttrDict(scale=2.0)
+        self.backend = lp.backends.get_backend("cpu")  # (LeanPass's own: no configuration)
+
+    def factor(self):
+        return 1.0
+
+
+TRAINER = _Trainer()
+
+
+def test_an_attribute_dict_inside_an_object_whose_methods_the_step_calls_is_compared():
+    """A global object whose method the step calls (all its attributes compared) holds
+    an attribute dict the step reads (``TRAINER.cfg.scale``): set between calls, the
+    step traces again (its values are behind ``__getattr__``, so all of them are read);
+    the backend it also holds, LeanPass's own object, adds no entry."""
+    f = lp.compile(lambda x: (x * TRAINER.cfg.scale * TRAINER.factor()).sum())
+    x = Tensor(np.ones(3))
+    TRAINER.cfg.scale = 2.0
+    out = [float(f(x)), float(f(x))]
+    with pytest.warns(RuntimeWarning, match=ATTRIBUTE_SET):
+        TRAINER.cfg.scale = 5.0
+        out += [float(f(x)), float(f(x))]
+    assert out == [6.0, 6.0, 15.0, 15.0] and f.calls == {"traced": 2, "replayed": 2, "eager": 0}
+    (entry,) = f._entries.values()
+    assert not any(obj is TRAINER.backend for obj, _, _ in entry.named_state)
+
+
+class _Aug:
+    def __init__(self):
+        self.k = 2.0
+
+    def apply(self, v):
+        return v * self.k
+
+
+def _scaled_by_k(v, cfg):
+    return v * cfg.k
+
+
+def _k_times(cfg, v):
+    return v * cfg.k
+
+
+AUG = _Aug()
+AUG_APPLY = AUG.apply  # (a global bound method used as a helper)
+PARTIAL_CFG = _Aug()
+PARTIAL = functools.partial(_scaled_by_k, cfg=PARTIAL_CFG)
+PARTIAL_ARG = _Aug()
+PARTIAL_POSITIONAL = functools.partial(_k_times, PARTIAL_ARG)
+
+
+class _Transforms:
+    def __init__(self):
+        self.aug = _Aug()
+        self.transform = self.aug.apply
+
+
+TRANSFORMS = _Transforms()
+
+
+@pytest.mark.parametrize("case", ["bound method", "partial's argument", "partial's keyword argument",
+                                  "partial's keywords", "held bound method"])
+def test_a_helper_reached_as_a_bound_method_or_a_partial_has_its_object_checked(case):
+    """A helper the step reaches as a global bound method (``apply = aug.apply``), a
+    ``functools.partial`` (``partial(helper, cfg=obj)``) or a bound method an object
+    holds (``tr.transform = tr.aug.apply``): what its object's code reads, set between
+    calls, traces again (a replay used the trace's value: 2 where eager gave 3)."""
+    fn, obj = {"bound method": (lambda x: AUG_APPLY(x), AUG),
+               "partial's argument": (lambda x: PARTIAL_POSITIONAL(x), PARTIAL_ARG),
+               "partial's keyword argument": (lambda x: PARTIAL(x), PARTIAL_CFG),
+               "partial's keywords": (lambda x: PARTIAL(x), None),
+               "held bound method": (lambda x: TRANSFORMS.transform(x), TRANSFORMS.aug)}[case]
+    AUG.k = PARTIAL_CFG.k = PARTIAL_ARG.k = TRANSFORMS.aug.k = 2.0
+    PARTIAL.keywords["cfg"] = PARTIAL_CFG
+    f = lp.compile(fn, fuse=False)
+    x = Tensor(np.ones(2))
+    same(f(x), [2.0, 2.0])
+    same(f(x), [2.0, 2.0])
+    with pytest.warns(RuntimeWarning, match=ATTRIBUTE_SET):
+        if obj is None:
+            other = _Aug()
+            other.k = 3.0
+            PARTIAL.keywords["cfg"] = other
+        else:
+            obj.k = 3.0
+        same(f(x), [3.0, 3.0])
+    same(f(x), [3.0, 3.0])
+    assert f.calls == {"traced": 2, "replayed": 2, "eager": 0}
+    PARTIAL.keywords["cfg"] = PARTIAL_CFG
+
+
+class _Stage:
+    def __init__(self):
+        self.scale = 2.0
+
+
+class _Holder:
+    def __init__(self):
+        self.stages = [_Stage()]
+        self.pair = (_Stage(),)
+        self.cfg = _Stage()
+
+    def factor(self):
+        return 1.0
+
+
+HOLDER = _Holder()
+NESTED = {"t": (_Stage(),), "tl": ([2.0],), "lt": [(_Stage(),)]}
+
+
+@pytest.mark.parametrize("case", ["list attribute", "tuple attribute", "tuple in a dict", "list in a tuple in a dict",
+                                  "tuple in a list in a dict", "object whose method is called"])
+def test_plain_objects_deep_in_a_named_configuration_are_compared(case):
+    """The plain objects and numbers a step reads inside a named configuration's lists
+    and tuples (``cfg.stages[0].scale``, ``cfg.pair[0].scale``, ``CFG["t"][0].scale``,
+    ``CFG["tl"][0][0]``), and the attributes it reads on an object of an object whose
+    methods it calls (``TRAINER.cfg.scale`` beside ``TRAINER.factor()``): changed between
+    calls, the step traces again (a replay used the trace's 2.0)."""
+    HOLDER.stages[0].scale = HOLDER.pair[0].scale = HOLDER.cfg.scale = NESTED["t"][0].scale = 2.0
+    NESTED["lt"][0][0].scale = 2.0
+    NESTED["tl"][0][0] = 2.0
+    fn, change = {
+        "list attribute": (lambda x: x * HOLDER.stages[0].scale, lambda: setattr(HOLDER.stages[0], "scale", 3.0)),
+        "tuple attribute": (lambda x: x * HOLDER.pair[0].scale, lambda: setattr(HOLDER.pair[0], "scale", 3.0)),
+        "tuple in a dict": (lambda x: x * NESTED["t"][0].scale, lambda: setattr(NESTED["t"][0], "scale", 3.0)),
+        "list in a tuple in a dict": (lambda x: x * NESTED["tl"][0][0], lambda: NESTED["tl"][0].__setitem__(0, 3.0)),
+        "tuple in a list in a dict": (lambda x: x * NESTED["lt"][0][0].scale,
+                                      lambda: setattr(NESTED["lt"][0][0], "scale", 3.0)),
+        "object whose method is called": (lambda x: x * HOLDER.cfg.scale * HOLDER.factor(),
+                                          lambda: setattr(HOLDER.cfg, "scale", 3.0)),
+    }[case]
+    f = lp.compile(fn, fuse=False)
+    x = Tensor(np.ones(2))
+    same(f(x), [2.0, 2.0])
+    same(f(x), [2.0, 2.0])
+    with pytest.warns(RuntimeWarning, match=ATTRIBUTE_SET):
+        change()
+        same(f(x), [3.0, 3.0])
+    assert f.calls == {"traced": 2, "replayed": 1, "eager": 0}
+
+
+class _NestedConfig:
+    class train:  # noqa: N801 - a configuration's section, as users write them
+        lr = 2.0
+
+
+SIZES = [257]
+
+
+def test_a_nested_class_as_a_configuration_and_a_list_grown_long_are_compared():
+    """``Config.train.lr`` (a class of the user's inside a configuration class) set
+    between calls traces again; so does a one-item list grown past 256 items (its
+    entry, the length alone, is told apart from one item that is a number)."""
+    _NestedConfig.train.lr = 2.0
+    f = lp.compile(lambda x: x * _NestedConfig.train.lr, fuse=False)
+    x = Tensor(np.ones(2))
+    same(f(x), [2.0, 2.0])
+    same(f(x), [2.0, 2.0])
+    with pytest.warns(RuntimeWarning, match=ATTRIBUTE_SET):
+        _NestedConfig.train.lr = 3.0
+        same(f(x), [3.0, 3.0])
+    SIZES[:] = [257]
+    g = lp.compile(lambda x: x * float(len(SIZES)), fuse=False)
+    same(g(x), [1.0, 1.0])
+    same(g(x), [1.0, 1.0])
+    with pytest.warns(RuntimeWarning, match=ATTRIBUTE_SET):
+        SIZES.extend([0] * 256)
+        same(g(x), [257.0, 257.0])
+
+
+class _DictRaises:
+    """A proxy whose ``__dict__`` raises outside its context."""
+
+    def __getattribute__(self, name):
+        if name == "__dict__":
+            raise RuntimeError("outside its context")
+        return object.__getattribute__(self, name)
+
+
+class _Locked:
+    __slots__ = ("scale", "extra")
+    locked = [True]
+
+    def __getattribute__(self, name):
+        if name == "extra" and _Locked.locked[0]:
+            raise RuntimeError("outside its context")
+        return object.__getattribute__(self, name)
+
+
+def test_objects_whose_attributes_raise_are_compiled_and_read_again():
+    """An argument whose ``__dict__`` raises compiles (it crashed the compiler); one
+    whose attributes raised at the trace and read later is a change: a value set on it
+    since traces again (a replay used the trace's 2.0)."""
+    proxy = _DictRaises()
+    proxy.scale = 2.0
+    f = lp.compile(lambda x, cfg: x * cfg.scale, fuse=False)
+    x = Tensor(np.ones(2))
+    for _ in range(3):
+        same(f(x, proxy), [2.0, 2.0])
+    assert f.calls["replayed"] == 2
+    cfg = _Locked()
+    cfg.scale, cfg.extra = 2.0, 1.0
+    _Locked.locked[0] = True
+    g = lp.compile(lambda x, cfg, extra=False: x * cfg.scale + cfg.extra if extra else x * cfg.scale, fuse=False)
+    same(g(x, cfg), [2.0, 2.0])
+    _Locked.locked[0] = False
+    try:
+        with pytest.warns(RuntimeWarning, match=ATTRIBUTE_SET):
+            same(g(x, cfg), [2.0, 2.0])
+        cfg.scale = 3.0
+        same(g(x, cfg), [3.0, 3.0])  # (traced again: the warning was given once)
+        assert g.calls == {"traced": 3, "replayed": 0, "eager": 0}
+    finally:
+        _Locked.locked[0] = True
+
+
+class _Loop:
+    """A training loop object that holds its compiled step."""
+
+    def __init__(self):
+        self.calls = 0.0  # (a number the step reads: unchanged)
+        self.w = Tensor(np.array([1.0, 2.0]))
+        self.run = lp.compile(_loop_step, fuse=False)
+
+    def offset(self):
+        return self.calls
+
+
+def _loop_step(x):
+    return (x * LOOP.w).sum() + LOOP.offset() + LOOP.calls
+
+
+LOOP = _Loop()
+
+
+def test_leanpass_objects_an_object_holds_are_not_its_configuration():
+    """A global object whose method the step calls (all its attributes compared) holds
+    the compiled step itself, whose ``calls`` counts change at every call (a name the
+    step also reads): LeanPass's own objects are no configuration, and the step replays
+    (it traced again, then ran eagerly)."""
+    x = Tensor(np.ones(2))
+    for _ in range(4):
+        same(LOOP.run(x), 3.0)
+    assert LOOP.run.calls == {"traced": 1, "replayed": 3, "eager": 0}

@@ -139,7 +139,19 @@ def _host_generators(function, objects) -> tuple:
             more = []
             for v in values:
                 if isinstance(v, (types.BuiltinMethodType, types.MethodType)):  # (from random import gauss)
+                    method = getattr(v, "__func__", None)  # (self.transform = self.aug.apply: its code)
+                    if (type(method) is types.FunctionType and id(method.__code__) not in seen
+                            and _users_file(method.__code__.co_filename)):
+                        todo.append((method, 1))
                     v = v.__self__
+                    if _plain(v) and id(v) not in reached:  # (apply = aug.apply, a global: aug.k read by apply)
+                        held.append(v)
+                elif type(v) is functools.partial and id(v) not in reached:  # (act = partial(helper, cfg=obj))
+                    reached.add(id(v))
+                    held += [a for a in v.args if _plain(a)]  # (and the objects in its keywords, through their
+                    held += [v.keywords] if v.keywords else []  # dict: act.keywords["cfg"] = other too)
+                    more += [v.func, *v.args, *v.keywords.values()]
+                    continue
                 if id(v) in reached:
                     continue
                 reached.add(id(v))
@@ -281,7 +293,10 @@ def _attributes(objects, names) -> list:
     ``__dict__`` (no property runs)."""
     found = []
     for obj in objects:
-        attributes = getattr(obj, "__dict__", None)
+        try:
+            attributes = getattr(obj, "__dict__", None)
+        except Exception:  # (a proxy whose attributes raise outside its context)
+            continue
         if isinstance(attributes, dict):
             found.extend(v for k, v in attributes.items() if names is None or k in names)
     return found

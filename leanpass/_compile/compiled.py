@@ -135,7 +135,7 @@ class Compiled:
         words = frozenset().union(*(_words(f) for f in reached))  # (a config module passed on: what is read)
         named = _merged([*(x for fn in reached for x in _named_objects(fn, words)),  # (cfg.scale, CFG["lr"],
                          *((obj, words) for obj in held)])  # config.lr; self.cfg.scale in a layer's forward)
-        named_state = _named_state(named)
+        named_state = _named_state(named, words)
         python = _python_state((args, kwargs), [*objects, *self._owners], attrs) + named_state
         given = [v for v in (*objects, *self._owners) if isinstance(v, Module)]  # (a model passed in, a method's own)
         members = _named_members(names) + _named_members(given)
@@ -176,8 +176,9 @@ class Compiled:
         if any(value is t for value in names for t in tensors):  # one object, two roles: a replay would merge them
             tracer.unsupported("an argument the function also reads by name (a global or closure variable)")
         changed = None  # Python state the call changed that a replay would leave as it is
+        # (the snapshot after the call: not kept, it would count among the references)
         if not _same_state(python, _python_state((args, kwargs), [*objects, *self._owners], attrs)
-                           + _named_state(named)):  # (the snapshot after: not kept, it would count as a reference)
+                           + _named_state(named, words)):
             changed = "a list or dict argument or one the function names, or an attribute of an argument or of an " \
                       "object it names, changed by the function, or an iterator it names advanced (lst.pop(), " \
                       "d[key] = v, COUNTS['n'] += 1, self.steps += 1, cfg.calls += 1, next(it))"

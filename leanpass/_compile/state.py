@@ -76,9 +76,11 @@ def _python_state(value, objects, names=None, nested=_NOT_KEYED) -> list:
     while stack:  # the objects, and the plain objects among their attributes (cfg.train.scale)
         obj = stack.pop()
         if (id(obj) in seen or isinstance(obj, (Module, Tensor, types.FunctionType, types.MethodType))
-                or (isinstance(obj, type) and not any(obj is o for o in objects))  # (a class named: its values)
-                or hasattr(type(obj), "_traced_state")):  # (a watched one: an optimizer, a scheduler)
-            continue
+                or (isinstance(obj, type) and not any(obj is o for o in objects)  # (a class named: its values;
+                    and not _configuration(obj))  # one of the user's held by a configuration, Config.train.lr)
+                or hasattr(type(obj), "_traced_state")  # (a watched one: an optimizer, a scheduler)
+                or (_leanpass_own(obj) and not any(obj is o for o in objects))):  # (a backend, a compiled
+            continue  # function an object holds: no configuration, and the latter's counts change at each call)
         seen.add(id(obj))
         if isinstance(obj, (collections.deque, set, frozenset)):  # (a deque of the last frames: its items)
             state.append((obj, tuple(obj), tuple))
@@ -93,15 +95,17 @@ def _python_state(value, objects, names=None, nested=_NOT_KEYED) -> list:
                                  or any(obj is o for o in objects) else nested)
         try:
             attrs = _object_attributes(obj, read.keywords["names"])
-        except Exception:  # (a proxy whose attributes raise outside its context: nothing to compare)
+        except Exception:  # (a proxy whose attributes raise outside its context: compared as raising, so
+            state.append((obj, _RAISED, read))  # one read at a replay is a change)
             continue
         # (each plain object, also with none of those attributes yet: one set on it later is a change)
         state.append((obj, tuple(itertools.chain.from_iterable(attrs.items())), read))
         for v in attrs.values():
             kind = type(v)  # (not isinstance: a proxy's __class__ may raise outside its context)
-            if issubclass(kind, (list, dict)):  # (cfg.w[0] = 3.0: its items; a long list's length alone)
-                stack += _container_state(v, state)  # (self.loaders["train"]: an iterator in it, as advanced)
-            elif issubclass(kind, (collections.deque, set, frozenset)) or _plain(v):
+            if issubclass(kind, (list, dict, tuple)):  # (cfg.w[0] = 3.0: its items; a long list's length alone;
+                stack += _container_state(v, state)  # self.loaders["train"]: an iterator in it, as advanced)
+            elif (issubclass(kind, (collections.deque, set, frozenset)) or _plain(v)
+                  or (issubclass(kind, type) and _configuration(v))):  # (Config.train.lr)
                 stack.append(v)
             elif _inspectable(v) and _is_iterator(v):  # (next(self.batches): as advanced)
                 state.append((v, _position(v), _position))
@@ -115,7 +119,15 @@ def _attribute_items(obj, names) -> tuple:
     try:
         return tuple(itertools.chain.from_iterable(_object_attributes(obj, names).items()))
     except Exception:
-        return (object(),)  # (no tuple of attributes matches it)
+        return _RAISED
+
+
+_RAISED = ("raised",)  # (the entry of an object whose attributes raise: one whose attributes read is a change)
+
+
+def _leanpass_own(obj) -> bool:
+    """Whether ``obj`` is an instance of one of LeanPass's own classes."""
+    return (getattr(type(obj), "__module__", None) or "").startswith("leanpass.")
 
 
 def _object_attributes(obj, names) -> dict:
@@ -159,37 +171,40 @@ def _position(iterator) -> tuple:
     return (object(),)
 
 
-def _named_state(named) -> list:
-    """:func:`_python_state` of :func:`_named_objects`' objects, each with its names (all
-    of its own attributes, None: the objects among them only as they are); a dict's
-    items (:func:`_container_state`); an iterator as advanced."""
+def _named_state(named, words) -> list:
+    """:func:`_python_state` of :func:`_named_objects`' objects, each with its names (None:
+    all of its own attributes); a dict's items (:func:`_container_state`); an iterator
+    as advanced. The plain objects among their attributes and items, those named
+    among ``words``, the names and strings of the code reached (``TRAINER.cfg.scale``
+    where the code calls ``TRAINER.fit()``, ``cfg.stages[0].scale``)."""
     state = []
     for obj, names in named:
         if names is _ITERATOR:
             state.append((obj, _position(obj), _position))
         elif issubclass(type(obj), (dict, list)):
-            state += _python_state((), _container_state(obj, state), None, frozenset())
+            state += _python_state((), _container_state(obj, state), None, words)
         else:
-            state += _python_state((), [obj], names, frozenset() if names is None else _NOT_KEYED)
+            state += _python_state((), [obj], names, words)
     return state
 
 
 def _container_state(container, state: list, depth: int = 1) -> list:
-    """Appends to ``state`` the items of the dict or list ``container`` (its length alone
-    past 256), the iterators among them (as
-    advanced: ``ITERS["train"]``) and, ``depth`` levels down, the dicts and lists among
-    them (64 at most: ``CFG["train"]["lr"]``). Returns the plain objects among its items
-    (``CFG["aug"]``; 16 at most), whose attributes the caller compares."""
+    """Appends to ``state`` the items of the dict, list or tuple ``container`` (its length
+    alone past 256), the iterators among them (as advanced: ``ITERS["train"]``) and,
+    ``depth`` levels down, the dicts and lists among them (64 at most:
+    ``CFG["train"]["lr"]``; a tuple's items at its own level, as it cannot change:
+    ``CFG["pairs"][0][1]``). Returns the plain objects among its items (``CFG["aug"]``,
+    ``cfg.stages[0]``; 16 at most), whose attributes the caller compares."""
     state.append((container, _container_items(container), _container_items))
     if len(container) > 256:
         return []
     plain, nested = [], 0
     for v in (container.values() if isinstance(container, dict) else container):
         kind = type(v)
-        if issubclass(kind, (dict, list)):
-            if depth and nested < 64:
+        if issubclass(kind, (dict, list, tuple)):
+            if (depth or issubclass(kind, tuple)) and nested < 64:
                 nested += 1
-                plain += _container_state(v, state, depth - 1)
+                plain += _container_state(v, state, depth - (not issubclass(kind, tuple)))
         elif _inspectable(v) and _is_iterator(v):
             state.append((v, _position(v), _position))
         elif _plain(v) and len(plain) < 16:
@@ -207,10 +222,13 @@ def _slots(cls) -> tuple:
     return tuple(found)
 
 
+_LONG = ("long",)  # (a long container's entry: its length, told apart from one item that is a number)
+
+
 def _container_items(container) -> tuple:
     """A dict's or list's entry in a snapshot (:func:`_container_state`): its items,
     or its length alone past 256 items."""
-    return (len(container),) if len(container) > 256 else items_of(container)
+    return (_LONG, len(container)) if len(container) > 256 else items_of(container)
 
 
 def _same_state(before: list, now: list) -> bool:
