@@ -321,6 +321,7 @@ class Program:
 
     def __init__(self, n_inputs, dtype, shape):
         self.n_inputs, self.dtype, self.shape = n_inputs, dtype, shape
+        self.backend = None  # the backend whose arrays it runs on (set by who makes it)
         self._lines: list = []
         self._outputs: list = []
         self.later = None  # (forward run, its slots wanted): lines made when first asked for
@@ -534,6 +535,8 @@ def _reads(event):
         return tuple(src for _, src in event[1] if src[0] != "ones")
     if kind == "fused":
         return event[2]
+    if kind == "leaf":  # (a leaf made on a value: lp.func.grad's input)
+        return (event[1],)
     return ()
 
 
@@ -748,6 +751,7 @@ class BackwardRun:
         """The program for ``signature``: the nodes of its own, the nodes after it and the
         leaves (by number) that have gradients when it starts."""
         program = Program(0, self.dtype, self.shape)
+        program.backend = self.backend
         sources = []  # ("own", slot) | ("pending", slot) | ("leaf", number) | ("value", source)
         memo: dict = {}  # id(Sym) -> input number
         alive = []  # the Syms of memo: an id is only theirs while they live (a rule may drop its g)

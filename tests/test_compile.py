@@ -764,9 +764,10 @@ def test_what_a_global_object_holds_is_checked_as_the_code_reads_it():
         assert float(f(x)) == 36.0
         SETTINGS._values["scale"] = 1.0
         assert float(f(x)) == 18.0
+        assert float(f(x)) == 18.0  # (a replay between: three changes in a row would run eagerly)
         CONFIG.train.lr = 0.5  # (an attribute of an attribute)
         assert float(f(x)) == 9.0
-    assert f.calls == {"traced": 4, "replayed": 2, "eager": 0}
+    assert f.calls == {"traced": 4, "replayed": 3, "eager": 0}
 
 
 class _OutsideContext:
@@ -1514,10 +1515,11 @@ def test_an_argument_attribute_read_through_its_class_is_checked():
         same(f(Tensor(np.ones(2)), cfg), [4.0, 4.0])
         cfg.scale = 3.0
         same(f(Tensor(np.ones(2)), cfg), [3.0, 3.0])
+        same(f(Tensor(np.ones(2)), cfg), [3.0, 3.0])  # (a replay between: three changes in a row run eagerly)
         del cfg.scale
         same(f(Tensor(np.ones(2)), cfg), [4.0, 4.0])
     same(f(Tensor(np.ones(2)), cfg), [4.0, 4.0])
-    assert f.calls == {"traced": 4, "replayed": 2, "eager": 0}
+    assert f.calls == {"traced": 4, "replayed": 3, "eager": 0}
 
     class Scaler:  # no plain attribute its code reads at the trace: a method, later shadowed on the object
         def scale(self):
@@ -5519,3 +5521,31 @@ def test_leanpass_objects_an_object_holds_are_not_its_configuration():
     for _ in range(4):
         same(LOOP.run(x), 3.0)
     assert LOOP.run.calls == {"traced": 1, "replayed": 3, "eager": 0}
+
+
+HYPER_COUNTED = {"lr": 2.0, "global_step": 0}
+
+
+def test_state_set_before_every_call_runs_eagerly_until_it_stays():
+    """A counter the script keeps in a dict the step reads (``HP["global_step"] += 1``)
+    is a change before every call: traced again twice, then run eagerly while it
+    changes (a trace costs more than the eager call), and traced again once it stays
+    as it is, then replayed; every call gives eager's result."""
+    HYPER_COUNTED.update(lr=2.0, global_step=0)
+    f = lp.compile(lambda x: (x * HYPER_COUNTED["lr"]).sum(), fuse=False)
+    x = Tensor(np.ones(3))
+    got = [float(f(x))]
+    with pytest.warns(RuntimeWarning) as seen:
+        for k in range(6):
+            HYPER_COUNTED["global_step"] += 1
+            HYPER_COUNTED["lr"] = 2.0 + (k == 3)  # (one real change among them: eagerly, as every call there)
+            got.append(float(f(x)))
+    assert [" ".join(str(w.message).split()[2:5]) for w in seen] == ["traced again: an", "runs eagerly while"]
+    assert got == [6.0, 6.0, 6.0, 6.0, 9.0, 6.0, 6.0]
+    assert f.calls == {"traced": 3, "replayed": 0, "eager": 4}
+    got = [float(f(x)) for _ in range(3)]  # (it stays: traced again, then replayed)
+    assert got == [6.0] * 3 and f.calls == {"traced": 4, "replayed": 2, "eager": 4}
+    for change in (True, True, False, True):  # (a replay between: the changes are not in a row)
+        HYPER_COUNTED["global_step"] += change
+        assert float(f(x)) == 6.0
+    assert f.calls == {"traced": 7, "replayed": 3, "eager": 4}

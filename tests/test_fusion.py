@@ -405,3 +405,100 @@ def test_a_call_with_autograd_grad_compiles_within_a_few_ulp():
 
     compiled = compare(f, tensors("cpu", (3, 4)), calls=5, exact=False)
     assert plan_of(compiled).kernels >= 2, compiled.explain()
+
+
+def _permuted_then_flattened(x):
+    y = x.permute(0, 2, 3, 1) * 0.5 + 0.1  # (a run whose input is a permuted view: eagerly, y is too)
+    flat = y.flatten(1)  # eagerly a copy (y is not C-ordered); of a C-ordered y, a view
+    flat.clamp_(0.0, 0.2)
+    return y.sum(), flat.sum()
+
+
+def _transposed_then_reshaped(x):
+    y = x.T * 2.0 + 1.0  # (eagerly F-ordered)
+    z = y.T.reshape(-1)  # eagerly a view of y; of a C-ordered y, a copy
+    z.mul_(0.0)
+    return y
+
+
+@needs_numba
+@pytest.mark.parametrize("fn, shape", [(_permuted_then_flattened, (2, 3, 4, 4)), (_transposed_then_reshaped, (3, 5))])
+def test_a_compiled_run_lays_its_outputs_out_as_eager_does(fn, shape):
+    """A run whose inputs are not in C's order (a permuted or transposed view) gives
+    outputs laid out as eager's (NumPy's operations follow their inputs'), so a later
+    ``reshape``/``flatten`` is a view or a copy as eagerly and an in-place change
+    through it reaches what it reaches eagerly (the compiled loop's C-ordered outputs
+    made ``y.sum()`` the clamped ``flat.sum()`` from the third call on, silently)."""
+    compiled = lp.compile(fn)
+    for i in range(6):
+        x = Tensor(np.random.default_rng(i).normal(size=shape).astype(np.float32))
+        for got, want in zip(np.atleast_1d(host(compiled(x))), np.atleast_1d(host(fn(x)))):
+            np.testing.assert_array_equal(got, want)
+    assert compiled.calls == {"traced": 1, "replayed": 5, "eager": 0}
+    assert "compiled into one loop" in compiled.explain()
+
+
+@needs_numba
+def test_a_compiled_runs_broadcast_and_flipped_inputs_keep_the_loop():
+    """Inputs laid out in C's order but for broadcast or reversed axes (a bias, ``x[::-1]``):
+    NumPy's outputs are C-ordered then, and the compiled loop runs (as eager, up to
+    Numba's ``exp``: an ulp)."""
+    b = Tensor(np.arange(4.0))
+
+    def fn(x):
+        return ((x[::-1] * 2.0 + b) * 0.5).exp()
+
+    compiled = lp.compile(fn)
+    for i in range(5):
+        x = Tensor(np.random.default_rng(i).normal(size=(3, 4)))
+        out = compiled(x)
+        np.testing.assert_allclose(host(out), host(fn(x)), rtol=1e-15, atol=0)
+        assert host(out).flags.c_contiguous
+    assert "compiled into one loop" in compiled.explain()
+
+
+@needs_numba
+@pytest.mark.parametrize("how", ["func.grad", "detached leaf"])
+def test_a_run_read_only_by_a_leaf_made_in_the_call_replays(how):
+    """A fused run's value read only by a leaf the call makes of it (``lp.func.grad``'s
+    input, ``y.detach().requires_grad_()``): the run keeps it as an output (the replay
+    read None, failed and ran every call eagerly, with no warning)."""
+    def fn(x):
+        y = (x * 2.0 + 1.0) * 0.5
+        if how == "func.grad":
+            return lp.func.grad(lambda t: (t.tanh() * t).sum())(y)
+        z = y.detach().requires_grad_()
+        (g,) = lp.autograd.grad((z.tanh() * z).sum(), [z])
+        return g
+
+    compiled = lp.compile(fn)
+    for i in range(5):
+        x = Tensor(np.random.default_rng(i).normal(size=(3, 4)))
+        np.testing.assert_allclose(host(compiled(x)), host(fn(x)), rtol=1e-15, atol=1e-15)
+    assert compiled.calls == {"traced": 1, "replayed": 4, "eager": 0}
+
+
+@needs_numba
+def test_a_compiled_backward_program_run_op_by_op_gives_each_leaf_its_own_gradient():
+    """A backward program whose inputs are not in C's order runs its operations one by
+    one; where two leaves get one value (``(a + b) * c``: ``g * c`` for both), each
+    ``.grad`` is an array of its own, as the compiled loop's are (a change of one left
+    the other as it was eagerly)."""
+    rng = np.random.default_rng(0)
+    a, b = (Tensor(rng.normal(size=(3, 4)), requires_grad=True) for _ in range(2))
+
+    def step(c):
+        a.grad = b.grad = None
+        ((a + b) * c).exp().sum().backward()
+
+    compiled = lp.compile(step)
+    for i in range(5):
+        c = Tensor(np.asfortranarray(np.random.default_rng(i).normal(size=(3, 4))))
+        compiled(c)
+        got = host(a.grad).copy(), host(b.grad).copy()
+        a.grad *= 2.0  # (in place: b's stays)
+        np.testing.assert_array_equal(host(b.grad), got[1])
+        step(c)
+        np.testing.assert_allclose(got[0], host(a.grad), rtol=1e-15)
+        np.testing.assert_allclose(got[1], host(b.grad), rtol=1e-15)
+    assert "compiled into one loop" in compiled.explain() and compiled.calls["replayed"] == 4

@@ -33,7 +33,15 @@ from .code import (
 )
 from .record import _Retry, _Stale
 from .returns import _returned_reads
-from .state import _call_key, _named_members, _named_state, _python_state, _same_state, _state_kept
+from .state import (
+    _call_key,
+    _named_members,
+    _named_state,
+    _python_state,
+    _same_state,
+    _state_kept,
+    _state_now,
+)
 from .tracer import Tracer, _references
 
 __all__ = ["compile", "Compiled"]
@@ -65,6 +73,7 @@ class Compiled:
         self._attrs = _UNREAD  # the attribute names the function's code names (_attribute_names): at the first trace
         self._escaped: set = set()  # keys whose trace kept a tensor made in the call: one more trace, then eagerly
         self._unsettled: set = set()  # keys whose last trace changed Python state a replay would not change
+        self._churning: dict = {}  # keys whose last call found state it reads set since: that state, read then
         self.calls = {"traced": 0, "replayed": 0, "eager": 0}
         self.off = _disabled()  # LEANPASS_COMPILE=0 when it was made: every call eagerly
 
@@ -95,6 +104,17 @@ class Compiled:
                 or (entry.hook_args and any(hooks.hooked(tensors[i], post) for i, post in entry.hook_args))):  # (Plan)
             return self._trace(key, tensors, objects, args, kwargs)
         if not (_state_kept(entry.object_state) and _state_kept(entry.named_state)):
+            now = _state_now(entry.object_state + entry.named_state)
+            streak, last = self._churning.get(key, (0, None))
+            streak = streak + 1 if last is None or not _same_state(last, now) else 0  # (0: it stayed since the last)
+            self._churning[key] = (streak, now)
+            if len(self._churning) > self.cache_size:  # (keys no longer cached)
+                self._churning = {k: v for k, v in self._churning.items() if k in self._entries}
+            if streak >= 3:  # set before this call and the two before: while it changes at every call, eagerly
+                self._warn("runs eagerly while an attribute or an item its code reads changes at every call (a "
+                           "counter kept there: keep it elsewhere); traced again once it stays as it is", "the call")
+                self.calls["eager"] += 1  # (a trace costs more than the eager call it makes)
+                return self.fn(*args, **kwargs)
             self._warn("traced again: an attribute its code reads, of an argument or of an object it names (a "
                        "global cfg), was set since the last call, or an item of a dict or list it names "
                        "(CFG['lr'])", "the call")
@@ -115,6 +135,8 @@ class Compiled:
             if self._entries.get(key) is entry:
                 del self._entries[key]
             raise
+        if self._churning:
+            self._churning.pop(key, None)
         self.calls["replayed"] += 1
         return out
 

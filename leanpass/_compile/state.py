@@ -238,6 +238,11 @@ def _same_state(before: list, now: list) -> bool:
                                            for (a, i, _), (b, j, _) in zip(before, now))
 
 
+def _state_now(snapshot: list) -> list:
+    """``snapshot``'s containers and objects, each read again as it was read."""
+    return [(obj, read(obj), read) for obj, _, read in snapshot]
+
+
 def _state_kept(snapshot: list) -> bool:
     """Whether each container and object of a :func:`_python_state` snapshot holds
     what it held, each read again as it was read: what :func:`_same_state` says of a

@@ -35,6 +35,7 @@ import sys
 import numpy as np
 
 from ._base import INFIX
+from ._layout import flat_where_strided
 
 __all__ = ["kernels", "enabled"]
 
@@ -749,7 +750,9 @@ def _kernel_module(source: str):
 def elementwise(program):
     """``program`` (a fused run of :mod:`leanpass._fusion`, float32 or float64) as one
     compiled loop over the elements: a function of its input arrays (all of the
-    program's shape) giving its outputs; None where a function has no spelling here."""
+    program's shape) giving its outputs, C-ordered; None where a function has no
+    spelling here. Where an input is laid out otherwise, the run's operations run one
+    by one (:func:`leanpass.backends._layout.flat_where_strided`)."""
     dtype = np.dtype(program.dtype)
     if dtype not in _FLOATS:
         return None
@@ -763,8 +766,9 @@ def elementwise(program):
     outputs, shape = program.outputs, tuple(program.shape)
     computed = [k for k, o in enumerate(outputs) if not isinstance(o, tuple)]
 
+    @flat_where_strided(program, computed)
     def run(*arrays):
-        flat = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
+        flat = [np.ascontiguousarray(a).reshape(-1) for a in arrays]  # (a broadcast one: copied)
         made = [np.empty(flat[0].shape if flat else math.prod(shape), dtype) for _ in computed]
         loop(*flat, *made)
         out = list(arrays[o[1]] if isinstance(o, tuple) else None for o in outputs)

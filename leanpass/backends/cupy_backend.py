@@ -34,6 +34,7 @@ from ._base import (
     dlpack_on_host,
     dtype_name,
 )
+from ._layout import flat_where_strided
 
 
 def _version(text) -> tuple:
@@ -227,6 +228,7 @@ def elementwise(program, device=None):
                       f"compile ({type(exc).__name__}: {exc}); the run stays unfused", RuntimeWarning, stacklevel=2)
         return None
 
+    @flat_where_strided(program, computed)
     def run(*arrays):
         with context:
             made = kernel(*arrays)
