@@ -146,8 +146,9 @@ def test_an_encoder_finds_a_causal_mask_as_torch(device, mask, monkeypatch):
 
 
 def test_a_compiled_step_checks_the_mask_it_found_causal_again(device):
-    """A compiled step whose encoder found the mask causal replays while it still is,
-    and runs that call eagerly (the mask used as it is) when it is not."""
+    """A compiled step whose encoder found the mask causal replays while it still is;
+    a call whose mask is not takes the other path, traced beside it (the mask used as
+    it is), and replayed when it comes again."""
     lp.manual_seed(4)
     encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True,
                                                                device=device, dtype="float64"), 1)
@@ -161,10 +162,10 @@ def test_a_compiled_step_checks_the_mask_it_found_causal_again(device):
     causal = np.triu(np.ones((5, 5), bool), 1)
     other = causal.copy()
     other[4, 0] = True  # the last query may not look at the first key: no longer causal
-    for values in (causal, causal, other, causal):
+    for values in (causal, causal, other, causal, other):
         mask = lp.asarray(values, device=device)
         np.testing.assert_allclose(host(compiled(x, mask)), host(step(x, mask)), rtol=1e-12)
-    assert compiled.calls == {"traced": 1, "replayed": 2, "eager": 1}
+    assert compiled.calls == {"traced": 2, "replayed": 3, "eager": 0}
 
 
 @pytest.mark.parametrize("make, error, message", [

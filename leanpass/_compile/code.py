@@ -107,7 +107,9 @@ def _host_generators(function, objects) -> tuple:
     modules it names (``utils.scale``). ``makers``: whether that code names what makes
     a generator (NumPy's ``default_rng``: one made there without a seed draws on the
     system's entropy, which the trace then watches for). ``held``: the plain objects
-    among the attributes of the layers reached (``self.cfg`` read in a ``forward``)."""
+    among the attributes of the layers reached (``self.cfg`` read in a ``forward``), the
+    dicts and lists among those of the layers of the user's classes (``self.hparams``),
+    the objects of the bound methods and the arguments of the partials reached."""
     seen, names, roots, todo, functions, makers = set(), set(), list(objects), [(function, 0)], [], False
     held = []
     for _ in range(8):  # functions read -> values they name -> models among them -> their layers' forward
@@ -171,6 +173,8 @@ def _host_generators(function, objects) -> tuple:
                              if id(getattr(f, "__code__", None)) not in seen]
                     attributes = [a for a in _attributes(layers, names) if not isinstance(a, Module)]
                     held += [a for a in attributes if _plain(a)]  # (self.cfg.scale in a layer's forward)
+                    held += [a for a in _attributes([m for m in layers if _configuration(type(m))], names)
+                             if issubclass(type(a), (dict, list))]  # (self.hparams["t"] in a layer of the user's)
                     more += attributes
                 elif not isinstance(v, (types.ModuleType, type, Tensor, types.FunctionType)):
                     todo += [(f, 1) for f in _methods(type(v), names)  # (a MixUp object's __call__, noise.apply)

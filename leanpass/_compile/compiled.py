@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import inspect
 import os
 import sys
 import types
@@ -31,7 +32,7 @@ from .code import (
     _values,
     _words,
 )
-from .record import _Retry, _Stale
+from .record import _Branch, _Retry, _Stale
 from .returns import _returned_reads
 from .state import (
     _call_key,
@@ -74,6 +75,8 @@ class Compiled:
         self._escaped: set = set()  # keys whose trace kept a tensor made in the call: one more trace, then eagerly
         self._unsettled: set = set()  # keys whose last trace changed Python state a replay would not change
         self._churning: dict = {}  # keys whose last call found state it reads set since: that state, read then
+        self._branches: dict = {}  # key -> the traces of its other paths (a check that decides a path: Plan)
+        self._untraceable: set = set()  # keys one of whose paths cannot be traced: eagerly there
         self.calls = {"traced": 0, "replayed": 0, "eager": 0}
         self.off = _disabled()  # LEANPASS_COMPILE=0 when it was made: every call eagerly
 
@@ -100,8 +103,7 @@ class Compiled:
         if isinstance(entry, str):  # it could not be traced: eagerly
             self.calls["eager"] += 1
             return self.fn(*args, **kwargs)
-        if (not entry.fits() or not all(map(_same, _values(entry.name_reads), entry.names))
-                or (entry.hook_args and any(hooks.hooked(tensors[i], post) for i, post in entry.hook_args))):  # (Plan)
+        if not _fits(entry, tensors):
             return self._trace(key, tensors, objects, args, kwargs)
         if not (_state_kept(entry.object_state) and _state_kept(entry.named_state)):
             now = _state_now(entry.object_state + entry.named_state)
@@ -119,29 +121,65 @@ class Compiled:
                        "global cfg), was set since the last call, or an item of a dict or list it names "
                        "(CFG['lr'])", "the call")
             return self._trace(key, tensors, objects, args, kwargs)
-        # the host generator's state where the replay draws (dropout's masks on the CPU): a
-        # replay that falls back gives its draws back, so the eager call draws as eagerly
-        drawn = _backends_base._host_rng.bit_generator.state if entry.draws else None
-        try:
-            out = entry.replay(tensors)
-        except (_Stale, _Retry) as exc:  # a shape the trace did not see: eagerly from now on; an error: this once
-            if drawn is not None:
-                _backends_base._host_rng.bit_generator.state = drawn
-            if isinstance(exc, _Stale):
-                self._fall_back(key, (f"a replay met {exc}", "replay"))
+        others = self._branches.get(key, ())
+        for plan in (entry, *others):  # the traces of the key's paths (a target equal to ignore_index or none)
+            if plan is not entry and not (_fits(plan, tensors) and _state_kept(plan.object_state)
+                                          and _state_kept(plan.named_state)):
+                continue
+            # the host generator's state where the replay draws (dropout's masks on the CPU): a
+            # replay that falls back gives its draws back, so the eager call draws as eagerly
+            drawn = _backends_base._host_rng.bit_generator.state if plan.draws else None
+            try:
+                out = plan.replay(tensors)
+            except (_Stale, _Retry) as exc:  # a shape the trace did not see: eagerly from now on; an error: this
+                if drawn is not None:  # once; another path: the next trace of the key, or a new one
+                    _backends_base._host_rng.bit_generator.state = drawn
+                if isinstance(exc, _Branch):
+                    continue
+                if isinstance(exc, _Stale):
+                    self._fall_back(key, (f"a replay met {exc}", "replay"))
+                self.calls["eager"] += 1
+                return self.fn(*args, **kwargs)
+            except BaseException:  # after a change of state: raised as eagerly; the next call traces again
+                if self._entries.get(key) is entry:
+                    del self._entries[key]
+                raise
+            if plan is not entry:  # (the path taken last comes first)
+                self._entries[key] = plan
+                self._branches[key] = [entry, *(p for p in others if p is not plan)]
+            if self._churning:
+                self._churning.pop(key, None)
+            self.calls["replayed"] += 1
+            return out
+        return self._other_path(key, entry, tensors, objects, args, kwargs)
+
+    def _other_path(self, key, entry, tensors, objects, args, kwargs):
+        """A call none of whose key's traces takes its path (a check that decides one
+        failed in each: targets equal to ``ignore_index`` where the traces saw none):
+        traced too, beside them (at most 4 paths a key; past that, and where the path
+        cannot be traced, the call runs eagerly)."""
+        others = self._branches.get(key, [])
+        if len(others) >= 3 or key in self._untraceable:
+            self._warn("runs eagerly where a check that decides a path (a target equal to ignore_index, a causal "
+                       "mask) takes one its traces did not (at most 4 traces of one kind of call; or one that "
+                       "cannot be traced)", "the call")
             self.calls["eager"] += 1
             return self.fn(*args, **kwargs)
-        except BaseException:  # after a change of state: raised as eagerly; the next call traces again
-            if self._entries.get(key) is entry:
-                del self._entries[key]
-            raise
-        if self._churning:
-            self._churning.pop(key, None)
-        self.calls["replayed"] += 1
+        self._branches[key] = [entry, *others]
+        out = self._trace(key, tensors, objects, args, kwargs, branch=True)
+        if isinstance(self._entries.get(key), str):  # (this path runs eagerly; the others replay)
+            self._entries[key] = entry
+            self._branches[key] = others
+            self._untraceable.add(key)
         return out
 
-    def _trace(self, key, tensors, objects, args, kwargs):
+    def _trace(self, key, tensors, objects, args, kwargs, branch: bool = False):
+        """Runs the call eagerly, recording it: the key's trace where it can replay
+        (``branch``: beside the key's other traces, one for another path)."""
         self._entries.pop(key, None)
+        if not branch:  # (the traces of the key's other paths were made before what made this trace)
+            self._branches.pop(key, None)
+            self._untraceable.discard(key)
         if self._attrs is _UNREAD:
             self._attrs = _attribute_names(self._function)
         # the functions the call's code reaches (its helpers, its layers' forward), the host generators they may
@@ -243,16 +281,28 @@ class Compiled:
             self._fall_back(key, tracer.reason)
         else:
             self._entries[key] = plan
-            while len(self._entries) > self.cache_size:
-                self._entries.popitem(last=False)
+            self._bound_cache(key)
         return box[0]
 
     def _fall_back(self, key, reason) -> None:
         what, where = reason
         self._entries[key] = f"{what} ({where})"
-        while len(self._entries) > self.cache_size:
-            self._entries.popitem(last=False)
+        self._bound_cache(key)
         self._warn(f"runs eagerly for these arguments: {what}", where)
+
+    def _bound_cache(self, key) -> None:
+        """Drops the least recently used entries past ``cache_size``; at the first drop,
+        warns which arguments told ``key`` from the entry before it (a number that
+        changes at every call traces at every call)."""
+        while len(self._entries) > self.cache_size:
+            dropped, _ = self._entries.popitem(last=False)
+            self._branches.pop(dropped, None)
+            self._untraceable.discard(dropped)
+            before = next(reversed([k for k in self._entries if k != key]), dropped)  # (the last call's kind)
+            self._warn(f"fills its cache of {self.cache_size} traces, and the oldest goes: each new kind of call "
+                       f"traces again ({_differing(key, before, self.fn)} differed from the call before; a Python "
+                       "number that changes at every call, as a step count, traces at every call: pass it as a "
+                       "tensor, lp.asarray(n))", "the call")
 
     def _warn(self, what: str, where: str) -> None:
         if what not in self._warned:  # once per function and reason
@@ -290,6 +340,33 @@ class Compiled:
 
     def __repr__(self) -> str:
         return f"<lp.compile of {self.fn!r}>"
+
+
+def _fits(plan, tensors) -> bool:
+    """Whether ``plan`` may replay a call with ``tensors``: the state tensors it reads
+    as the trace saw them (:meth:`Plan.fits`), the names it reads bound as then, no hook
+    added to an argument it watches."""
+    return (plan.fits() and all(map(_same, _values(plan.name_reads), plan.names))
+            and not (plan.hook_args and any(hooks.hooked(tensors[i], post) for i, post in plan.hook_args)))
+
+
+def _differing(key, other, fn) -> str:
+    """Which arguments tell the key of a call from ``other``'s, named where ``fn``'s
+    signature names them (``"argument 'it'"``); the modes or the tensors' sharing
+    where no argument does."""
+    (_, parts), kwargs = key[0], key[1]
+    (_, other_parts), other_kwargs = other[0], other[1]
+    try:
+        names = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        names = []
+    found = [f"argument {names[i]!r}" if i < len(names) else f"argument {i}"
+             for i, (a, b) in enumerate(zip(parts, other_parts)) if a != b]
+    if len(parts) != len(other_parts):
+        found.append("the number of arguments")
+    if kwargs != other_kwargs:
+        found.append("the keyword arguments")
+    return ", ".join(found) or "the grad mode, the default dtype or device, or which tensors share memory"
 
 
 def _where_defined(fn) -> str:

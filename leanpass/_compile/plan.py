@@ -16,7 +16,7 @@ from ..nn.module import unchanged
 from ..ops.conversion import gradient_as
 from ..tensor import Tensor
 from .code import _NOT_KEYED, _equal
-from .record import _CAST_FIRST, _Complex, _output_slots, _Recipe, _Retry, _share_memory, _Stale
+from .record import _CAST_FIRST, _Branch, _Complex, _output_slots, _Recipe, _Retry, _share_memory, _Stale
 
 
 class Plan:
@@ -169,7 +169,7 @@ class Plan:
         self.changed = False  # set by _replay at the first change of state
         try:
             return self._replay(args)
-        except _Stale:
+        except (_Stale, _Branch):
             raise
         except Exception as exc:
             if self.changed:
@@ -248,7 +248,12 @@ class Plan:
             elif kind == "const":  # a tensor made in the call: a new one each time, as eagerly
                 slots[event[2]] = event[3].copy(event[1])
             elif kind == "check":
-                event[1](*[get(src) for src in event[2]])
+                try:
+                    event[1](*[get(src) for src in event[2]])
+                except Exception as exc:
+                    if event[3] and not self.changed:  # (a path's check: another trace of the key may take it)
+                        raise _Branch(repr(exc)) from exc
+                    raise
             elif kind == "host":  # a number read on the host, which the call returns
                 slots[event[3]] = event[1](event[4], get(event[2][0]))
             elif kind == "backward":

@@ -49,6 +49,12 @@ class _Retry(Exception):
     replay again."""
 
 
+class _Branch(_Retry):
+    """A check that decides a path (a target equal to ``ignore_index``, a mask found
+    causal) failed before the replay changed any state: eager code takes another path
+    here, which another trace of the same key may hold."""
+
+
 def _has_array(backend, value) -> bool:
     """Whether ``value`` is, or holds (in tuples, lists, dicts), an array of ``backend``."""
     if isinstance(value, (tuple, list)):  # a list the op fills (ops.norm.Statistics) holds no input

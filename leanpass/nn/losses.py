@@ -150,6 +150,9 @@ def _class_indices(logits: Tensor, target, classes: int, ignore_index=None, op: 
         if ignore_index is not None:
             with (backend or get_backend("cpu")).context():
                 data, ignored = _without_ignored(backend or get_backend("cpu"), data, ignore_index)
+            if ignored is not None and isinstance(target, Tensor):  # a replay of a trace that saw some must see
+                check(lambda values: _some_ignored(backend.xp, values, ignore_index, op), target, branch=True)
+                return _ignored_indices(target, kind, classes, ignore_index, op)  # some: lp.compile records them
             if ignored is not None:
                 note(f"{op}: targets equal to ignore_index (read on the host)")
                 ignored = as_tensor(ignored, device=logits.device, dtype="bool")
@@ -187,6 +190,28 @@ def _none_ignored(xp, values, ignore_index, op) -> None:
             "without any; nothing is ignored in a compiled step that never saw one (call it eagerly, or set "
             "LEANPASS_COMPILE=0 before the function is compiled)"
         )
+
+
+def _some_ignored(xp, values, ignore_index, op) -> None:
+    """lp.compile's check, in a replay of a trace whose targets had some ``ignore_index``."""
+    if not bool(xp.any(values == ignore_index)):
+        raise ValueError(f"lp.compile: {op}: no target equal to ignore_index ({ignore_index}) in a replay of a call "
+                         "traced with some")
+
+
+def _ignored_indices(target: Tensor, kind: str, classes: int, ignore_index: int, op: str):
+    """:func:`_class_indices` of a target Tensor on a device that reads values cheaply,
+    some of them ``ignore_index``: where they are, and the class indices with 0 there,
+    as operations on Tensors (a compiled call replays them), the indices checked."""
+    ignored = target == ignore_index
+    index = where(ignored, 0, target)
+    backend = get_backend(index.device)
+    with backend.context():
+        checked = _checked(backend, index._data, kind, classes, op)
+    check(lambda values: _checked(backend, values, kind, classes, op), index)  # a replay checks again
+    if checked is not index._data:  # (whole floats: the same cast as an operation)
+        index = index.astype("int64")
+    return index, None, ignored
 
 
 def _without_ignored(backend, data, ignore_index):
