@@ -8,6 +8,7 @@ operations that Numba would compile, or say ``fuse=False``.)"""
 
 from __future__ import annotations
 
+import argparse
 import collections
 import functools
 import gc
@@ -5652,3 +5653,138 @@ def test_a_path_that_cannot_be_traced_runs_eagerly_beside_the_path_that_replays(
             same(f(Tensor(np.full(3, float(s)))), np.full(3, 2.0 if s > 0 else -3.0))
     assert f.calls == {"traced": 2, "replayed": 3, "eager": 2}
     assert any("cannot be traced" in str(w.message) for w in seen)
+
+
+class _StepCounting:
+    """A trainer whose loop keeps a count named like the optimizer's method."""
+
+    def __init__(self):
+        lp.manual_seed(0)
+        self.model = nn.Linear(4, 3, dtype="float64")
+        self.opt = lp.optim.SGD(self.model.parameters(), lr=0.1)
+        self.step = 0
+        self.cfg = argparse.Namespace(smoothing=0.1, step=0, transform=lambda v: v)
+
+    @lp.compile
+    def train_step(self, x, y):
+        self.opt.zero_grad()
+        loss = nn.functional.cross_entropy(self.cfg.transform(self.model(x)), y, label_smoothing=self.cfg.smoothing)
+        loss.backward()
+        self.opt.step()
+        return loss.detach()
+
+
+def test_a_count_named_like_a_method_the_step_calls_is_not_read():
+    """``self.step`` and ``self.cfg.step``, counts the loop keeps, named like the
+    ``opt.step()`` the code calls: not a value the step reads, so it replays (it ran
+    eagerly from the third call); a callable of a name the code calls
+    (``self.cfg.transform(...)``) replaced, and ``self.cfg.smoothing`` set, trace
+    again."""
+    t = _StepCounting()
+    rng = np.random.default_rng(0)
+
+    def call():
+        return t.train_step(Tensor(rng.normal(size=(8, 4))), lp.asarray(rng.integers(0, 3, 8)))
+
+    for _ in range(6):
+        call()
+        t.step += 1
+        t.cfg.step += 1
+    assert _StepCounting.train_step.calls == {"traced": 1, "replayed": 5, "eager": 0}
+    x, y = Tensor(rng.normal(size=(8, 4))), lp.asarray(rng.integers(0, 3, 8))
+    want = nn.functional.cross_entropy(t.model(x) * 2.0, y, label_smoothing=0.1).detach()
+    with pytest.warns(RuntimeWarning, match=ATTRIBUTE_SET):
+        t.cfg.transform = lambda v: v * 2.0
+        same(t.train_step(x, y), want)
+    assert _StepCounting.train_step.calls["traced"] == 2
+
+
+def test_hooks_of_an_autograd_pass_before_a_path_check_run_once():
+    """A later micro-batch's padded targets checked after an ``autograd.grad`` pass whose
+    leaf has a gradient hook: the hook's run is a change of state, so a replay that
+    met the other path could not try again (the hook ran once more per try, a sum it
+    kept came out larger than eager's): such a call runs eagerly, with eager's sums."""
+    def run(compiled):
+        lp.manual_seed(0)
+        model = nn.Linear(4, 5, dtype="float64")
+        seen = []
+        model.weight.register_hook(lambda g: seen.append(1) or g)
+
+        def step(x, y):
+            l1 = nn.functional.cross_entropy(model(x[:4]), y[:4], ignore_index=-100)
+            (g1,) = lp.autograd.grad(l1, [model.weight])
+            l2 = nn.functional.cross_entropy(model(x[4:]), y[4:], ignore_index=-100)
+            (g2,) = lp.autograd.grad(l2, [model.weight])
+            with lp.no_grad():
+                model.weight.sub_(0.1 * (g1 + g2))
+            return l1.detach() + l2.detach()
+
+        f = lp.compile(step) if compiled else step
+        rng = np.random.default_rng(0)
+        out = []
+        for padded in (0, 0, 1, 1, 0, 1):
+            x, y = Tensor(rng.normal(size=(8, 4))), rng.integers(0, 5, 8)
+            if padded:
+                y[5] = -100
+            out.append(host(f(x, lp.asarray(y))))
+        return out, len(seen), host(model.weight)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        (eager, hooks_eager, w_eager), (compiled, hooks_compiled, w_compiled) = run(False), run(True)
+    assert hooks_compiled == hooks_eager
+    np.testing.assert_array_equal(w_compiled, w_eager)
+    for a, b in zip(compiled, eager):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.int64])
+def test_padded_targets_of_any_integer_dtype_replay(dtype):
+    """int32 and uint8 targets with padding replay as int64 ones do (their positions
+    were cast outside the recorded operations: every padded call ran eagerly)."""
+    ignore = 255 if dtype == np.uint8 else -100
+    c = lp.compile(lambda x, y: nn.functional.cross_entropy(x, y, ignore_index=ignore))
+    for first in (0, 1):
+        for i in range(4):
+            y = np.array([1, 2, 3, 4], dtype)
+            y[0] = ignore if i % 2 == first else 1
+            x = Tensor(np.random.default_rng(i).normal(size=(4, 5)))
+            same(c(x, lp.asarray(y)), nn.functional.cross_entropy(x, lp.asarray(y), ignore_index=ignore))
+    assert c.calls == {"traced": 2, "replayed": 6, "eager": 0}
+
+
+def test_an_error_in_the_trace_of_another_path_keeps_the_keys_traces():
+    """A call on a new path that raises (an index out of range among padded targets)
+    leaves the key's trace: the next good call replays."""
+    x = Tensor(np.random.default_rng(0).normal(size=(4, 3)))
+    c = lp.compile(lambda x, y: nn.functional.cross_entropy(x, y, ignore_index=-100))
+    good = lp.asarray(np.array([0, 1, 2, 1]))
+    c(x, good)
+    c(x, good)
+    with pytest.raises(ValueError, match="class indices"):
+        c(x, lp.asarray(np.array([0, -100, 7, 1])))
+    c(x, good)
+    assert c.calls == {"traced": 1, "replayed": 2, "eager": 0}
+
+
+def test_an_error_after_a_hooked_autograd_pass_is_raised_with_the_hook_run_once():
+    """An operation that raises after an ``autograd.grad`` pass whose leaf has a hook (a
+    matrix no longer positive definite): the replay raises it, as eager does, the hook
+    run once (a replay that ran the call eagerly again ran the hook twice)."""
+    w = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+    runs = []
+    w.register_hook(lambda g: runs.append(1) or g)
+
+    def step(a):
+        (g,) = lp.autograd.grad((w * w).sum(), [w])
+        return lp.linalg.cholesky(a) * g.sum()
+
+    f = lp.compile(step)
+    good = Tensor(np.eye(2) * 2.0)
+    for _ in range(3):
+        same(f(good), step(good))
+    runs.clear()
+    bad = Tensor(np.array([[1.0, 2.0], [2.0, 1.0]]))
+    with pytest.raises(ValueError):
+        f(bad)
+    assert len(runs) == 1

@@ -424,6 +424,25 @@ def _words(fn) -> frozenset:
     return _attribute_names(fn) | {k for c in _codes(code) for k in c.co_consts if type(k) is str}
 
 
+def _called_only(functions) -> frozenset:
+    """The attribute names that ``functions``' code loads only to call a method
+    (``opt.step()``, ``loss.backward()``), never as a value (``self.step += 1``,
+    ``cfg.step``, ``getattr(c, "step")``): an attribute of that name whose value is no
+    callable cannot be what the code reads (:class:`leanpass._compile.state.Names`)."""
+    called, values = set(), set()
+    for fn in functions:
+        code = getattr(fn, "__code__", None)
+        for c in _codes(code) if code is not None else ():
+            for ins in dis.get_instructions(c):
+                if ins.opname == "LOAD_METHOD" or (ins.opname == "LOAD_ATTR" and sys.version_info >= (3, 12)
+                                                    and ins.arg & 1):
+                    called.add(ins.argval)
+                elif ins.opname in ("LOAD_ATTR", "STORE_ATTR", "DELETE_ATTR"):
+                    values.add(ins.argval)
+            values.update(k for k in c.co_consts if type(k) is str)
+    return frozenset(called - values)
+
+
 def _merged(named) -> list:
     """:func:`_named_objects`' entries, one per object (several functions reached may
     name one ``CFG``): the names of each merged, all of them (None) where one says all."""

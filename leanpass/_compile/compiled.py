@@ -22,6 +22,7 @@ from ..nn.module import restored as modules_restored
 from .code import (
     _PACKAGE,
     _attribute_names,
+    _called_only,
     _host_draws,
     _host_generators,
     _merged,
@@ -35,6 +36,7 @@ from .code import (
 from .record import _Branch, _Retry, _Stale
 from .returns import _returned_reads
 from .state import (
+    Names,
     _call_key,
     _named_members,
     _named_state,
@@ -166,7 +168,12 @@ class Compiled:
             self.calls["eager"] += 1
             return self.fn(*args, **kwargs)
         self._branches[key] = [entry, *others]
-        out = self._trace(key, tensors, objects, args, kwargs, branch=True)
+        try:
+            out = self._trace(key, tensors, objects, args, kwargs, branch=True)
+        except BaseException:  # (an error of this call's: the key's traces stay)
+            if self._entries.get(key) is None:
+                self._entries[key], self._branches[key] = entry, others
+            raise
         if isinstance(self._entries.get(key), str):  # (this path runs eagerly; the others replay)
             self._entries[key] = entry
             self._branches[key] = others
@@ -188,11 +195,12 @@ class Compiled:
         reads = _names_read(reached)
         # the attributes of the arguments and the owner its code names, or a helper's reached (self.helper(x)
         # reading self.scale, helper(x, cfg) reading cfg.scale)
-        attrs = None if self._attrs is None else self._attrs.union(*(_attribute_names(f) for f in reached[1:]))
+        called = _called_only(reached)  # (opt.step(): not the value of a count self.step)
+        attrs = None if self._attrs is None else Names(self._attrs.union(*map(_attribute_names, reached[1:])), called)
         modules, names = _MODULE_CHANGES[0], _values(reads)
         # Python state the call may change: snapshots first (they hold the objects: the
         # references the tracer counts below, before and after the call, include theirs)
-        words = frozenset().union(*(_words(f) for f in reached))  # (a config module passed on: what is read)
+        words = Names(frozenset().union(*(_words(f) for f in reached)), called)  # (a config module passed on)
         named = _merged([*(x for fn in reached for x in _named_objects(fn, words)),  # (cfg.scale, CFG["lr"],
                          *((obj, words) for obj in held)])  # config.lr; self.cfg.scale in a layer's forward)
         named_state = _named_state(named, words)

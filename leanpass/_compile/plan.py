@@ -260,7 +260,8 @@ class Plan:
                 self.changed = True
                 self._backward(event, get, backwards, args)
             elif kind == "autograd":  # autograd.grad: its gradients are values of the call
-                self._backward(event, get, backwards, args, slots)
+                if self._backward(event, get, backwards, args, slots):  # (its leaves' hooks ran: a change of
+                    self.changed = True  # state, whatever they do; a check failing after cannot try another path)
             elif kind == "leaf":  # a leaf made in the call on values it has (lp.func.grad's input)
                 slots[event[2]] = get(event[1])
             elif kind == "grad_read":  # t.grad read in the call: its array at this point
@@ -344,7 +345,7 @@ class Plan:
     def _backward(event, get, backwards, args, slots=None):
         """One backward pass: ``get(source)`` reads the replay's arrays. An autograd.grad
         (an ``autograd`` event) writes no ``.grad``: the gradients of its targets, copied, go
-        to their ``slots``."""
+        to their ``slots``; it returns whether a leaf's gradient hook ran."""
         _, seeds, schedule, backend = event[:4]
         targets = event[4] if slots is not None else None
         xp = backend.xp
@@ -405,18 +406,20 @@ class Plan:
                         t = args[ref] if kind == ARG else ref if kind == EXT else (kind, ref)  # (leaf_tensor's)
                         old = leaves.get(t)
                         leaves[t] = (pg, fresh) if old is None else (old[0] + pg, True)
+            hooked = False
             if hooks._grad_hooks_registered:  # each leaf's gradient of the pass through its hooks, as eagerly
                 with no_grad():
                     for t, (g, _) in leaves.items():
                         if type(t) is not tuple and hooks.hooked(t, post=False):  # (looked up now: those there are)
                             leaves[t] = (_with_grad_hooks(t, g), False)  # (a hook may keep it: .grad is a copy)
+                            hooked = True
         if targets is not None:
             for k, key in enumerate(targets):
                 if key[0] != "node" and leaf_tensor(*key) in leaves:
                     found[k] = leaves[leaf_tensor(*key)][0]
             for k, slot in event[5]:
                 slots[slot] = backend.copy(found[k])
-            return
+            return hooked
         with grad_lock:
             for t, (g, fresh) in leaves.items():
                 if type(t) is not tuple:  # (a leaf made in the call, ("leaf", slot): no result is it)

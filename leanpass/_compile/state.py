@@ -130,6 +130,21 @@ def _leanpass_own(obj) -> bool:
     return (getattr(type(obj), "__module__", None) or "").startswith("leanpass.")
 
 
+class Names(frozenset):
+    """The attribute names a call's code loads (:func:`_object_attributes`' ``names``),
+    with ``called``: those it loads only to call a method (:func:`_called_only`). Of an
+    object's attributes of such a name, only a callable one counts (``self.step``, a
+    count the loop keeps, is no ``opt.step()``)."""
+
+    def __new__(cls, names, called=frozenset()):
+        made = super().__new__(cls, names)
+        made.called = frozenset(called) & made
+        return made
+
+    def __reduce__(self):
+        return (Names, (frozenset(self), self.called))
+
+
 def _object_attributes(obj, names) -> dict:
     """The attributes of the plain object ``obj`` a call's code names (``names``; None:
     all): its own (``__dict__``, slots), or its class's plain values (``Cfg.scale =
@@ -160,6 +175,9 @@ def _object_attributes(obj, names) -> dict:
     for slot in _slots(cls):
         if (whole or slot in names) and hasattr(obj, slot):
             attrs[slot] = getattr(obj, slot)
+    for name in getattr(names, "called", ()):  # (the code only calls a method of that name: not this value)
+        if name in attrs and not callable(attrs[name]):
+            del attrs[name]
     return attrs
 
 

@@ -962,8 +962,9 @@ def _checks_first(events: list, args: list, hooked=frozenset()):
             # added since the trace on one of them traces again: Plan.fits)
             anything = anything or id(event) in hooked
             changed = passed = True
-        elif kind == "autograd":  # (no .grad written, but its leaves' gradient hooks run, as in a backward pass)
-            anything = anything or id(event) in hooked
+        elif kind == "autograd":  # (no .grad written, but its leaves' gradient hooks run, as in a backward pass:
+            anything = anything or id(event) in hooked  # whatever they do is a change, which a replay that failed
+            changed = changed or id(event) in hooked  # a check after it could not undo)
             passed = True
         elif kind == "grad_read":
             read_grads = True

@@ -207,10 +207,10 @@ def _ignored_indices(target: Tensor, kind: str, classes: int, ignore_index: int,
     index = where(ignored, 0, target)
     backend = get_backend(index.device)
     with backend.context():
-        checked = _checked(backend, index._data, kind, classes, op)
+        _checked(backend, index._data, kind, classes, op)
     check(lambda values: _checked(backend, values, kind, classes, op), index)  # a replay checks again
-    if checked is not index._data:  # (whole floats: the same cast as an operation)
-        index = index.astype("int64")
+    if dtype_name(index.dtype) != "int64":  # (whole floats, int32: the cast as an operation, which the
+        index = index.astype("int64")  # positions' own cast would be outside the recorded ones)
     return index, None, ignored
 
 
