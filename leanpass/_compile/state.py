@@ -141,9 +141,6 @@ class Names(frozenset):
         made.called = frozenset(called) & made
         return made
 
-    def __reduce__(self):
-        return (Names, (frozenset(self), self.called))
-
 
 def _object_attributes(obj, names) -> dict:
     """The attributes of the plain object ``obj`` a call's code names (``names``; None:

@@ -147,17 +147,21 @@ def _class_indices(logits: Tensor, target, classes: int, ignore_index=None, op: 
         )
     ignored = None
     if backend is None or backend.syncs_cheaply:
-        if ignore_index is not None:
-            with (backend or get_backend("cpu")).context():
-                data, ignored = _without_ignored(backend or get_backend("cpu"), data, ignore_index)
-            if ignored is not None and isinstance(target, Tensor):  # a replay of a trace that saw some must see
+        if ignore_index is not None and isinstance(target, Tensor):  # (lp.compile records what it does)
+            with backend.context():
+                some = _equal_to(backend.xp, data, ignore_index)
+                some = some is not None and bool(backend.xp.any(some))
+            if some:  # a replay of a trace that saw some must see some too
                 check(lambda values: _some_ignored(backend.xp, values, ignore_index, op), target, branch=True)
-                return _ignored_indices(target, kind, classes, ignore_index, op)  # some: lp.compile records them
+                return _ignored_indices(target, kind, classes, ignore_index, op)
+            # a replay of a trace that saw none must see none either
+            check(lambda values: _none_ignored(backend.xp, values, ignore_index, op), target, branch=True)
+        elif ignore_index is not None:  # (host data)
+            with get_backend("cpu").context():
+                data, ignored = _without_ignored(get_backend("cpu"), data, ignore_index)
             if ignored is not None:
                 note(f"{op}: targets equal to ignore_index (read on the host)")
                 ignored = as_tensor(ignored, device=logits.device, dtype="bool")
-            elif isinstance(target, Tensor):  # a replay of a trace that saw none must see none either
-                check(lambda values: _none_ignored(backend.xp, values, ignore_index, op), target, branch=True)
     if backend is None:
         return _index_tensor(logits, _checked(get_backend("cpu"), data, kind, classes, op)), None, ignored
     if backend.syncs_cheaply:
