@@ -441,7 +441,7 @@ MUTANTS = [
            ("tests/test_compile.py",),
            'an argument whose __dict__ raises crashes the compiler'),
     Mutant("leanpass-objects-as-configuration", "leanpass/_compile/state.py",
-           '    return (getattr(type(obj), "__module__", None) or "").startswith("leanpass.")',
+           '    return isinstance(module, str) and module.startswith("leanpass.")',
            '    return False', ("tests/test_compile.py",),
            'a compiled step held by an object whose method it calls traces again, then runs eagerly'),
     Mutant("churning-state-traced-every-call", "leanpass/_compile/compiled.py",

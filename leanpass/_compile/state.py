@@ -127,7 +127,8 @@ _RAISED = ("raised",)  # (the entry of an object whose attributes raise: one who
 
 def _leanpass_own(obj) -> bool:
     """Whether ``obj`` is an instance of one of LeanPass's own classes."""
-    return (getattr(type(obj), "__module__", None) or "").startswith("leanpass.")
+    module = getattr(type(obj), "__module__", None)  # (a descriptor, not a name, for a class met on Python 3.10)
+    return isinstance(module, str) and module.startswith("leanpass.")
 
 
 class Names(frozenset):
