@@ -384,7 +384,7 @@ MUTANTS = [
            "batch.x replaced between calls: the replay reads the first call's tensor"),
     Mutant("state-changed-every-call-traced-every-call", "leanpass/_compile/compiled.py",
            "            if key in self._unsettled:  # at two traces in a row: at every call ",
-           "            if False:", ("tests/test_compile.py",),
+           "            if False:  # at two traces in a row: at every call ", ("tests/test_compile.py",),
            "a helper rebinding a global at each call traces at every call instead of running eagerly"),
     Mutant("state-changed-streak-not-reset", "leanpass/_compile/compiled.py",
            "        self._unsettled.discard(key)\n        plan = tracer.plan(box[0], self.fuse)",
