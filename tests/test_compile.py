@@ -2392,7 +2392,37 @@ def test_keys_tell_minus_zero_and_numpy_scalars_apart():
         same(h(x, np.float64(v)), [v, 2.0 * v])
 
 
-def test_a_step_given_a_closure_runs_eagerly():
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+@pytest.mark.parametrize("keyword", [False, True])
+def test_a_step_given_a_closure_is_replayed_as_the_eager_step(device, name, keyword):
+    """``opt.step(closure)`` (PyTorch's form, LBFGS's): the closure's operations are
+    recorded as the call's own, then the step; each replay runs them again with the
+    new batch, and returns the closure's loss."""
+    models = [mlp(device), mlp(device)]
+    opts = [OPTIMIZERS[name](m.parameters()) for m in models]
+
+    def stepper(model, opt):
+        def step(x, y):
+            def closure():
+                opt.zero_grad()
+                loss = nn.functional.cross_entropy(model(x), y)
+                loss.backward()
+                return loss
+            return opt.step(closure=closure) if keyword else opt.step(closure)
+        return step
+
+    eager, compiled = stepper(models[0], opts[0]), lp.compile(stepper(models[1], opts[1]))
+    for _ in range(4):
+        x = Tensor(RNG.normal(size=(10, 6)), device=device)
+        y = lp.asarray(RNG.integers(0, 3, size=10), device=device)
+        same(compiled(x, y), eager(x, y))
+        for p, q in zip(models[0].parameters(), models[1].parameters()):
+            same(q, p)
+            same(q.grad, p.grad)
+    assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}
+
+
+def test_a_closure_the_step_is_given_that_reads_the_host_falls_back():
     w = Tensor(np.ones((1, 3)), requires_grad=True)
     opt = lp.optim.SGD([w], lr=0.1)
 
@@ -2401,13 +2431,13 @@ def test_a_step_given_a_closure_runs_eagerly():
             opt.zero_grad()
             loss = (w * x).sum()
             loss.backward()
-            return loss
+            return float(loss)
         return opt.step(closure)
 
     g = lp.compile(step)
-    with pytest.warns(RuntimeWarning, match="given a function"):
-        for k in range(3):
-            g(Tensor(np.full((1, 3), float(k + 1))))
+    with pytest.warns(RuntimeWarning, match="float"):
+        losses = [g(Tensor(np.full((1, 3), float(k + 1)))) for k in range(3)]
+    assert losses == pytest.approx([3.0, 0.9 * 2 * 3, 0.7 * 3 * 3])
     same(w, np.ones((1, 3)) - 0.1 * (1 + 2 + 3))
 
 

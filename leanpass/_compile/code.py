@@ -334,12 +334,13 @@ _NOT_KEYED = object()
 
 def _named_objects(fn, words=frozenset()) -> list:
     """``(object, names)`` for the plain objects ``fn`` reads by name (a global ``cfg``, a
-    closure's): the attributes its code loads on that name, and on those in a chain
-    (``cfg.scale``, ``cfg.train.lr``: not ``opt.step``'s ``step``, nor ``cfg.opt.step()``'s),
-    whose values a replay checks; all of them (None) where the code calls one of its
-    methods (``logger.log()``, ``pbar.update(1)``: what the method reads or sets is not in
-    the code), but for the steps a replay calls again (a scheduler's ``step``), or uses
-    it otherwise (passed to a helper, aliased, ``getattr``). A module or a class of the
+    closure's): the attributes its code loads on that name (``cfg.scale``; ``cfg.train``
+    for ``cfg.train.lr``: the plain objects it holds are read by ``words``, the names of
+    the code reached, :func:`leanpass._compile.state._named_state`), whose values a
+    replay checks; all of them (None) where the code calls one of its methods
+    (``logger.log()``, ``pbar.update(1)``: what the method reads or sets is not in the
+    code), but for the steps a replay calls again (a scheduler's ``step``), or uses it
+    otherwise (passed to a helper, aliased, ``getattr``). A module or a class of the
     user's as a configuration (:func:`_configuration`): the names loaded on it, or, used
     otherwise, those among ``words`` (the names and strings of the code reached). The
     dicts and lists it names or has as defaults (``CFG["lr"]``): all their items (None:
@@ -355,28 +356,25 @@ def _named_objects(fn, words=frozenset()) -> list:
     called: dict = {}  # the methods the code calls on a name's object
     whole = set()  # the names whose object the code uses otherwise: passed (helper(x, cfg)), aliased, getattr()
     for c in _codes(code):
-        root = chain = None  # the name loaded, and whether attributes are being loaded on it (cfg.train.lr)
+        root = None  # the name loaded right before (an attribute of it may follow)
         fresh = False  # whether the root was loaded right before: no attribute of it loaded yet
         for ins in dis.get_instructions(c):
             if fresh and ins.opname not in ("LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR", "DELETE_ATTR", "COPY",
                                              "DUP_TOP", "EXTENDED_ARG"):
                 whole.add(root)  # (what is done with it is not in this code: subscripted, passed, stored)
             was_fresh, fresh = fresh, False
-            method = ins.opname == "LOAD_METHOD" or (ins.opname == "LOAD_ATTR" and sys.version_info >= (3, 12)
-                                                      and ins.arg & 1)
-            if root is not None and ins.opname in ("LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR", "DELETE_ATTR") and (
-                    not chain or not method):  # (cfg.train.lr: train and lr; cfg.opt.step(): opt alone)
-                loaded.setdefault(root, set()).add(ins.argval)
-                if method and not chain:  # (logger.log(), pbar.update(1): what the method reads or sets is unseen)
-                    called.setdefault(root, set()).add(ins.argval)
-                chain = ins.opname == "LOAD_ATTR" and not method
-                root = root if chain else None
+            if root is not None and ins.opname in ("LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR", "DELETE_ATTR"):
+                loaded.setdefault(root, set()).add(ins.argval)  # (cfg.train.lr: train; the object it holds is
+                # read by the names of the code reached, ``words``: lr among them)
+                if ins.opname == "LOAD_METHOD" or (ins.opname == "LOAD_ATTR" and sys.version_info >= (3, 12)
+                                                   and ins.arg & 1):  # (logger.log(), pbar.update(1): what the
+                    called.setdefault(root, set()).add(ins.argval)  # method reads or sets is unseen)
+                root = None
             elif root is not None and ins.opname in ("COPY", "DUP_TOP", "EXTENDED_ARG"):
-                fresh = was_fresh  # (cfg.calls += 1, cfg.a.b += 1: the object copied, its attribute loaded, changed,
-                # stored; a = b = cfg: copied, then stored)
+                fresh = was_fresh  # (cfg.calls += 1: the object copied, its attribute loaded, changed, stored;
+                # a = b = cfg: copied, then stored)
             else:
                 root = ins.argval if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF") else None
-                chain = False
                 fresh = root is not None
     found = []
     for name in sorted(loaded.keys() | whole):

@@ -16,7 +16,7 @@ from .. import ops
 from .._fusion import ARG, EXT, VAL
 from .._graph import hooks
 from .._graph.engine import Released, _is_complex, _needed
-from .._graph.modes import is_grad_enabled
+from .._graph.modes import enable_grad, is_grad_enabled
 from .._graph.node import COMPLEX, Node, edge
 from .._graph.trace import TRACER
 from .._graph.trace import WATCHED as _WATCHED
@@ -418,6 +418,12 @@ class Tracer:
             TRACER[0] = self
 
     def action(self, method, args, kwargs):
+        if getattr(method, "closure_first", False) and (len(args) > 1 or kwargs.get("closure") is not None):
+            closure = args[1] if len(args) > 1 else kwargs["closure"]  # (opt.step(closure): a replay runs
+            with enable_grad():  # the closure's recorded operations, then the step)
+                result = closure()
+            self.action(method, args[:1], {k: v for k, v in kwargs.items() if k != "closure"})
+            return result
         args = tuple(list(a) if isinstance(a, collections.abc.Iterator) else a for a in args)  # params() twice
         if any(callable(v) for v in (*args[1:], *kwargs.values())):
             self.unsupported(f"{method.__qualname__} given a function (a closure would run with the trace's values)")

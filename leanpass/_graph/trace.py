@@ -14,8 +14,8 @@ from __future__ import annotations
 import functools
 import weakref
 
-__all__ = ["TRACER", "action", "idempotent", "sets_options", "note", "raised", "check", "implicit_seed", "draw",
-           "read_grad", "read_option", "watch"]
+__all__ = ["TRACER", "action", "idempotent", "sets_options", "closure_first", "note", "raised", "check",
+           "implicit_seed", "draw", "read_grad", "read_option", "watch"]
 
 TRACER = [None]  # [the active tracer, or None]
 
@@ -72,6 +72,15 @@ def sets_options(method):
     """Mark an :func:`action` that may set an optimizer's options (a scheduler's
     ``step``): an option the call's own code reads after it may differ at a replay."""
     method.sets_options = True
+    return method
+
+
+def closure_first(method):
+    """Mark an :func:`action` whose ``closure`` argument (PyTorch's ``opt.step(closure)``)
+    it calls first, with grad mode on, returning what the closure returns: traced, the
+    closure runs as the call's own code (its operations recorded) and the action is
+    recorded without it."""
+    method.closure_first = True
     return method
 
 

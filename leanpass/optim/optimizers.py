@@ -21,7 +21,7 @@ import math
 import numbers
 
 from .._graph.modes import enable_grad
-from .._graph.trace import TRACER, action, idempotent, read_option, watch, wrote
+from .._graph.trace import TRACER, action, closure_first, idempotent, read_option, watch, wrote
 from .._graph.versions import increment_versions
 from ..backends import GRAD_DTYPES, backend_of_array, dtype_name, get_backend
 from ..backends._base import NO_FUSED
@@ -254,6 +254,7 @@ class Optimizer:
 
     # ---- step -----------------------------------------------------------------------
     @action
+    @closure_first
     def step(self, closure=None):
         """One update of every parameter that has a gradient; with ``closure`` (a
         function that zeroes the gradients, computes the loss, calls ``backward`` and
