@@ -382,7 +382,10 @@ class Program:
         return self._names[id(sym)]
 
     def flat(self, backend):
-        """The program as a Python function of arrays on ``backend``'s library."""
+        """The program as a Python function on ``backend``'s library: given a list of its
+        input arrays, which it empties (so that an input nobody else holds is dropped
+        after its last use, as eager code drops its temporaries), it gives the tuple of
+        its outputs. The fused runs' kernels take their list alike."""
         constants = {}
 
         def arg(a):
@@ -394,23 +397,32 @@ class Program:
             constants[name] = a
             return name
 
-        body = []
-        for name, fn, args in self.lines:
+        template = "i0" if self.n_inputs else None  # (the array a constant's line makes one like)
+        used = [[template] if fn == "full" else [arg(x) for x in args if isinstance(x, (str, tuple))]
+                for _, fn, args in self.lines]
+        last = {x: i for i, names in enumerate(used) for x in names}  # each value's last line, inputs' too:
+        outputs = {arg(o) for o in self.outputs if isinstance(o, (str, tuple))}  # dropped after it (eager's
+        body = []  # temporaries die as they go)
+        for i, (name, fn, args) in enumerate(self.lines):
             a = [arg(x) for x in args] if fn != "full" else []
             if fn in INFIX:
                 expr = f"{a[0]} {INFIX[fn]} {a[1]}"
             elif fn in _FLAT:
                 expr = _FLAT[fn].format(*a)
             elif fn == "full":
-                template = next(f"i{k}" for k in range(self.n_inputs)) if self.n_inputs else None
                 expr = f"xp.{'zeros' if args[0] == 0 else 'ones'}_like({template})"
             elif fn in SPECIAL:
                 expr = f"special.{fn}({a[0]})"
             else:
                 expr = f"xp.{fn}({', '.join(a)})"
             body.append(f"    {name} = {expr}")
+            done = sorted({x for x in used[i] if last[x] == i and x not in outputs})
+            if done:
+                body.append(f"    del {', '.join(done)}")
         outs = ", ".join(arg(o) for o in self.outputs)
-        source = (f"def program({', '.join(f'i{k}' for k in range(self.n_inputs))}):\n"
+        inputs = "".join(f"i{k}, " for k in range(self.n_inputs))
+        source = ("def program(a):\n"  # (the list of inputs, emptied: an input no one else holds is dropped
+                  + (f"    {inputs}= a\n    a.clear()\n" if inputs else "")  # after its last line)
                   + "\n".join(body) + f"\n    return ({outs}{',' if len(self.outputs) == 1 else ''})\n")
         namespace = {"xp": backend.xp, **constants}
         if any(fn in SPECIAL for _, fn, _ in self.lines):
@@ -845,7 +857,7 @@ class BackwardRun:
                 arrays.append(leaves[tensors[ref]][0])
             else:
                 arrays.append(get(ref))
-        for (kind, ref), value, own in zip(outputs, fn(*arrays), fresh):
+        for (kind, ref), value, own in zip(outputs, fn(arrays), fresh):
             if kind == "pending":
                 pending[ref] = value
             else:

@@ -366,9 +366,8 @@ def _named_objects(fn, words=frozenset()) -> list:
             if root is not None and ins.opname in ("LOAD_ATTR", "LOAD_METHOD", "STORE_ATTR", "DELETE_ATTR"):
                 loaded.setdefault(root, set()).add(ins.argval)  # (cfg.train.lr: train; the object it holds is
                 # read by the names of the code reached, ``words``: lr among them)
-                if ins.opname == "LOAD_METHOD" or (ins.opname == "LOAD_ATTR" and sys.version_info >= (3, 12)
-                                                   and ins.arg & 1):  # (logger.log(), pbar.update(1): what the
-                    called.setdefault(root, set()).add(ins.argval)  # method reads or sets is unseen)
+                if _loads_method(ins):  # (logger.log(), pbar.update(1): what the method reads or sets is unseen)
+                    called.setdefault(root, set()).add(ins.argval)
                 root = None
             elif root is not None and ins.opname in ("COPY", "DUP_TOP", "EXTENDED_ARG"):
                 fresh = was_fresh  # (cfg.calls += 1: the object copied, its attribute loaded, changed, stored;
@@ -422,6 +421,13 @@ def _words(fn) -> frozenset:
     return _attribute_names(fn) | {k for c in _codes(code) for k in c.co_consts if type(k) is str}
 
 
+def _loads_method(ins) -> bool:
+    """Whether the instruction ``ins`` loads an attribute to call it (``opt.step()``):
+    ``LOAD_METHOD`` before Python 3.12, ``LOAD_ATTR`` with its low bit set since."""
+    return ins.opname == "LOAD_METHOD" or (ins.opname == "LOAD_ATTR" and sys.version_info >= (3, 12)
+                                           and ins.arg & 1)
+
+
 def _called_only(functions) -> frozenset:
     """The attribute names that ``functions``' code loads only to call a method
     (``opt.step()``, ``loss.backward()``), never as a value (``self.step += 1``,
@@ -432,8 +438,7 @@ def _called_only(functions) -> frozenset:
         code = getattr(fn, "__code__", None)
         for c in _codes(code) if code is not None else ():
             for ins in dis.get_instructions(c):
-                if ins.opname == "LOAD_METHOD" or (ins.opname == "LOAD_ATTR" and sys.version_info >= (3, 12)
-                                                    and ins.arg & 1):
+                if _loads_method(ins):
                     called.add(ins.argval)
                 elif ins.opname in ("LOAD_ATTR", "STORE_ATTR", "DELETE_ATTR"):
                     values.add(ins.argval)

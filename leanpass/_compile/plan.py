@@ -232,13 +232,17 @@ class Plan:
                 slots[slot] = out
                 if slot in keeps:
                     backwards[slot] = backward
+                arrays = out = backward = None  # (held by the slots alone: dropped with them, as eager's values)
             elif kind == "fused":  # a run of element-wise operations: one program
                 fn = event[1]
                 if fn is None:  # its first replay: the program as Python
                     fn = event[4].flat(event[4].backend)
                     self.events[i] = ("fused", fn, *event[2:])
+                arrays = [get(s) for s in event[2]]
+                for slot in free[i]:  # (its inputs read last here: the program drops each after its use)
+                    slots[slot] = None
                 with event[4].backend.quiet():
-                    for slot, out in zip(event[3], fn(*[get(s) for s in event[2]])):
+                    for slot, out in zip(event[3], fn(arrays)):
                         slots[slot] = out
             elif kind == "several":  # a decomposition: its outputs, and in the graph the nodes eager's has
                 self._several(event, slots, get, backwards)

@@ -25,12 +25,12 @@ def flat_where_strided(program, computed):
     def wrap(run):
         ops = []
 
-        def checked(*arrays):
+        def checked(arrays):
             if all(a.flags.c_contiguous or c_like(a) for a in arrays):
-                return run(*arrays)
+                return run(arrays)
             if not ops:
                 ops.append(program.flat(program.backend))
-            out, seen = list(ops[0](*arrays)), set()
+            out, seen = list(ops[0](arrays)), set()
             for k in computed:
                 if id(out[k]) in seen:
                     out[k] = out[k].copy()

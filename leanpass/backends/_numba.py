@@ -750,7 +750,7 @@ def _kernel_module(source: str):
 def elementwise(program):
     """``program`` (a fused run of :mod:`leanpass._fusion`, float32 or float64) as one
     compiled loop over the elements: a function of its input arrays (all of the
-    program's shape) giving its outputs, C-ordered; None where a function has no
+    program's shape, in a list) giving its outputs, C-ordered; None where a function has no
     spelling here. Where an input is laid out otherwise, the run's operations run one
     by one (:func:`leanpass.backends._layout.flat_where_strided`)."""
     dtype = np.dtype(program.dtype)
@@ -767,7 +767,7 @@ def elementwise(program):
     computed = [k for k, o in enumerate(outputs) if not isinstance(o, tuple)]
 
     @flat_where_strided(program, computed)
-    def run(*arrays):
+    def run(arrays):
         flat = [np.ascontiguousarray(a).reshape(-1) for a in arrays]  # (a broadcast one: copied)
         made = [np.empty(flat[0].shape if flat else math.prod(shape), dtype) for _ in computed]
         loop(*flat, *made)

@@ -207,7 +207,7 @@ def kernel_source(program):
 def elementwise(program, device=None):
     """``program`` (a fused run of :mod:`leanpass._fusion`, float32 or float64) as one
     generated ``cupy.ElementwiseKernel``: a function of its input arrays (all of the
-    program's shape) giving its outputs, one kernel launch for the whole run. None
+    program's shape, in a list) giving its outputs, one kernel launch for the whole run. None
     where a function has no spelling, or where NVRTC refuses the kernel (with a
     warning: the run stays flat)."""
     dtype = dtype_name(program.dtype)
@@ -229,7 +229,7 @@ def elementwise(program, device=None):
         return None
 
     @flat_where_strided(program, computed)
-    def run(*arrays):
+    def run(arrays):
         with context:
             made = kernel(*arrays)
         if len(computed) == 1:
