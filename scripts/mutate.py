@@ -1322,7 +1322,7 @@ MUTANTS = [
     Mutant("host-draw-helpers-unfollowed", "leanpass/_compile/code.py",
            "            todo += [(v, depth + 1) for v in named if isinstance(v, types.FunctionType)]",
            "            pass", ("tests/test_compile.py",),
-           "mixup's weight drawn in a helper function: replays reuse it"),
+           "a draw in a helper outside the script (functools.singledispatch's, secrets.randbelow): replays reuse it"),
     Mutant("host-draw-stateless-unseen", "leanpass/backends/_host_random.py",
            "        return object()", "        return None",
            ("tests/test_compile.py",), "random.SystemRandom's number is the trace's in every replay"),

@@ -21,6 +21,7 @@ import threading
 import tracemalloc
 import warnings
 from random import gauss
+from secrets import randbelow
 
 import numpy as np
 import pytest
@@ -752,6 +753,34 @@ def test_a_global_objects_attribute_the_function_changes_runs_it_eagerly(change)
     assert (CONFIG.calls, CONFIG.inner.calls, LOGGER.seen) == {
         "cfg.calls += 1": (4, 0, 0), "cfg.inner.calls += 1": (0, 4, 0), "logger.log()": (0, 0, 4)}[change]
     assert f.calls == {"traced": 2, "replayed": 0, "eager": 2}
+
+
+def _take_request(x):
+    try:
+        del CONFIG.request  # (a one-shot request the caller may set: taken, and gone)
+    except AttributeError:
+        return x * 2.0
+    return x * 0.0
+
+
+def test_a_global_objects_attribute_the_function_only_deletes_is_checked():
+    """``del cfg.request`` where no code reads the attribute (a one-shot request the
+    caller sets, taken in a ``try``): the deletion is a change a replay would not make,
+    and a request set since is one the call must see (replays once took the first
+    call's branch, and left every later request in place)."""
+    vars(CONFIG).pop("request", None)
+    f = lp.compile(_take_request, fuse=False)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")  # (traced again, then eagerly: it changes what it names)
+        for requested in [True, False, False, True, False, False]:
+            x = Tensor(np.ones(2))
+            if requested:
+                CONFIG.request = True
+            want = _take_request(x)
+            if requested:
+                CONFIG.request = True
+            same(f(x), want)
+            assert not hasattr(CONFIG, "request")
 
 
 def test_what_a_global_object_holds_is_checked_as_the_code_reads_it():
@@ -2121,6 +2150,13 @@ def _mixup_weight():
     return np.random.beta(0.4, 0.4)  # noqa: NPY002 - the legacy global generator is what is tested
 
 
+@functools.singledispatch
+def _mixed(batch):
+    """A helper dispatched on its argument's type (its wrapper is functools' code, the
+    registered function the script's): the weight from NumPy's global generator."""
+    return batch * np.random.beta(0.4, 0.4)  # noqa: NPY002 - the legacy global generator is what is tested
+
+
 class _MixupLayer(nn.Module):
     """A layer that scales its input by a number drawn from its own generators."""
 
@@ -2150,6 +2186,8 @@ _DRAWING_STEPS = {  # (each its own code: what a step's code names decides which
     "a global Generator": lambda x: (x * _HOST_RNG.uniform()).sum(),
     "the object's Generator": _Mixup().step,
     "a helper function": lambda x: (x * _mixup_weight()).sum(),
+    "a singledispatch helper": lambda x: _mixed(x).sum(),  # (followed through functools' wrapper)
+    "from secrets import randbelow": lambda x: (x * randbelow(2**53)).sum(),  # (a function of Python's)
     "a layer of a model": lambda x: _MIXUP_MODEL(x).sum(),
     "a layer of a trainer's model": _Trainer().step,
     "random.SystemRandom": lambda x: (x * _SYSTEM_RNG.random()).sum(),  # (no state: counts as drawn from)
@@ -5824,3 +5862,116 @@ def test_an_error_after_a_hooked_autograd_pass_is_raised_with_the_hook_run_once(
     with pytest.raises(ValueError):
         f(bad)
     assert len(runs) == 1
+
+
+def test_a_step_that_changes_a_sequentials_layers_in_place_runs_eagerly():
+    """The step sets the other head into ``model.layers`` for the next call (an item
+    replaced in place: no attribute set): the call changed a list of modules it reads
+    by name, which a replay would leave as the first call left it. It runs eagerly,
+    with eager's results, also where two kinds of calls (a smaller last batch) take turns."""
+    def setup():
+        lp.manual_seed(0)
+        heads = [nn.Linear(4, 2, dtype="float64"), nn.Linear(4, 2, dtype="float64")]
+        model = nn.Sequential(nn.Linear(3, 4, dtype="float64"), nn.Tanh(), heads[0])
+
+        def step(x):  # the two heads take turns
+            out = model(x)
+            model.layers[-1] = heads[1] if model.layers[-1] is heads[0] else heads[0]
+            return out.detach()
+        return step, model, heads
+
+    (eager, eager_model, eager_heads), (step, model, heads) = setup(), setup()
+    compiled = lp.compile(step, fuse=False)
+    rng = np.random.default_rng(0)
+    with pytest.warns(RuntimeWarning, match="a list or dict of tensors or modules the function reads by name"):
+        for n in (4, 2, 4, 2, 4, 2):
+            x = Tensor(rng.normal(size=(n, 3)))
+            same(compiled(x), eager(x))
+            assert (model.layers[-1] is heads[1]) == (eager_model.layers[-1] is eager_heads[1])
+    for p, q in zip(model.parameters(), eager_model.parameters()):
+        same(p, q)
+    assert compiled.calls["replayed"] == 0
+
+
+def test_an_error_in_a_replay_after_zero_grad_still_runs_the_call_eagerly():
+    # zero_grad run again by the eager call changes nothing more: the error the function catches takes its eager
+    # path, also where no moved check but an operation met it (a matrix no longer positive definite)
+    def make():
+        model, opt = _linear_and_sgd(2, 2)
+
+        def step(a):
+            opt.zero_grad()
+            try:
+                factor = lp.linalg.cholesky(a)
+            except Exception:  # not positive definite: shifted
+                factor = lp.linalg.cholesky(a + 10.0 * lp.eye(2, dtype=a.dtype))
+            loss = (model(factor) ** 2).mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step, list(model.parameters())
+
+    matrix = np.array([[2.0, 0.5], [0.5, 1.0]])
+    compiled = _eager_and_compiled(make, [lambda s=s: (Tensor(matrix * s),) for s in (1.0, 2.0, -1.0, 1.0)])
+    assert compiled.calls == {"traced": 1, "replayed": 2, "eager": 1}
+
+
+def test_a_gradient_changed_in_place_through_a_handle_makes_a_later_error_propagate():
+    # the gradient halved in place (its memory: no .grad given back) is a change of state: an eager call after
+    # the replay's error would halve it twice; the error propagates, as after a step, the gradient halved once
+    ws = [Tensor(np.ones(2), requires_grad=True) for _ in range(2)]
+
+    def f(w, a):
+        lp.as_tensor(w.grad).mul_(0.5)  # (the array eagerly, the Tensor compiled: a Tensor on it either way)
+        try:
+            return lp.linalg.cholesky(a)
+        except Exception:
+            return a * 0.0
+
+    compiled = lp.compile(lambda a: f(ws[1], a), fuse=False)
+    for scale in (1.0, 2.0, -1.0):
+        for w in ws:
+            (w * 3.0).sum().backward()
+        a = Tensor(np.eye(2) * scale)
+        want = f(ws[0], a)
+        if scale > 0:
+            same(compiled(a), want)
+        else:
+            with pytest.raises(Exception, match="positive definite|Matrix is not"):
+                compiled(a)
+        same(ws[1].grad, ws[0].grad)
+    assert compiled.calls == {"traced": 1, "replayed": 1, "eager": 0}
+
+
+def test_a_padded_target_changed_in_place_before_any_change_of_state_replays():
+    """Targets shifted in place (``targets -= 1``: labels from 1, a padding 0 becomes
+    ``ignore_index=-1``): their check cannot move to the front, but stays before any
+    change of state (``zero_grad`` changes none), so a replay that fails it still runs
+    the call eagerly: each path is traced once and replayed, as eager bit for bit."""
+    def setup():
+        model, opt = _linear_and_sgd(3, 4)
+
+        def step(x, y):
+            opt.zero_grad()
+            targets = y * 1
+            targets -= 1
+            loss = nn.functional.cross_entropy(model(x), targets, ignore_index=-1)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return model, step
+
+    (eager_model, eager), (model, compiled) = setup(), setup()
+    compiled = lp.compile(compiled, fuse=False)
+    rng = np.random.default_rng(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback
+        for i in range(6):
+            y = rng.integers(1, 5, size=8)
+            if i in (2, 3):
+                y[:3] = 0
+            x = Tensor(rng.normal(size=(8, 3)))
+            same(compiled(x, lp.asarray(y)), eager(x, lp.asarray(y)))
+    for p, q in zip(model.parameters(), eager_model.parameters()):
+        same(p, q)
+    assert compiled.calls == {"traced": 2, "replayed": 4, "eager": 0}

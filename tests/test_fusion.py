@@ -502,3 +502,20 @@ def test_a_compiled_backward_program_run_op_by_op_gives_each_leaf_its_own_gradie
         np.testing.assert_allclose(got[0], host(a.grad), rtol=1e-15)
         np.testing.assert_allclose(got[1], host(b.grad), rtol=1e-15)
     assert "compiled into one loop" in compiled.explain() and compiled.calls["replayed"] == 4
+
+
+def test_a_value_read_last_by_a_run_is_kept_until_the_run(mode):
+    """h is read by the sum, then last by the run after it: the replay drops it only
+    once the run has read it (dropped after the sum, the run read None and every call
+    ran eagerly, with no warning)."""
+    def fn(x, w):
+        h = x @ w
+        s = h.sum()
+        return ((h * 2.0).tanh() * 0.5 + 1.0) * s
+
+    def make(seed):
+        return [x.detach() for x in tensors("cpu", (3, 4), (4, 5))(seed)]
+
+    compiled = check(fn, make, mode)
+    assert plan_of(compiled).runs == 1, compiled.explain()
+    assert compiled.calls == {"traced": 1, "replayed": 4, "eager": 0}
