@@ -5975,3 +5975,58 @@ def test_a_padded_target_changed_in_place_before_any_change_of_state_replays():
     for p, q in zip(model.parameters(), eager_model.parameters()):
         same(p, q)
     assert compiled.calls == {"traced": 2, "replayed": 4, "eager": 0}
+
+
+@pytest.mark.parametrize("read", ["momentum buffer", "step count", "state_dict"])
+def test_an_optimizers_state_read_inside_the_step_runs_it_eagerly(read):
+    """``opt.state`` read by the step's own code (a buffer logged, Adam's step count
+    ramping a loss in, ``opt.state_dict()``): its arrays change in place at each step
+    and its counts go up, so a replay, which gave the trace's, runs eagerly instead,
+    with a warning; read between calls, it leaves the replays alone."""
+    def run(compiled):
+        model, _ = _linear_and_sgd(3, 1)
+        opt = lp.optim.Adam(model.parameters(), lr=0.1) if read == "step count" else \
+            lp.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+        def step(x):
+            opt.zero_grad()
+            loss = (model(x) ** 2).mean()
+            if read == "step count" and opt.state:
+                loss = loss + min(1.0, opt.state[id(model.weight)]["step"] / 4) * (model.weight ** 2).sum()
+            loss.backward()
+            opt.step()
+            if read == "momentum buffer":
+                return lp.as_tensor(opt.state[id(model.weight)]["momentum_buffer"]).abs().sum()
+            if read == "state_dict":
+                return loss.detach() + float(opt.state_dict()["state"][0]["momentum_buffer"].sum())
+            return loss.detach()
+
+        f = lp.compile(step) if compiled else step
+        out = [host(f(Tensor(np.full((2, 3), float(k + 1))))) for k in range(4)]
+        return out, [host(p) for p in model.parameters()], f
+
+    want, want_params, _ = run(False)
+    with pytest.warns(RuntimeWarning, match=r"an optimizer's state read inside the function \(opt.state\)"):
+        got, got_params, f = run(True)
+    for a, b in zip([*got, *got_params], [*want, *want_params], strict=True):
+        same(a, b)
+    assert f.calls["replayed"] == 0
+
+
+def test_an_optimizers_state_read_between_calls_leaves_the_replays():
+    model, _ = _linear_and_sgd(3, 1)
+    opt = lp.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def step(x):
+        opt.zero_grad()
+        loss = (model(x) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    f, seen = lp.compile(step), []
+    for k in range(4):
+        f(Tensor(np.full((2, 3), float(k + 1))))
+        seen.append(float(np.abs(opt.state[id(model.weight)]["momentum_buffer"]).sum()))
+        seen.append(sum(float(np.abs(v["momentum_buffer"]).sum()) for v in opt.state.values()))
+    assert f.calls == {"traced": 1, "replayed": 3, "eager": 0} and len(set(seen)) == 8

@@ -15,7 +15,7 @@ import functools
 import weakref
 
 __all__ = ["TRACER", "action", "idempotent", "sets_options", "closure_first", "note", "raised", "check",
-           "implicit_seed", "draw", "read_grad", "read_option", "watch"]
+           "implicit_seed", "draw", "read_grad", "read_option", "read_state", "watch"]
 
 TRACER = [None]  # [the active tracer, or None]
 
@@ -43,6 +43,18 @@ def read_option(group, key, value) -> None:
     tracer = TRACER[0]
     if tracer is not None and tracer.records():
         tracer.read_option(group, key, value)
+
+
+def read_state() -> None:
+    """An optimizer's ``state`` read by the traced call's own code, outside an action
+    (``opt.state[id(p)]["momentum_buffer"]`` to log it, Adam's ``"step"`` count to ramp
+    a loss in): its arrays are the optimizer's, changed in place by each step, and its
+    numbers change at each step, so a replay, which would give the trace's, cannot
+    stand for the call: it runs eagerly."""
+    tracer = TRACER[0]
+    if tracer is not None and tracer.records():
+        tracer.unsupported("an optimizer's state read inside the function (opt.state): its arrays and step counts "
+                           "change at each step, and a replay would give the first call's")
 
 
 def watch(obj) -> None:

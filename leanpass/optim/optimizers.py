@@ -21,7 +21,7 @@ import math
 import numbers
 
 from .._graph.modes import enable_grad
-from .._graph.trace import TRACER, action, closure_first, idempotent, read_option, watch, wrote
+from .._graph.trace import TRACER, action, closure_first, idempotent, read_option, read_state, watch, wrote
 from .._graph.versions import increment_versions
 from ..backends import GRAD_DTYPES, backend_of_array, dtype_name, get_backend
 from ..backends._base import NO_FUSED
@@ -36,6 +36,55 @@ def _params_error(name: str, params) -> TypeError:
         f"{name}: params argument given to the optimizer should be an iterable of Tensors or dicts, "
         f"but got {type(params).__name__}"
     )
+
+
+class _State(dict):
+    """An optimizer's ``state``, ``{id(parameter): {name: array or number}}``: a dict
+    whose reads in a traced call (:func:`leanpass._graph.trace.read_state`) make the
+    call run eagerly, as a replay would give the trace's arrays and numbers (the
+    optimizer's own reads, in its ``step``, are untraced)."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key):
+        if TRACER[0] is not None:
+            read_state()
+        return dict.__getitem__(self, key)
+
+    def get(self, key, default=None):
+        if TRACER[0] is not None:
+            read_state()
+        return dict.get(self, key, default)
+
+    def items(self):
+        if TRACER[0] is not None:
+            read_state()
+        return dict.items(self)
+
+    def values(self):
+        if TRACER[0] is not None:
+            read_state()
+        return dict.values(self)
+
+    def keys(self):
+        if TRACER[0] is not None:
+            read_state()
+        return dict.keys(self)
+
+    def __iter__(self):
+        if TRACER[0] is not None:
+            read_state()
+        return dict.__iter__(self)
+
+    def __len__(self):  # (``if opt.state:``, a path a replay would not take again)
+        if TRACER[0] is not None:
+            read_state()
+        return dict.__len__(self)
+
+    def __contains__(self, key):
+        if TRACER[0] is not None:
+            read_state()
+        return dict.__contains__(self, key)
 
 
 class _Group(dict):
@@ -124,7 +173,7 @@ class Optimizer:
         groups = params if isinstance(params[0], dict) else [{"params": params}]
         self.defaults = self._check(dict(defaults))
         self.param_groups: list[dict] = []
-        self.state: dict[int, dict] = {}  # keyed by id(parameter)
+        self.state: dict[int, dict] = _State()  # keyed by id(parameter)
         # id(parameter) -> (backend, shape, dtype) its state was last made or checked for
         self._layouts: dict = {}
         for group in groups:
@@ -184,7 +233,7 @@ class Optimizer:
         :meth:`state_dict` does: ``id(parameter)`` means nothing in the copy."""
         state = dict(self.__dict__)
         index = {id(p): i for i, p in enumerate(self._params())}
-        state["state"] = {index[k]: v for k, v in self.state.items() if k in index}
+        state["state"] = {index[k]: v for k, v in dict.items(self.state) if k in index}
         state["_layouts"] = {}  # checked again at the next step
         state.pop("_stepped", None)  # as PyTorch's pickles, which hold no record of steps for schedulers
         state.pop("_scheduled", None)
@@ -195,7 +244,7 @@ class Optimizer:
         self.param_groups = [_Group(g) for g in self.param_groups]  # (plain dicts in an older pickle)
         watch(self)
         params = list(self._params())
-        self.state = {id(params[i]): v for i, v in state["state"].items()}
+        self.state = _State((id(params[i]), v) for i, v in state["state"].items())
         for group in (self.defaults, *self.param_groups):  # pickled before an option existed
             for key, default in self._flags.items():
                 group.setdefault(key, default)
@@ -288,7 +337,7 @@ class Optimizer:
                     self._refuse(p, data, grad)
                 key = id(p)
                 layout = (backend, shape, dtype)
-                state = states.get(key)
+                state = dict.get(states, key)
                 if state is None or layouts.get(key) != layout:
                     # first step, or the data changed device, dtype or shape since the last
                     state = {} if state is None else state
@@ -374,7 +423,7 @@ class Optimizer:
             raise TypeError(f"{self._where(p)} has dtype {kind}: only floating-point and complex parameters can "
                             "be optimized")
         moved = {}
-        for field, value in self.state.get(id(p), {}).items():
+        for field, value in dict.get(self.state, id(p), {}).items():
             if hasattr(value, "shape"):
                 if tuple(value.shape) != tuple(data.shape):
                     raise ValueError(
@@ -446,7 +495,7 @@ class Optimizer:
                                  f"({type(self).__name__} needs {', '.join(required)}, or nothing)")
         for group, candidate in zip(self.param_groups, merged):
             group.update(candidate)
-        self.state = restored
+        self.state = _State(restored)
         self._layouts = {
             key: (get_backend(p.device), p.data.shape, p.data.dtype) for p in params if (key := id(p)) in restored
         }
