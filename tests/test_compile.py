@@ -6030,3 +6030,48 @@ def test_an_optimizers_state_read_between_calls_leaves_the_replays():
         seen.append(float(np.abs(opt.state[id(model.weight)]["momentum_buffer"]).sum()))
         seen.append(sum(float(np.abs(v["momentum_buffer"]).sum()) for v in opt.state.values()))
     assert f.calls == {"traced": 1, "replayed": 3, "eager": 0} and len(set(seen)) == 8
+
+
+class _HeadsTrainer:
+    """A plain object holding a model whose last layer the step swaps in place."""
+
+    def __init__(self):
+        lp.manual_seed(0)
+        self.heads = [nn.Linear(4, 2, dtype="float64"), nn.Linear(4, 2, dtype="float64")]
+        self.model = nn.Sequential(nn.Linear(3, 4, dtype="float64"), nn.Tanh(), self.heads[0])
+
+    def step(self, x):  # the two heads take turns: the other one set into the list, then the model called
+        layers = self.model.layers
+        layers[-1] = self.heads[1] if layers[-1] is self.heads[0] else self.heads[0]
+        return self.model(x).detach()
+
+
+_HEADS = [None]  # (the global trainer of the "a global's" case)
+
+
+def _swap_global_heads(x):
+    return _HEADS[0].step(x)
+
+
+@pytest.mark.parametrize("reach", ["the owner's", "an argument's", "a global's"])
+def test_a_model_reached_through_an_object_whose_layers_the_step_swaps_runs_eagerly(reach):
+    """A Sequential reached through a plain object (a trainer's ``self.model``,
+    ``run.model``, ``RUN.model``), whose ``layers`` the step changes in place before it
+    calls the model: the module's own check, made when it is called, saw the changed
+    list, so replays kept the first call's layer (eager alternates). The change is now
+    seen against the list as it was before the call: the call runs eagerly."""
+    eager, trainer = _HeadsTrainer(), _HeadsTrainer()
+    if reach == "the owner's":
+        run = lp.compile(trainer.step)
+    elif reach == "an argument's":
+        f = lp.compile(lambda t, x: t.step(x))
+        run = functools.partial(f, trainer)
+    else:
+        _HEADS[0], f = trainer, lp.compile(_swap_global_heads)
+        run = f
+    rng = np.random.default_rng(0)
+    with pytest.warns(RuntimeWarning, match="through an object, changed by it"):
+        for _ in range(4):
+            x = Tensor(rng.normal(size=(2, 3)))
+            same(run(x), eager.step(x))
+            assert (trainer.model.layers[-1] is trainer.heads[1]) == (eager.model.layers[-1] is eager.heads[1])

@@ -38,6 +38,7 @@ from .returns import _returned_reads
 from .state import (
     Names,
     _call_key,
+    _held_members,
     _named_members,
     _named_state,
     _python_state,
@@ -207,6 +208,7 @@ class Compiled:
         python = _python_state((args, kwargs), [*objects, *self._owners], attrs) + named_state
         given = [v for v in (*objects, *self._owners) if isinstance(v, Module)]  # (a model passed in, a method's own)
         members = _named_members(names) + _named_members(given)
+        held = _held_members(python)  # (compared after the call alone: a called module's own are before replays)
         tracer = Tracer(tensors, _TRACE_CODE)
         tracer.holders = [c for c, _ in holding_members([args, kwargs], tuples=True)  # (not the call's own
                           if c is not args and c is not kwargs]  # tuple and dict: made for it, and held by it)
@@ -250,9 +252,9 @@ class Compiled:
             changed = "a list or dict argument or one the function names, or an attribute of an argument or of an " \
                       "object it names, changed by the function, or an iterator it names advanced (lst.pop(), " \
                       "d[key] = v, COUNTS['n'] += 1, self.steps += 1, cfg.calls += 1, next(it))"
-        elif not all(unchanged(c, items) for c, items in members):
-            changed = "a list or dict of tensors or modules the function reads by name, changed by it " \
-                      "(history.append(loss), a module's list of layers)"
+        elif not all(unchanged(c, items) for c, items in (*members, *held)):
+            changed = "a list or dict of tensors or modules the function reads by name or through an object, " \
+                      "changed by it (history.append(loss), a module's list of layers)"
         tracer.check_watched()
         # (module changes the call undid, or made to modules it made and dropped, as a loss module built
         # in the step: a replay that makes none leaves the modules as the call left them)

@@ -285,6 +285,18 @@ def _named_members(values) -> list:
     return found
 
 
+def _held_members(state) -> list:
+    """:func:`_named_members` of the modules among the items of a snapshot's objects and
+    containers (:func:`_python_state`: a trainer's ``self.model``, ``run.model``, a dict
+    argument's): compared after the trace, as a call that changes such a module's
+    layers in place before it calls it (``model.layers[0] = other``) makes a change a
+    replay would not (the module's own check, made when it is called, sees the list
+    as changed)."""
+    modules = {id(v): v for _, items, _ in state if type(items) is tuple for v in items
+               if issubclass(type(v), Module)}  # (type: a proxy's __class__ may raise outside its context)
+    return _named_members(list(modules.values()))
+
+
 def _call_key(args, kwargs):
     """``(key, tensors, objects)`` of a call (:func:`_key_of` of its arguments, with the
     modes a trace depends on, and which tensors are one or share memory). Plain
