@@ -6075,3 +6075,62 @@ def test_a_model_reached_through_an_object_whose_layers_the_step_swaps_runs_eage
             x = Tensor(rng.normal(size=(2, 3)))
             same(run(x), eager.step(x))
             assert (trainer.model.layers[-1] is trainer.heads[1]) == (eager.model.layers[-1] is eager.heads[1])
+
+
+def test_a_layer_frozen_at_every_other_call_replays_a_trace_of_each_state():
+    """``requires_grad_`` set outside the step, alternately (a phase that trains the
+    head alone): each state traces once and the key keeps both traces, so the calls
+    after replay; they traced at every call before (one trace dropped the other)."""
+    def setup():
+        lp.manual_seed(0)
+        encoder = nn.Sequential(nn.Linear(5, 12, dtype="float64"), nn.Tanh())
+        model = nn.Sequential(encoder, nn.Linear(12, 2, dtype="float64"))
+        opt = lp.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return model, encoder, step
+
+    (eager_model, eager_encoder, eager), (model, encoder, step) = setup(), setup()
+    compiled = lp.compile(step)
+    rng = np.random.default_rng(1)
+    for i in range(8):
+        for m in (eager_encoder, encoder):
+            m.requires_grad_(i % 2 == 0)
+        x, y = Tensor(rng.normal(size=(8, 5))), Tensor(rng.normal(size=(8, 2)))
+        same(compiled(x, y), eager(x, y))
+        for p, q in zip(model.parameters(), eager_model.parameters()):
+            same(p, q)
+    assert compiled.calls == {"traced": 2, "replayed": 6, "eager": 0}
+
+
+def test_a_compiled_function_a_compiled_step_calls_by_name_is_recorded_in_its_trace():
+    """A compiled forward (also used for inference elsewhere) called by a compiled
+    step: it runs eagerly inside the trace, its operations recorded there, and its
+    counts, which change at that call, are no state of the step's (the step ran
+    eagerly at every call, its warning blaming a dict argument)."""
+    def make(compiled):
+        model, opt = _linear_and_sgd(4, 2)
+        forward = lp.compile(lambda x: model(x)) if compiled else model
+
+        def step(x):
+            opt.zero_grad()
+            loss = (forward(x) ** 2).mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return model, (lp.compile(step) if compiled else step)
+
+    (eager_model, eager), (model, compiled) = make(False), make(True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for k in range(5):
+            x = Tensor(np.full((3, 4), float(k)))
+            same(compiled(x), eager(x))
+    for p, q in zip(model.parameters(), eager_model.parameters()):
+        same(p, q)
+    assert compiled.calls == {"traced": 1, "replayed": 4, "eager": 0}

@@ -385,9 +385,10 @@ def _named_objects(fn, words=frozenset()) -> list:
         elif isinstance(value, types.ModuleType):  # (a config module: the names loaded on it, or those of the
             if _configuration(value):  # code reached where it is used otherwise: never all of it)
                 found.append((value, frozenset(loaded.get(name, ())) | (words if name in whole else frozenset())))
-        elif _plain(value) or _configuration(value):  # (all its attributes where it runs a method a replay does
+        elif (_plain(value) or _configuration(value)) and not _compiled_function(value):
+            # (all its attributes where it runs a method a replay does not, or it is used otherwise)
             everything = name in whole or any(not getattr(getattr(type(value), m, None), "action", False)
-                                              for m in called.get(name, ()))  # not, or it is used otherwise)
+                                              for m in called.get(name, ()))
             found.append((value, None if everything else frozenset(loaded.get(name, ()))))
     defaults = [*(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values()]  # (def step(x, hp=HP))
     for value in [*values.values(), *defaults]:
@@ -504,6 +505,14 @@ def _codes(code) -> list:
         found.append(c)
         stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
     return found
+
+
+def _compiled_function(value) -> bool:
+    """Whether ``value`` is a function ``lp.compile`` made (called inside a traced call,
+    it runs eagerly, its operations recorded in the trace): no configuration, and its
+    counts and cache change at each call."""
+    module = getattr(type(value), "__module__", None)  # (a descriptor, not a name, for a class met on Python 3.10)
+    return isinstance(module, str) and module.startswith("leanpass._compile.")
 
 
 def _plain(value) -> bool:

@@ -107,7 +107,9 @@ class Compiled:
             self.calls["eager"] += 1
             return self.fn(*args, **kwargs)
         if not _fits(entry, tensors):
-            return self._trace(key, tensors, objects, args, kwargs)
+            entry = self._earlier(key, entry, tensors)
+            if entry is None:
+                return self._trace(key, tensors, objects, args, kwargs, branch=True)
         if not (_state_kept(entry.object_state) and _state_kept(entry.named_state)):
             now = _state_now(entry.object_state + entry.named_state)
             streak, last = self._churning.get(key, (0, None))
@@ -155,6 +157,21 @@ class Compiled:
             self.calls["replayed"] += 1
             return out
         return self._other_path(key, entry, tensors, objects, args, kwargs)
+
+    def _earlier(self, key, entry, tensors):
+        """A trace of the key made before ``entry`` that fits the call, where ``entry``
+        does not (a layer frozen at every other call, with ``requires_grad_``; a
+        parameter moved and moved back): made the entry, ``entry`` kept beside it. None
+        where none fits: ``entry`` kept beside the trace to come (the key keeps at most
+        4 traces, the newest)."""
+        others = self._branches.get(key, [])
+        for plan in others:
+            if _fits(plan, tensors):
+                self._entries[key] = plan
+                self._branches[key] = [entry, *(p for p in others if p is not plan)]
+                return plan
+        self._branches[key] = [entry, *others][:3]
+        return None
 
     def _other_path(self, key, entry, tensors, objects, args, kwargs):
         """A call none of whose key's traces takes its path (a check that decides one
