@@ -6134,3 +6134,64 @@ def test_a_compiled_function_a_compiled_step_calls_by_name_is_recorded_in_its_tr
     for p, q in zip(model.parameters(), eager_model.parameters()):
         same(p, q)
     assert compiled.calls == {"traced": 1, "replayed": 4, "eager": 0}
+
+
+def test_an_adversarial_step_reading_its_inputs_gradient_replays():
+    """FGSM's step: the input made a leaf in the call (``x.detach().requires_grad_()``),
+    a backward pass, its ``.grad`` read to perturb the batch, then the step on both
+    batches. The leaf's gradient is a value of each replay (it ran eagerly at every
+    call): eager bit for bit."""
+    def make():
+        lp.manual_seed(0)
+        model = nn.Sequential(nn.Linear(6, 16, dtype="float64"), nn.ReLU(), nn.Linear(16, 3, dtype="float64"))
+        opt = lp.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+        def step(x, y):
+            xa = x.detach().requires_grad_(True)
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(xa), y).backward()
+            x_adv = (x + 0.1 * lp.sign(lp.as_tensor(xa.grad))).detach()
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y) + nn.functional.cross_entropy(model(x_adv), y)
+            loss.backward()
+            opt.step()
+            return loss.detach(), lp.as_tensor(xa.grad).abs().sum()
+        return model, step
+
+    (eager_model, eager), (model, step) = make(), make()
+    compiled = lp.compile(step)
+    rng = np.random.default_rng(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(5):
+            x, y = Tensor(rng.normal(size=(8, 6))), lp.asarray(rng.integers(0, 3, 8))
+            for a, b in zip(compiled(x, y), eager(x, y), strict=True):
+                same(a, b)
+    for p, q in zip(model.parameters(), eager_model.parameters()):
+        same(p, q)
+    assert compiled.calls == {"traced": 1, "replayed": 4, "eager": 0}
+
+
+@pytest.mark.parametrize("read_first", [False, True])
+def test_a_leaf_made_in_the_call_keeps_its_gradient_over_two_passes(read_first):
+    """Its ``.grad`` read before any pass (zeros, kept: the passes add to them), and
+    after each of two: as eagerly, -0.0 and all."""
+    w = Tensor(np.array([1.0, -2.0, -0.0]), requires_grad=True)
+
+    def f(x):
+        xa = x.detach().requires_grad_()
+        first = lp.as_tensor(xa.grad) * 1.0 if read_first else x * 0.0
+        (xa * w).sum().backward()
+        once = lp.as_tensor(xa.grad) * 1.0
+        (xa * xa * -0.5).sum().backward()
+        return first, once, lp.as_tensor(xa.grad) * 1.0
+
+    compiled = lp.compile(f)
+    for k in range(4):
+        x = Tensor(np.array([0.0, 1.0, -3.0]) * k)
+        want = f(x)
+        got = compiled(x)
+        for a, b in zip(got, want, strict=True):
+            same(a, b)
+            np.testing.assert_array_equal(np.signbit(host(a)), np.signbit(host(b)))
+    assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}

@@ -48,7 +48,8 @@ class Plan:
         self.slot_backend.update({slot: e[7] for e in self.events if e[0] == "several"
                                   for slot in (*e[4], *([] if e[5] is None else [e[5]]))})
         self.slot_backend.update({slot: e[3] for e in self.events if e[0] == "autograd" for _, slot in e[5]})
-        self.slot_backend.update({e[2]: e[3] for e in self.events if e[0] == "grad_read"})
+        self.slot_backend.update({e[2]: e[3] for e in self.events if e[0] in ("grad_read", "leaf_grad")})
+        self.leaf_grads = frozenset(e[1] for e in self.events if e[0] == "leaf_grad")  # (their .grad read)
         self.slot_backend.update({e[4][0]: e[4][3] for e in self.events if e[0] == "action" and e[4] is not None})
         self.grad_meta = {e[2]: tracer.meta[e[2]] for e in self.events if e[0] == "grad_read"}
         self.grads_read = list({id(e[1][1]) if e[1][0] == EXT else e[1]: e[1] for e in self.events
@@ -190,6 +191,7 @@ class Plan:
             if isinstance((args[ref] if kind_ == ARG else ref)._grad, Tensor):
                 raise _Stale("a gradient the call reads holds a Tensor (backward(create_graph=True))")
         slots = [None] * self.slots
+        inner = dict.fromkeys(self.leaf_grads) if self.leaf_grads else None  # (Plan._backward's)
         backwards = {}
         keeps = self.keeps_backward
         free = self._free
@@ -262,12 +264,17 @@ class Plan:
                 slots[event[3]] = event[1](event[4], get(event[2][0]))
             elif kind == "backward":
                 self.changed = True
-                self._backward(event, get, backwards, args)
+                self._backward(event, get, backwards, args, inner=inner)
             elif kind == "autograd":  # autograd.grad: its gradients are values of the call
                 if self._backward(event, get, backwards, args, slots):  # (its leaves' hooks ran: a change of
                     self.changed = True  # state, whatever they do; a check failing after cannot try another path)
             elif kind == "leaf":  # a leaf made in the call on values it has (lp.func.grad's input)
                 slots[event[2]] = get(event[1])
+            elif kind == "leaf_grad":  # its .grad read: the passes' gradient so far (zeros before any, kept:
+                g = inner[event[1]]  # a pass after adds to them, as eagerly)
+                if g is None:
+                    g = inner[event[1]] = event[3].zeros(event[4], event[5])
+                slots[event[2]] = g
             elif kind == "grad_read":  # t.grad read in the call: its array at this point
                 read_grads = True  # (a zero_grad after it is no longer one an eager call runs again alike)
                 _, (kind_, ref), slot, backend = event
@@ -346,10 +353,12 @@ class Plan:
             slots[target[1]] = t._data
 
     @staticmethod
-    def _backward(event, get, backwards, args, slots=None):
+    def _backward(event, get, backwards, args, slots=None, inner=None):
         """One backward pass: ``get(source)`` reads the replay's arrays. An autograd.grad
         (an ``autograd`` event) writes no ``.grad``: the gradients of its targets, copied, go
-        to their ``slots``; it returns whether a leaf's gradient hook ran."""
+        to their ``slots``; it returns whether a leaf's gradient hook ran. ``inner``: the
+        ``.grad`` of the leaves made in the call that the call reads, by slot (None until
+        a pass reaches one; kept as ``_store`` keeps a tensor's)."""
         _, seeds, schedule, backend = event[:4]
         targets = event[4] if slots is not None else None
         xp = backend.xp
@@ -428,6 +437,10 @@ class Plan:
             for t, (g, fresh) in leaves.items():
                 if type(t) is not tuple:  # (a leaf made in the call, ("leaf", slot): no result is it)
                     _store(t, g, fresh)
+                elif inner is not None and t[1] in inner:  # (one whose .grad the call reads)
+                    old = inner[t[1]]
+                    g = old + g if old is not None else g if fresh else backend.copy(g)
+                    inner[t[1]] = g if type(g) is backend.array_type else backend.as_array(g)
         if hooks._hooks_registered:  # the leaves' post-accumulate hooks (DDP's averaging), as eagerly
             hooks._run_post_hooks(leaves)
 

@@ -504,8 +504,15 @@ class Tracer:
         if src is None:
             return g
         if src[0] == VAL:
-            self.unsupported("Tensor.grad of a tensor made in the call")
-            return g
+            leaf_slot = self.inner_leaves.get(id(t))
+            if leaf_slot is None or src != (VAL, leaf_slot):
+                self.unsupported("Tensor.grad of a tensor made in the call that is no leaf of it")
+                return g
+            # a leaf made in the call (FGSM's x.detach().requires_grad_()): its gradient of the replay's
+            # backward passes at this point (Plan._backward keeps it), a value of the call
+            slot = self._new_grad_value(g)
+            self.events.append(("leaf_grad", leaf_slot, slot, t._backend, *self.meta[slot]))
+            return leaf(g, t._backend)
         slot = self.slots
         self.grad_slots[slot] = src  # its memory is the tensor's .grad: no change in the graph replays out of place
         self.slots += 1
@@ -514,6 +521,15 @@ class Tracer:
         self.keep.append(g)
         self.events.append(("grad_read", src, slot, t._backend))
         return leaf(g, t._backend)
+
+    def _new_grad_value(self, g) -> int:
+        """A slot for the gradient ``g`` read in the call, a value of it."""
+        slot = self.slots
+        self.slots += 1
+        self.meta[slot] = (tuple(g.shape), g.dtype)
+        self.arrays[id(g)] = (VAL, slot)
+        self.keep.append(g)
+        return slot
 
     def check(self, fn, values, branch: bool = False) -> None:
         """``fn(*arrays)`` checks the values of ``values`` (tensors, or arrays the call has
