@@ -398,7 +398,8 @@ class Program:
             return name
 
         template = "i0" if self.n_inputs else None  # (the array a constant's line makes one like)
-        used = [[template] if fn == "full" else [arg(x) for x in args if isinstance(x, (str, tuple))]
+        used = [([template] if template else []) if fn == "full" else [arg(x) for x in args
+                                                                         if isinstance(x, (str, tuple))]
                 for _, fn, args in self.lines]
         last = {x: i for i, names in enumerate(used) for x in names}  # each value's last line, inputs' too:
         outputs = {arg(o) for o in self.outputs if isinstance(o, (str, tuple))}  # dropped after it (eager's

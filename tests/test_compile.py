@@ -20,6 +20,7 @@ import sys
 import threading
 import tracemalloc
 import warnings
+import weakref
 from random import gauss
 from secrets import randbelow
 
@@ -6195,3 +6196,199 @@ def test_a_leaf_made_in_the_call_keeps_its_gradient_over_two_passes(read_first):
             same(a, b)
             np.testing.assert_array_equal(np.signbit(host(a)), np.signbit(host(b)))
     assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}
+
+
+class _TensorMomentum(lp.optim.Optimizer):
+    """A hand-written optimizer that keeps Tensors in ``self.state`` and reads them in
+    its own ``step``, traced as the call's code (no action)."""
+
+    def __init__(self, params):
+        super().__init__(params, dict(lr=0.1))
+        for p in self.param_groups[0]["params"]:
+            self.state[id(p)] = {"buf": lp.zeros_like(p)}
+
+    def step(self):
+        with lp.no_grad():
+            for p in self.param_groups[0]["params"]:
+                buf = self.state[id(p)]["buf"]
+                buf.mul_(0.9).add_(p.grad)
+                p.sub_(0.1 * buf)
+
+
+def test_a_hand_written_optimizer_keeping_tensors_in_its_state_replays():
+    def run(compiled):
+        model = mlp("cpu")
+        opt = _TensorMomentum(model.parameters())
+
+        def step(x):
+            opt.zero_grad()
+            loss = (model(x) ** 2).mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        f = lp.compile(step, fuse=False) if compiled else step
+        out = [host(f(Tensor(np.full((4, 6), 0.1 * k)))) for k in range(4)]
+        return out + [host(p) for p in model.parameters()], f
+
+    (want, _), (got, f) = run(False), run(True)
+    for a, b in zip(got, want, strict=True):
+        same(a, b)
+    assert f.calls == {"traced": 1, "replayed": 3, "eager": 0}
+
+
+@pytest.mark.parametrize("how", ["setdefault", "a dict fetched before"])
+def test_an_optimizers_state_array_read_any_way_runs_the_call_eagerly(how):
+    """``opt.state.setdefault(...)`` (a read too), or a parameter's state dict fetched
+    before the calls (no read of ``opt.state`` in the call): a tensor made on its
+    buffer runs the call eagerly (replays gave the first call's buffer)."""
+    def run(compiled):
+        model, _ = _linear_and_sgd(3, 1)
+        opt = lp.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        (model(Tensor(np.ones((1, 3)))) ** 2).sum().backward()
+        opt.step()  # (the state made)
+        inner = dict.__getitem__(opt.state, id(model.weight))
+
+        def step(x):
+            opt.zero_grad()
+            (model(x) ** 2).mean().backward()
+            opt.step()
+            buf = opt.state.setdefault(id(model.weight), {}) if how == "setdefault" else inner
+            return lp.as_tensor(buf["momentum_buffer"]).abs().sum()
+
+        f = lp.compile(step) if compiled else step
+        return [host(f(Tensor(np.full((2, 3), float(k + 1))))) for k in range(4)], f
+
+    want, _ = run(False)
+    with pytest.warns(RuntimeWarning, match="optimizer's state"):
+        got, f = run(True)
+    for a, b in zip(got, want, strict=True):
+        same(a, b)
+    assert f.calls["replayed"] == 0
+
+
+def test_opt_step_given_none_as_its_closure_replays():
+    def run(compiled):
+        model, opt = _linear_and_sgd(3, 1)
+
+        def step(x, closure=None):
+            opt.zero_grad()
+            loss = (model(x) ** 2).mean()
+            loss.backward()
+            opt.step(closure)  # (generic code: no closure given)
+            return loss.detach()
+
+        f = lp.compile(step) if compiled else step
+        return [host(f(Tensor(np.full((2, 3), float(k + 1))))) for k in range(4)], f
+
+    (want, _), (got, f) = run(False), run(True)
+    for a, b in zip(got, want, strict=True):
+        same(a, b)
+    assert f.calls == {"traced": 1, "replayed": 3, "eager": 0}
+
+
+def test_a_replaced_layer_leaves_no_trace_holding_it():
+    """A key keeps its earlier traces only where a state tensor's flag, shape, dtype or
+    device tells them from the call (a change that may be undone): a head replaced at
+    each epoch leaves none behind (they held every old head alive), and a path taken
+    later (a target equal to ignore_index) still gets a trace of its own."""
+    lp.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8, dtype="float64"), nn.Tanh(), nn.Linear(8, 3, dtype="float64"))
+    opt = lp.optim.SGD(model.parameters(), lr=0.1)
+    f = lp.compile(training_step(model, opt))
+    rng, heads = np.random.default_rng(0), []
+    x = Tensor(rng.normal(size=(6, 4)))
+    for epoch in range(4):
+        if epoch:
+            heads.append(weakref.ref(model[2].weight))
+            model[2] = nn.Linear(8, 3, dtype="float64")
+            opt.param_groups[0]["params"][-2:] = [model[2].weight, model[2].bias]
+        for _ in range(2):
+            f(x, lp.asarray(rng.integers(0, 3, 6)))
+    gc.collect()
+    assert [h() for h in heads] == [None] * 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(3):
+            y = rng.integers(0, 3, 6)
+            y[0] = -100
+            f(x, lp.asarray(y))
+    assert f.calls == {"traced": 5, "replayed": 6, "eager": 0}
+
+
+_HEADS_BY_NAME = {}
+
+
+def test_a_compiled_function_in_a_dict_the_step_names_is_no_configuration():
+    lp.manual_seed(0)
+    model = nn.Linear(4, 2, dtype="float64")
+    opt = lp.optim.SGD(model.parameters(), lr=0.1)
+    _HEADS_BY_NAME["cls"] = lp.compile(lambda x: model(x))
+
+    def step(x):
+        opt.zero_grad()
+        loss = (_HEADS_BY_NAME["cls"](x) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    f = lp.compile(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for k in range(5):
+            f(Tensor(np.full((3, 4), float(k))))
+    assert f.calls == {"traced": 1, "replayed": 4, "eager": 0}
+
+
+@pytest.mark.parametrize("kernel", [False, True])
+def test_a_fused_runs_inputs_are_not_held_past_it(kernel, monkeypatch):
+    """A fused run reads ``x @ w`` last: the replay holds it no longer than the run
+    (a flat program, or a kernel compiled where Numba is installed, which leaves its
+    list of inputs as it was), so a draw after it allocates no more than eagerly."""
+    if not kernel:
+        monkeypatch.setattr(_compile.plan, "COMPILE_AFTER", 10**9)
+    w = Tensor(np.eye(256))
+
+    def infer(x):
+        g = ((x @ w) * 2.0 + 1.0) * 3.0
+        return g, lp.rand(256, 256, dtype="float64")
+
+    def peak(fn, calls):
+        for _ in range(calls):
+            fn(x)
+        tracemalloc.start()
+        try:
+            fn(x)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    x = Tensor(RNG.normal(size=(256, 256)))
+    eager_peak = peak(infer, 1)
+    f = lp.compile(infer)
+    assert peak(f, 5) <= eager_peak + 4096  # (a flat program, or the kernel: made and compiled by now)
+    assert f.calls == {"traced": 1, "replayed": 5, "eager": 0}
+
+
+def test_replays_that_meet_an_error_at_three_calls_in_a_row_warn():
+    """A replay that meets an error before any change of state runs the call eagerly
+    (its ``except`` path): at three such calls in a row a warning says so, with the
+    error, and ``explain()`` counts them (each pays for the replay too)."""
+    def f(a):
+        try:
+            return lp.linalg.cholesky(a)
+        except Exception:
+            return a * 0.0
+
+    compiled = lp.compile(f, fuse=False)
+    compiled(Tensor(np.eye(2)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for k in range(4):
+            a = Tensor(-np.eye(2) * (k + 1))
+            same(compiled(a), f(a))
+    assert [str(w.message).count("at 3 calls in a row") for w in caught] == [1]
+    assert compiled.calls == {"traced": 1, "replayed": 0, "eager": 4}
+    assert "4 calls run eagerly after their replay met an error" in compiled.explain()
+    compiled(Tensor(np.eye(2)))
+    assert compiled.calls["replayed"] == 1

@@ -143,6 +143,12 @@ class Compiled:
                     continue
                 if isinstance(exc, _Stale):
                     self._fall_back(key, (f"a replay met {exc}", "replay"))
+                else:  # an error before any change of state: this call eagerly (it may catch the error)
+                    plan.retries, plan.retried, plan.retry_reason = plan.retries + 1, plan.retried + 1, str(exc)
+                    if plan.retries == 3:  # (at every call: each pays for the replay that failed too)
+                        self._warn(f"replays met an error before any change of state at 3 calls in a row "
+                                   f"({exc}), each then run eagerly: an error eager code catches (a path the "
+                                   "trace did not take) costs a replay too", "replay")
                 self.calls["eager"] += 1
                 return self.fn(*args, **kwargs)
             except BaseException:  # after a change of state: raised as eagerly; the next call traces again
@@ -154,6 +160,7 @@ class Compiled:
                 self._branches[key] = [entry, *(p for p in others if p is not plan)]
             if self._churning:
                 self._churning.pop(key, None)
+            plan.retries = 0
             self.calls["replayed"] += 1
             return out
         return self._other_path(key, entry, tensors, objects, args, kwargs)
@@ -162,15 +169,18 @@ class Compiled:
         """A trace of the key made before ``entry`` that fits the call, where ``entry``
         does not (a layer frozen at every other call, with ``requires_grad_``; a
         parameter moved and moved back): made the entry, ``entry`` kept beside it. None
-        where none fits: ``entry`` kept beside the trace to come (the key keeps at most
-        4 traces, the newest)."""
+        where none fits: ``entry`` kept beside the trace to come where only a state
+        tensor's shape, dtype, device or flag tells it from the call (such a change may
+        be undone; a layer replaced, a name rebound, will not be: it goes), the key
+        keeping at most 4 traces, the newest."""
         others = self._branches.get(key, [])
         for plan in others:
             if _fits(plan, tensors):
                 self._entries[key] = plan
                 self._branches[key] = [entry, *(p for p in others if p is not plan)]
                 return plan
-        self._branches[key] = [entry, *others][:3]
+        kept = [entry] if _fits(entry, tensors, externals=False) else []
+        self._branches[key] = [*kept, *(p for p in others if _fits(p, tensors, externals=False))][:3]
         return None
 
     def _other_path(self, key, entry, tensors, objects, args, kwargs):
@@ -225,7 +235,8 @@ class Compiled:
         python = _python_state((args, kwargs), [*objects, *self._owners], attrs) + named_state
         given = [v for v in (*objects, *self._owners) if isinstance(v, Module)]  # (a model passed in, a method's own)
         members = _named_members(names) + _named_members(given)
-        held = _held_members(python)  # (compared after the call alone: a called module's own are before replays)
+        held_members = _held_members(python)  # (compared after the call alone: a called module's are before
+        # replays)
         tracer = Tracer(tensors, _TRACE_CODE)
         tracer.holders = [c for c, _ in holding_members([args, kwargs], tuples=True)  # (not the call's own
                           if c is not args and c is not kwargs]  # tuple and dict: made for it, and held by it)
@@ -269,7 +280,7 @@ class Compiled:
             changed = "a list or dict argument or one the function names, or an attribute of an argument or of an " \
                       "object it names, changed by the function, or an iterator it names advanced (lst.pop(), " \
                       "d[key] = v, COUNTS['n'] += 1, self.steps += 1, cfg.calls += 1, next(it))"
-        elif not all(unchanged(c, items) for c, items in (*members, *held)):
+        elif not all(unchanged(c, items) for c, items in (*members, *held_members)):
             changed = "a list or dict of tensors or modules the function reads by name or through an object, " \
                       "changed by it (history.append(loss), a module's list of layers)"
         tracer.check_watched()
@@ -314,6 +325,7 @@ class Compiled:
     def _fall_back(self, key, reason) -> None:
         what, where = reason
         self._entries[key] = f"{what} ({where})"
+        self._branches.pop(key, None)  # (the key runs eagerly: its other traces go; _other_path keeps its own)
         self._bound_cache(key)
         self._warn(f"runs eagerly for these arguments: {what}", where)
 
@@ -362,18 +374,20 @@ class Compiled:
                          f"{c['action']} steps ({', '.join(entry.actions) or 'none'}), {entry.constants} constants, "
                          f"{c['draw']} random draws, {c['host']} numbers read on the host; "
                          f"{len(entry.externals)} tensors from outside, checked before each replay; "
-                         f"fusion: {entry.fusion()}")
+                         f"fusion: {entry.fusion()}"
+                         + (f"; {entry.retried} calls run eagerly after their replay met an error before any "
+                            f"change of state (the last: {entry.retry_reason})" if entry.retried else ""))
         return "\n".join(lines)
 
     def __repr__(self) -> str:
         return f"<lp.compile of {self.fn!r}>"
 
 
-def _fits(plan, tensors) -> bool:
+def _fits(plan, tensors, externals: bool = True) -> bool:
     """Whether ``plan`` may replay a call with ``tensors``: the state tensors it reads
-    as the trace saw them (:meth:`Plan.fits`), the names it reads bound as then, no hook
-    added to an argument it watches."""
-    return (plan.fits() and all(map(_same, _values(plan.name_reads), plan.names))
+    as the trace saw them (:meth:`Plan.fits`; not checked without ``externals``), the
+    names it reads bound as then, no hook added to an argument it watches."""
+    return (plan.fits(externals) and all(map(_same, _values(plan.name_reads), plan.names))
             and not (plan.hook_args and any(hooks.hooked(tensors[i], post) for i, post in plan.hook_args)))
 
 

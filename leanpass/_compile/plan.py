@@ -37,6 +37,7 @@ class Plan:
         self.externals = list(tracer.externals.values())
         self.member_lists = tracer.member_lists
         self.options = list({(id(g), k): (g, k, v) for g, k, v in reversed(tracer.options)}.values())  # (first)
+        self.state_reads = list({id(s): (s, k) for s, k in reversed(tracer.state_reads)}.values())  # (first)
         self.counts = collections.Counter(e[0] for e in self.events)
         self.draws = bool(self.counts["draw"])
         self.passes = self.counts["backward"] + self.counts["autograd"] + tracer.graph_passes
@@ -55,6 +56,8 @@ class Plan:
         self.grads_read = list({id(e[1][1]) if e[1][0] == EXT else e[1]: e[1] for e in self.events
                                 if e[0] == "grad_read"}.values())
         self.runs = self.replays = self.kernels = 0
+        self.retries = self.retried = 0  # replays that met an error before any change of state: in a row, all
+        self.retry_reason = None  # (the last one's error)
         # fusion plans at the first replay (the trace, and a call made once, do not pay for it),
         # from the shapes and dtypes of what the operations read
         self._to_fuse = None
@@ -136,12 +139,13 @@ class Plan:
         return (f"{fused} of {self.counts['op']} operations in {self.runs} forward runs and "
                 f"{backward} backward programs; {state}")
 
-    def fits(self) -> bool:
+    def fits(self, tensors: bool = True) -> bool:
         """Whether every tensor from outside still has the shape, dtype, device and flag
-        the trace saw (a parameter moved: trace again), and no module had a member
-        replaced or an attribute set since (a layer replaced, ``.eval()``: the function
-        may reach other tensors, or take another path), or every such change was
-        undone since (``.eval()`` for an evaluation, then ``.train()``)."""
+        the trace saw (a parameter moved: trace again; not checked without ``tensors``),
+        and no module had a member replaced or an attribute set since (a layer replaced,
+        ``.eval()``: the function may reach other tensors, or take another path), or
+        every such change was undone since (``.eval()`` for an evaluation, then
+        ``.train()``)."""
         if hooks.post_hook_changes[0] != self.post_hooks:
             return False
         if _MODULE_CHANGES[0] != self.modules:  # a change since the trace: unless undone (eval(), then train())
@@ -154,13 +158,17 @@ class Plan:
         for t, post in self.hook_leaves:  # a hook added since on a leaf of a pass a check moved past (__init__)
             if hooks.hooked(t, post):
                 return False
-        for t, shape, dtype, backend, rg in self.externals:
-            data = t._data
-            if data.dtype != dtype or tuple(data.shape) != shape or t._backend is not backend or t._rg != rg:
-                return False
         for group, key, value in self.options:  # an optimizer's option the trace used as a number (lr * p.grad)
             if not _equal(dict.get(group, key, _NOT_KEYED), value):
                 return False
+        for state, keys in self.state_reads:  # an optimizer's state the call read: its parameters as then
+            if tuple(dict.keys(state)) != keys:
+                return False
+        if tensors:
+            for t, shape, dtype, backend, rg in self.externals:
+                data = t._data
+                if data.dtype != dtype or tuple(data.shape) != shape or t._backend is not backend or t._rg != rg:
+                    return False
         return True
 
     def replay(self, args: list):
@@ -246,6 +254,7 @@ class Plan:
                 with event[4].backend.quiet():
                     for slot, out in zip(event[3], fn(arrays)):
                         slots[slot] = out
+                arrays = out = None  # (a compiled kernel leaves its list as it was)
             elif kind == "several":  # a decomposition: its outputs, and in the graph the nodes eager's has
                 self._several(event, slots, get, backwards)
             elif kind == "draw":  # a random draw: a new one each time, from the generator, as eagerly

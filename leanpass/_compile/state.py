@@ -16,7 +16,7 @@ from .._graph.modes import is_grad_enabled
 from ..backends import get_default_device, get_default_dtype
 from ..nn.module import Module, _same_value, holding_members, items_of
 from ..tensor import Tensor
-from .code import _ITERATOR, _NOT_KEYED, _configuration, _inspectable, _is_iterator, _plain
+from .code import _ITERATOR, _NOT_KEYED, _compiled_function, _configuration, _inspectable, _is_iterator, _plain
 
 
 def _tensor_key(value) -> tuple:
@@ -79,6 +79,7 @@ def _python_state(value, objects, names=None, nested=_NOT_KEYED) -> list:
                 or (isinstance(obj, type) and not any(obj is o for o in objects)  # (a class named: its values;
                     and not _configuration(obj))  # one of the user's held by a configuration, Config.train.lr)
                 or hasattr(type(obj), "_traced_state")  # (a watched one: an optimizer, a scheduler)
+                or _compiled_function(obj)  # (lp.compile's, wherever it is held: its counts change at each call)
                 or (_leanpass_own(obj) and not any(obj is o for o in objects))):  # (a backend, a compiled
             continue  # function an object holds: no configuration, and the latter's counts change at each call)
         seen.add(id(obj))

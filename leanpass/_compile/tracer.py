@@ -64,6 +64,18 @@ def _internal_maker():
     return None
 
 
+def _optimizer_arrays() -> set:
+    """The ids of the arrays the optimizers alive hold as state (``opt.state``'s)."""
+    found = set()
+    for obj in list(_WATCHED):
+        state = getattr(obj, "state", None)
+        if isinstance(state, dict):
+            for entries in dict.values(state):
+                if isinstance(entries, dict):
+                    found.update(id(v) for v in entries.values() if hasattr(v, "shape"))
+    return found
+
+
 class Tracer:
     """Records one eager call (see :mod:`leanpass._compile`). Reports from the hooks arrive as
     method calls; the first thing a replay could not reproduce sets :attr:`reason`
@@ -104,6 +116,7 @@ class Tracer:
         self.host: dict = {}  # id(number) -> (slot, what, where) of a value read on the host in a return
         self.out_specs: dict = {}  # id(tensor) -> its spec in the result (_outputs)
         self.options: list = []  # (parameter group, key, value) read by the call's own code: checked (Plan.fits)
+        self.state_reads: list = []  # (an optimizer's state of Tensors, its keys) read by the call's own code: too
         self.options_set = None  # the action that may have set options since the call began (a scheduler's step)
         self.keep_args = list(args)
         self.arg_references = _references(self.keep_args)  # what holds the arguments before the call (escaped)
@@ -255,6 +268,10 @@ class Tracer:
             return self.unsupported(f"{maker}: a value computed outside the recorded operations")
         if t._rg:
             return self.unsupported("a tensor that requires grad made inside the function")
+        if id(t._data) in _optimizer_arrays():  # (its dict fetched before the call: no read of opt.state seen)
+            return self.unsupported("a tensor on an optimizer's state array (lp.as_tensor(opt.state[...][name])) "
+                                    "made inside the function: each step changes it in place, and a replay would "
+                                    "give the first call's values")
         # a new tensor at each call, as eagerly: a replay starts from a copy of the values made now
         slot = self._new_slot(t)
         self.events.append(("const", t._backend.copy(t._data), slot, t._backend))
@@ -418,7 +435,8 @@ class Tracer:
             TRACER[0] = self
 
     def action(self, method, args, kwargs):
-        if getattr(method, "closure_first", False) and (len(args) > 1 or kwargs.get("closure") is not None):
+        if getattr(method, "closure_first", False) and ((len(args) > 1 and args[1] is not None)
+                                                         or kwargs.get("closure") is not None):
             closure = args[1] if len(args) > 1 else kwargs["closure"]  # (opt.step(closure): a replay runs
             with enable_grad():  # the closure's recorded operations, then the step)
                 result = closure()
@@ -454,6 +472,15 @@ class Tracer:
                 self.poisoned[id(result)] = method.__qualname__
                 self.keep.append(result)
         return result
+
+    def read_state(self, state) -> None:
+        """See :func:`leanpass._graph.trace.read_state`."""
+        if any(not isinstance(v, Tensor) for entries in dict.values(state)
+               for v in (dict.values(entries) if isinstance(entries, dict) else (entries,))):
+            self.unsupported("an optimizer's state read inside the function (opt.state): its arrays and step "
+                             "counts change at each step, and a replay would give the first call's")
+        else:  # (Tensors, or none yet: ``if opt.state:``, a step's first call fills it; a replay checks the keys)
+            self.state_reads.append((state, tuple(dict.keys(state))))
 
     def read_option(self, group, key, value) -> None:
         """See :func:`leanpass._graph.trace.read_option`."""

@@ -45,16 +45,16 @@ def read_option(group, key, value) -> None:
         tracer.read_option(group, key, value)
 
 
-def read_state() -> None:
-    """An optimizer's ``state`` read by the traced call's own code, outside an action
-    (``opt.state[id(p)]["momentum_buffer"]`` to log it, Adam's ``"step"`` count to ramp
-    a loss in): its arrays are the optimizer's, changed in place by each step, and its
-    numbers change at each step, so a replay, which would give the trace's, cannot
-    stand for the call: it runs eagerly."""
+def read_state(state) -> None:
+    """An optimizer's ``state`` (``{id(p): {name: value}}``) read by the traced call's own
+    code, outside an action (``opt.state[id(p)]["momentum_buffer"]`` to log it, Adam's
+    ``"step"`` count to ramp a loss in): where it holds arrays or numbers (the built-in
+    optimizers' state), which each step changes, in place or anew, a replay, which
+    would give the trace's, cannot stand for the call: it runs eagerly. Tensors there
+    (a hand-written optimizer's) are state tensors as any other."""
     tracer = TRACER[0]
     if tracer is not None and tracer.records():
-        tracer.unsupported("an optimizer's state read inside the function (opt.state): its arrays and step counts "
-                           "change at each step, and a replay would give the first call's")
+        tracer.read_state(state)
 
 
 def watch(obj) -> None:

@@ -41,50 +41,93 @@ def _params_error(name: str, params) -> TypeError:
 class _State(dict):
     """An optimizer's ``state``, ``{id(parameter): {name: array or number}}``: a dict
     whose reads in a traced call (:func:`leanpass._graph.trace.read_state`) make the
-    call run eagerly, as a replay would give the trace's arrays and numbers (the
-    optimizer's own reads, in its ``step``, are untraced)."""
+    call run eagerly where it holds arrays or numbers, as a replay would give the
+    trace's (the built-in optimizers' own reads, in their ``step``, are untraced; a
+    hand-written ``step`` that keeps Tensors there replays)."""
 
     __slots__ = ()
 
     def __getitem__(self, key):
         if TRACER[0] is not None:
-            read_state()
+            read_state(self)
         return dict.__getitem__(self, key)
 
     def get(self, key, default=None):
         if TRACER[0] is not None:
-            read_state()
+            read_state(self)
         return dict.get(self, key, default)
 
     def items(self):
         if TRACER[0] is not None:
-            read_state()
+            read_state(self)
         return dict.items(self)
 
     def values(self):
         if TRACER[0] is not None:
-            read_state()
+            read_state(self)
         return dict.values(self)
 
     def keys(self):
         if TRACER[0] is not None:
-            read_state()
+            read_state(self)
         return dict.keys(self)
 
     def __iter__(self):
         if TRACER[0] is not None:
-            read_state()
+            read_state(self)
         return dict.__iter__(self)
 
     def __len__(self):  # (``if opt.state:``, a path a replay would not take again)
         if TRACER[0] is not None:
-            read_state()
+            read_state(self)
         return dict.__len__(self)
 
     def __contains__(self, key):
         if TRACER[0] is not None:
-            read_state()
+            read_state(self)
         return dict.__contains__(self, key)
+
+    def setdefault(self, key, default=None):
+        if TRACER[0] is not None:
+            read_state(self)
+        return dict.setdefault(self, key, default)
+
+    def pop(self, *args):
+        if TRACER[0] is not None:
+            read_state(self)
+        return dict.pop(self, *args)
+
+    def popitem(self):
+        if TRACER[0] is not None:
+            read_state(self)
+        return dict.popitem(self)
+
+    def copy(self):
+        if TRACER[0] is not None:
+            read_state(self)
+        return dict.copy(self)
+
+    def __reversed__(self):
+        if TRACER[0] is not None:
+            read_state(self)
+        return dict.__reversed__(self)
+
+    def __eq__(self, other):
+        if TRACER[0] is not None:
+            read_state(self)
+        return dict.__eq__(self, other)
+
+    def __ne__(self, other):
+        if TRACER[0] is not None:
+            read_state(self)
+        return dict.__ne__(self, other)
+
+    __hash__ = None  # (a dict's: none)
+
+    def __repr__(self):
+        if TRACER[0] is not None:
+            read_state(self)
+        return dict.__repr__(self)
 
 
 class _Group(dict):
