@@ -199,3 +199,18 @@ def test_bad_input_raises_naming_the_function_and_changes_nothing(call, error, p
     for part in parts:
         assert part in str(info.value), (part, str(info.value))
     _unchanged(x, before)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_values_and_gradients_at_nan_and_infinities_are_torchs(case):
+    """NaN and +-inf in, as PyTorch: ELU's gradient at NaN is the incoming one (it
+    was NaN)."""
+    torch = torch_or_skip()
+    fn, kwargs, torch_name, _ = CASES[case]
+    points = np.array([np.nan, np.inf, -np.inf, -1.0, 2.0])
+    x, tx = Tensor(points, requires_grad=True), torch.tensor(points, requires_grad=True)
+    y, ty = fn(x, **kwargs), _torch_fn(torch, torch_name)(tx, **kwargs)
+    np.testing.assert_allclose(host(y), ty.detach().numpy(), rtol=RTOL, atol=0)
+    y.backward(Tensor(np.full(points.size, 1.5)))
+    ty.backward(torch.full((points.size,), 1.5, dtype=torch.float64))
+    np.testing.assert_allclose(host(x.grad), tx.grad.numpy(), rtol=RTOL, atol=0)

@@ -277,3 +277,22 @@ def test_the_fused_kernels_are_not_used_with_amsgrad_or_maximize(standin, cls, o
     kernel = "adam" if cls.startswith("Adam") else "sgd_momentum" if off.get("momentum") else "sgd"
     if cls in ("SGD", "Adam", "AdamW") and not off.get("dampening"):
         assert CALLS.get(kernel) == len(_grads())  # without them the kernels still run
+
+
+@pytest.mark.parametrize("cls", ["SGD", "Adam", "AdamW", "RMSprop", "Adagrad"])
+def test_torchs_implementation_options_are_taken_and_change_nothing(cls):
+    """``foreach``, ``fused``, ``capturable`` (where PyTorch's optimizer has them):
+    accepted, as code written for PyTorch passes them (nanoGPT's ``fused=True``), and
+    the steps are those without; ``differentiable=True`` raises NotImplementedError,
+    a value of another type TypeError, naming the optimizer."""
+    params = inspect.signature(getattr(optim, cls)).parameters
+    given = {k: True for k in ("foreach", "fused", "capturable") if k in params}
+    assert "foreach" in given and "differentiable" in params
+    plain, _ = run_steps("cpu", lambda ps: getattr(optim, cls)(ps, lr=0.05))
+    chosen, _ = run_steps("cpu", lambda ps: getattr(optim, cls)(ps, lr=0.05, **given))
+    np.testing.assert_array_equal(host(chosen), host(plain))
+    w = Tensor(np.ones(2), requires_grad=True)
+    with pytest.raises(NotImplementedError, match=f"{cls}: differentiable=True"):
+        getattr(optim, cls)([w], differentiable=True)
+    with pytest.raises(TypeError, match=f"{cls}: foreach must be True, False or None"):
+        getattr(optim, cls)([w], foreach="yes")

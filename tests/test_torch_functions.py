@@ -556,3 +556,23 @@ def test_bad_input_names_the_function_argument_and_shapes(device):
     for exc_type, call, *parts in cases:
         message = raises_unchanged(exc_type, call, [a, b, c], *parts)
         assert message.startswith(parts[0]), message
+
+
+def test_linear_with_a_one_dimensional_weight_is_torchs():
+    """``F.linear(x, w)`` with ``w`` of shape ``(in_features,)``: ``x @ w``, its
+    gradients too, as PyTorch's (it raised ValueError); with a bias, ValueError (PyTorch
+    raises too)."""
+    torch = torch_or_skip()
+    rng = np.random.default_rng(3)
+    x, w = rng.normal(size=(3, 4)), rng.normal(size=4)
+    ours = [Tensor(v, requires_grad=True) for v in (x, w)]
+    theirs = [torch.tensor(v, requires_grad=True) for v in (x, w)]
+    y, ty = lp.nn.functional.linear(*ours), torch.nn.functional.linear(*theirs)
+    assert y.shape == tuple(ty.shape) == (3,)
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-12)
+    y.sum().backward()
+    ty.sum().backward()
+    for a, t in zip(ours, theirs):
+        np.testing.assert_allclose(a.grad, t.grad.numpy(), rtol=1e-12)
+    with pytest.raises(ValueError, match="linear: a weight of shape"):
+        lp.nn.functional.linear(*ours, Tensor(np.array(0.5)))

@@ -69,9 +69,15 @@ def _tensor(x, op: str, what: str = "input") -> Tensor:
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``x @ weight.T + bias`` in one graph node, as ``torch.nn.functional.linear``:
-    ``weight`` of shape ``(out_features, in_features)``."""
+    ``weight`` of shape ``(out_features, in_features)``, or ``(in_features,)`` without
+    a bias (as PyTorch's: ``x @ weight``, the output feature's axis dropped)."""
     _tensor(x, "linear")
     _tensor(weight, "linear", "weight")
+    if weight.ndim == 1 and x.ndim >= 1 and x.shape[-1:] == weight.shape:
+        if bias is not None:
+            raise ValueError(f"linear: a weight of shape {weight.shape} (1-D) takes no bias, as PyTorch's; got one "
+                             f"of shape {_tensor(bias, 'linear', 'bias').shape}")
+        return x @ weight
     if weight.ndim != 2 or x.shape[-1:] != weight.shape[1:]:
         raise ValueError(f"linear: input of shape {x.shape} does not fit a weight of shape {weight.shape} "
                          "(out_features, in_features)")
@@ -105,14 +111,21 @@ def tanh(x: Tensor) -> Tensor:
     return _tensor(x, "tanh").tanh()
 
 
-def softmax(x: Tensor, axis: int | None = None, *, dim=None) -> Tensor:
-    """Softmax along ``axis`` (or PyTorch's ``dim=``), shifted by the max."""
-    return _tensor(x, "softmax").softmax(axis, dim=dim)
+def softmax(x: Tensor, axis: int | None = None, *, dim=None, dtype=None) -> Tensor:
+    """Softmax along ``axis`` (or PyTorch's ``dim=``), shifted by the max; with
+    ``dtype`` (PyTorch's option), of ``x`` cast to it first."""
+    return _cast(_tensor(x, "softmax"), dtype).softmax(axis, dim=dim)
 
 
-def log_softmax(x: Tensor, axis: int | None = None, *, dim=None) -> Tensor:
-    """``log(softmax(x))`` along ``axis`` (or PyTorch's ``dim=``), computed stably."""
-    return _tensor(x, "log_softmax").log_softmax(axis, dim=dim)
+def log_softmax(x: Tensor, axis: int | None = None, *, dim=None, dtype=None) -> Tensor:
+    """``log(softmax(x))`` along ``axis`` (or PyTorch's ``dim=``), computed stably; with
+    ``dtype`` (PyTorch's option), of ``x`` cast to it first."""
+    return _cast(_tensor(x, "log_softmax"), dtype).log_softmax(axis, dim=dim)
+
+
+def _cast(x: Tensor, dtype) -> Tensor:
+    """``x`` as ``dtype`` (a differentiable cast), or itself for None."""
+    return x if dtype is None else x.astype(dtype)
 
 
 def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:

@@ -12,6 +12,8 @@ float32 stays float32.
 
 from __future__ import annotations
 
+import operator
+
 from ._op import op
 
 
@@ -29,8 +31,8 @@ def silu(be, a):
     """``a * sigmoid(a)``; gradient ``sigmoid(a) * (1 + a * (1 - sigmoid(a)))``
     (PyTorch's ``silu_backward``)."""
     xp = be.xp
-    _, s = _sigmoid_parts(xp, a)
-    out = a * s
+    s = _sigmoid_parts(xp, a)[1]
+    out = be.quietly(operator.mul, a, s)  # (-inf * 0: nan, as PyTorch, without a warning)
 
     def backward(g):
         return (g * (s * (1.0 + a * (1.0 - s))),)
@@ -58,15 +60,16 @@ def softplus_threshold(be, a, beta=1.0, threshold=20.0):
 
 @op("elu", saves=(0,), saves_out=False)
 def elu(be, a, alpha=1.0):
-    """``a`` where ``a > 0``, else ``alpha * (exp(a) - 1)``; the gradient is 1, or
-    ``alpha * exp(a)`` where ``a <= 0`` (at 0 too, as PyTorch)."""
+    """``a`` where ``a > 0``, else ``alpha * (exp(a) - 1)``; the gradient is
+    ``alpha * exp(a)`` where ``a <= 0`` (at 0 too, as PyTorch), else 1 (at NaN too:
+    PyTorch passes the gradient there)."""
     xp = be.xp
     positive = a > 0
     below = xp.where(positive, 0.0, a)  # exp never sees a positive value
     out = xp.where(positive, a, alpha * xp.expm1(below))
 
     def backward(g):
-        return (xp.where(positive, g, g * (alpha * xp.exp(below))),)
+        return (xp.where(a <= 0, g * (alpha * xp.exp(below)), g),)
 
     return out, backward
 
@@ -79,7 +82,7 @@ def mish(be, a):
     xp = be.xp
     e, s = _sigmoid_parts(xp, a)
     t = xp.tanh(xp.where(a >= 0, a, 0.0) + xp.log1p(e))
-    out = a * t
+    out = be.quietly(operator.mul, a, t)  # (-inf * 0: nan, as PyTorch, without a warning)
 
     def backward(g):
         return (g * (t + a * s * (1.0 - t * t)),)

@@ -573,6 +573,21 @@ class Optimizer:
         return transposed_copy(value, backend) if transposed else backend.copy(value)
 
 
+def _torch_implementation(name, foreach, fused, capturable, differentiable) -> None:
+    """PyTorch's options that choose how its optimizers run, not what they compute
+    (``foreach``, ``fused``, ``capturable``): accepted, as code written for PyTorch
+    passes them (nanoGPT's ``fused=True``), and changing nothing, as LeanPass runs its
+    own kernels (one pass per parameter where Numba is installed). ``differentiable=True``
+    (autograd through the step) is not supported: ``NotImplementedError``."""
+    for option, value in (("foreach", foreach), ("fused", fused), ("capturable", capturable),
+                          ("differentiable", differentiable)):
+        if value is not None and not isinstance(value, bool):
+            raise TypeError(f"{name}: {option} must be True, False or None, got {value!r}")
+    if differentiable:
+        raise NotImplementedError(f"{name}: differentiable=True (autograd through the optimizer's step) is not "
+                                  "supported; the step runs outside the graph")
+
+
 class SGD(Optimizer):
     """Stochastic gradient descent with optional momentum (and its dampening),
     Nesterov momentum and L2 weight decay: PyTorch's ``torch.optim.SGD`` rule, and
@@ -584,7 +599,8 @@ class SGD(Optimizer):
     _flags = {"maximize": False}
 
     def __init__(self, params, lr=0.01, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, *,
-                 maximize=False):
+                 maximize=False, foreach=None, fused=None, differentiable=False):
+        _torch_implementation("SGD", foreach, fused, False, differentiable)
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
                                       nesterov=nesterov, maximize=maximize))
 
@@ -660,7 +676,8 @@ class Adam(Optimizer):
     _flags = {"amsgrad": False, "maximize": False}
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False, *,
-                 maximize=False):
+                 maximize=False, foreach=None, fused=None, capturable=False, differentiable=False):
+        _torch_implementation(type(self).__name__, foreach, fused, capturable, differentiable)
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
                                       maximize=maximize))
 
@@ -721,9 +738,10 @@ class AdamW(Adam):
     _decoupled = True
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, amsgrad=False, *,
-                 maximize=False):
+                 maximize=False, foreach=None, fused=None, capturable=False, differentiable=False):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
-                         maximize=maximize)
+                         maximize=maximize, foreach=foreach, fused=fused, capturable=capturable,
+                         differentiable=differentiable)
 
 
 class RMSprop(Optimizer):
@@ -739,7 +757,8 @@ class RMSprop(Optimizer):
     _flags = {"maximize": False}
 
     def __init__(self, params, lr=0.01, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False, *,
-                 maximize=False):
+                 maximize=False, foreach=None, capturable=False, differentiable=False):
+        _torch_implementation("RMSprop", foreach, None, capturable, differentiable)
         super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
                                       centered=centered, maximize=maximize))
 
@@ -793,7 +812,8 @@ class Adagrad(Optimizer):
     _flags = {"maximize": False}
 
     def __init__(self, params, lr=0.01, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0, eps=1e-10, *,
-                 maximize=False):
+                 maximize=False, foreach=None, fused=None, differentiable=False):
+        _torch_implementation("Adagrad", foreach, fused, False, differentiable)
         super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
                                       initial_accumulator_value=initial_accumulator_value, eps=eps,
                                       maximize=maximize))
