@@ -17,6 +17,7 @@ any, so an error leaves all parameters and all state as they were.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 
@@ -46,88 +47,25 @@ class _State(dict):
     hand-written ``step`` that keeps Tensors there replays)."""
 
     __slots__ = ()
-
-    def __getitem__(self, key):
-        if TRACER[0] is not None:
-            read_state(self)
-        return dict.__getitem__(self, key)
-
-    def get(self, key, default=None):
-        if TRACER[0] is not None:
-            read_state(self)
-        return dict.get(self, key, default)
-
-    def items(self):
-        if TRACER[0] is not None:
-            read_state(self)
-        return dict.items(self)
-
-    def values(self):
-        if TRACER[0] is not None:
-            read_state(self)
-        return dict.values(self)
-
-    def keys(self):
-        if TRACER[0] is not None:
-            read_state(self)
-        return dict.keys(self)
-
-    def __iter__(self):
-        if TRACER[0] is not None:
-            read_state(self)
-        return dict.__iter__(self)
-
-    def __len__(self):  # (``if opt.state:``, a path a replay would not take again)
-        if TRACER[0] is not None:
-            read_state(self)
-        return dict.__len__(self)
-
-    def __contains__(self, key):
-        if TRACER[0] is not None:
-            read_state(self)
-        return dict.__contains__(self, key)
-
-    def setdefault(self, key, default=None):
-        if TRACER[0] is not None:
-            read_state(self)
-        return dict.setdefault(self, key, default)
-
-    def pop(self, *args):
-        if TRACER[0] is not None:
-            read_state(self)
-        return dict.pop(self, *args)
-
-    def popitem(self):
-        if TRACER[0] is not None:
-            read_state(self)
-        return dict.popitem(self)
-
-    def copy(self):
-        if TRACER[0] is not None:
-            read_state(self)
-        return dict.copy(self)
-
-    def __reversed__(self):
-        if TRACER[0] is not None:
-            read_state(self)
-        return dict.__reversed__(self)
-
-    def __eq__(self, other):
-        if TRACER[0] is not None:
-            read_state(self)
-        return dict.__eq__(self, other)
-
-    def __ne__(self, other):
-        if TRACER[0] is not None:
-            read_state(self)
-        return dict.__ne__(self, other)
-
     __hash__ = None  # (a dict's: none)
 
-    def __repr__(self):
+
+def _reported(name):
+    """``dict``'s method ``name``, reporting the read first in a traced call."""
+    method = getattr(dict, name)
+
+    @functools.wraps(method)
+    def read(self, *args, **kwargs):
         if TRACER[0] is not None:
             read_state(self)
-        return dict.__repr__(self)
+        return method(self, *args, **kwargs)
+
+    return read
+
+
+for _name in ("__getitem__", "get", "items", "values", "keys", "__iter__", "__len__", "__contains__", "setdefault",
+              "pop", "popitem", "copy", "__reversed__", "__eq__", "__ne__", "__repr__"):
+    setattr(_State, _name, _reported(_name))  # (``if opt.state:`` reads __len__: a path a replay would not take)
 
 
 class _Group(dict):
