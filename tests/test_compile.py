@@ -55,18 +55,24 @@ def same(a, b):
     np.testing.assert_array_equal(host(a), host(b))
 
 
+def _twins_step_alike(eager, compiled, models, device, calls):
+    """``calls`` batches through the eager step and its compiled twin (of ``models``,
+    made alike): results, parameters and gradients the same bit for bit."""
+    for _ in range(calls):
+        x = Tensor(RNG.normal(size=(10, 6)), device=device)
+        y = lp.asarray(RNG.integers(0, 3, size=10), device=device)
+        same(compiled(x, y), eager(x, y))
+        for p, q in zip(models[0].parameters(), models[1].parameters()):
+            same(q, p)
+            same(q.grad, p.grad)
+
+
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_a_compiled_training_step_is_the_eager_step_bit_for_bit(device, name):
     models = [mlp(device), mlp(device)]
     opts = [OPTIMIZERS[name](m.parameters()) for m in models]
     eager, compiled = training_step(models[0], opts[0]), lp.compile(training_step(models[1], opts[1]))
-    for _ in range(5):
-        x = Tensor(RNG.normal(size=(10, 6)), device=device)
-        y = lp.asarray(RNG.integers(0, 3, size=10), device=device)
-        same(eager(x, y), compiled(x, y))
-        for p, q in zip(models[0].parameters(), models[1].parameters()):
-            same(p, q)
-            same(p.grad, q.grad)
+    _twins_step_alike(eager, compiled, models, device, 5)
     for a, b in zip(opts[0].state.values(), opts[1].state.values()):
         for key in a:
             same(a[key], b[key])
@@ -2452,13 +2458,7 @@ def test_a_step_given_a_closure_is_replayed_as_the_eager_step(device, name, keyw
         return step
 
     eager, compiled = stepper(models[0], opts[0]), lp.compile(stepper(models[1], opts[1]))
-    for _ in range(4):
-        x = Tensor(RNG.normal(size=(10, 6)), device=device)
-        y = lp.asarray(RNG.integers(0, 3, size=10), device=device)
-        same(compiled(x, y), eager(x, y))
-        for p, q in zip(models[0].parameters(), models[1].parameters()):
-            same(q, p)
-            same(q.grad, p.grad)
+    _twins_step_alike(eager, compiled, models, device, 4)
     assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}
 
 
