@@ -540,17 +540,14 @@ class Tracer:
             slot = self._new_grad_value(g)
             self.events.append(("leaf_grad", leaf_slot, slot, t._backend, *self.meta[slot]))
             return leaf(g, t._backend)
-        slot = self.slots
+        slot = self._new_grad_value(g)
         self.grad_slots[slot] = src  # its memory is the tensor's .grad: no change in the graph replays out of place
-        self.slots += 1
-        self.meta[slot] = (tuple(g.shape), g.dtype)
-        self.arrays[id(g)] = (VAL, slot)  # (the Tensor below is registered as this value)
-        self.keep.append(g)
         self.events.append(("grad_read", src, slot, t._backend))
         return leaf(g, t._backend)
 
     def _new_grad_value(self, g) -> int:
-        """A slot for the gradient ``g`` read in the call, a value of it."""
+        """A slot for the gradient ``g`` read in the call, a value of it (the Tensor on it
+        that the read gives is registered as this value)."""
         slot = self.slots
         self.slots += 1
         self.meta[slot] = (tuple(g.shape), g.dtype)
