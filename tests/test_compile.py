@@ -6392,3 +6392,130 @@ def test_replays_that_meet_an_error_at_three_calls_in_a_row_warn():
     assert "4 calls run eagerly after their replay met an error" in compiled.explain()
     compiled(Tensor(np.eye(2)))
     assert compiled.calls["replayed"] == 1
+
+
+def test_a_hand_written_optimizers_state_tensor_replaced_between_calls_traces_again():
+    """A momentum buffer reset by assignment between calls (another Tensor in
+    ``opt.state``): the replay checks the state holds what the trace read, and traces
+    again (replays read the old buffer)."""
+    def run(compiled):
+        model = mlp("cpu")
+        opt = _TensorMomentum(model.parameters())
+
+        def step(x):
+            opt.zero_grad()
+            loss = (model(x) ** 2).mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        f = lp.compile(step, fuse=False) if compiled else step
+        out = []
+        for k in range(6):
+            if k == 3:
+                for p in model.parameters():
+                    opt.state[id(p)]["buf"] = lp.zeros_like(p)
+            out.append(host(f(Tensor(np.full((4, 6), 0.1 * k)))))
+        return out + [host(p) for p in model.parameters()], f
+
+    (want, _), (got, f) = run(False), run(True)
+    for a, b in zip(got, want, strict=True):
+        same(a, b)
+    assert f.calls == {"traced": 2, "replayed": 4, "eager": 0}
+
+
+class _CountingSGD(lp.optim.Optimizer):
+    """A hand-written optimizer counting its steps in Python: on itself, or in a state
+    dict of its own (PyTorch's style), for a decaying rate."""
+
+    def __init__(self, params, where):
+        super().__init__(params, dict(lr=0.1))
+        self.where, self.t = where, 0
+        if where == "state":
+            self.state = collections.defaultdict(dict)
+
+    def step(self):
+        with lp.no_grad():
+            for p in self.param_groups[0]["params"]:
+                if self.where == "state":
+                    self.state[id(p)]["step"] = t = self.state[id(p)].get("step", 0) + 1
+                else:
+                    t = self.t + 1
+                p.sub_(0.1 / t * p.grad)
+        self.t += self.where != "state"
+
+
+@pytest.mark.parametrize("where", ["self", "state"])
+def test_a_hand_written_optimizer_counting_its_steps_in_python_runs_eagerly(where):
+    """Its ``step`` is traced as the call's own code: a replay would not count (it baked
+    the trace's count in), so the call runs eagerly, with a warning."""
+    def run(compiled):
+        model = mlp("cpu")
+        opt = _CountingSGD(model.parameters(), where)
+
+        def step(x):
+            opt.zero_grad()
+            loss = (model(x) ** 2).mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        f = lp.compile(step, fuse=False) if compiled else step
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = [host(f(Tensor(np.full((4, 6), 0.1 * k)))) for k in range(5)]
+        return out + [host(p) for p in model.parameters()], f, caught
+
+    (want, _, _), (got, f, caught) = run(False), run(True)
+    for a, b in zip(got, want, strict=True):
+        same(a, b)
+    assert f.calls["replayed"] == 0 and caught
+
+
+def test_an_optimizer_made_inside_the_step_runs_it_eagerly():
+    """A fresh optimizer at each call (its momentum starts at zero each time): a replay
+    would step the trace's, its momentum carried over, so the call runs eagerly."""
+    def run(compiled):
+        model = mlp("cpu")
+
+        def step(x):
+            opt = lp.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            opt.zero_grad()
+            loss = (model(x) ** 2).mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        f = lp.compile(step, fuse=False) if compiled else step
+        return [host(f(Tensor(np.full((4, 6), 0.1 * k)))) for k in range(4)] + [
+            host(p) for p in model.parameters()], f
+
+    want, _ = run(False)
+    with pytest.warns(RuntimeWarning, match="SGD made inside the function"):
+        got, f = run(True)
+    for a, b in zip(got, want, strict=True):
+        same(a, b)
+    assert f.calls["replayed"] == 0
+
+
+def test_a_step_called_in_eval_and_train_mode_at_alternate_calls_replays_each():
+    """``model.eval()`` and ``model.train()`` at alternate calls of one compiled step
+    (dropout and BatchNorm take another path in each): the key keeps both traces, as a
+    module's flag set since may be undone, and each call replays its mode's, as eager
+    bit for bit (it traced at every call)."""
+    def run(compiled):
+        lp.manual_seed(0)
+        model = nn.Sequential(nn.Linear(6, 8, dtype="float64"), nn.BatchNorm1d(8, dtype="float64"), nn.ReLU(),
+                              nn.Dropout(0.3), nn.Linear(8, 3, dtype="float64"))
+        opt = lp.optim.SGD(model.parameters(), lr=0.1)
+        f = lp.compile(training_step(model, opt), fuse=False) if compiled else training_step(model, opt)
+        rng, out = np.random.default_rng(0), []
+        for k in range(8):
+            model.train(k % 2 == 0)
+            out.append(host(f(Tensor(rng.normal(size=(10, 6))), lp.asarray(rng.integers(0, 3, 10)))))
+        return out + [host(t) for t in (*model.parameters(), *model.buffers())], f
+
+    (want, _), (got, f) = run(False), run(True)
+    for a, b in zip(got, want, strict=True):
+        same(a, b)
+    assert f.calls == {"traced": 2, "replayed": 6, "eager": 0}

@@ -147,8 +147,8 @@ class Compiled:
                     plan.retries, plan.retried, plan.retry_reason = plan.retries + 1, plan.retried + 1, str(exc)
                     if plan.retries == 3:  # (at every call: each pays for the replay that failed too)
                         self._warn(f"replays met an error before any change of state at 3 calls in a row "
-                                   f"({exc}), each then run eagerly: an error eager code catches (a path the "
-                                   "trace did not take) costs a replay too", "replay")
+                                   f"({exc}), each call then run eagerly (which takes the path the code takes "
+                                   "there, or raises the error): each costs a replay too", "replay")
                 self.calls["eager"] += 1
                 return self.fn(*args, **kwargs)
             except BaseException:  # after a change of state: raised as eagerly; the next call traces again
@@ -170,17 +170,18 @@ class Compiled:
         does not (a layer frozen at every other call, with ``requires_grad_``; a
         parameter moved and moved back): made the entry, ``entry`` kept beside it. None
         where none fits: ``entry`` kept beside the trace to come where only a state
-        tensor's shape, dtype, device or flag tells it from the call (such a change may
-        be undone; a layer replaced, a name rebound, will not be: it goes), the key
-        keeping at most 4 traces, the newest."""
+        tensor's shape, dtype, device or flag, or a module's flag (``.eval()`` at
+        alternate calls), tells it from the call (such a change may be undone; a layer
+        replaced, a name rebound, will not be: it goes), the key keeping at most 4
+        traces, the newest."""
         others = self._branches.get(key, [])
         for plan in others:
             if _fits(plan, tensors):
                 self._entries[key] = plan
                 self._branches[key] = [entry, *(p for p in others if p is not plan)]
                 return plan
-        kept = [entry] if _fits(entry, tensors, externals=False) else []
-        self._branches[key] = [*kept, *(p for p in others if _fits(p, tensors, externals=False))][:3]
+        kept = [entry] if _fits(entry, tensors, externals=False, undone=True) else []
+        self._branches[key] = [*kept, *(p for p in others if _fits(p, tensors, externals=False, undone=True))][:3]
         return None
 
     def _other_path(self, key, entry, tensors, objects, args, kwargs):
@@ -383,11 +384,12 @@ class Compiled:
         return f"<lp.compile of {self.fn!r}>"
 
 
-def _fits(plan, tensors, externals: bool = True) -> bool:
+def _fits(plan, tensors, externals: bool = True, undone: bool = False) -> bool:
     """Whether ``plan`` may replay a call with ``tensors``: the state tensors it reads
-    as the trace saw them (:meth:`Plan.fits`; not checked without ``externals``), the
-    names it reads bound as then, no hook added to an argument it watches."""
-    return (plan.fits(externals) and all(map(_same, _values(plan.name_reads), plan.names))
+    as the trace saw them (:meth:`Plan.fits`; not checked without ``externals``; with
+    ``undone``, a module's flag set since passes), the names it reads bound as then, no
+    hook added to an argument it watches."""
+    return (plan.fits(externals, undone) and all(map(_same, _values(plan.name_reads), plan.names))
             and not (plan.hook_args and any(hooks.hooked(tensors[i], post) for i, post in plan.hook_args)))
 
 

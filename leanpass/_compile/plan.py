@@ -11,12 +11,23 @@ from .._graph.hooks import _with_grad_hooks
 from .._graph.modes import grad_lock, no_grad
 from .._node import _part_backward, inplace, leaf, share_version
 from ..nn.module import _CHANGES as _MODULE_CHANGES
+from ..nn.module import _same_value, unchanged
 from ..nn.module import restored as modules_restored
-from ..nn.module import unchanged
+from ..nn.module import reversible as modules_reversible
 from ..ops.conversion import gradient_as
 from ..tensor import Tensor
 from .code import _NOT_KEYED, _equal
-from .record import _CAST_FIRST, _Branch, _Complex, _output_slots, _Recipe, _Retry, _share_memory, _Stale
+from .record import (
+    _CAST_FIRST,
+    _Branch,
+    _Complex,
+    _output_slots,
+    _Recipe,
+    _Retry,
+    _share_memory,
+    _Stale,
+    _state_items,
+)
 
 
 class Plan:
@@ -37,7 +48,7 @@ class Plan:
         self.externals = list(tracer.externals.values())
         self.member_lists = tracer.member_lists
         self.options = list({(id(g), k): (g, k, v) for g, k, v in reversed(tracer.options)}.values())  # (first)
-        self.state_reads = list({id(s): (s, k) for s, k in reversed(tracer.state_reads)}.values())  # (first)
+        self.state_reads = list({id(r[0]): r for r in reversed(tracer.state_reads)}.values())  # (the first)
         self.counts = collections.Counter(e[0] for e in self.events)
         self.draws = bool(self.counts["draw"])
         self.passes = self.counts["backward"] + self.counts["autograd"] + tracer.graph_passes
@@ -139,19 +150,21 @@ class Plan:
         return (f"{fused} of {self.counts['op']} operations in {self.runs} forward runs and "
                 f"{backward} backward programs; {state}")
 
-    def fits(self, tensors: bool = True) -> bool:
+    def fits(self, tensors: bool = True, undone: bool = False) -> bool:
         """Whether every tensor from outside still has the shape, dtype, device and flag
         the trace saw (a parameter moved: trace again; not checked without ``tensors``),
         and no module had a member replaced or an attribute set since (a layer replaced,
         ``.eval()``: the function may reach other tensors, or take another path), or
         every such change was undone since (``.eval()`` for an evaluation, then
-        ``.train()``)."""
+        ``.train()``). With ``undone``, a change of modules that may still be undone
+        (a flag's: :func:`leanpass.nn.module.reversible`) passes too."""
         if hooks.post_hook_changes[0] != self.post_hooks:
             return False
         if _MODULE_CHANGES[0] != self.modules:  # a change since the trace: unless undone (eval(), then train())
-            if not modules_restored(self.modules):
+            if modules_restored(self.modules):
+                self.modules = _MODULE_CHANGES[0]
+            elif not (undone and modules_reversible(self.modules)):
                 return False
-            self.modules = _MODULE_CHANGES[0]
         for members, items in self.member_lists:  # an item replaced in place: model.layers[0] = other
             if not unchanged(members, items):
                 return False
@@ -161,8 +174,10 @@ class Plan:
         for group, key, value in self.options:  # an optimizer's option the trace used as a number (lr * p.grad)
             if not _equal(dict.get(group, key, _NOT_KEYED), value):
                 return False
-        for state, keys in self.state_reads:  # an optimizer's state the call read: its parameters as then
-            if tuple(dict.keys(state)) != keys:
+        for state, items, owners in self.state_reads:  # an optimizer's state the call read: holding what it
+            now = _state_items(state)  # held then (a momentum buffer reset by assignment: another Tensor)
+            if (len(now) != len(items) or not all(map(_same_value, now, items))
+                    or any(getattr(o, "state", None) is not state for o in owners)):
                 return False
         if tensors:
             for t, shape, dtype, backend, rg in self.externals:

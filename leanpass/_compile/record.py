@@ -90,6 +90,18 @@ def _keeps(label, t, o) -> bool:
         return False
 
 
+def _state_items(state) -> tuple:
+    """An optimizer's ``state`` as one tuple: each parameter's key, its dict and the
+    dict's keys and values (the objects themselves: a Tensor replaced is a change)."""
+    items = []
+    for key, entries in dict.items(state):
+        items += (key, entries)
+        if isinstance(entries, dict):
+            for pair in dict.items(entries):
+                items += pair
+    return tuple(items)
+
+
 def _output_slots(spec) -> list:
     """The slots a result ``spec`` (:meth:`Tracer._outputs`) reads."""
     if spec is None:

@@ -28,7 +28,7 @@ from ..nn.module import Module, holding_members
 from ..tensor import Tensor
 from .code import _PACKAGE, _equal
 from .plan import Plan
-from .record import _CAST_FIRST, _Complex, _has_array, _keeps, _output_slots, _Recipe, _share_memory
+from .record import _CAST_FIRST, _Complex, _has_array, _keeps, _output_slots, _Recipe, _share_memory, _state_items
 from .returns import _host_float, _read_at
 
 
@@ -116,7 +116,7 @@ class Tracer:
         self.host: dict = {}  # id(number) -> (slot, what, where) of a value read on the host in a return
         self.out_specs: dict = {}  # id(tensor) -> its spec in the result (_outputs)
         self.options: list = []  # (parameter group, key, value) read by the call's own code: checked (Plan.fits)
-        self.state_reads: list = []  # (an optimizer's state of Tensors, its keys) read by the call's own code: too
+        self.state_reads: list = []  # (an optimizer's state of Tensors, _state_items, its optimizers) read: too
         self.options_set = None  # the action that may have set options since the call began (a scheduler's step)
         self.keep_args = list(args)
         self.arg_references = _references(self.keep_args)  # what holds the arguments before the call (escaped)
@@ -479,8 +479,10 @@ class Tracer:
                for v in (dict.values(entries) if isinstance(entries, dict) else (entries,))):
             self.unsupported("an optimizer's state read inside the function (opt.state): its arrays and step "
                              "counts change at each step, and a replay would give the first call's")
-        else:  # (Tensors, or none yet: ``if opt.state:``, a step's first call fills it; a replay checks the keys)
-            self.state_reads.append((state, tuple(dict.keys(state))))
+        else:  # (Tensors, or none yet: ``if opt.state:``, a step's first call fills it): a replay checks that
+            # it holds the same objects, and is still its optimizers' (not rebound by load_state_dict)
+            owners = [o for o in list(_WATCHED) if getattr(o, "state", None) is state]
+            self.state_reads.append((state, _state_items(state), owners))
 
     def read_option(self, group, key, value) -> None:
         """See :func:`leanpass._graph.trace.read_option`."""

@@ -59,8 +59,14 @@ def read_state(state) -> None:
 
 def watch(obj) -> None:
     """Have lp.compile check ``obj._traced_state()`` around each traced call (an
-    optimizer: a learning rate set by hand inside a step is not replayed)."""
+    optimizer: a learning rate set by hand inside a step is not replayed). One made in
+    a traced call makes it run eagerly: a replay would step the trace's, whose state
+    (momentum, moments) would carry over from call to call."""
     WATCHED.add(obj)
+    tracer = TRACER[0]
+    if tracer is not None and tracer.records():
+        tracer.unsupported(f"{type(obj).__name__} made inside the function: a replay would step the first call's, "
+                           "its state carried over from call to call; make it outside")
 
 
 def action(method):

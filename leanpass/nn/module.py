@@ -179,6 +179,22 @@ def restored(since: int) -> bool:
     return True
 
 
+def reversible(since: int) -> bool:
+    """Whether every change counted after ``since`` may still be undone, a trace made
+    at ``since`` holding again then: each an attribute's, which held a number, a string
+    or None (``model.eval()``, a ``train()`` at alternate calls), of a module still
+    alive; no container's, no object replaced (which a trace keeping it would hold
+    alive), and the journal reaching back that far."""
+    changes = _CHANGES[0] - since
+    if changes <= 0 or changes > len(_JOURNAL):
+        return changes == 0
+    for expected, (count, ref, _, held) in enumerate(itertools.islice(_JOURNAL, len(_JOURNAL) - changes, None),
+                                                     since + 1):
+        if count != expected or ref() is None or not (held is _ABSENT or _plain(held)):
+            return False
+    return True
+
+
 def class_attribute(cls, name: str, default=None):
     """``name``'s value in ``cls`` or a base where it is a plain class attribute
     (``Module.training``, ``Cfg.scale = 2.0``); ``default`` where there is none, or it

@@ -164,9 +164,20 @@ class Optimizer:
     def _traced_state(self) -> tuple:
         """What lp.compile compares around a traced call: each group's parameters and
         options (one set by hand inside a compiled step, not by a scheduler's ``step``,
-        is not replayed: the step is traced again)."""
-        return tuple((tuple(map(id, dict.__getitem__(g, "params"))),  # (read as the group's own, not reported)
-                      tuple((k, v) for k, v in g.items() if k != "params")) for g in self.param_groups)
+        is not replayed: the step is traced again), the numbers in the state (a
+        hand-written ``step``, traced as the call's code, that counts its steps there:
+        a replay would not count) and, of a class written outside LeanPass, the
+        instance's own numbers and strings (``self.t += 1`` in such a ``step``). The
+        built-in steps change theirs as actions, which a replay runs again."""
+        groups = tuple((tuple(map(id, dict.__getitem__(g, "params"))),  # (read as the group's own, not reported)
+                        tuple((k, v) for k, v in g.items() if k != "params")) for g in self.param_groups)
+        state = self.__dict__.get("state")
+        counts = tuple((key, name, v) for key, entries in (dict.items(state) if isinstance(state, dict) else ())
+                       if isinstance(entries, dict) for name, v in dict.items(entries)
+                       if isinstance(v, (numbers.Number, str)))
+        own = () if type(self).__module__.startswith("leanpass.") else tuple(
+            (k, v) for k, v in vars(self).items() if isinstance(v, (numbers.Number, str)))
+        return groups, counts, own
 
     def add_param_group(self, param_group: dict) -> None:
         """Add a group ``{"params": [...], **options}`` whose missing options are the
