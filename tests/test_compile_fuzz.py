@@ -3,7 +3,8 @@
 Each example draws a small program -- element-wise functions, broadcasting binary
 operations, reductions, a matrix product with a parameter, slices and an integer
 index, ``layer_norm``, a concatenation, a Linear and a BatchNorm layer (in eval
-mode at one call, or not), a float32 round trip, dropout, ``detach``, in-place
+mode at one call, or not; a parameter frozen at every other call, or not), a
+float32 round trip, dropout, ``detach``, in-place
 changes, item assignments and changes through a view of values the call made, an
 EMA-like in-place update of a state tensor under ``no_grad`` (also through a
 ``detach`` of it), reads of a state tensor, singular values, complex spectra (rfft,
@@ -14,7 +15,9 @@ targets indexed from a state tensor, padded at one call), maybe gradient clippin
 an update (SGD, Adam, one written out reading ``.grad``, or none), with hooks on the
 parameters (clamping, reading or writing a state tensor, counting their calls, a
 post-accumulate one) or on the argument inside the function, or none, and an
-argument that requires grad or not. Two identical worlds (parameters, state,
+argument that requires grad or not, maybe made a leaf of the call whose gradient is
+returned (FGSM's), and all but the update maybe in a closure given to
+``opt.step(closure)``. Two identical worlds (parameters, state,
 optimizer) run it: one eagerly, one through ``lp.compile``, for several calls with
 new argument values and the same seeds. Everything must agree after every call: the
 results, the argument's gradient, the parameters, their gradients, the state and the
@@ -158,7 +161,9 @@ def programs(draw):
     update = draw(st.sampled_from(["sgd", "adam", "none", "by hand"]), label="update")
     options = {name: draw(st.booleans(), label=name) for name in ("x requires grad", "clip", "twice",
                                                                    "eval at call 2", "return state detach",
-                                                                   "penalty", "micro-batch", "pad at call 2")}
+                                                                   "penalty", "micro-batch", "pad at call 2",
+                                                                   "closure", "x a leaf of the call",
+                                                                   "m frozen at odd calls")}
     options["micro-batch"] = draw(st.integers(0, n - 1), label="micro-batch logits") if options["micro-batch"] \
         else None
     options["hooks"] = draw(st.sampled_from(["none", "clamp", "state", "writes", "post", "counter", "x"]),
@@ -215,6 +220,26 @@ def _world(program, device):
     x_grad = options["x requires grad"]
 
     def step(x):
+        if options["closure"] and opt is not None:  # (PyTorch's opt.step(closure): all but the update in it)
+            box = []
+            opt.step(lambda: box.extend(body(x)) or box[0])
+            loss, values, leaf = box
+        else:
+            loss, values, leaf = body(x)
+            if opt is not None:
+                opt.step()
+            elif kind == "by hand":  # an update written out, reading the gradients as tensors
+                with lp.no_grad():
+                    for p in params:
+                        if p.requires_grad:  # (m frozen: no gradient; the flag is part of what a replay checks)
+                            p -= 0.1 * p.grad
+        grads = [x.grad * 1.0] if x_grad else []  # (not x.grad read as None: a call that reads it runs eagerly)
+        if leaf is not None:  # (FGSM's: the gradient of a leaf made in the call, zeros where no pass reached it)
+            grads.append(lp.as_tensor(leaf.grad) * 1.0)
+        extra = [s.detach()] if options["return state detach"] else []
+        return [loss.detach()] + [values[i].detach() for i in returned] + grads + extra
+
+    def body(x):
         if opt is not None:
             opt.zero_grad()
         else:
@@ -222,7 +247,8 @@ def _world(program, device):
                 p.grad = None
         if hooked == "x" and x_grad:  # (registered inside the function: such a call runs eagerly)
             x.register_hook(lambda g: g * 2.0)
-        values = [x, w, s]
+        leaf = x.detach().requires_grad_() if options["x a leaf of the call"] else None
+        values = [x if leaf is None else leaf, w, s]
         for kind_, name, inputs in steps:
             a = values[inputs[0]]
             if kind_ == "unary":
@@ -300,15 +326,7 @@ def _world(program, device):
             F.cross_entropy(logits, labels[order], ignore_index=-100).backward()
         if options["clip"]:
             nn.utils.clip_grad_norm_(params, 1.0)
-        if opt is not None:
-            opt.step()
-        elif kind == "by hand":  # an update written out, reading the gradients as tensors
-            with lp.no_grad():
-                for p in params:
-                    p -= 0.1 * p.grad
-        grads = [x.grad * 1.0] if x_grad else []  # (not x.grad read as None: a call that reads it runs eagerly)
-        extra = [s.detach()] if options["return state detach"] else []
-        return [loss.detach()] + [values[i].detach() for i in returned] + grads + extra
+        return loss, values, leaf
 
     def state():
         out = {"s": s, "running mean": norm.running_mean, "running var": norm.running_var, "hook state": hs,
@@ -322,7 +340,7 @@ def _world(program, device):
                         out[f"{key} {i}"] = value
         return out
 
-    return step, state, norm, labels
+    return step, state, norm, labels, m
 
 
 def _compare(got, want, exact, what):
@@ -341,8 +359,8 @@ def test_a_compiled_random_step_is_the_eager_one(device, fuse):
     @settings(max_examples=150 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(program=programs())
     def run(program):
-        eager, eager_state, eager_norm, eager_labels = _world(program, device)
-        compiled_fn, compiled_state, compiled_norm, compiled_labels = _world(program, device)
+        eager, eager_state, eager_norm, eager_labels, eager_m = _world(program, device)
+        compiled_fn, compiled_state, compiled_norm, compiled_labels, compiled_m = _world(program, device)
         compiled = lp.compile(compiled_fn, fuse=fuse)
         rng = np.random.default_rng(11)
         counts["examples"] += 1
@@ -357,6 +375,8 @@ def test_a_compiled_random_step_is_the_eager_one(device, fuse):
                     labels[1] = -100 if call == 2 and program[-1]["pad at call 2"] else 3
                 for norm in (eager_norm, compiled_norm):
                     norm.train(not evaluating)
+                for m in (eager_m, compiled_m):  # (a state tensor's flag that comes back: its traces are kept)
+                    m.requires_grad_(not (call % 2 and program[-1]["m frozen at odd calls"]))
                 lp.manual_seed(call)
                 try:
                     want, error = eager(Tensor(x, device=device, requires_grad=x_grad)), None
