@@ -18,6 +18,7 @@ import random
 import subprocess
 import sys
 import threading
+import time
 import tracemalloc
 import warnings
 import weakref
@@ -6519,3 +6520,70 @@ def test_a_step_called_in_eval_and_train_mode_at_alternate_calls_replays_each():
     for a, b in zip(got, want, strict=True):
         same(a, b)
     assert f.calls == {"traced": 2, "replayed": 6, "eager": 0}
+
+
+def test_two_threads_making_the_first_call_at_once_leave_a_whole_trace():
+    """Two threads call a new compiled function at once: one traces, the other runs
+    eagerly (one tracer at a time), and later calls replay the whole trace (both traced
+    before, into one tracer: the trace kept missed operations, its replays were wrong)."""
+    def f(x):
+        y = x * 2.0
+        time.sleep(0.02)  # (slow Python in the step: the other thread runs meanwhile)
+        return (y + 1.0).exp()
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(5):
+            compiled, barrier, out = lp.compile(f), threading.Barrier(2), {}
+
+            def work(k, compiled=compiled, barrier=barrier, out=out):
+                x = Tensor(np.full(3, float(k)))
+                barrier.wait()
+                out[k] = compiled(x)
+
+            threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            for k in range(2):
+                same(out[k], f(Tensor(np.full(3, float(k)))))
+            for v in (0.5, 1.5):
+                same(compiled(Tensor(np.full(3, v))), f(Tensor(np.full(3, v))))
+            assert compiled.calls["traced"] == 1
+    finally:
+        sys.setswitchinterval(interval)
+
+
+class _PickledNet(nn.Module):
+    """A module whose forward the tests compile on the instance (pickled by its module)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2, dtype="float64")
+
+    def forward(self, x):
+        return self.fc(x).tanh()
+
+
+def test_a_model_with_a_compiled_forward_is_copied_and_pickled_after_calls():
+    """``model.forward = lp.compile(model.forward)``, called, then ``copy.deepcopy`` or
+    pickled (it raised: a trace holds modules): the copy's forward is compiled afresh,
+    bound to the copy, and gives the copy's results."""
+    import copy
+    import pickle
+
+    lp.manual_seed(0)
+    model = _PickledNet()
+    model.forward = lp.compile(model.forward)
+    x = Tensor(RNG.normal(size=(4, 3)))
+    with lp.no_grad():  # (an inference: a result that requires grad runs eagerly)
+        for _ in range(2):
+            model(x)
+        for twin in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+            twin.fc.weight.mul_(2.0)
+            same(twin(x), (x @ twin.fc.weight.T + twin.fc.bias).tanh())
+            assert twin.forward.calls["traced"] == 1 and twin.forward.fn.__self__ is twin
+        same(model(x), (x @ model.fc.weight.T + model.fc.bias).tanh())
+    assert model.forward.calls == {"traced": 1, "replayed": 2, "eager": 0}

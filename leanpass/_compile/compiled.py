@@ -4,10 +4,12 @@ replays or runs eagerly, and why (``explain()``); :func:`compile`."""
 from __future__ import annotations
 
 import collections
+import copy
 import functools
 import inspect
 import os
 import sys
+import threading
 import types
 import warnings
 
@@ -82,6 +84,15 @@ class Compiled:
         self._untraceable: set = set()  # keys one of whose paths cannot be traced: eagerly there
         self.calls = {"traced": 0, "replayed": 0, "eager": 0}
         self.off = _disabled()  # LEANPASS_COMPILE=0 when it was made: every call eagerly
+
+    def __deepcopy__(self, memo):
+        """A copy of the compiled function of a copy of ``fn`` (``copy.deepcopy`` of a model
+        whose ``forward`` was compiled: the copy's bound method), with no trace: a trace
+        holds the original's tensors."""
+        return Compiled(copy.deepcopy(self.fn, memo), self.cache_size, self.fuse)
+
+    def __reduce__(self):
+        return Compiled, (self.fn, self.cache_size, self.fuse)  # (pickled without its traces, as copied)
 
     def __get__(self, obj, objtype=None):  # @lp.compile on a method: bound as a function is (the instance keyed)
         return self if obj is None else types.MethodType(self, obj)
@@ -211,7 +222,18 @@ class Compiled:
 
     def _trace(self, key, tensors, objects, args, kwargs, branch: bool = False):
         """Runs the call eagerly, recording it: the key's trace where it can replay
-        (``branch``: beside the key's other traces, one for another path)."""
+        (``branch``: beside the key's other traces, one for another path). While
+        another thread traces (:data:`TRACER` is one for all threads), eagerly."""
+        if not _TRACING.acquire(blocking=False):
+            self.calls["eager"] += 1
+            return self.fn(*args, **kwargs)
+        try:
+            return self._record(key, tensors, objects, args, kwargs, branch)
+        finally:
+            _TRACING.release()
+
+    def _record(self, key, tensors, objects, args, kwargs, branch):
+        """:meth:`_trace`'s work, one thread at a time."""
         self._entries.pop(key, None)
         if not branch:  # (the traces of the key's other paths were made before what made this trace)
             self._branches.pop(key, None)
@@ -418,7 +440,8 @@ def _where_defined(fn) -> str:
     return f"{getattr(code, 'co_filename', '?')}:{getattr(code, 'co_firstlineno', '?')}"
 
 
-_TRACE_CODE = Compiled._trace.__code__  # the frame that calls the traced function
+_TRACE_CODE = Compiled._record.__code__  # the frame that calls the traced function
+_TRACING = threading.Lock()  # held by the thread that traces: two traces at once would share TRACER
 _UNREAD = object()  # Compiled._returns before the first trace reads the source
 
 

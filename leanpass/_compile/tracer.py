@@ -82,7 +82,7 @@ class Tracer:
     and stops the recording (the call itself goes on eagerly)."""
 
     def __init__(self, args: list, caller):
-        self.caller = caller  # the code that calls the traced function (Compiled._trace's)
+        self.caller = caller  # the code that calls the traced function (Compiled._record's)
         self.thread = threading.get_ident()  # other threads (a data loader's workers) are not recorded
         self.reason = None  # (what, where) of the first thing that cannot be replayed
         self.events: list = []
