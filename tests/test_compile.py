@@ -412,8 +412,9 @@ def test_a_tensor_made_a_buffer_or_no_longer_one_traces_again():
     same(f(x), [11.0, 11.0, 11.0])
     m.b = nn.Parameter(np.zeros(3))
     m.b = t  # no longer a buffer (a Parameter took its name)
-    same(f(x), [1.0, 1.0, 1.0])
-    assert f.calls == {"traced": 4, "replayed": 1, "eager": 0}
+    with pytest.warns(RuntimeWarning, match="set before every call"):  # (the third such call in a row: eagerly)
+        same(f(x), [1.0, 1.0, 1.0])
+    assert f.calls == {"traced": 3, "replayed": 1, "eager": 1}
 
 
 def test_the_journal_keeps_no_replaced_tensor_alive():
@@ -6587,3 +6588,51 @@ def test_a_model_with_a_compiled_forward_is_copied_and_pickled_after_calls():
             assert twin.forward.calls["traced"] == 1 and twin.forward.fn.__self__ is twin
         same(model(x), (x @ model.fc.weight.T + model.fc.bias).tanh())
     assert model.forward.calls == {"traced": 1, "replayed": 2, "eager": 0}
+
+
+def test_a_module_attribute_set_before_every_call_runs_eagerly_until_it_stays():
+    """The caller sets a module's attribute before each call (``model.past = kv``, a
+    tensor of another shape each time): traced at each call, which costs more than the
+    eager call, so from the third such call in a row eagerly, with a warning, and traced
+    again once it stays."""
+    lp.manual_seed(0)
+    model = nn.Linear(4, 4, dtype="float64")
+    model.past = Tensor(np.zeros((1, 4)))
+
+    @lp.no_grad()
+    def decode(x):
+        return lp.concat([model.past, model(x)], axis=0).sum(axis=0)
+
+    compiled = lp.compile(decode)
+    with pytest.warns(RuntimeWarning, match="set before every call"):
+        for k in range(6):
+            model.past = Tensor(np.ones((k + 1, 4)))
+            x = Tensor(np.full((2, 4), float(k)))
+            same(compiled(x), decode(x))
+    assert compiled.calls == {"traced": 3, "replayed": 0, "eager": 3}
+    for _ in range(3):  # (it stays: traced again, then replayed)
+        same(compiled(x), decode(x))
+    assert compiled.calls == {"traced": 4, "replayed": 2, "eager": 3}
+
+
+def test_a_cache_grown_in_a_dict_argument_at_every_call_warns():
+    """A decoding step that grows a key-value cache in a dict argument: each call is of
+    a new kind (its shapes) and keeps its tensors, so each is traced and no trace is
+    kept; at the third such call in a row a warning says so (it was silent)."""
+    lp.manual_seed(0)
+    proj = nn.Linear(4, 4, dtype="float64")
+
+    @lp.no_grad()
+    def decode(x, cache):
+        cache["k"] = lp.concat([cache["k"], proj(x)], axis=0)
+        return cache["k"].sum(axis=0)
+
+    compiled = lp.compile(decode)
+    mine, theirs = {"k": Tensor(np.zeros((1, 4)))}, {"k": Tensor(np.zeros((1, 4)))}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for k in range(6):
+            x = Tensor(np.full((1, 4), float(k)))
+            same(compiled(x, mine), decode(x, theirs))
+    assert [str(w.message).count("traced at 3 calls in a row, each of a new kind") for w in caught] == [1]
+    assert compiled.calls == {"traced": 6, "replayed": 0, "eager": 0}

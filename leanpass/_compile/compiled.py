@@ -77,9 +77,11 @@ class Compiled:
         self._warned: set = set()
         self._returns = _UNREAD  # _returned_reads(fn), read at the first trace
         self._attrs = _UNREAD  # the attribute names the function's code names (_attribute_names): at the first trace
-        self._escaped: set = set()  # keys whose trace kept a tensor made in the call: one more trace, then eagerly
+        self._escaped: dict = {}  # keys whose trace kept a tensor made in the call: one more trace, then eagerly
+        self._escapes = 0  # the traces in a row that kept nothing for that (each of a new key)
         self._unsettled: set = set()  # keys whose last trace changed Python state a replay would not change
         self._churning: dict = {}  # keys whose last call found state it reads set since: that state, read then
+        self._refits: dict = {}  # keys whose traces fitted no call in a row: (how many, the module changes then)
         self._branches: dict = {}  # key -> the traces of its other paths (a check that decides a path: Plan)
         self._untraceable: set = set()  # keys one of whose paths cannot be traced: eagerly there
         self.calls = {"traced": 0, "replayed": 0, "eager": 0}
@@ -120,7 +122,7 @@ class Compiled:
         if not _fits(entry, tensors):
             entry = self._earlier(key, entry, tensors)
             if entry is None:
-                return self._trace(key, tensors, objects, args, kwargs, branch=True)
+                return self._refit(key, tensors, objects, args, kwargs)
         if not (_state_kept(entry.object_state) and _state_kept(entry.named_state)):
             now = _state_now(entry.object_state + entry.named_state)
             streak, last = self._churning.get(key, (0, None))
@@ -171,10 +173,33 @@ class Compiled:
                 self._branches[key] = [entry, *(p for p in others if p is not plan)]
             if self._churning:
                 self._churning.pop(key, None)
+            if self._refits:
+                self._refits.pop(key, None)
             plan.retries = 0
             self.calls["replayed"] += 1
             return out
         return self._other_path(key, entry, tensors, objects, args, kwargs)
+
+    def _refit(self, key, tensors, objects, args, kwargs):
+        """A call none of whose key's traces fits (a module's attribute set since, a state
+        tensor of another shape): traced, unless the modules were changed before this
+        call and the two before, each since the last (``model.past = kv``, a growing
+        buffer set by the caller): eagerly then, while they keep changing, as a trace
+        costs more than the eager call."""
+        streak, last = self._refits.get(key, (0, None))
+        streak = streak + 1 if _MODULE_CHANGES[0] != last else 0
+        if len(self._refits) > self.cache_size:  # (keys no longer cached)
+            self._refits = {k: v for k, v in self._refits.items() if k in self._entries}
+        try:
+            if streak >= 3:
+                self._warn("runs eagerly while a module's attribute or member it reads is set before every call "
+                           "(model.past = kv): a trace at each call costs more than the eager call; traced again "
+                           "once they stay as they are", "the call")
+                self.calls["eager"] += 1
+                return self.fn(*args, **kwargs)
+            return self._trace(key, tensors, objects, args, kwargs, branch=True)
+        finally:
+            self._refits[key] = (streak, _MODULE_CHANGES[0])  # (after the call: the caller's changes count)
 
     def _earlier(self, key, entry, tensors):
         """A trace of the key made before ``entry`` that fits the call, where ``entry``
@@ -326,7 +351,15 @@ class Compiled:
         kept = (tracer.escaped(box) or changed) if plan is not None else None
         if kept is not None:
             if key not in self._escaped:  # once: a cache filled at the first call (a mask made once): trace again
-                self._escaped.add(key)
+                self._escaped[key] = None
+                if len(self._escaped) > 4 * self.cache_size:  # (the oldest keys go)
+                    del self._escaped[next(iter(self._escaped))]
+                self._escapes += 1
+                if self._escapes >= 3:  # (each call of a new kind: a cache grown at every call, new shapes)
+                    self._warn(f"traced at 3 calls in a row, each of a new kind, and kept no trace "
+                               f"({kept}: traced once more before running eagerly): a trace costs more than the "
+                               "eager call; keep what grows at every call (a cache of keys and values) out of "
+                               "the arguments and results", "the call")
                 return box[0]
             plan, tracer.reason = None, (f"{kept}: a replay would leave it as the first call made it",
                                          _where_defined(self.fn))
@@ -338,6 +371,7 @@ class Compiled:
             # the function's code, or a helper's it reaches, names (attrs): what a caller may change between calls
             plan.object_state = _python_state((), [*objects, *self._owners], attrs)
             plan.member_lists = plan.member_lists + members
+        self._escapes = 0
         if plan is None:
             self._fall_back(key, tracer.reason)
         else:
@@ -369,7 +403,7 @@ class Compiled:
     def _warn(self, what: str, where: str) -> None:
         if what not in self._warned:  # once per function and reason
             self._warned.add(what)
-            name = getattr(self, "__name__", None) or repr(self.fn)  # (a callable object, a partial: no name)
+            name = getattr(self, "__name__", None) or _name_of(self.fn)  # (a callable object, a partial)
             level, frame = 1, sys._getframe()  # (the warning names the first frame outside LeanPass: the caller's)
             while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
                 level, frame = level + 1, frame.f_back
@@ -379,7 +413,7 @@ class Compiled:
         """What was traced: per cache entry, the operations, backward passes, in-place
         changes, steps and constants it replays, or why it runs eagerly; and the calls
         so far."""
-        lines = [f"lp.compile({getattr(self.fn, '__qualname__', self.fn)!s}): {len(self._entries)} cache "
+        lines = [f"lp.compile({_name_of(self.fn)}): {len(self._entries)} cache "
                  f"entr{'y' if len(self._entries) == 1 else 'ies'} (at most {self.cache_size}); calls: "
                  + ", ".join(f"{n} {k}" for k, n in self.calls.items())
                  + (" (LEANPASS_COMPILE=0: compilation is off)" if self.off else "")]
@@ -434,9 +468,23 @@ def _differing(key, other, fn) -> str:
     return ", ".join(found) or "the grad mode, the default dtype or device, or which tensors share memory"
 
 
+def _name_of(fn) -> str:
+    """A name for ``fn`` where it has none of its own: a callable object's class (a
+    Module's, not its repr of several lines), a partial's function's."""
+    if isinstance(fn, functools.partial):
+        return f"partial({_name_of(fn.func)})"
+    return getattr(fn, "__qualname__", None) or type(fn).__qualname__
+
+
 def _where_defined(fn) -> str:
-    """``file:line`` of ``fn``'s definition, for a reason that has no line of its own."""
-    code = getattr(fn, "__code__", None)
+    """``file:line`` of ``fn``'s definition, for a reason that has no line of its own (a
+    callable object's: its class's ``forward``, a Module's, or ``__call__``)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    code = getattr(fn, "__code__", None) or getattr(getattr(fn, "__func__", None), "__code__", None)
+    if code is None:
+        method = getattr(type(fn), "forward", None) or vars(type(fn)).get("__call__")
+        code = getattr(method, "__code__", None)
     return f"{getattr(code, 'co_filename', '?')}:{getattr(code, 'co_firstlineno', '?')}"
 
 
