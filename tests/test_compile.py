@@ -6239,7 +6239,7 @@ def test_a_hand_written_optimizer_keeping_tensors_in_its_state_replays():
     assert f.calls == {"traced": 1, "replayed": 3, "eager": 0}
 
 
-@pytest.mark.parametrize("how", ["setdefault", "a dict fetched before"])
+@pytest.mark.parametrize("how", ["setdefault", "a dict fetched before", "a view of its buffer"])
 def test_an_optimizers_state_array_read_any_way_runs_the_call_eagerly(how):
     """``opt.state.setdefault(...)`` (a read too), or a parameter's state dict fetched
     before the calls (no read of ``opt.state`` in the call): a tensor made on its
@@ -6256,6 +6256,8 @@ def test_an_optimizers_state_array_read_any_way_runs_the_call_eagerly(how):
             (model(x) ** 2).mean().backward()
             opt.step()
             buf = opt.state.setdefault(id(model.weight), {}) if how == "setdefault" else inner
+            if how == "a view of its buffer":  # (its first row: a NumPy view of the state's array)
+                return lp.as_tensor(buf["momentum_buffer"][0]).abs().sum()
             return lp.as_tensor(buf["momentum_buffer"]).abs().sum()
 
         f = lp.compile(step) if compiled else step
@@ -6476,7 +6478,8 @@ def test_a_hand_written_optimizer_counting_its_steps_in_python_runs_eagerly(wher
 
 def test_an_optimizer_made_inside_the_step_runs_it_eagerly():
     """A fresh optimizer at each call (its momentum starts at zero each time): a replay
-    would step the trace's, its momentum carried over, so the call runs eagerly."""
+    would step the trace's, its momentum carried over, so the call runs eagerly (after
+    one more trace: see the next test)."""
     def run(compiled):
         model = mlp("cpu")
 
@@ -6636,3 +6639,54 @@ def test_a_cache_grown_in_a_dict_argument_at_every_call_warns():
             same(compiled(x, mine), decode(x, theirs))
     assert [str(w.message).count("traced at 3 calls in a row, each of a new kind") for w in caught] == [1]
     assert compiled.calls == {"traced": 6, "replayed": 0, "eager": 0}
+
+
+def test_an_optimizer_made_at_the_first_call_and_kept_replays_after():
+    """A trainer that makes its optimizer at the first step (``if self.opt is None``):
+    traced once more, then replayed (the check for optimizers made in the call ran
+    such a step eagerly for good)."""
+    class Trainer:
+        def __init__(self):
+            self.model, self.opt = mlp("cpu"), None
+
+        def step(self, x):
+            if self.opt is None:
+                self.opt = lp.optim.SGD(self.model.parameters(), lr=0.1, momentum=0.9)
+            self.opt.zero_grad()
+            loss = (self.model(x) ** 2).mean()
+            loss.backward()
+            self.opt.step()
+            return loss.detach()
+
+    eager, trainer = Trainer(), Trainer()
+    compiled = lp.compile(trainer.step, fuse=False)
+    for k in range(6):
+        x = Tensor(np.full((4, 6), 0.1 * k))
+        same(compiled(x), eager.step(x))
+    for p, q in zip(trainer.model.parameters(), eager.model.parameters()):
+        same(p, q)
+    assert compiled.calls == {"traced": 2, "replayed": 4, "eager": 0}
+
+
+def test_module_flags_set_in_four_ways_replay_a_trace_of_each():
+    """``train()``/``eval()`` at alternate calls and a layer frozen at every third: four
+    kinds of state, all kept by one key (at most 4 traces), so no call runs eagerly (the
+    rule for modules changed before every call took the fourth kind for one)."""
+    def run(compiled):
+        lp.manual_seed(0)
+        model = nn.Sequential(nn.Linear(6, 8, dtype="float64"), nn.Dropout(0.2), nn.Linear(8, 3, dtype="float64"))
+        opt = lp.optim.SGD(model.parameters(), lr=0.1)
+        f = lp.compile(training_step(model, opt), fuse=False) if compiled else training_step(model, opt)
+        rng, out = np.random.default_rng(0), []
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for k in range(12):
+                model.train(k % 2 == 0)
+                model[0].requires_grad_(k % 3 != 0)
+                out.append(host(f(Tensor(rng.normal(size=(10, 6))), lp.asarray(rng.integers(0, 3, 10)))))
+        return out + [host(p) for p in model.parameters()], f
+
+    (want, _), (got, f) = run(False), run(True)
+    for a, b in zip(got, want, strict=True):
+        same(a, b)
+    assert f.calls["eager"] == 0 and f.calls["traced"] <= 4

@@ -120,9 +120,9 @@ class Compiled:
             self.calls["eager"] += 1
             return self.fn(*args, **kwargs)
         if not _fits(entry, tensors):
-            entry = self._earlier(key, entry, tensors)
+            entry, kept = self._earlier(key, entry, tensors)
             if entry is None:
-                return self._refit(key, tensors, objects, args, kwargs)
+                return self._refit(key, kept, tensors, objects, args, kwargs)
         if not (_state_kept(entry.object_state) and _state_kept(entry.named_state)):
             now = _state_now(entry.object_state + entry.named_state)
             streak, last = self._churning.get(key, (0, None))
@@ -180,18 +180,20 @@ class Compiled:
             return out
         return self._other_path(key, entry, tensors, objects, args, kwargs)
 
-    def _refit(self, key, tensors, objects, args, kwargs):
+    def _refit(self, key, kept, tensors, objects, args, kwargs):
         """A call none of whose key's traces fits (a module's attribute set since, a state
         tensor of another shape): traced, unless the modules were changed before this
         call and the two before, each since the last (``model.past = kv``, a growing
-        buffer set by the caller): eagerly then, while they keep changing, as a trace
-        costs more than the eager call."""
+        buffer set by the caller), and the key keeps none of its earlier traces (or
+        would drop one: ``kept``, :meth:`_earlier`'s count): eagerly then, while they
+        keep changing, as a trace costs more than the eager call."""
         streak, last = self._refits.get(key, (0, None))
         streak = streak + 1 if _MODULE_CHANGES[0] != last else 0
         if len(self._refits) > self.cache_size:  # (keys no longer cached)
             self._refits = {k: v for k, v in self._refits.items() if k in self._entries}
         try:
-            if streak >= 3:
+            if streak >= 3 and not 0 < kept <= 3:  # (none kept: an object set; or more than it may keep: a
+                # module's flags set in more ways than a key keeps traces)
                 self._warn("runs eagerly while a module's attribute or member it reads is set before every call "
                            "(model.past = kv): a trace at each call costs more than the eager call; traced again "
                            "once they stay as they are", "the call")
@@ -205,7 +207,8 @@ class Compiled:
         """A trace of the key made before ``entry`` that fits the call, where ``entry``
         does not (a layer frozen at every other call, with ``requires_grad_``; a
         parameter moved and moved back): made the entry, ``entry`` kept beside it. None
-        where none fits: ``entry`` kept beside the trace to come where only a state
+        where none fits (with the number of traces that could be kept): ``entry`` kept
+        beside the trace to come where only a state
         tensor's shape, dtype, device or flag, or a module's flag (``.eval()`` at
         alternate calls), tells it from the call (such a change may be undone; a layer
         replaced, a name rebound, will not be: it goes), the key keeping at most 4
@@ -215,10 +218,10 @@ class Compiled:
             if _fits(plan, tensors):
                 self._entries[key] = plan
                 self._branches[key] = [entry, *(p for p in others if p is not plan)]
-                return plan
-        kept = [entry] if _fits(entry, tensors, externals=False, undone=True) else []
-        self._branches[key] = [*kept, *(p for p in others if _fits(p, tensors, externals=False, undone=True))][:3]
-        return None
+                return plan, None
+        kept = [p for p in (entry, *others) if _fits(p, tensors, externals=False, undone=True)]
+        self._branches[key] = kept[:3]
+        return None, len(kept)
 
     def _other_path(self, key, entry, tensors, objects, args, kwargs):
         """A call none of whose key's traces takes its path (a check that decides one
@@ -348,7 +351,9 @@ class Compiled:
             return box[0]  # no entry: the next call traces again (a module's first call may set up a cache)
         self._unsettled.discard(key)
         plan = tracer.plan(box[0], self.fuse)
-        kept = (tracer.escaped(box) or changed) if plan is not None else None
+        made = tracer.made_watched and f"{tracer.made_watched} made inside the function (a replay would step the " \
+            "first call's, its state carried over: make it outside)"
+        kept = (tracer.escaped(box) or changed or made) if plan is not None else None
         if kept is not None:
             if key not in self._escaped:  # once: a cache filled at the first call (a mask made once): trace again
                 self._escaped[key] = None
@@ -356,10 +361,10 @@ class Compiled:
                     del self._escaped[next(iter(self._escaped))]
                 self._escapes += 1
                 if self._escapes >= 3:  # (each call of a new kind: a cache grown at every call, new shapes)
-                    self._warn(f"traced at 3 calls in a row, each of a new kind, and kept no trace "
-                               f"({kept}: traced once more before running eagerly): a trace costs more than the "
-                               "eager call; keep what grows at every call (a cache of keys and values) out of "
-                               "the arguments and results", "the call")
+                    self._warn(f"traced at 3 calls in a row, each of a new kind, and kept no trace ({kept}; a "
+                               "second call of one kind would run eagerly): a trace costs more than the eager "
+                               "call; keep what grows at every call (a cache of keys and values) out of the "
+                               "arguments and results", "the call")
                 return box[0]
             plan, tracer.reason = None, (f"{kept}: a replay would leave it as the first call made it",
                                          _where_defined(self.fn))

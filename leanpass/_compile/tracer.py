@@ -64,8 +64,9 @@ def _internal_maker():
     return None
 
 
-def _optimizer_arrays() -> set:
-    """The ids of the arrays the optimizers alive hold as state (``opt.state``'s)."""
+def _on_optimizer_state(array) -> bool:
+    """Whether ``array`` is one of the arrays the optimizers alive hold as state
+    (``opt.state``'s), or a view of one (``buf[0]``, ``buf.T``: through ``.base``)."""
     found = set()
     for obj in list(_WATCHED):
         state = getattr(obj, "state", None)
@@ -73,7 +74,11 @@ def _optimizer_arrays() -> set:
             for entries in dict.values(state):
                 if isinstance(entries, dict):
                     found.update(id(v) for v in entries.values() if hasattr(v, "shape"))
-    return found
+    while array is not None:
+        if id(array) in found:
+            return True
+        array = getattr(array, "base", None)
+    return False
 
 
 class Tracer:
@@ -116,6 +121,7 @@ class Tracer:
         self.host: dict = {}  # id(number) -> (slot, what, where) of a value read on the host in a return
         self.out_specs: dict = {}  # id(tensor) -> its spec in the result (_outputs)
         self.options: list = []  # (parameter group, key, value) read by the call's own code: checked (Plan.fits)
+        self.made_watched = None  # the class of an optimizer made in the call (trace.watch), if any
         self.state_reads: list = []  # (an optimizer's state of Tensors, _state_items, its optimizers) read: too
         self.options_set = None  # the action that may have set options since the call began (a scheduler's step)
         self.keep_args = list(args)
@@ -268,7 +274,7 @@ class Tracer:
             return self.unsupported(f"{maker}: a value computed outside the recorded operations")
         if t._rg:
             return self.unsupported("a tensor that requires grad made inside the function")
-        if id(t._data) in _optimizer_arrays():  # (its dict fetched before the call: no read of opt.state seen)
+        if _on_optimizer_state(t._data):  # (its dict fetched before the call: no read of opt.state seen)
             return self.unsupported("a tensor on an optimizer's state array (lp.as_tensor(opt.state[...][name])) "
                                     "made inside the function: each step changes it in place, and a replay would "
                                     "give the first call's values")

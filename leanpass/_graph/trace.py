@@ -60,13 +60,13 @@ def read_state(state) -> None:
 def watch(obj) -> None:
     """Have lp.compile check ``obj._traced_state()`` around each traced call (an
     optimizer: a learning rate set by hand inside a step is not replayed). One made in
-    a traced call makes it run eagerly: a replay would step the trace's, whose state
-    (momentum, moments) would carry over from call to call."""
+    a traced call is a change a replay would not make: traced once more (one made at
+    the first call and kept, ``if self.opt is None``), then eagerly (one made afresh at
+    each call: a replay would step the trace's, its state carried over)."""
     WATCHED.add(obj)
     tracer = TRACER[0]
     if tracer is not None and tracer.records():
-        tracer.unsupported(f"{type(obj).__name__} made inside the function: a replay would step the first call's, "
-                           "its state carried over from call to call; make it outside")
+        tracer.made_watched = type(obj).__name__
 
 
 def action(method):
