@@ -6690,3 +6690,86 @@ def test_module_flags_set_in_four_ways_replay_a_trace_of_each():
     for a, b in zip(got, want, strict=True):
         same(a, b)
     assert f.calls["eager"] == 0 and f.calls["traced"] <= 4
+
+
+def test_a_scheduler_made_inside_the_step_runs_it_eagerly():
+    """A fresh ``StepLR`` at each call (eagerly the rate never decays): a replay would
+    step the trace's, whose count carried over (the rate halved every other call)."""
+    def run(compiled):
+        model, opt = _linear_and_sgd(3, 1)
+
+        def step(x):
+            sched = lp.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+            opt.zero_grad()
+            loss = (model(x) ** 2).mean()
+            loss.backward()
+            opt.step()
+            sched.step()
+            return loss.detach()
+
+        f = lp.compile(step, fuse=False) if compiled else step
+        out = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            for k in range(6):
+                out += [host(f(Tensor(np.full((2, 3), float(k + 1))))), np.array(opt.param_groups[0]["lr"])]
+        return out + [host(p) for p in model.parameters()], f
+
+    (want, _), (got, f) = run(False), run(True)
+    for a, b in zip(got, want, strict=True):
+        same(a, b)
+    assert f.calls["replayed"] == 0
+
+
+def test_a_hand_written_optimizers_option_set_between_calls_traces_again():
+    """A hand-written optimizer's own number (``self.beta``, read by its ``step``, traced
+    as the call's code), set by the caller between calls: compared before each replay,
+    as any object's (replays kept the trace's)."""
+    class Momentumless(lp.optim.Optimizer):
+        def __init__(self, params):
+            super().__init__(params, dict(lr=0.1))
+            self.beta = 0.9
+
+        def step(self):
+            with lp.no_grad():
+                for p in self.param_groups[0]["params"]:
+                    p.sub_(0.1 * self.beta * p.grad)
+
+    def run(compiled):
+        model = mlp("cpu")
+        opt = Momentumless(model.parameters())
+
+        def step(x):
+            opt.zero_grad()
+            loss = (model(x) ** 2).mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        f = lp.compile(step, fuse=False) if compiled else step
+        out = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            for k in range(6):
+                opt.beta = 0.9 if k < 3 else 0.0
+                out.append(host(f(Tensor(np.full((4, 6), 0.1 * k)))))
+        return out + [host(p) for p in model.parameters()], f
+
+    (want, _), (got, f) = run(False), run(True)
+    for a, b in zip(got, want, strict=True):
+        same(a, b)
+    assert f.calls["traced"] == 2
+
+
+@lp.compile
+def _compiled_by_name(x):
+    return x * 2.0
+
+
+def test_a_compiled_function_a_module_names_pickles_and_copies_as_itself():
+    import copy
+    import pickle
+
+    same(_compiled_by_name(Tensor(np.ones(2))), [2.0, 2.0])
+    assert pickle.loads(pickle.dumps(_compiled_by_name)) is _compiled_by_name
+    assert copy.deepcopy({"f": _compiled_by_name})["f"] is _compiled_by_name

@@ -90,11 +90,22 @@ class Compiled:
     def __deepcopy__(self, memo):
         """A copy of the compiled function of a copy of ``fn`` (``copy.deepcopy`` of a model
         whose ``forward`` was compiled: the copy's bound method), with no trace: a trace
-        holds the original's tensors."""
+        holds the original's tensors. One a module names (``@lp.compile`` on a function
+        there) is itself, as a function is."""
+        if isinstance(self.__reduce__(), str):
+            return self
         return Compiled(copy.deepcopy(self.fn, memo), self.cache_size, self.fuse)
 
     def __reduce__(self):
-        return Compiled, (self.fn, self.cache_size, self.fuse)  # (pickled without its traces, as copied)
+        """Pickled by its name where its module names it (``@lp.compile`` on a function
+        there), else as a compiled function of ``fn``, pickled, without its traces."""
+        name = getattr(self.fn, "__qualname__", None)
+        found = sys.modules.get(getattr(self.fn, "__module__", None) or "")
+        for part in (name or "").split("."):
+            found = getattr(found, part, None)
+        if found is self:
+            return name
+        return Compiled, (self.fn, self.cache_size, self.fuse)
 
     def __get__(self, obj, objtype=None):  # @lp.compile on a method: bound as a function is (the instance keyed)
         return self if obj is None else types.MethodType(self, obj)
@@ -175,7 +186,7 @@ class Compiled:
                 self._churning.pop(key, None)
             if self._refits:
                 self._refits.pop(key, None)
-            plan.retries = 0
+            plan.retries = self._escapes = 0
             self.calls["replayed"] += 1
             return out
         return self._other_path(key, entry, tensors, objects, args, kwargs)
@@ -194,8 +205,9 @@ class Compiled:
         try:
             if streak >= 3 and not 0 < kept <= 3:  # (none kept: an object set; or more than it may keep: a
                 # module's flags set in more ways than a key keeps traces)
-                self._warn("runs eagerly while a module's attribute or member it reads is set before every call "
-                           "(model.past = kv): a trace at each call costs more than the eager call; traced again "
+                self._warn("runs eagerly while modules' attributes or members are set before every call "
+                           "(model.past = kv; any module's: lp.compile does not tell which ones the call reads) "
+                           "and no trace fits: a trace at each call costs more than the eager call; traced again "
                            "once they stay as they are", "the call")
                 self.calls["eager"] += 1
                 return self.fn(*args, **kwargs)
@@ -351,8 +363,8 @@ class Compiled:
             return box[0]  # no entry: the next call traces again (a module's first call may set up a cache)
         self._unsettled.discard(key)
         plan = tracer.plan(box[0], self.fuse)
-        made = tracer.made_watched and f"{tracer.made_watched} made inside the function (a replay would step the " \
-            "first call's, its state carried over: make it outside)"
+        made = f"{' and '.join(tracer.made_watched)} made inside the function (a replay would step the first " \
+            "call's, its state carried over: make it outside)" if tracer.made_watched else None
         kept = (tracer.escaped(box) or changed or made) if plan is not None else None
         if kept is not None:
             if key not in self._escaped:  # once: a cache filled at the first call (a mask made once): trace again
@@ -362,9 +374,9 @@ class Compiled:
                 self._escapes += 1
                 if self._escapes >= 3:  # (each call of a new kind: a cache grown at every call, new shapes)
                     self._warn(f"traced at 3 calls in a row, each of a new kind, and kept no trace ({kept}; a "
-                               "second call of one kind would run eagerly): a trace costs more than the eager "
-                               "call; keep what grows at every call (a cache of keys and values) out of the "
-                               "arguments and results", "the call")
+                               "second call of a kind is traced once more): where every call is of a new kind "
+                               "(a cache grown at each), a trace at every call costs more than the eager call; "
+                               "keep what grows out of the arguments and results", "the call")
                 return box[0]
             plan, tracer.reason = None, (f"{kept}: a replay would leave it as the first call made it",
                                          _where_defined(self.fn))

@@ -78,7 +78,8 @@ def _python_state(value, objects, names=None, nested=_NOT_KEYED) -> list:
         if (id(obj) in seen or isinstance(obj, (Module, Tensor, types.FunctionType, types.MethodType))
                 or (isinstance(obj, type) and not any(obj is o for o in objects)  # (a class named: its values;
                     and not _configuration(obj))  # one of the user's held by a configuration, Config.train.lr)
-                or hasattr(type(obj), "_traced_state")  # (a watched one: an optimizer, a scheduler)
+                or (hasattr(type(obj), "_traced_state") and _leanpass_own(obj))  # (a watched one of LeanPass's:
+                # an optimizer, a scheduler; a class of the user's is compared as any object, self.beta read)
                 or _compiled_function(obj)  # (lp.compile's, wherever it is held: its counts change at each call)
                 or (_leanpass_own(obj) and not any(obj is o for o in objects))):  # (a backend, a compiled
             continue  # function an object holds: no configuration, and the latter's counts change at each call)

@@ -15,7 +15,7 @@ import functools
 import weakref
 
 __all__ = ["TRACER", "action", "idempotent", "sets_options", "closure_first", "note", "raised", "check",
-           "implicit_seed", "draw", "read_grad", "read_option", "read_state", "watch"]
+           "implicit_seed", "draw", "made", "read_grad", "read_option", "read_state", "watch"]
 
 TRACER = [None]  # [the active tracer, or None]
 
@@ -64,9 +64,15 @@ def watch(obj) -> None:
     the first call and kept, ``if self.opt is None``), then eagerly (one made afresh at
     each call: a replay would step the trace's, its state carried over)."""
     WATCHED.add(obj)
+    made(obj)
+
+
+def made(obj) -> None:
+    """``obj``, an optimizer or a scheduler, was just made: in a traced call, a change a
+    replay would not make (traced once more, then eagerly: :func:`watch`)."""
     tracer = TRACER[0]
     if tracer is not None and tracer.records():
-        tracer.made_watched = type(obj).__name__
+        tracer.made_watched.append(type(obj).__name__)
 
 
 def action(method):

@@ -13,6 +13,14 @@ def c_like(a) -> bool:
     return all(x >= y for x, y in zip(steps, steps[1:]))
 
 
+def _c_laid(a) -> bool:
+    """Whether ``a`` is C-contiguous or :func:`c_like`; an array that tells no layout
+    (the CPU stand-in of ``cuda``'s, array_api_strict's) as the library lays it out: in
+    C's order."""
+    flags = getattr(a, "flags", None)
+    return flags is None or flags.c_contiguous or c_like(a)
+
+
 def flat_where_strided(program, computed):
     """A fused run's compiled kernel, ``run``, used where its inputs are laid out in C's
     order (:func:`c_like`: a broadcast or reversed one too): then the library's
@@ -26,7 +34,7 @@ def flat_where_strided(program, computed):
         ops = []
 
         def checked(arrays):
-            if all(a.flags.c_contiguous or c_like(a) for a in arrays):
+            if all(_c_laid(a) for a in arrays):
                 return run(arrays)
             if not ops:
                 ops.append(program.flat(program.backend))

@@ -24,7 +24,7 @@ import warnings
 from bisect import bisect_right
 from collections import Counter
 
-from .._graph.trace import action, sets_options
+from .._graph.trace import action, made, sets_options
 from .optimizers import Optimizer
 
 __all__ = ["LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "LinearLR", "ExponentialLR", "SequentialLR",
@@ -104,6 +104,7 @@ class LRScheduler:
     def __init__(self, optimizer, last_epoch: int = -1):
         _check_optimizer(self, optimizer)
         last_epoch = _int(self, "last_epoch", last_epoch, -1)
+        made(self)  # (lp.compile: one made in a traced call is a change a replay would not make)
         groups = optimizer.param_groups
         if last_epoch != -1:
             for i, group in enumerate(groups):
