@@ -385,7 +385,7 @@ def _named_objects(fn, words=frozenset()) -> list:
         elif isinstance(value, types.ModuleType):  # (a config module: the names loaded on it, or those of the
             if _configuration(value):  # code reached where it is used otherwise: never all of it)
                 found.append((value, frozenset(loaded.get(name, ())) | (words if name in whole else frozenset())))
-        elif (_plain(value) or _configuration(value)) and not _compiled_function(value):
+        elif _plain(value) or _configuration(value):  # (lp.compile's own: left out by _python_state)
             # (all its attributes where it runs a method a replay does not, or it is used otherwise)
             everything = name in whole or any(not getattr(getattr(type(value), m, None), "action", False)
                                               for m in called.get(name, ()))
