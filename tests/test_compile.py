@@ -6200,6 +6200,30 @@ def test_a_leaf_made_in_the_call_keeps_its_gradient_over_two_passes(read_first):
     assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}
 
 
+def _falls_back_as_eager(run, match):
+    """``run(compiled)`` -> (arrays, the function run): compiled, it warns ``match`` and
+    never replays, and its arrays are eager's, bit for bit."""
+    want, _ = run(False)
+    with pytest.warns(RuntimeWarning, match=match):
+        got, f = run(True)
+    for a, b in zip(got, want, strict=True):
+        same(a, b)
+    assert f.calls["replayed"] == 0
+
+
+def _square_step(model, opt):
+    """The step of several tests below: ``opt.zero_grad()``, the mean square of
+    ``model(x)``, backward, ``opt.step()``; the loss, detached."""
+    def step(x):
+        opt.zero_grad()
+        loss = (model(x) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return step
+
+
 class _TensorMomentum(lp.optim.Optimizer):
     """A hand-written optimizer that keeps Tensors in ``self.state`` and reads them in
     its own ``step``, traced as the call's code (no action)."""
@@ -6222,12 +6246,7 @@ def test_a_hand_written_optimizer_keeping_tensors_in_its_state_replays():
         model = mlp("cpu")
         opt = _TensorMomentum(model.parameters())
 
-        def step(x):
-            opt.zero_grad()
-            loss = (model(x) ** 2).mean()
-            loss.backward()
-            opt.step()
-            return loss.detach()
+        step = _square_step(model, opt)
 
         f = lp.compile(step, fuse=False) if compiled else step
         out = [host(f(Tensor(np.full((4, 6), 0.1 * k)))) for k in range(4)]
@@ -6263,12 +6282,7 @@ def test_an_optimizers_state_array_read_any_way_runs_the_call_eagerly(how):
         f = lp.compile(step) if compiled else step
         return [host(f(Tensor(np.full((2, 3), float(k + 1))))) for k in range(4)], f
 
-    want, _ = run(False)
-    with pytest.warns(RuntimeWarning, match="optimizer's state"):
-        got, f = run(True)
-    for a, b in zip(got, want, strict=True):
-        same(a, b)
-    assert f.calls["replayed"] == 0
+    _falls_back_as_eager(run, "optimizer's state")
 
 
 def test_opt_step_given_none_as_its_closure_replays():
@@ -6406,12 +6420,7 @@ def test_a_hand_written_optimizers_state_tensor_replaced_between_calls_traces_ag
         model = mlp("cpu")
         opt = _TensorMomentum(model.parameters())
 
-        def step(x):
-            opt.zero_grad()
-            loss = (model(x) ** 2).mean()
-            loss.backward()
-            opt.step()
-            return loss.detach()
+        step = _square_step(model, opt)
 
         f = lp.compile(step, fuse=False) if compiled else step
         out = []
@@ -6457,12 +6466,7 @@ def test_a_hand_written_optimizer_counting_its_steps_in_python_runs_eagerly(wher
         model = mlp("cpu")
         opt = _CountingSGD(model.parameters(), where)
 
-        def step(x):
-            opt.zero_grad()
-            loss = (model(x) ** 2).mean()
-            loss.backward()
-            opt.step()
-            return loss.detach()
+        step = _square_step(model, opt)
 
         f = lp.compile(step, fuse=False) if compiled else step
         with warnings.catch_warnings(record=True) as caught:
@@ -6495,12 +6499,7 @@ def test_an_optimizer_made_inside_the_step_runs_it_eagerly():
         return [host(f(Tensor(np.full((4, 6), 0.1 * k)))) for k in range(4)] + [
             host(p) for p in model.parameters()], f
 
-    want, _ = run(False)
-    with pytest.warns(RuntimeWarning, match="SGD made inside the function"):
-        got, f = run(True)
-    for a, b in zip(got, want, strict=True):
-        same(a, b)
-    assert f.calls["replayed"] == 0
+    _falls_back_as_eager(run, "SGD made inside the function")
 
 
 def test_a_step_called_in_eval_and_train_mode_at_alternate_calls_replays_each():
@@ -6739,12 +6738,7 @@ def test_a_hand_written_optimizers_option_set_between_calls_traces_again():
         model = mlp("cpu")
         opt = Momentumless(model.parameters())
 
-        def step(x):
-            opt.zero_grad()
-            loss = (model(x) ** 2).mean()
-            loss.backward()
-            opt.step()
-            return loss.detach()
+        step = _square_step(model, opt)
 
         f = lp.compile(step, fuse=False) if compiled else step
         out = []
