@@ -218,13 +218,12 @@ class Compiled:
     def _earlier(self, key, entry, tensors):
         """A trace of the key made before ``entry`` that fits the call, where ``entry``
         does not (a layer frozen at every other call, with ``requires_grad_``; a
-        parameter moved and moved back): made the entry, ``entry`` kept beside it. None
-        where none fits (with the number of traces that could be kept): ``entry`` kept
-        beside the trace to come where only a state
-        tensor's shape, dtype, device or flag, or a module's flag (``.eval()`` at
-        alternate calls), tells it from the call (such a change may be undone; a layer
-        replaced, a name rebound, will not be: it goes), the key keeping at most 4
-        traces, the newest."""
+        parameter moved and moved back): made the entry, ``entry`` kept beside it; with
+        None for the count. Where none fits, None and the number of traces that could be
+        kept: those that only a state tensor's shape, dtype, device or flag, or a
+        module's flag (``.eval()`` at alternate calls), tells from the call (such a
+        change may be undone; a layer replaced, a name rebound, will not be: they go),
+        at most 3 beside the trace to come, the newest."""
         others = self._branches.get(key, [])
         for plan in others:
             if _fits(plan, tensors):

@@ -121,7 +121,7 @@ class Tracer:
         self.host: dict = {}  # id(number) -> (slot, what, where) of a value read on the host in a return
         self.out_specs: dict = {}  # id(tensor) -> its spec in the result (_outputs)
         self.options: list = []  # (parameter group, key, value) read by the call's own code: checked (Plan.fits)
-        self.made_watched: list = []  # the classes of the optimizers and schedulers made in the call (trace.watch)
+        self.made_watched: list = []  # the classes of the optimizers and schedulers made in the call (trace.made)
         self.state_reads: list = []  # (an optimizer's state of Tensors, _state_items, its optimizers) read: too
         self.options_set = None  # the action that may have set options since the call began (a scheduler's step)
         self.keep_args = list(args)
