@@ -6767,3 +6767,51 @@ def test_a_compiled_function_a_module_names_pickles_and_copies_as_itself():
     same(_compiled_by_name(Tensor(np.ones(2))), [2.0, 2.0])
     assert pickle.loads(pickle.dumps(_compiled_by_name)) is _compiled_by_name
     assert copy.deepcopy({"f": _compiled_by_name})["f"] is _compiled_by_name
+
+
+class _ScaledAdam(lp.optim.Adam):
+    """A subclass of the user's of a built-in optimizer: its ``step`` scales the
+    gradients by its own ``scale``, then runs Adam's."""
+
+    def __init__(self, params, scale):
+        super().__init__(params, lr=0.01)
+        self.scale = scale
+
+    def step(self, closure=None):
+        with lp.no_grad():
+            for p in self.param_groups[0]["params"]:
+                lp.as_tensor(p.grad).mul_(self.scale)
+        return super().step(closure)
+
+
+@pytest.mark.parametrize("held", ["by name", "in a dict"])
+def test_a_users_subclass_of_an_optimizer_replays_and_its_own_numbers_are_checked(held):
+    """Its own attributes are compared as any object's (``scale`` set between calls:
+    traced again), not those of the base, which Adam's step changes at each call (it
+    ran every call eagerly once compared)."""
+    def run(compiled):
+        model = mlp("cpu")
+        opt = _ScaledAdam(model.parameters(), 0.5)
+        box = {"opt": opt}
+
+        def step(x):
+            o = box["opt"] if held == "in a dict" else opt
+            o.zero_grad()
+            loss = (model(x) ** 2).mean()
+            loss.backward()
+            o.step()
+            return loss.detach()
+
+        f = lp.compile(step, fuse=False) if compiled else step
+        out = []
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "lp.compile: step traced again", RuntimeWarning)  # (scale set)
+            for k in range(8):
+                opt.scale = 0.5 if k < 5 else 2.0
+                out.append(host(f(Tensor(np.full((4, 6), 0.1 * k)))))
+        return out + [host(p) for p in model.parameters()], f
+
+    (want, _), (got, f) = run(False), run(True)
+    for a, b in zip(got, want, strict=True):
+        same(a, b)
+    assert f.calls == {"traced": 2, "replayed": 6, "eager": 0}

@@ -178,6 +178,8 @@ def _object_attributes(obj, names) -> dict:
     for name in getattr(names, "called", ()):  # (the code only calls a method of that name: not this value)
         if name in attrs and not callable(attrs[name]):
             del attrs[name]
+    for name in getattr(cls, "_leanpass_attributes", ()):  # (a subclass of the user's of an optimizer: what its
+        attrs.pop(name, None)  # class adds; the base's own, its actions change and its checks look after)
     return attrs
 
 

@@ -161,6 +161,11 @@ class Optimizer:
             self.add_param_group(group)
         watch(self)
 
+    # the attributes the base class keeps, which its actions (step, zero_grad) change and
+    # lp.compile checks apart (read_state, read_option, _traced_state): not compared as an
+    # object's where a subclass of the user's is (its own attributes are)
+    _leanpass_attributes = ("state", "_layouts", "_stepped", "_scheduled", "param_groups")
+
     def _traced_state(self) -> tuple:
         """What lp.compile compares around a traced call: each group's parameters and
         options (one set by hand inside a compiled step, not by a scheduler's ``step``,
