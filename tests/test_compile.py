@@ -3751,8 +3751,8 @@ def test_a_wgan_gp_step_with_requires_grad_on_a_mix_of_inputs(device):
     """A WGAN-GP critic step: a random mix of two batches made a leaf with
     ``.detach().requires_grad_()``, the gradient penalty on its gradient
     (``create_graph=True``), Adam: replayed bit for bit, with fresh draws each call;
-    the mix's own ``.grad``, which the backward writes eagerly, is not kept (no result is
-    the mix: returning it runs the call eagerly)."""
+    the mix returned comes back with its own ``.grad``, which the backward writes, as
+    eagerly."""
     def setup():
         lp.manual_seed(0)
         critic = nn.Sequential(nn.Linear(4, 8, device=device), nn.Tanh(), nn.Linear(8, 1, device=device))
@@ -3784,11 +3784,19 @@ def test_a_wgan_gp_step_with_requires_grad_on_a_mix_of_inputs(device):
     for p, q in zip(c1.parameters(), c2.parameters()):
         same(q, p)
     assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}
-    giving = lp.compile(stepper(*setup(), give_mix=True))
-    real, fake = (Tensor(RNG.normal(size=(6, 4)), device=device) for _ in range(2))
-    with pytest.warns(RuntimeWarning, match="a leaf made in the call"):
-        loss, mix = giving(real, fake)
-    assert mix.grad is not None and mix.grad.shape == (6, 4)
+    eager, giving = stepper(*setup(), give_mix=True), lp.compile(stepper(*setup(), give_mix=True), fuse=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for k in range(3):
+            real, fake = (Tensor(RNG.normal(size=(6, 4)), device=device) for _ in range(2))
+            lp.manual_seed(k)
+            want = eager(real, fake)
+            lp.manual_seed(k)
+            got = giving(real, fake)
+            for a, b in zip(got, want, strict=True):
+                same(a, b)
+            same(got[1].grad, want[1].grad)
+    assert giving.calls == {"traced": 1, "replayed": 2, "eager": 0}
 
 
 def test_requires_grad_set_on_an_argument_runs_eagerly():
@@ -6815,3 +6823,97 @@ def test_a_users_subclass_of_an_optimizer_replays_and_its_own_numbers_are_checke
     for a, b in zip(got, want, strict=True):
         same(a, b)
     assert f.calls == {"traced": 2, "replayed": 6, "eager": 0}
+
+
+# ---- retain_grad: a value of the call keeps its gradient ------------------------------------------------
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+def test_a_retained_gradient_read_in_the_call_replays(device, fuse):
+    """Grad-CAM's pattern in a training step: a layer's output retains its gradient
+    (``h.retain_grad()``), the loss's backward pass, then ``h.grad`` read and used (a
+    saliency returned). It ran eagerly at every call: each replay now reads the
+    gradient its own pass gave, bit for bit with eager's, and the step is eager's."""
+    def make():
+        lp.manual_seed(0)
+        first = nn.Sequential(nn.Linear(5, 8, device=device, dtype="float64"), nn.Tanh())
+        head = nn.Linear(8, 3, device=device, dtype="float64")
+        opt = lp.optim.SGD([*first.parameters(), *head.parameters()], lr=0.1, momentum=0.9)
+
+        def step(x, y):
+            opt.zero_grad()
+            h = first(x)
+            h.retain_grad()
+            loss = nn.functional.cross_entropy(head(h * 2.0 + 1.0), y)
+            loss.backward()
+            opt.step()
+            return loss.detach(), (lp.as_tensor(h.grad) * h.detach()).sum(axis=1)
+        return [*first.parameters(), *head.parameters()], step
+
+    (eager_params, eager), (params, step) = make(), make()
+    compiled = lp.compile(step, fuse=fuse)
+    rng = np.random.default_rng(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(6):
+            x = Tensor(rng.normal(size=(4, 5)), device=device)
+            y = lp.asarray(rng.integers(0, 3, 4), device=device)
+            for a, b in zip(compiled(x, y), eager(x, y), strict=True):
+                same(a, b)
+    for p, q in zip(params, eager_params, strict=True):
+        same(p, q)
+    assert compiled.calls == {"traced": 1, "replayed": 5, "eager": 0}
+
+
+@pytest.mark.parametrize("read_first", [False, True])
+def test_a_retained_gradient_adds_up_over_two_passes_and_comes_back_with_its_tensor(read_first):
+    """Read before any pass (zeros, kept), after each of two passes (``retain_graph``:
+    they add up, as a leaf's), and returned: the tensor comes back with its
+    ``.grad``, as eagerly (its value at the end of the call)."""
+    w = Tensor(np.array([1.0, -2.0, -0.0]), requires_grad=True)
+
+    def f(x):
+        h = x * w
+        h.retain_grad()
+        first = lp.as_tensor(h.grad) * 1.0 if read_first else x * 0.0
+        (h * h).sum().backward(retain_graph=True)
+        once = lp.as_tensor(h.grad) * 1.0
+        (h * -0.5).sum().backward()
+        return first, once, h
+
+    compiled = lp.compile(f)
+    for k in range(4):
+        x = Tensor(np.array([0.0, 1.0, -3.0]) * k)
+        want = f(x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = compiled(x)
+        for a, b in zip(got, want, strict=True):
+            same(a, b)
+            np.testing.assert_array_equal(np.signbit(host(a)), np.signbit(host(b)))
+        same(got[2].grad, want[2].grad)
+        np.testing.assert_array_equal(np.signbit(host(got[2].grad)), np.signbit(host(want[2].grad)))
+    assert compiled.calls == {"traced": 1, "replayed": 3, "eager": 0}
+
+
+def test_a_retained_gradient_of_a_value_no_pass_reaches_reads_as_zeros():
+    """``h`` retains its gradient but the pass starts elsewhere: its ``.grad`` reads as
+    zeros at each replay, as eagerly; and a leaf made in the call comes back from the
+    call with its gradient."""
+    w = Tensor(np.array([1.0, 2.0]), requires_grad=True)
+
+    def f(x):
+        xa = x.detach().requires_grad_()
+        h = xa * 3.0
+        h.retain_grad()
+        (xa * w).sum().backward()
+        return lp.as_tensor(h.grad) + 1.0, xa
+
+    compiled = lp.compile(f)
+    for k in range(3):
+        x = Tensor(np.array([1.0, -1.0]) * k)
+        want, got = f(x), compiled(x)
+        same(got[0], want[0])
+        same(got[1], want[1])
+        same(got[1].grad, want[1].grad)
+    assert compiled.calls == {"traced": 1, "replayed": 2, "eager": 0}

@@ -26,7 +26,7 @@ others, dropout, ``lp.rand``/``randn``/``randint``/``randperm``, ``t.uniform_()`
 ``nn.init``, are drawn again at each replay), a recorded in-place change of a tensor
 in the graph, ``backward(create_graph=True)`` inside the function (``autograd.grad``
 with ``create_graph``, ``lp.func``'s transforms and ``opt.step(closure)`` are
-replayed), ``retain_grad``. A
+replayed; so is ``retain_grad``). A
 backward pass through complex values replays each rule by PyTorch's convention, as
 the engine runs it (:class:`_Complex`). See docs/compile.md.
 """

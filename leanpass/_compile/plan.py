@@ -385,6 +385,9 @@ class Plan:
         a pass reaches one; kept as ``_store`` keeps a tensor's)."""
         _, seeds, schedule, backend = event[:4]
         targets = event[4] if slots is not None else None
+        # (a backward pass's values that retain their gradients, where the call reads them: kept, as a leaf's)
+        retained = event[4] & inner.keys() if slots is None and inner is not None and event[4] else ()
+        kept = []
         xp = backend.xp
 
         def leaf_tensor(kind, ref):
@@ -416,6 +419,8 @@ class Plan:
                     found.update((k, g) for k in wanted[slot])
                     if not any(parents):
                         continue  # nothing asked for lies below it
+                elif slot in retained:  # (its gradient complete: eager's engine keeps it, copied at the pass's end)
+                    kept.append((slot, g))
                 if type(exact) is _Complex:
                     grads = exact.grads(xp, backwards[slot], g)
                     exact = exact.exact
@@ -458,13 +463,13 @@ class Plan:
                 slots[slot] = backend.copy(found[k])
             return hooked
         with grad_lock:
+            for slot, g in kept:  # (first, as eager's engine stores them)
+                _keep(inner, slot, g, False, backend)
             for t, (g, fresh) in leaves.items():
                 if type(t) is not tuple:  # (a leaf made in the call, ("leaf", slot): no result is it)
                     _store(t, g, fresh)
                 elif inner is not None and t[1] in inner:  # (one whose .grad the call reads)
-                    old = inner[t[1]]
-                    g = old + g if old is not None else g if fresh else backend.copy(g)
-                    inner[t[1]] = g if type(g) is backend.array_type else backend.as_array(g)
+                    _keep(inner, t[1], g, fresh, backend)
         if hooks._hooks_registered:  # the leaves' post-accumulate hooks (DDP's averaging), as eagerly
             hooks._run_post_hooks(leaves)
 
@@ -484,6 +489,8 @@ class Plan:
                 t = share_version(leaf(owner._data, backend), owner)
             else:
                 t = leaf(slots[ref], backend)
+                if len(spec) == 5:  # a value that keeps its gradient (retain_grad, a leaf made in the call)
+                    t._grad = slots[spec[4]]
             if made is not None:
                 made[id(spec)] = t
             return t
@@ -496,3 +503,13 @@ class Plan:
             return kind((key, self._result(v, slots, args, made)) for key, v in spec[1].items())
         items = [self._result(v, slots, args, made) for v in spec[1]]
         return kind._make(items) if hasattr(kind, "_make") else kind(items)  # a named tuple takes its fields
+
+
+def _keep(inner: dict, slot: int, g, fresh: bool, backend) -> None:
+    """Add a backward pass's gradient ``g`` into ``inner[slot]``, the ``.grad`` of a
+    value of the call that the call reads (a leaf made in it, a value that retains its
+    gradient; None before any pass), as the engine's ``_store`` adds into a tensor's:
+    the first one copied unless ``fresh`` (the engine's own array)."""
+    old = inner[slot]
+    g = old + g if old is not None else g if fresh else backend.copy(g)
+    inner[slot] = g if type(g) is backend.array_type else backend.as_array(g)

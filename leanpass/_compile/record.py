@@ -107,8 +107,8 @@ def _output_slots(spec) -> list:
     if spec is None:
         return []
     kind = spec[0]
-    if kind == "T":
-        return [spec[1][1]] if spec[1][0] == VAL else []
+    if kind == "T":  # (and the slot of its .grad, where it keeps its gradient)
+        return ([spec[1][1]] if spec[1][0] == VAL else []) + ([spec[4]] if len(spec) == 5 else [])
     if kind == "host":
         return [spec[1]]
     if kind in (list, dict, collections.OrderedDict) or (isinstance(kind, type) and issubclass(kind, tuple)):

@@ -539,19 +539,30 @@ class Tracer:
         if src is None:
             return g
         if src[0] == VAL:
-            leaf_slot = self.inner_leaves.get(id(t))
-            if leaf_slot is None or src != (VAL, leaf_slot):
-                self.unsupported("Tensor.grad of a tensor made in the call that is no leaf of it")
+            key = self._kept_grad(t, src)
+            if key is None:
+                self.unsupported("Tensor.grad of a tensor made in the call that is no leaf of it and retains no "
+                                 "gradient")
                 return g
-            # a leaf made in the call (FGSM's x.detach().requires_grad_()): its gradient of the replay's
-            # backward passes at this point (Plan._backward keeps it), a value of the call
+            # a leaf made in the call (FGSM's x.detach().requires_grad_()), or a value that retains its gradient:
+            # its gradient of the replay's backward passes at this point (Plan._backward keeps it), a value of the call
             slot = self._new_grad_value(g)
-            self.events.append(("leaf_grad", leaf_slot, slot, t._backend, *self.meta[slot]))
+            self.events.append(("leaf_grad", key, slot, t._backend, *self.meta[slot]))
             return leaf(g, t._backend)
         slot = self._new_grad_value(g)
         self.grad_slots[slot] = src  # its memory is the tensor's .grad: no change in the graph replays out of place
         self.events.append(("grad_read", src, slot, t._backend))
         return leaf(g, t._backend)
+
+    def _kept_grad(self, t, src):
+        """The slot by which a replay's backward passes keep the gradient of ``t``, a
+        tensor of the call's values (``src``): a leaf made in the call, or a value that
+        retains its gradient (its node's slot, which its backward pass names); None
+        for any other."""
+        slot = self.inner_leaves.get(id(t))
+        if slot is None and t._node is not None and t.retains_grad:
+            slot = self.node_slot.get(id(t._node))
+        return slot if slot is not None and src == (VAL, slot) else None
 
     def _new_grad_value(self, g) -> int:
         """A slot for the gradient ``g`` read in the call, a value of it (the Tensor on it
@@ -637,9 +648,10 @@ class Tracer:
                 src = ("ones", (tuple(g.shape), g.dtype))
             seeds.append((slot, src))
         if targets is None:
-            schedule = self._schedule([r._node for r in roots])
+            retained = []
+            schedule = self._schedule([r._node for r in roots], retained=retained)
             if schedule is not None:
-                self.events.append(("backward", tuple(seeds), schedule, roots[0]._backend))
+                self.events.append(("backward", tuple(seeds), schedule, roots[0]._backend, frozenset(retained)))
                 if self._hooked(schedule):
                     self.hooked_passes.add(id(self.events[-1]))
             return
@@ -734,12 +746,14 @@ class Tracer:
         kind, ref = self.source_of(t) or (None, None)
         return None if kind in (None, VAL) else (kind, ref)
 
-    def _schedule(self, starts, needed=None):
+    def _schedule(self, starts, needed=None, retained=None):
         """The nodes below ``starts`` in the engine's order (newest first), each with its
         parents: ``(slot, parents, fresh, exact)``, a parent ``(VAL, slot, shape,
         dtype)``, ``(EXT, leaf, shape, dtype)`` for a leaf that takes a gradient, or None.
         With ``needed`` (autograd.grad's: the ids on a path to a target) only those. A
-        leaf made in the call (:meth:`new_leaf`) is ``("leaf", slot, shape, dtype)``."""
+        leaf made in the call (:meth:`new_leaf`) is ``("leaf", slot, shape, dtype)``.
+        ``retained`` (a backward pass's list) gets the slots of the nodes whose tensor
+        retains its gradient (``retain_grad``): the pass keeps their gradients."""
         seen, stack, nodes = set(), list(starts), []
         while stack:
             node = stack.pop()
@@ -750,9 +764,8 @@ class Tracer:
                 self.unsupported("backward through a graph an earlier backward released")
                 return None
             owner = node._tensor
-            if owner is not None and owner() is not None and getattr(owner(), "_retain", False):
-                self.unsupported("a tensor that retains its gradient (retain_grad)")
-                return None
+            if retained is not None and owner is not None and getattr(owner(), "_retain", False):
+                retained.append(node)  # (autograd.grad keeps no gradient there, as eagerly)
             nodes.append(node)
             stack.extend(p for p in node._prev if type(p) is Node and (needed is None or id(p) in needed))
         schedule = []
@@ -787,6 +800,8 @@ class Tracer:
             if COMPLEX[0] and any(_is_complex(p._data) for p in (node, *node._prev)):
                 exact = _Complex(node, exact)
             schedule.append((slot, tuple(parents), node._op.fresh, exact))
+        if retained:
+            retained[:] = [self.node_slot[id(node)] for node in retained]
         return tuple(schedule)
 
     # ---- the plan
@@ -883,11 +898,20 @@ class Tracer:
         if value._rg and value._node is not None and not isinstance(value._node._prev, Released):
             self.unsupported("a result that requires grad in a graph still alive (its graph is not replayed: "
                              "call backward inside the function)")
-        if id(value) in self.inner_leaves:
-            self.unsupported("a leaf made in the call (requires_grad_(), lp.func's input) as a result: its .grad "
-                             "is not replayed")
         if src[0] != VAL and value is not (self.keep_args[src[1]] if src[0] == ARG else src[1]):
             return ("T", src, value._backend, "view")  # another tensor on its array (x.detach())
+        if src[0] == VAL and (id(value) in self.inner_leaves or value.retains_grad):
+            # a leaf made in the call, or a value that retains its gradient: it comes back with its .grad (at the
+            # call's end), a value of the call
+            key = self._kept_grad(value, src)
+            if key is None:
+                self.unsupported("a tensor of the call that retains its gradient, changed in place since, as a "
+                                 "result: its .grad is not replayed")
+                return None
+            grad = value._read_grad()
+            slot = self._new_grad_value(grad)
+            self.events.append(("leaf_grad", key, slot, value._backend, *self.meta[slot]))
+            return ("T", src, value._backend, None, slot)
         return ("T", src, value._backend)
 
 
