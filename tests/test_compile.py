@@ -3078,6 +3078,43 @@ def test_post_accumulate_hooks_run_after_each_replayed_backward():
     assert seen2 == seen1 and compiled.calls["eager"] == 0 and compiled.calls["traced"] <= 2
 
 
+@pytest.mark.parametrize("name", ["SGD", "Adam"])
+def test_an_optimizer_stepped_in_post_accumulate_hooks_replays(name):
+    """PyTorch's "optimizer step in backward": one optimizer per parameter, stepped
+    (and its gradient cleared) by the parameter's post-accumulate hook; the compiled
+    step is the backward pass. Adam's state counts its steps, which the hooks change
+    outside any recorded action: each replay runs the hooks again, so that is no
+    change of the function's own (it ran eagerly from the third call), and the
+    replays are eager's, bit for bit."""
+    def setup():
+        lp.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 3))
+        opts = {id(p): getattr(lp.optim, name)([p], lr=0.01) for p in model.parameters()}
+
+        def hook(p):
+            opts[id(p)].step()
+            opts[id(p)].zero_grad()
+        for p in model.parameters():
+            p.register_post_accumulate_grad_hook(hook)
+
+        def step(x, y):
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            return loss.detach()
+        return model, step
+
+    (m1, eager), (m2, step) = setup(), setup()
+    compiled = lp.compile(step, fuse=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(5):
+            x, y = Tensor(RNG.normal(size=(8, 4))), lp.asarray(RNG.integers(0, 3, size=8))
+            same(compiled(x, y), eager(x, y))
+    for p, q in zip(m1.parameters(), m2.parameters(), strict=True):
+        same(q, p)
+    assert compiled.calls == {"traced": 1, "replayed": 4, "eager": 0}
+
+
 def test_a_post_accumulate_hook_added_inside_the_function_runs_eagerly():
     """A replay runs the hooks there are; one the function adds (or removes) would not
     be added again, so such a call runs eagerly (with a warning), with eager's values."""

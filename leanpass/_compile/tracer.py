@@ -129,6 +129,7 @@ class Tracer:
         self.holders: list = []  # the lists, tuples and dicts in the arguments that hold tensors (f([x, y]))
         self.holder_references: list = []  # what holds them before the call
         self.hooking = None  # which hooks the engine runs now, unrecorded ("gradient"...: hooks_running)
+        self.hook_writes = 0  # (_WRITES when the hooks running now began: hooks_running)
         self.hook_made: dict = {}  # id(tensor) -> (weak reference, which hooks) of those the hooks made
         for i, t in enumerate(args):
             if id(t) not in self.source:
@@ -184,7 +185,15 @@ class Tracer:
         or no more (None). They are not recorded: each replay runs the hooks there are
         then. What they make is noted, and a tensor they made that the function reads
         after them, or a number a gradient hook reads on the host, makes the call run
-        eagerly: a replay would read the first call's."""
+        eagerly: a replay would read the first call's. What they change of the watched
+        objects (an optimizer stepped in a post-accumulate hook, PyTorch's "optimizer
+        step in backward") counts as an action's change: each replay runs them again."""
+        if kind is not None and self.hooking is None:
+            self.check_watched()  # (changed by the function's own code before the pass: a replay would not)
+            self.hook_writes = _WRITES[0]
+        elif kind is None and self.hooking is not None:
+            self.writes += _WRITES[0] - self.hook_writes
+            self.check_watched(by_action=True)
         self.hooking = kind
 
     def _in_hooks(self) -> bool:
