@@ -2430,6 +2430,29 @@ def test_an_argument_also_read_as_a_global_runs_eagerly():
 SHARED = Tensor(np.array([1.0, 2.0]))
 
 
+def test_numpy_array_arguments_are_keyed_by_identity_and_the_warnings_say_pass_a_tensor():
+    """A NumPy array is an argument by identity (NumPy code on it is not recorded): one
+    given to an operation runs the call eagerly, and a new one at each call traces at
+    each call; both warnings name it and say to pass a Tensor. Results are eager's."""
+    w = Tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+
+    def f(a, b):
+        loss = (w * b).sum() + (w * Tensor(a)).sum()  # b: an operand as it is; a: a Tensor made of it
+        loss.backward()
+        return loss.detach()
+
+    compiled = lp.compile(f, cache_size=2)
+    rng = np.random.default_rng(0)
+    with pytest.warns(RuntimeWarning) as caught:
+        for _ in range(4):
+            a, b = rng.normal(size=3), rng.normal(size=3)
+            same(compiled(a, b), f(a, b))
+    said = " ".join(str(x.message) for x in caught)
+    assert "an array argument (not a Tensor" in said and "pass a Tensor, lp.asarray(a)" in said
+    assert "an array argument is the same kind of call only as the same array object" in said
+    assert compiled.calls["replayed"] == 0
+
+
 def test_keys_tell_minus_zero_and_numpy_scalars_apart():
     g = lp.compile(lambda x, s: 1.0 / (x * s))
     x = Tensor(np.array([1.0, 2.0]))

@@ -300,6 +300,7 @@ class Compiled:
         held_members = _held_members(python)  # (compared after the call alone: a called module's are before
         # replays)
         tracer = Tracer(tensors, _TRACE_CODE)
+        tracer.arg_arrays = {id(v) for v in objects if hasattr(v, "__array_namespace__")}  # (NumPy's, as arguments)
         tracer.holders = [c for c, _ in holding_members([args, kwargs], tuples=True)  # (not the call's own
                           if c is not args and c is not kwargs]  # tuple and dict: made for it, and held by it)
         tracer.holder_references = _references(tracer.holders)  # (before the call; after: Tracer.escaped)
@@ -411,10 +412,15 @@ class Compiled:
             self._branches.pop(dropped, None)
             self._untraceable.discard(dropped)
             before = next(reversed([k for k in self._entries if k != key]), dropped)  # (the last call's kind)
+            differing = _differing(key, before, self.fn)
+            if _arrays_differ(key, before):
+                hint = ("an array argument is the same kind of call only as the same array object (what NumPy "
+                        "code does with it is not recorded): pass a Tensor, lp.asarray(a)")
+            else:
+                hint = ("a Python number that changes at every call, as a step count, traces at every call: pass "
+                        "it as a tensor, lp.asarray(n)")
             self._warn(f"fills its cache of {self.cache_size} traces, and the oldest goes: each new kind of call "
-                       f"traces again ({_differing(key, before, self.fn)} differed from the call before; a Python "
-                       "number that changes at every call, as a step count, traces at every call: pass it as a "
-                       "tensor, lp.asarray(n))", "the call")
+                       f"traces again ({differing} differed from the call before; {hint})", "the call")
 
     def _warn(self, what: str, where: str) -> None:
         if what not in self._warned:  # once per function and reason
@@ -482,6 +488,19 @@ def _differing(key, other, fn) -> str:
     if kwargs != other_kwargs:
         found.append("the keyword arguments")
     return ", ".join(found) or "the grad mode, the default dtype or device, or which tensors share memory"
+
+
+def _arrays_differ(key, other) -> bool:
+    """Whether an array argument (a NumPy array, keyed by identity) tells the key of a
+    call from ``other``'s."""
+    def arrays(part):
+        if type(part) is tuple and part:
+            if part[0] == "array":
+                yield part
+            for item in part[1:] if type(part[0]) is str else part:
+                yield from arrays(item)
+
+    return set(arrays(key)) != set(arrays(other))
 
 
 def _name_of(fn) -> str:

@@ -47,6 +47,8 @@ def _key_of(value, tensors: list, objects: list | None = None):
         raise TypeError("an iterator argument")
     if objects is not None:
         objects.append(value)  # kept by the trace: its id is not reused while the entry lives
+    if hasattr(value, "shape") and hasattr(value, "dtype") and hasattr(value, "__array_namespace__"):
+        return ("array", id(value))  # (by identity too: NumPy code on it is not recorded; named apart in warnings)
     return ("id", id(value))
 
 

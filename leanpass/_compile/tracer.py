@@ -129,6 +129,7 @@ class Tracer:
         self.holders: list = []  # the lists, tuples and dicts in the arguments that hold tensors (f([x, y]))
         self.holder_references: list = []  # what holds them before the call
         self.hooking = None  # which hooks the engine runs now, unrecorded ("gradient"...: hooks_running)
+        self.arg_arrays: set = set()  # ids of the arrays among the arguments (NumPy's: keyed by identity)
         self.hook_writes = 0  # (_WRITES when the hooks running now began: hooks_running)
         self.hook_made: dict = {}  # id(tensor) -> (weak reference, which hooks) of those the hooks made
         for i, t in enumerate(args):
@@ -280,6 +281,10 @@ class Tracer:
             python = True
         maker = None if python else _internal_maker()  # Python numbers make a constant wherever
         if maker is not None:
+            data = t._data
+            if id(data) in self.arg_arrays or id(getattr(data, "base", None)) in self.arg_arrays:
+                return self.unsupported(f"{maker}: an array argument (not a Tensor: what NumPy code does with it "
+                                        "is not recorded; pass a Tensor, lp.asarray(a))")
             return self.unsupported(f"{maker}: a value computed outside the recorded operations")
         if t._rg:
             return self.unsupported("a tensor that requires grad made inside the function")
