@@ -215,6 +215,7 @@ class Plan:
                 raise _Stale("a gradient the call reads holds a Tensor (backward(create_graph=True))")
         slots = [None] * self.slots
         inner = dict.fromkeys(self.leaf_grads) if self.leaf_grads else None  # (Plan._backward's)
+        unreached = set()  # ids of the zeros such a .grad reads where no pass reached it yet (a result's: has_grad)
         backwards = {}
         keeps = self.keeps_backward
         free = self._free
@@ -298,6 +299,7 @@ class Plan:
                 g = inner[event[1]]  # a pass after adds to them, as eagerly)
                 if g is None:
                     g = inner[event[1]] = event[3].zeros(event[4], event[5])
+                    unreached.add(id(g))
                 slots[event[2]] = g
             elif kind == "grad_read":  # t.grad read in the call: its array at this point
                 read_grads = True  # (a zero_grad after it is no longer one an eager call runs again alike)
@@ -338,7 +340,7 @@ class Plan:
                 t._read_zeros = False
             for slot in free[i]:  # never a result's: those are read after the last event
                 slots[slot] = None
-        return self._result(self.outputs, slots, args)
+        return self._result(self.outputs, slots, args, unreached=unreached)
 
     def _several(self, event, slots, get, backwards) -> None:
         _, op, src, params, out_slots, joint, shapes, backend = event
@@ -473,7 +475,7 @@ class Plan:
         if hooks._hooks_registered:  # the leaves' post-accumulate hooks (DDP's averaging), as eagerly
             hooks._run_post_hooks(leaves)
 
-    def _result(self, spec, slots, args, made=None):
+    def _result(self, spec, slots, args, made=None, unreached=()):
         kind = spec[0]
         if kind == "T":
             src, backend = spec[1], spec[2]
@@ -490,7 +492,8 @@ class Plan:
             else:
                 t = leaf(slots[ref], backend)
                 if len(spec) == 5:  # a value that keeps its gradient (retain_grad, a leaf made in the call)
-                    t._grad = slots[spec[4]]
+                    t._grad = g = slots[spec[4]]
+                    t._read_zeros = id(g) in unreached  # (zeros no pass wrote: no gradient, for has_grad)
             if made is not None:
                 made[id(spec)] = t
             return t
@@ -500,8 +503,8 @@ class Plan:
             return slots[spec[1]]
         made = {} if made is None else made
         if kind is dict or kind is collections.OrderedDict:
-            return kind((key, self._result(v, slots, args, made)) for key, v in spec[1].items())
-        items = [self._result(v, slots, args, made) for v in spec[1]]
+            return kind((key, self._result(v, slots, args, made, unreached)) for key, v in spec[1].items())
+        items = [self._result(v, slots, args, made, unreached) for v in spec[1]]
         return kind._make(items) if hasattr(kind, "_make") else kind(items)  # a named tuple takes its fields
 
 

@@ -194,7 +194,8 @@ class Tracer:
             self.hook_writes = _WRITES[0]
         elif kind is None and self.hooking is not None:
             self.writes += _WRITES[0] - self.hook_writes
-            self.check_watched(by_action=True)
+            if self.check_watched(by_action=True):  # (an option they set, read after them: the trace's number)
+                self.options_set = f"the {self.hooking} hooks"
         self.hooking = kind
 
     def _in_hooks(self) -> bool:
@@ -508,7 +509,7 @@ class Tracer:
         """See :func:`leanpass._graph.trace.read_option`."""
         if self.options_set is not None and key != "params":
             self.unsupported(f"an optimizer's option ({key!r}) read after {self.options_set} in the call: a replay "
-                             "would use the number the trace read, whatever the scheduler set")
+                             "would use the number the trace read, whatever they set")
         self.options.append((group, key, value))
 
     def view_apart(self, vc, view) -> None:
@@ -525,17 +526,21 @@ class Tracer:
             self.modules_called[id(module)] = module
             self.member_lists.extend(member_lists(module))  # (of lists and dicts, by item: not nested ones)
 
-    def check_watched(self, by_action: bool = False) -> None:
+    def check_watched(self, by_action: bool = False) -> bool:
         """Compare the watched objects (:data:`leanpass._graph.trace.WATCHED`) with their
         last snapshot: a change not made ``by_action`` sets :attr:`state_changed`, as
-        does a write the call's own code made (even of the value there was)."""
+        does a write the call's own code made (even of the value there was). Whether
+        any of them changed."""
         if not by_action and _WRITES[0] != self.writes:
             self.state_changed = True
+        changed = False
         for k, (obj, seen) in enumerate(self.watched):
             now = obj._traced_state()
             if not _equal(now, seen):
                 self.watched[k] = (obj, now)
                 self.state_changed = self.state_changed or not by_action
+                changed = True
+        return changed
 
     def read_grad(self, t, get):
         """``t.grad`` read in the call: its array now, as a Tensor whose value a replay
