@@ -214,11 +214,13 @@ def getitem(t, index):
     return _index_integer(t, p.items)
 
 
-def _check_positions(t, array, axis, op, wraps: bool = True) -> bool:
+def _check_positions(t, array, axis, op, wraps: bool = True, named=None) -> bool:
     """Check that the integer ``array`` indexes ``axis`` of ``t`` (``IndexError``
     otherwise), now and again at each replay of lp.compile's; whether any is negative.
     ``wraps``: the operation that takes ``array`` wraps negative positions itself (else a
-    replay of a trace without any refuses one)."""
+    replay of a trace without any refuses one). ``named``: the tensor whose own array
+    ``array`` is, which the replay's check reads (a tensor the function holds, that no
+    operation read yet, is known to the trace by the tensor)."""
     xp = t._backend.xp
     n = t.shape[axis]
     if not math.prod(array.shape):
@@ -228,7 +230,8 @@ def _check_positions(t, array, axis, op, wraps: bool = True) -> bool:
         raise raised(_out_of_range(op, high if high >= n else low, axis, n, t.shape))
     negative = low < 0
     shape = t.shape  # (the check keeps no Tensor: lp.compile's record holds it)
-    check(lambda values: _in_range(xp, values, n, axis, shape, op, wraps or negative), array,
+    check(lambda values: _in_range(xp, values, n, axis, shape, op, wraps or negative),
+          array if named is None else named,
           branch=not (wraps or negative))  # (a negative index where the trace saw none: eager wraps it)
     return negative
 

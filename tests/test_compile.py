@@ -2453,6 +2453,28 @@ def test_numpy_array_arguments_are_keyed_by_identity_and_the_warnings_say_pass_a
     assert compiled.calls["replayed"] == 0
 
 
+def test_slices_and_ranges_are_keyed_by_their_values():
+    """A new but equal ``slice`` or ``range`` at each call is the same kind of call (they
+    were keyed by identity: a trace at every call, with no warning); another one traces
+    again, and each replays its own."""
+    f = lp.compile(lambda x, s, r: x[s] * float(len(r)))
+    x = Tensor(np.arange(6.0))
+    for _ in range(3):
+        same(f(x, slice(1, None), range(3)), np.arange(1.0, 6.0) * 3.0)
+    same(f(x, slice(None, None, 2), range(3)), np.array([0.0, 2.0, 4.0]) * 3.0)
+    same(f(x, slice(1, None), range(0, 3, 2)), np.arange(1.0, 6.0) * 2.0)
+    same(f(x, slice(1, None), range(3)), np.arange(1.0, 6.0) * 3.0)
+    assert f.calls == {"traced": 3, "replayed": 3, "eager": 0}
+
+
+def test_a_value_computed_from_values_names_the_operation():
+    """``unique``'s values, computed on the host, name ``unique`` in the warning (not a
+    comprehension inside it, nor its private helper's name)."""
+    f = lp.compile(lambda x: lp.unique_values(x) * 2.0)
+    with pytest.warns(RuntimeWarning, match="unique: a value computed outside the recorded operations"):
+        same(f(Tensor(np.array([1.0, 2.0, 2.0]))), [2.0, 4.0])
+
+
 def test_keys_tell_minus_zero_and_numpy_scalars_apart():
     g = lp.compile(lambda x, s: 1.0 / (x * s))
     x = Tensor(np.array([1.0, 2.0]))

@@ -40,6 +40,8 @@ def _key_of(value, tensors: list, objects: list | None = None):
         return ("float", value, math.copysign(1.0, value))
     if value is None or isinstance(value, (bool, int, complex, str, bytes)):
         return (type(value).__name__, value)
+    if type(value) in (slice, range):  # (values, not objects: x[s] with a new but equal slice at each call)
+        return (type(value).__name__, *(_key_of(v, tensors, objects) for v in (value.start, value.stop, value.step)))
     if getattr(value, "shape", None) == () and hasattr(value, "item") and hasattr(value, "dtype"):  # a NumPy scalar
         return ("scalar", str(value.dtype), _key_of(value.item(), tensors, objects))
     if isinstance(value, collections.abc.Iterator) and not isinstance(value, io.IOBase):  # (a replay would not

@@ -59,7 +59,11 @@ def _internal_maker():
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)
         if path not in _WRAPPERS:
-            return None if path in _CREATORS or not path.startswith(_PACKAGE) else frame.f_code.co_name
+            if path in _CREATORS or not path.startswith(_PACKAGE):
+                return None
+            while frame.f_code.co_name.startswith("<") and frame.f_back is not None:  # (a comprehension's frame,
+                frame = frame.f_back  # before Python 3.12: its function's name)
+            return frame.f_code.co_name.lstrip("_")  # (sets.py's _unique: "unique")
         frame = frame.f_back
     return None
 

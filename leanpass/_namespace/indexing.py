@@ -18,7 +18,9 @@ __all__ = ["take", "take_along_axis"]
 
 
 def _indices(x, indices, op):
-    """``indices`` as an int64 array on ``x``'s device (``TypeError`` for another dtype)."""
+    """``indices`` as an int64 array on ``x``'s device (``TypeError`` for another dtype),
+    and what a check of its values names: the tensor where the array is its own (one
+    lp.compile's trace follows, held by the function or not), else the array."""
     indices = asarray_like(indices, op)
     if indices._backend is not x._backend:
         raise ValueError(device_message(op, x, indices))
@@ -26,7 +28,10 @@ def _indices(x, indices, op):
         raise TypeError(f"{op}: indices must have an integer dtype, got {indices.dtype}")
     xp = x._backend.xp
     data = indices._data
-    return data if indices.dtype == "int64" else xp.astype(data, xp.int64)
+    if indices.dtype == "int64":
+        return data, indices
+    data = xp.astype(data, xp.int64)
+    return data, data
 
 
 @recorded(ops.take_positions, "indexing", axes="one")
@@ -39,10 +44,10 @@ def take(x, indices, /, *, axis=None):
             raise ValueError(f"take: axis is required for a tensor of shape {x.shape} (not 1-D)")
         axis = 0
     axis = normalize_axis(axis, x.ndim, "take")
-    index = _indices(x, indices, "take")
+    index, named = _indices(x, indices, "take")
     if index.ndim != 1:
         raise ValueError(f"take: indices must be 1-D, got shape {tuple(index.shape)}")
-    _check_positions(x, index, axis, "take")  # (negative positions: wrapped by the operation)
+    _check_positions(x, index, axis, "take", named=named)  # (negative positions: wrapped by the operation)
     return run1(ops.take_positions, x, axis, tuple(index.shape), (x.shape[axis],), index)
 
 
@@ -52,7 +57,7 @@ def take_along_axis(x, indices, /, *, axis=-1):
     x[..., indices[..., j, ...], ...]``, ``indices`` of ``x``'s rank, the other axes
     broadcasting against each other (as ``numpy.take_along_axis``)."""
     x = asarray_like(x, "take_along_axis")
-    index = _indices(x, indices, "take_along_axis")
+    index, named = _indices(x, indices, "take_along_axis")
     if index.ndim != x.ndim or x.ndim == 0:
         raise ValueError(
             f"take_along_axis: indices of shape {tuple(index.shape)} must have the rank of x, of shape {x.shape} "
@@ -69,7 +74,7 @@ def take_along_axis(x, indices, /, *, axis=-1):
         ) from None
     shape = rest[:axis] + (x.shape[axis],) + rest[axis:]
     out_shape = rest[:axis] + (index.shape[axis],) + rest[axis:]
-    _check_positions(x, index, axis, "take_along_axis")  # (the operation wraps negative positions itself)
+    _check_positions(x, index, axis, "take_along_axis", named=named)  # (the operation wraps negative positions)
     return run1(ops.take_along_axis, x, index, axis, shape, out_shape)
 
 
