@@ -90,22 +90,6 @@ def _cast(sample, dtype):
     return tuple(cast(x) for x in sample)
 
 
-def _inputs(sample, device):
-    """As :meth:`OpInfo.inputs`: a float or complex array requires grad, a Const does
-    not, an integer or bool array enters as a Tensor, anything else as it is."""
-    out = []
-    for x in sample:
-        if isinstance(x, Const):
-            out.append(Tensor(x.array, device=device))
-        elif isinstance(x, np.ndarray) and x.dtype.kind in "fc":
-            out.append(Tensor(x, requires_grad=True, device=device))
-        elif isinstance(x, np.ndarray):
-            out.append(lp.asarray(x, device=device))
-        else:
-            out.append(x)
-    return tuple(out)
-
-
 def _refresh(held, sample):
     """The held Tensors given the values of ``sample`` in place, their gradients None."""
     with lp.no_grad():
@@ -175,20 +159,9 @@ def _arrays(result):
     return [result]
 
 
-def _bit_for_bit(got, want, what):
-    assert len(got) == len(want), what
-    for k, (a, b) in enumerate(zip(got, want)):
-        if not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray):
-            assert a is None and b is None or a == b, f"{what}: item {k}: {a!r} != {b!r}"
-            continue
-        assert (a.dtype, a.shape) == (b.dtype, b.shape), f"{what}: item {k}"
-        np.testing.assert_array_equal(a, b, err_msg=f"{what}: item {k}")
-        assert np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes(), (
-            f"{what}: item {k}: the same values, other bits (the sign of a zero)")
-
-
-def _close(got, want, what):
-    """Within a few ulp: rtol 1e-12 in float64 (1e-5 in float32), and an atol scaled to
+def _compare(got, want, what, exact):
+    """Bit for bit (``exact``: the values and their bytes, the sign of a zero too), or
+    within a few ulp: rtol 1e-12 in float64 (1e-5 in float32), and an atol scaled to
     the largest value (a sum of terms that cancel keeps their rounding)."""
     assert len(got) == len(want), what
     for k, (a, b) in enumerate(zip(got, want)):
@@ -196,8 +169,10 @@ def _close(got, want, what):
             assert a is None and b is None or a == b, f"{what}: item {k}: {a!r} != {b!r}"
             continue
         assert (a.dtype, a.shape) == (b.dtype, b.shape), f"{what}: item {k}"
-        if a.dtype.kind not in "fc":
+        if exact or a.dtype.kind not in "fc":
             np.testing.assert_array_equal(a, b, err_msg=f"{what}: item {k}")
+            assert not exact or np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes(), (
+                f"{what}: item {k}: the same values, other bits (the sign of a zero)")
             continue
         single = a.dtype in (np.float32, np.complex64)
         scale = max(float(np.max(np.abs(b), initial=0.0)), 1.0)
@@ -229,11 +204,11 @@ def _sweep(row, i, device, dtype, *, backward, fuse, calls, hold=False):
     first = _values(row, i, 0, dtype)
     fn = (_step if backward else _forward)(row)
     if hold:
-        held = _inputs(first, device)
+        held = row.inputs(device, first)
         outputs = _outputs(row, held)  # (a layer takes the held tensors now: the calls change no attribute)
         function = lambda weights: fn(weights, *held)  # noqa: E731
     else:
-        outputs = _outputs(row, _inputs(first, device))
+        outputs = _outputs(row, row.inputs(device, first))
         function = fn
     expected = _fallback(row, i, device, backward)
     compiled = lp.compile(function, fuse=fuse)
@@ -247,14 +222,14 @@ def _sweep(row, i, device, dtype, *, backward, fuse, calls, hold=False):
                 _refresh(held, sample)
                 args = (weights,)
             else:
-                args = (weights, *_inputs(sample, device))
+                args = (weights, *row.inputs(device, sample))
             with warnings.catch_warnings(record=True) as seen:
                 warnings.simplefilter("always")
                 results.append(_arrays(f(*args)))
             if f is compiled:
                 caught += [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
         exact = not fuse or device == "strict" or call < 2 or expected is not None
-        (_bit_for_bit if exact else _close)(results[1], results[0], f"{row.key}[{i}] {dtype}, call {call}")
+        _compare(results[1], results[0], f"{row.key}[{i}] {dtype}, call {call}", exact)
     if expected is None:
         assert not caught, caught
         assert compiled.calls == {"traced": 1, "replayed": calls - 1, "eager": 0}
@@ -263,31 +238,14 @@ def _sweep(row, i, device, dtype, *, backward, fuse, calls, hold=False):
         assert compiled.calls == {"traced": 1, "replayed": 0, "eager": calls - 1}
 
 
-DTYPES = pytest.mark.parametrize("dtype", ["float64", "float32"])
-
-
-@DTYPES
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize(("backward", "fuse"), [(True, False), (False, False), (True, True), (False, True)],
+                         ids=["backward", "no_grad", "backward-fused", "no_grad-fused"])
 @pytest.mark.parametrize(("row", "i"), CASES)
-def test_compiled_op_with_backward_is_eager_bit_for_bit(row, i, device, dtype):
-    _sweep(row, i, device, dtype, backward=True, fuse=False, calls=3)
-
-
-@DTYPES
-@pytest.mark.parametrize(("row", "i"), CASES)
-def test_compiled_op_under_no_grad_is_eager_bit_for_bit(row, i, device, dtype):
-    _sweep(row, i, device, dtype, backward=False, fuse=False, calls=3)
-
-
-@DTYPES
-@pytest.mark.parametrize(("row", "i"), CASES)
-def test_fused_compiled_op_with_backward_is_eager_to_a_few_ulp(row, i, device, dtype):
-    _sweep(row, i, device, dtype, backward=True, fuse=True, calls=5)
-
-
-@DTYPES
-@pytest.mark.parametrize(("row", "i"), CASES)
-def test_fused_compiled_op_under_no_grad_is_eager_to_a_few_ulp(row, i, device, dtype):
-    _sweep(row, i, device, dtype, backward=False, fuse=True, calls=5)
+def test_compiled_op_is_eager(row, i, device, dtype, backward, fuse):
+    """Bit for bit with ``fuse=False`` over 3 calls; to a few ulp with ``fuse=True`` over
+    5 (Numba's loops from the third)."""
+    _sweep(row, i, device, dtype, backward=backward, fuse=fuse, calls=5 if fuse else 3)
 
 
 @pytest.mark.parametrize("fuse", [False, True])
