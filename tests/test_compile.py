@@ -2453,6 +2453,24 @@ def test_numpy_array_arguments_are_keyed_by_identity_and_the_warnings_say_pass_a
     assert compiled.calls["replayed"] == 0
 
 
+def test_calls_each_of_a_new_kind_that_keep_no_trace_run_eagerly_for_a_while():
+    """``lst.pop()`` on a list argument: each call a new kind (the items are in the key),
+    each trace kept for nothing. Three in a row make the next 4 calls of new kinds run
+    eagerly, untraced; then one more such trace, and 8 more eagerly. A kind seen before
+    is traced once more (a cache filled at its first call). Results are eager's."""
+    def f(lst, x):
+        lst.pop()
+        return x * 2.0
+
+    compiled = lp.compile(f)
+    items, x = list(range(40)), Tensor(np.ones(3))
+    with pytest.warns(RuntimeWarning, match="run eagerly, untraced, for a while"):
+        for _ in range(10):
+            same(compiled(items, x), [2.0, 2.0, 2.0])
+    assert len(items) == 30
+    assert compiled.calls == {"traced": 4, "replayed": 0, "eager": 6}
+
+
 def test_slices_and_ranges_are_keyed_by_their_values():
     """A new but equal ``slice`` or ``range`` at each call is the same kind of call (they
     were keyed by identity: a trace at every call, with no warning); another one traces
@@ -6770,7 +6788,8 @@ def test_a_module_attribute_set_before_every_call_runs_eagerly_until_it_stays():
 def test_a_cache_grown_in_a_dict_argument_at_every_call_warns():
     """A decoding step that grows a key-value cache in a dict argument: each call is of
     a new kind (its shapes) and keeps its tensors, so each is traced and no trace is
-    kept; at the third such call in a row a warning says so (it was silent)."""
+    kept; at the third such call in a row a warning says so (it was silent), and the
+    next calls run eagerly, untraced (a trace at each cost more than the eager call)."""
     lp.manual_seed(0)
     proj = nn.Linear(4, 4, dtype="float64")
 
@@ -6787,7 +6806,7 @@ def test_a_cache_grown_in_a_dict_argument_at_every_call_warns():
             x = Tensor(np.full((1, 4), float(k)))
             same(compiled(x, mine), decode(x, theirs))
     assert [str(w.message).count("traced at 3 calls in a row, each of a new kind") for w in caught] == [1]
-    assert compiled.calls == {"traced": 6, "replayed": 0, "eager": 0}
+    assert compiled.calls == {"traced": 3, "replayed": 0, "eager": 3}
 
 
 def test_an_optimizer_made_at_the_first_call_and_kept_replays_after():

@@ -79,6 +79,8 @@ class Compiled:
         self._attrs = _UNREAD  # the attribute names the function's code names (_attribute_names): at the first trace
         self._escaped: dict = {}  # keys whose trace kept a tensor made in the call: one more trace, then eagerly
         self._escapes = 0  # the traces in a row that kept nothing for that (each of a new key)
+        self._skips = 0  # calls of new kinds still to run eagerly untraced, after such traces in a row
+        self._backoff = 4  # how many the next such streak skips (doubled at each, up to 256)
         self._unsettled: set = set()  # keys whose last trace changed Python state a replay would not change
         self._churning: dict = {}  # keys whose last call found state it reads set since: that state, read then
         self._refits: dict = {}  # keys whose traces fitted no call in a row: (how many, the module changes then)
@@ -124,6 +126,10 @@ class Compiled:
             self.calls["eager"] += 1
             return self.fn(*args, **kwargs)
         if entry is None:
+            if self._skips and key not in self._escaped:  # (traces of new kinds kept nothing, 3 in a row)
+                self._skips -= 1
+                self.calls["eager"] += 1
+                return self.fn(*args, **kwargs)
             return self._trace(key, tensors, objects, args, kwargs)
         if len(self._entries) > 1:
             self._entries.move_to_end(key)
@@ -375,8 +381,12 @@ class Compiled:
                 if self._escapes >= 3:  # (each call of a new kind: a cache grown at every call, new shapes)
                     self._warn(f"traced at 3 calls in a row, each of a new kind, and kept no trace ({kept}; a "
                                "second call of a kind is traced once more): where every call is of a new kind "
-                               "(a cache grown at each), a trace at every call costs more than the eager call; "
-                               "keep what grows out of the arguments and results", "the call")
+                               "(a cache grown at each, a list argument it pops), a trace at every call costs "
+                               "more than the eager call, so the calls of new kinds after them run eagerly, "
+                               "untraced, for a while (4 calls, then twice as many at each such streak); keep "
+                               "what grows out of the arguments and results", "the call")
+                    # (after them, one more such trace starts the next streak: the calls are still of new kinds)
+                    self._escapes, self._skips, self._backoff = 2, self._backoff, min(2 * self._backoff, 256)
                 return box[0]
             plan, tracer.reason = None, (f"{kept}: a replay would leave it as the first call made it",
                                          _where_defined(self.fn))
@@ -393,6 +403,7 @@ class Compiled:
             self._fall_back(key, tracer.reason)
         else:
             self._entries[key] = plan
+            self._backoff = 4
             self._bound_cache(key)
         return box[0]
 
