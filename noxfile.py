@@ -86,10 +86,13 @@ def torch(session: nox.Session) -> None:
 def gradgrad(session: nox.Session) -> None:
     """Second derivatives of every operation: the whole suite with LEANPASS_GRADGRAD=1,
     so that each gradcheck also runs gradgradcheck (backward with create_graph=True), on
-    cpu and strict; with PyTorch, so the transforms are compared with torch.func."""
+    cpu and strict; with PyTorch, so the transforms are compared with torch.func. The
+    sweeps of lp.compile over every operation and layer, which run no gradcheck, are
+    left to the other sessions."""
     session.install("-e", ".[test]", "scikit-learn", "torch==2.13.0")
     session.run("pytest", "-q", "-p", "no:cacheprovider", "tests", "--ignore=tests/test_distributed.py",
-                "--ignore=tests/test_benchmarks.py", "--ignore=tests/test_scripts.py", *session.posargs,
+                "--ignore=tests/test_benchmarks.py", "--ignore=tests/test_scripts.py",
+                "--ignore=tests/test_compile_ops.py", "--ignore=tests/test_compile_layers.py", *session.posargs,
                 env={"LEANPASS_TEST_DEVICES": "cpu,strict", "LEANPASS_GRADGRAD": "1"})
 
 
