@@ -2471,6 +2471,32 @@ def test_calls_each_of_a_new_kind_that_keep_no_trace_run_eagerly_for_a_while():
     assert compiled.calls == {"traced": 4, "replayed": 0, "eager": 6}
 
 
+def test_a_trace_kept_after_futile_ones_traces_new_kinds_again():
+    """A layer that caches a tensor per length at its first call of that length: three
+    new lengths in a row keep no trace (each call kept a tensor it made). A length seen
+    before is traced once more and kept: from then on new lengths are traced again
+    (once to fill the cache, once more to keep), not run eagerly."""
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cache = {}
+
+        def forward(self, x):
+            n = x.shape[0]
+            if n not in self.cache:
+                self.cache[n] = lp.arange(n, dtype="float64") + 1.0
+            return x * self.cache[n]
+
+    model = Scaled()
+    compiled = lp.compile(model)
+    with pytest.warns(RuntimeWarning, match="each of a new kind"):
+        for n in (1, 2, 3):
+            same(compiled(Tensor(np.ones(n))), np.arange(n) + 1.0)
+    for n in (1, 4, 4, 4):
+        same(compiled(Tensor(np.ones(n))), np.arange(n) + 1.0)
+    assert compiled.calls == {"traced": 6, "replayed": 1, "eager": 0}
+
+
 def test_slices_and_ranges_are_keyed_by_their_values():
     """A new but equal ``slice`` or ``range`` at each call is the same kind of call (they
     were keyed by identity: a trace at every call, with no warning); another one traces

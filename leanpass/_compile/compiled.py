@@ -403,7 +403,7 @@ class Compiled:
             self._fall_back(key, tracer.reason)
         else:
             self._entries[key] = plan
-            self._backoff = 4
+            self._skips, self._backoff = 0, 4  # (a trace kept: calls of new kinds are traced again)
             self._bound_cache(key)
         return box[0]
 
