@@ -2497,6 +2497,86 @@ def test_a_trace_kept_after_futile_ones_traces_new_kinds_again():
     assert compiled.calls == {"traced": 6, "replayed": 1, "eager": 0}
 
 
+def test_a_kind_of_call_that_comes_back_during_an_eager_stretch_is_traced():
+    """A decoding loop grows a cache in a dict argument (each call a new kind, each trace
+    kept for nothing) long enough for a long eager stretch; then one kind of call,
+    again and again: its second call is traced and the rest replay (the stretch ran a
+    kind that came back eagerly, untraced, for as long as it lasted). A count of the
+    stretch below zero (two threads took its last call) runs nothing eagerly."""
+    lp.manual_seed(0)
+    proj = nn.Linear(4, 4, dtype="float64")
+
+    @lp.no_grad()
+    def step(x, cache=None):
+        y = proj(x)
+        if cache is not None:
+            cache["k"] = lp.concat([cache["k"], y], axis=0)
+            return cache["k"].sum(axis=0)
+        return y.sum(axis=0)
+
+    compiled = lp.compile(step)
+    mine, theirs = {"k": Tensor(np.zeros((1, 4)))}, {"k": Tensor(np.zeros((1, 4)))}
+    with pytest.warns(RuntimeWarning, match="each of a new kind"):
+        for k in range(40):
+            x = Tensor(np.full((1, 4), float(k)))
+            same(compiled(x, mine), step(x, theirs))
+    assert compiled._skips > 0
+    before = dict(compiled.calls)
+    x = Tensor(RNG.normal(size=(8, 4)))
+    for _ in range(10):
+        same(compiled(x), step(x))
+    assert {k: compiled.calls[k] - before[k] for k in before} == {"traced": 1, "replayed": 8, "eager": 1}
+
+    compiled = lp.compile(step)
+    compiled._skips = -1
+    for _ in range(3):
+        same(compiled(x), step(x))
+    assert compiled.calls == {"traced": 1, "replayed": 2, "eager": 0}
+
+
+def test_a_slice_holding_an_object_of_its_own_is_keyed_by_identity():
+    """A slice whose bound is an object with ``__index__`` (a position a decoding loop
+    advances): keyed as that object, by identity (its state is not compared), so a new
+    slice at each call traces again, as eagerly it takes the position now; slices of
+    integers replay."""
+    class Position:
+        def __init__(self, v):
+            self.v = v
+
+        def __index__(self):
+            return self.v
+
+    x, pos = Tensor(np.arange(8.0)), Position(1)
+    f = lp.compile(lambda x, s: x[s] * 2.0)
+    for k in (1, 1, 3, 5, 6):
+        pos.v = k
+        same(f(x, slice(pos, None)), np.arange(k, 8.0) * 2.0)
+    assert f.calls["replayed"] == 0
+
+
+def test_a_tensor_made_of_an_array_argument_runs_the_call_eagerly():
+    """A NumPy array argument refilled in place between calls (a batch buffer reused),
+    made a Tensor inside the function (``Tensor(a)``, ``lp.asarray(a)``, from a list
+    argument): a replay would start from the first call's values (it replayed them,
+    with no warning); the call runs eagerly, with a warning that says to pass a
+    Tensor. A layer made inside the function is named as such."""
+    x = Tensor(np.ones(2))
+    cases = [(lambda x, a: x * Tensor(a), False), (lambda x, a: x * lp.asarray(a), False),
+             (lambda x, a: x * Tensor(a[0]), True)]  # True: the array inside a list argument
+    for make, listed in cases:
+        a = np.array([1.0, 2.0])
+        f = lp.compile(make)
+        with pytest.warns(RuntimeWarning, match="a Tensor made of an array argument"):
+            for k in range(4):
+                a[:] = [k, k + 1.0]
+                arg = [a] if listed else a
+                same(f(x, arg), make(x, arg))
+        assert f.calls["replayed"] == 0
+    f = lp.compile(lambda x: nn.Linear(2, 2, dtype="float64")(x))
+    with pytest.warns(RuntimeWarning, match="a Parameter made inside the function"):
+        f(Tensor(np.ones((1, 2))))
+
+
 def test_slices_and_ranges_are_keyed_by_their_values():
     """A new but equal ``slice`` or ``range`` at each call is the same kind of call (they
     were keyed by identity: a trace at every call, with no warning); another one traces

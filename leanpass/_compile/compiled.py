@@ -126,8 +126,9 @@ class Compiled:
             self.calls["eager"] += 1
             return self.fn(*args, **kwargs)
         if entry is None:
-            if self._skips and key not in self._escaped:  # (traces of new kinds kept nothing, 3 in a row)
-                self._skips -= 1
+            if self._skips > 0 and key not in self._escaped:  # (traces of new kinds kept nothing, 3 in a row)
+                self._skips -= 1  # (> 0: two threads may both take the last one)
+                self._seen(key)  # (seen again, it is traced: a kind that comes back may replay)
                 self.calls["eager"] += 1
                 return self.fn(*args, **kwargs)
             return self._trace(key, tensors, objects, args, kwargs)
@@ -306,7 +307,7 @@ class Compiled:
         held_members = _held_members(python)  # (compared after the call alone: a called module's are before
         # replays)
         tracer = Tracer(tensors, _TRACE_CODE)
-        tracer.arg_arrays = {id(v) for v in objects if hasattr(v, "__array_namespace__")}  # (NumPy's, as arguments)
+        tracer.arg_arrays = {id(v): v for v in objects if hasattr(v, "__array_namespace__")}  # (NumPy's, arguments)
         tracer.holders = [c for c, _ in holding_members([args, kwargs], tuples=True)  # (not the call's own
                           if c is not args and c is not kwargs]  # tuple and dict: made for it, and held by it)
         tracer.holder_references = _references(tracer.holders)  # (before the call; after: Tracer.escaped)
@@ -374,9 +375,7 @@ class Compiled:
         kept = (tracer.escaped(box) or changed or made) if plan is not None else None
         if kept is not None:
             if key not in self._escaped:  # once: a cache filled at the first call (a mask made once): trace again
-                self._escaped[key] = None
-                if len(self._escaped) > 4 * self.cache_size:  # (the oldest keys go)
-                    del self._escaped[next(iter(self._escaped))]
+                self._seen(key)
                 self._escapes += 1
                 if self._escapes >= 3:  # (each call of a new kind: a cache grown at every call, new shapes)
                     self._warn(f"traced at 3 calls in a row, each of a new kind, and kept no trace ({kept}; a "
@@ -406,6 +405,13 @@ class Compiled:
             self._skips, self._backoff = 0, 4  # (a trace kept: calls of new kinds are traced again)
             self._bound_cache(key)
         return box[0]
+
+    def _seen(self, key) -> None:
+        """Note ``key`` as seen once without a trace kept (:attr:`_escaped`): its next call
+        is traced (once more), not run eagerly untraced."""
+        self._escaped[key] = None
+        if len(self._escaped) > 4 * self.cache_size:  # (the oldest keys go)
+            del self._escaped[next(iter(self._escaped))]
 
     def _fall_back(self, key, reason) -> None:
         what, where = reason

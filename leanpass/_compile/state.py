@@ -10,6 +10,7 @@ import functools
 import io
 import itertools
 import math
+import numbers
 import types
 
 from .._graph.modes import is_grad_enabled
@@ -23,6 +24,12 @@ def _tensor_key(value) -> tuple:
     data = value._data  # (the dtype itself: its str() is slow in NumPy)
     # (a leaf that requires grad gets a .grad; a value of a graph made outside, of the same kind, does not)
     return ("T", tuple(data.shape), data.dtype, value._backend.device, value._rg, value._node is None)
+
+
+def _integer_or_none(value) -> bool:
+    """None, a Python int (or bool), or a NumPy integer scalar: a slice's bound keyed by value."""
+    return (value is None or type(value) in (int, bool)
+            or (isinstance(value, numbers.Integral) and getattr(value, "shape", None) == ()))
 
 
 def _key_of(value, tensors: list, objects: list | None = None):
@@ -40,7 +47,10 @@ def _key_of(value, tensors: list, objects: list | None = None):
         return ("float", value, math.copysign(1.0, value))
     if value is None or isinstance(value, (bool, int, complex, str, bytes)):
         return (type(value).__name__, value)
-    if type(value) in (slice, range):  # (values, not objects: x[s] with a new but equal slice at each call)
+    if type(value) is range or (type(value) is slice and all(map(_integer_or_none, (value.start, value.stop,
+                                                                                      value.step)))):
+        # (values, not objects: x[s] with a new but equal slice at each call; one holding another object, an
+        # __index__ of its own, by identity, as that object)
         return (type(value).__name__, *(_key_of(v, tensors, objects) for v in (value.start, value.stop, value.step)))
     if getattr(value, "shape", None) == () and hasattr(value, "item") and hasattr(value, "dtype"):  # a NumPy scalar
         return ("scalar", str(value.dtype), _key_of(value.item(), tensors, objects))

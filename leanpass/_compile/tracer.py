@@ -63,7 +63,11 @@ def _internal_maker():
                 return None
             while frame.f_code.co_name.startswith("<") and frame.f_back is not None:  # (a comprehension's frame,
                 frame = frame.f_back  # before Python 3.12: its function's name)
-            return frame.f_code.co_name.lstrip("_")  # (sets.py's _unique: "unique")
+            name = frame.f_code.co_name
+            if name.startswith("__") and name.endswith("__"):  # a method's: named with its class (Linear.__init__)
+                owner = frame.f_locals.get("self")
+                return name if owner is None else f"{type(owner).__name__}.{name}"
+            return name[1:] if name.startswith("_") else name  # (a helper's: sets.py's _unique is "unique")
         frame = frame.f_back
     return None
 
@@ -133,7 +137,7 @@ class Tracer:
         self.holders: list = []  # the lists, tuples and dicts in the arguments that hold tensors (f([x, y]))
         self.holder_references: list = []  # what holds them before the call
         self.hooking = None  # which hooks the engine runs now, unrecorded ("gradient"...: hooks_running)
-        self.arg_arrays: set = set()  # ids of the arrays among the arguments (NumPy's: keyed by identity)
+        self.arg_arrays: dict = {}  # id -> array: the arrays among the arguments (NumPy's: keyed by identity)
         self.hook_writes = 0  # (_WRITES when the hooks running now began: hooks_running)
         self.hook_made: dict = {}  # id(tensor) -> (weak reference, which hooks) of those the hooks made
         for i, t in enumerate(args):
@@ -286,6 +290,9 @@ class Tracer:
             python = True
         maker = None if python else _internal_maker()  # Python numbers make a constant wherever
         if maker is not None:
+            if maker.endswith(".__init__"):  # (Parameter.__init__: a layer made in the call)
+                return self.unsupported(f"a {maker[:-9]} made inside the function (a layer made there: a replay "
+                                        "would keep the first call's values; make it outside)")
             data = t._data
             if id(data) in self.arg_arrays or id(getattr(data, "base", None)) in self.arg_arrays:
                 return self.unsupported(f"{maker}: an array argument (not a Tensor: what NumPy code does with it "
@@ -297,10 +304,36 @@ class Tracer:
             return self.unsupported("a tensor on an optimizer's state array (lp.as_tensor(opt.state[...][name])) "
                                     "made inside the function: each step changes it in place, and a replay would "
                                     "give the first call's values")
+        if self.arg_arrays and self._from_argument_array(t):
+            return self.unsupported("a Tensor made of an array argument (Tensor(a), lp.asarray(a)): a replay would "
+                                    "start from the first call's values, where the caller may refill the array; "
+                                    "pass a Tensor")
         # a new tensor at each call, as eagerly: a replay starts from a copy of the values made now
         slot = self._new_slot(t)
         self.events.append(("const", t._backend.copy(t._data), slot, t._backend))
         self.constants += 1
+
+    def _from_argument_array(self, t) -> bool:
+        """Whether ``t`` (made from data by the caller's code) holds an array argument's
+        values: its memory, a view of it, or a copy (the same shape, and the same values,
+        NaN where it has NaN). An array argument is keyed by identity: the caller may
+        refill it in place between calls."""
+        data, xp = t._data, t._backend.xp
+        for array in self.arg_arrays.values():
+            if array is data or getattr(data, "base", None) is array:
+                return True
+            if tuple(getattr(array, "shape", ())) != tuple(data.shape):
+                continue
+            try:  # (another library's array: as the tensor's library reads it)
+                values = xp.asarray(array, dtype=data.dtype)
+                same = values == data
+                if xp.isdtype(data.dtype, ("real floating", "complex floating")):
+                    same = same | (xp.isnan(values) & xp.isnan(data))
+                if bool(xp.all(same)):
+                    return True
+            except (TypeError, ValueError):  # (values that do not compare: not these)
+                continue
+        return False
 
     def changed_unrecorded(self, t, label) -> None:
         """``t`` changed in place while nothing is recorded (another thread, a hook): in
