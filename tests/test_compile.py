@@ -2599,6 +2599,27 @@ def test_a_value_computed_from_values_names_the_operation():
         same(f(Tensor(np.array([1.0, 2.0, 2.0]))), [2.0, 4.0])
 
 
+def test_a_numpy_float64_argument_is_not_the_python_float_it_equals():
+    """``np.float64(0.2)`` is a float (a subclass) but not the same kind of call as
+    ``0.2``: eagerly ``lp.asarray`` of it is float64 where the Python float takes the
+    default dtype. A schedule of NumPy values after a Python one (a sampling
+    temperature) replayed the Python float's trace, in float32. A review found it."""
+    lp.set_default_dtype("float32")
+    try:
+        def f(x, temperature):
+            return x / lp.asarray(temperature)
+
+        compiled = lp.compile(f, fuse=False)
+        x = Tensor(np.array([1.0, 2.0, 3.1]), dtype="float32")
+        for t in (0.7, np.float64(0.7), 0.7, np.float64(0.7)):
+            got, want = compiled(x, t), f(x, t)
+            assert got.dtype == want.dtype
+            same(got, want)
+        assert compiled.calls == {"traced": 2, "replayed": 2, "eager": 0}
+    finally:
+        lp.set_default_dtype("float64")
+
+
 def test_keys_tell_minus_zero_and_numpy_scalars_apart():
     g = lp.compile(lambda x, s: 1.0 / (x * s))
     x = Tensor(np.array([1.0, 2.0]))

@@ -590,6 +590,16 @@ def test_clip_with_nothing_to_clip_is_a_copy(device):
     assert x.numpy().tolist() == [1.0, 2.0]
 
 
+def test_clip_by_a_numpy_scalar_keeps_the_dtype_of_x(device):
+    """A NumPy ``float64`` bound (a Python float subclass) is a number, as in the
+    operators and PyTorch's ``clamp``: a float32 ``x`` stays float32 (it came out
+    float64: NumPy's promotion of the scalar). A review of compiled scripts found it."""
+    x = lp.asarray(np.array([0.1, 0.5], dtype=np.float32), device=device)
+    for out in (lp.clip(x, None, np.float64(0.2)), x.clamp(min=np.float64(0.2)), lp.clip(x, np.float64(0.2))):
+        assert out.dtype == x.dtype
+    np.testing.assert_array_equal(lp.clip(x, None, np.float64(0.2)).numpy(), np.array([0.1, 0.2], np.float32))
+
+
 # ---- broadcasting, as properties ----------------------------------------------------------------
 
 SMOOTH_BINARY = sorted(n for n in BINARY if BINARY_ROWS[n].grad == "smooth")

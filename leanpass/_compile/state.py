@@ -43,7 +43,7 @@ def _key_of(value, tensors: list, objects: list | None = None):
         return (type(value).__name__, tuple(_key_of(v, tensors, objects) for v in value))
     if isinstance(value, dict):  # (in their order: a function may iterate them)
         return ("dict", tuple((k, _key_of(v, tensors, objects)) for k, v in value.items()))
-    if isinstance(value, float):  # -0.0 is not 0.0 (1 / s)
+    if type(value) is float:  # -0.0 is not 0.0 (1 / s); NumPy's float64, a float too, below (another dtype)
         return ("float", value, math.copysign(1.0, value))
     if value is None or isinstance(value, (bool, int, complex, str, bytes)):
         return (type(value).__name__, value)

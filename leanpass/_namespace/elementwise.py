@@ -22,7 +22,7 @@ from ..ops import Op
 from ..ops import elementwise as table
 from ..tensor import Tensor
 from ._records import recorded
-from ._util import SCALARS, asarray_like, operand
+from ._util import SCALARS, asarray_like, operand, python_number
 
 __all__ = ["clip"]
 
@@ -215,7 +215,9 @@ def clip(x, /, min=None, max=None):  # noqa: A002 - the standard's names
         if isinstance(bound, Tensor):
             if bound._backend is not x._backend:
                 raise ValueError(device_message("clip", x, bound))
-        elif bound is not None and not isinstance(bound, SCALARS):
+        elif isinstance(bound, SCALARS):  # (a NumPy scalar, numpy.float64 a float too: as its Python number,
+            bound = python_number(bound)  # which keeps x's dtype, as the operators and PyTorch's clamp)
+        elif bound is not None:
             bound = asarray_like(bound, "clip")
         if isinstance(bound, Tensor):
             bound_kind = bound.dtype.kind
