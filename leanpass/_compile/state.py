@@ -34,8 +34,10 @@ def _integer_or_none(value) -> bool:
 
 def _key_of(value, tensors: list, objects: list | None = None):
     """A hashable description of ``value``: a Tensor by its kind (and collected in
-    ``tensors``), containers item by item, Python scalars and strings by value, any
-    other object by identity (a module passed in: the same module)."""
+    ``tensors``), containers item by item, Python scalars and strings by value, NumPy
+    scalars by dtype and value, ranges and slices of integers by value, any other
+    object by identity (a module passed in: the same module; a NumPy array, named
+    apart for the warnings)."""
     if isinstance(value, Tensor):
         tensors.append(value)
         return _tensor_key(value)
