@@ -35,9 +35,9 @@ _new = object.__new__
 # ---- graph nodes ----------------------------------------------------------------------------
 
 
-def fill_leaf(t, data, backend, requires_grad, name, grad=None, python=False) -> None:
+def fill_leaf(t, data, backend, requires_grad, name, grad=None, python=False, source=None) -> None:
     """Make the new Tensor ``t`` a leaf holding ``data`` on ``backend`` (``python``: made
-    from Python numbers, for lp.compile's record)."""
+    from Python numbers, ``source``: what it was made of, for lp.compile's record)."""
     t._data = data
     t._backend = backend
     t._grad = grad
@@ -50,7 +50,7 @@ def fill_leaf(t, data, backend, requires_grad, name, grad=None, python=False) ->
         note_complex()
     tracer = TRACER[0]
     if tracer is not None:  # a tensor made from data inside a traced call: a constant of the trace
-        tracer.born(t, python)
+        tracer.born(t, python, source)
 
 
 def make(data, backend, op, prev, backward, requires_grad, replay=None):
@@ -930,7 +930,8 @@ def init_tensor(self, data, requires_grad, name, device, dtype, copy, infer="flo
             array = backend.copy(array)
     _check_grad_dtype(dtype_name(array.dtype), requires_grad)
     fill_leaf(self, array, backend, requires_grad, name,
-              python=TRACER[0] is not None and isinstance(data, (bool, int, float, complex, list, tuple)))
+              python=TRACER[0] is not None and isinstance(data, (bool, int, float, complex, list, tuple)),
+              source=data)
 
 
 def _infer(data, host, infer):

@@ -570,6 +570,7 @@ class Tensor:
         """Reset ``.grad`` of every tensor in this tensor's graph (reads as zeros).
         After a backward call released the graph, that is every leaf it wrote a
         gradient into and every retained tensor still alive."""
+        _trace_note("Tensor.zero_grad_all (gradients reset apart from the recorded operations)")
         zero_graph_grads(self)
 
     # ---- copies and pickles -----------------------------------------------------

@@ -2577,6 +2577,31 @@ def test_a_tensor_made_of_an_array_argument_runs_the_call_eagerly():
         f(Tensor(np.ones((1, 2))))
 
 
+def test_the_traced_calls_own_result_keeps_no_gradient_it_did_not_get():
+    """A leaf made in the call and returned, which no pass reached: the traced call's
+    result is eager's own, with no gradient made in it (a pass the caller runs then
+    writes ``-0.0`` as eagerly, not ``0.0 + -0.0``); a constant that happens to equal an
+    array argument is no Tensor made of it (it replays)."""
+    def f(x):
+        return x.detach().requires_grad_()
+
+    compiled = lp.compile(f, fuse=False)
+    w = Tensor(np.array([-0.0, 1.0]))
+    got, want = compiled(Tensor(np.array([0.5, 1.5]))), f(Tensor(np.array([0.5, 1.5])))
+    assert got._grad is None and not got.has_grad
+    for t in (got, want):
+        (t * w).sum().backward()
+    np.testing.assert_array_equal(np.signbit(host(got.grad)), np.signbit(host(want.grad)))
+
+    g = lp.compile(lambda x, buffer: x + lp.zeros(4, dtype="int64"))
+    buffer = np.zeros(4, dtype=np.int64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(3):
+            same(g(Tensor(np.ones(4)), buffer), np.ones(4))
+    assert g.calls == {"traced": 1, "replayed": 2, "eager": 0}
+
+
 def test_slices_and_ranges_are_keyed_by_their_values():
     """A new but equal ``slice`` or ``range`` at each call is the same kind of call (they
     were keyed by identity: a trace at every call, with no warning); another one traces
@@ -3367,6 +3392,70 @@ def test_a_returned_leaf_with_its_gradient_steps_as_eagerly(reached):
             lp.optim.SGD([t], lr=0.5, momentum=0.9).step()
         same(got, want)
     assert compiled.calls == {"traced": 1, "replayed": 2, "eager": 0}
+
+
+def test_an_option_read_after_hooks_that_only_step_their_optimizers_replays():
+    """Adam stepped in post-accumulate hooks changes its step counts, not its options: an
+    option of another optimizer read after the backward pass (a manual update of the
+    head) is no option the hooks set, and the step replays, as eager's."""
+    def make():
+        lp.manual_seed(0)
+        body, head = nn.Linear(4, 8, dtype="float64"), nn.Linear(8, 1, dtype="float64")
+        adams = {id(p): lp.optim.Adam([p], lr=0.01) for p in body.parameters()}
+        sgd = lp.optim.SGD(head.parameters(), lr=0.1)
+
+        def hook(p):
+            adams[id(p)].step()
+            adams[id(p)].zero_grad()
+        for p in body.parameters():
+            p.register_post_accumulate_grad_hook(hook)
+
+        def step(x):
+            sgd.zero_grad()
+            loss = (head(lp.tanh(body(x))) ** 2).mean()
+            loss.backward()
+            lr = sgd.param_groups[0]["lr"]
+            with lp.no_grad():
+                for p in head.parameters():
+                    p -= lr * lp.as_tensor(p.grad)
+            return loss.detach()
+        return step
+
+    eager, compiled = make(), lp.compile(make(), fuse=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(5):
+            x = Tensor(RNG.normal(size=(8, 4)))
+            same(compiled(x), eager(x))
+    assert compiled.calls == {"traced": 1, "replayed": 4, "eager": 0}
+
+
+def test_zero_grad_all_inside_the_function_runs_it_eagerly():
+    """``t.zero_grad_all()`` resets gradients apart from the recorded operations: a
+    replay would skip it, and the next pass would add to the gradients (of a leaf, of a
+    value that retains its own)."""
+    w = Tensor(np.array([1.0, 2.0, 3.0]), requires_grad=True)
+
+    def f(x):
+        h = w * x
+        h.retain_grad()
+        loss = (h * h).sum()
+        loss.backward(retain_graph=True)
+        loss.zero_grad_all()
+        (h * 3.0).sum().backward()
+        return lp.as_tensor(w.grad) * 1.0, lp.as_tensor(h.grad) * 1.0
+
+    compiled = lp.compile(f)
+    with pytest.warns(RuntimeWarning, match="zero_grad_all"):
+        for k in range(3):
+            x = Tensor(np.array([1.0, 2.0, 3.0]) * (k + 1))
+            w.grad = None
+            got = compiled(x)
+            w.grad = None
+            want = f(x)
+            for a, b in zip(got, want, strict=True):
+                same(a, b)
+    assert compiled.calls["replayed"] == 0
 
 
 def test_a_post_accumulate_hook_added_inside_the_function_runs_eagerly():

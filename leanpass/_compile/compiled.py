@@ -410,8 +410,11 @@ class Compiled:
         """Note ``key`` as seen once without a trace kept (:attr:`_escaped`): its next call
         is traced (once more), not run eagerly untraced."""
         self._escaped[key] = None
-        if len(self._escaped) > 4 * self.cache_size:  # (the oldest keys go)
-            del self._escaped[next(iter(self._escaped))]
+        while len(self._escaped) > 4 * self.cache_size:  # (the oldest keys go; another thread's call may take one
+            try:  # too: called outside the tracing lock from the eager stretch)
+                del self._escaped[next(iter(self._escaped))]
+            except (KeyError, RuntimeError, StopIteration):
+                break
 
     def _fall_back(self, key, reason) -> None:
         what, where = reason

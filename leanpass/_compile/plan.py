@@ -215,7 +215,7 @@ class Plan:
                 raise _Stale("a gradient the call reads holds a Tensor (backward(create_graph=True))")
         slots = [None] * self.slots
         inner = dict.fromkeys(self.leaf_grads) if self.leaf_grads else None  # (Plan._backward's)
-        unreached = set()  # ids of the zeros such a .grad reads where no pass reached it yet (a result's: has_grad)
+        unreached = {}  # id -> the zeros such a .grad reads where no pass reached it yet (a result's: has_grad)
         backwards = {}
         keeps = self.keeps_backward
         free = self._free
@@ -299,7 +299,7 @@ class Plan:
                 g = inner[event[1]]  # a pass after adds to them, as eagerly)
                 if g is None:
                     g = inner[event[1]] = event[3].zeros(event[4], event[5])
-                    unreached.add(id(g))
+                    unreached[id(g)] = g  # (kept: its id is not another array's at the end)
                 slots[event[2]] = g
             elif kind == "grad_read":  # t.grad read in the call: its array at this point
                 read_grads = True  # (a zero_grad after it is no longer one an eager call runs again alike)

@@ -202,7 +202,7 @@ class Tracer:
             self.hook_writes = _WRITES[0]
         elif kind is None and self.hooking is not None:
             self.writes += _WRITES[0] - self.hook_writes
-            if self.check_watched(by_action=True):  # (an option they set, read after them: the trace's number)
+            if self.check_watched(by_action=True):  # (an option they may have set, read after them: the trace's)
                 self.options_set = f"the {self.hooking} hooks"
         self.hooking = kind
 
@@ -272,7 +272,7 @@ class Tracer:
         needs = tuple(grad and p._rg for p in prev) if op.needs and positional else None
         self.events.append(("op", op, tuple(sources), recipe, needs, slot, tuple(t._data.shape), backend))
 
-    def born(self, t, python: bool = False) -> None:
+    def born(self, t, python: bool = False, source=None) -> None:
         """A tensor made from data during the call: a second tensor on an array the call
         has seen, or, made by the caller's own code (``Tensor(...)``, ``lp.zeros(...)``),
         a constant of the trace. One LeanPass makes inside a function from an array
@@ -304,7 +304,7 @@ class Tracer:
             return self.unsupported("a tensor on an optimizer's state array (lp.as_tensor(opt.state[...][name])) "
                                     "made inside the function: each step changes it in place, and a replay would "
                                     "give the first call's values")
-        if self.arg_arrays and self._from_argument_array(t):
+        if self.arg_arrays and (id(source) in self.arg_arrays or id(getattr(source, "base", None)) in self.arg_arrays):
             return self.unsupported("a Tensor made of an array argument (Tensor(a), lp.asarray(a)): a replay would "
                                     "start from the first call's values, where the caller may refill the array; "
                                     "pass a Tensor")
@@ -312,28 +312,6 @@ class Tracer:
         slot = self._new_slot(t)
         self.events.append(("const", t._backend.copy(t._data), slot, t._backend))
         self.constants += 1
-
-    def _from_argument_array(self, t) -> bool:
-        """Whether ``t`` (made from data by the caller's code) holds an array argument's
-        values: its memory, a view of it, or a copy (the same shape, and the same values,
-        NaN where it has NaN). An array argument is keyed by identity: the caller may
-        refill it in place between calls."""
-        data, xp = t._data, t._backend.xp
-        for array in self.arg_arrays.values():
-            if array is data or getattr(data, "base", None) is array:
-                return True
-            if tuple(getattr(array, "shape", ())) != tuple(data.shape):
-                continue
-            try:  # (another library's array: as the tensor's library reads it)
-                values = xp.asarray(array, dtype=data.dtype)
-                same = values == data
-                if xp.isdtype(data.dtype, ("real floating", "complex floating")):
-                    same = same | (xp.isnan(values) & xp.isnan(data))
-                if bool(xp.all(same)):
-                    return True
-            except (TypeError, ValueError):  # (values that do not compare: not these)
-                continue
-        return False
 
     def changed_unrecorded(self, t, label) -> None:
         """``t`` changed in place while nothing is recorded (another thread, a hook): in
@@ -567,17 +545,18 @@ class Tracer:
         """Compare the watched objects (:data:`leanpass._graph.trace.WATCHED`) with their
         last snapshot: a change not made ``by_action`` sets :attr:`state_changed`, as
         does a write the call's own code made (even of the value there was). Whether
-        any of them changed."""
+        an option may have changed: an optimizer's groups, or any other watched
+        object's state (a scheduler's); not an optimizer's step counts alone."""
         if not by_action and _WRITES[0] != self.writes:
             self.state_changed = True
-        changed = False
+        options = False
         for k, (obj, seen) in enumerate(self.watched):
             now = obj._traced_state()
             if not _equal(now, seen):
                 self.watched[k] = (obj, now)
                 self.state_changed = self.state_changed or not by_action
-                changed = True
-        return changed
+                options = options or not hasattr(obj, "param_groups") or not _equal(now[0], seen[0])
+        return options
 
     def read_grad(self, t, get):
         """``t.grad`` read in the call: its array now, as a Tensor whose value a replay
@@ -964,7 +943,9 @@ class Tracer:
                 self.unsupported("a tensor of the call that retains its gradient, changed in place since, as a "
                                  "result: its .grad is not replayed")
                 return None
-            grad = value._read_grad()
+            grad = value._grad  # (where no pass reached it, zeros apart: eager's own result keeps None)
+            if grad is None:
+                grad = value._backend.zeros(tuple(value._data.shape), value._data.dtype)
             slot = self._new_grad_value(grad)
             self.events.append(("leaf_grad", key, slot, value._backend, *self.meta[slot]))
             return ("T", src, value._backend, None, slot)
