@@ -565,7 +565,8 @@ def fuse(events, meta, result_slots, min_length=2):
     # the values autograd.grad returns the gradient of: operations of their own (a fused
     # stretch of a backward pass hands on gradients, it does not show them)
     targets = {ref for event in events if event[0] == "autograd" for kind, ref in event[4] if kind == "node"}
-    targets.update(slot for event in events if event[0] == "backward" for slot in event[4])  # (retain_grad's too)
+    read = {event[1] for event in events if event[0] == "leaf_grad"}  # (retain_grad's that the call reads too)
+    targets.update(slot for event in events if event[0] == "backward" for slot in event[4] if slot in read)
 
     def close():  # a run of one operation is worth it where that operation is several expressions (GELU)
         if current is None or (len(current.syms) < min_length and current.size < min_length):

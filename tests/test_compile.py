@@ -2534,11 +2534,11 @@ def test_a_kind_of_call_that_comes_back_during_an_eager_stretch_is_traced():
     assert compiled.calls == {"traced": 1, "replayed": 2, "eager": 0}
 
 
-def test_a_slice_holding_an_object_of_its_own_is_keyed_by_identity():
+def test_a_slice_holding_an_object_of_its_own_runs_the_call_eagerly():
     """A slice whose bound is an object with ``__index__`` (a position a decoding loop
-    advances): keyed as that object, by identity (its state is not compared), so a new
-    slice at each call traces again, as eagerly it takes the position now; slices of
-    integers replay."""
+    advances), new at each call or the same one: the position is read anew at each
+    use, so every call runs eagerly, with a warning (the same slice object replayed
+    the first call's position)."""
     class Position:
         def __init__(self, v):
             self.v = v
@@ -2547,11 +2547,14 @@ def test_a_slice_holding_an_object_of_its_own_is_keyed_by_identity():
             return self.v
 
     x, pos = Tensor(np.arange(8.0)), Position(1)
-    f = lp.compile(lambda x, s: x[s] * 2.0)
-    for k in (1, 1, 3, 5, 6):
-        pos.v = k
-        same(f(x, slice(pos, None)), np.arange(k, 8.0) * 2.0)
-    assert f.calls["replayed"] == 0
+    kept = slice(pos, None)
+    for fresh in (True, False):
+        f = lp.compile(lambda x, s: x[s] * 2.0)
+        with pytest.warns(RuntimeWarning, match="a slice argument whose bounds are objects"):
+            for k in (1, 1, 3, 5, 6):
+                pos.v = k
+                same(f(x, slice(pos, None) if fresh else kept), np.arange(k, 8.0) * 2.0)
+        assert f.calls == {"traced": 0, "replayed": 0, "eager": 5}
 
 
 def test_a_tensor_made_of_an_array_argument_runs_the_call_eagerly():

@@ -123,6 +123,9 @@ class Compiled:
             if str(exc) == "an iterator argument":
                 self._warn("runs eagerly: an iterator argument (a replay would not advance it; pass what it "
                            "gives)", "the call")
+            elif str(exc) == "a slice argument of objects":
+                self._warn("runs eagerly: a slice argument whose bounds are objects of their own (their __index__ "
+                           "may give another position at each call; pass a slice of integers)", "the call")
             self.calls["eager"] += 1
             return self.fn(*args, **kwargs)
         if entry is None:

@@ -51,9 +51,10 @@ def _key_of(value, tensors: list, objects: list | None = None):
         return (type(value).__name__, value)
     if type(value) is range or (type(value) is slice and all(map(_integer_or_none, (value.start, value.stop,
                                                                                       value.step)))):
-        # (values, not objects: x[s] with a new but equal slice at each call; one holding another object, an
-        # __index__ of its own, by identity, as that object)
+        # (values, not objects: x[s] with a new but equal slice at each call)
         return (type(value).__name__, *(_key_of(v, tensors, objects) for v in (value.start, value.stop, value.step)))
+    if type(value) is slice:  # (a bound of its own, an __index__ a loop advances: read anew at each use)
+        raise TypeError("a slice argument of objects")
     if getattr(value, "shape", None) == () and hasattr(value, "item") and hasattr(value, "dtype"):  # a NumPy scalar
         return ("scalar", str(value.dtype), _key_of(value.item(), tensors, objects))
     if isinstance(value, collections.abc.Iterator) and not isinstance(value, io.IOBase):  # (a replay would not
