@@ -570,8 +570,7 @@ class Tensor:
         """Reset ``.grad`` of every tensor in this tensor's graph (reads as zeros).
         After a backward call released the graph, that is every leaf it wrote a
         gradient into and every retained tensor still alive."""
-        _trace_note("Tensor.zero_grad_all (gradients reset apart from the recorded operations)")
-        zero_graph_grads(self)
+        zero_graph_grads(self)  # (in a traced call it runs the call eagerly: a replay would not reset)
 
     # ---- copies and pickles -----------------------------------------------------
     def _copy_args(self, what: str) -> tuple:

@@ -2564,17 +2564,21 @@ def test_a_tensor_made_of_an_array_argument_runs_the_call_eagerly():
     with no warning); the call runs eagerly, with a warning that says to pass a
     Tensor. A layer made inside the function is named as such."""
     x = Tensor(np.ones(2))
-    cases = [(lambda x, a: x * Tensor(a), False), (lambda x, a: x * lp.asarray(a), False),
-             (lambda x, a: x * Tensor(a[0]), True)]  # True: the array inside a list argument
-    for make, listed in cases:
-        a = np.array([1.0, 2.0])
+    cases = [(lambda x, a: x * Tensor(a), "a"), (lambda x, a: x * lp.asarray(a), "a"),
+             (lambda x, a: x * Tensor(a[0]), "[a]"),  # the array inside a list argument
+             (lambda x, a: x * lp.from_dlpack(a), "a"), (lambda x, a: x * Tensor(memoryview(a)), "a"),
+             (lambda x, a: x * Tensor([a[0], a[1]]).sum(), "rows"),  # a list of its rows
+             (lambda x, a: x * Tensor(a[1:]).sum(), "a")]  # a view of an argument that is a view (of rows)
+    for make, given in cases:
+        rows = np.zeros((3, 2))
+        a = rows[1]
         f = lp.compile(make)
         with pytest.warns(RuntimeWarning, match="a Tensor made of an array argument"):
             for k in range(4):
                 a[:] = [k, k + 1.0]
-                arg = [a] if listed else a
+                arg = [a] if given == "[a]" else rows if given == "rows" else a
                 same(f(x, arg), make(x, arg))
-        assert f.calls["replayed"] == 0
+        assert f.calls["replayed"] == 0, given
     f = lp.compile(lambda x: nn.Linear(2, 2, dtype="float64")(x))
     with pytest.warns(RuntimeWarning, match="a Parameter made inside the function"):
         f(Tensor(np.ones((1, 2))))
@@ -3449,7 +3453,7 @@ def test_zero_grad_all_inside_the_function_runs_it_eagerly():
         return lp.as_tensor(w.grad) * 1.0, lp.as_tensor(h.grad) * 1.0
 
     compiled = lp.compile(f)
-    with pytest.warns(RuntimeWarning, match="zero_grad_all"):
+    with pytest.warns(RuntimeWarning, match="zero_grad_all"):  # (lp.autograd.zero_graph_grads(loss) alike)
         for k in range(3):
             x = Tensor(np.array([1.0, 2.0, 3.0]) * (k + 1))
             w.grad = None

@@ -23,6 +23,7 @@ from .._graph.trace import WATCHED as _WATCHED
 from .._graph.trace import WRITES as _WRITES
 from .._node import inplace, leaf
 from ..backends import _base as _backends_base
+from ..backends import backend_of_array, get_backend
 from ..nn.module import _CHANGES as _MODULE_CHANGES
 from ..nn.module import Module, holding_members
 from ..tensor import Tensor
@@ -304,7 +305,7 @@ class Tracer:
             return self.unsupported("a tensor on an optimizer's state array (lp.as_tensor(opt.state[...][name])) "
                                     "made inside the function: each step changes it in place, and a replay would "
                                     "give the first call's values")
-        if self.arg_arrays and (id(source) in self.arg_arrays or id(getattr(source, "base", None)) in self.arg_arrays):
+        if self.arg_arrays and self._of_argument(t, source):
             return self.unsupported("a Tensor made of an array argument (Tensor(a), lp.asarray(a)): a replay would "
                                     "start from the first call's values, where the caller may refill the array; "
                                     "pass a Tensor")
@@ -312,6 +313,31 @@ class Tracer:
         slot = self._new_slot(t)
         self.events.append(("const", t._backend.copy(t._data), slot, t._backend))
         self.constants += 1
+
+    def _of_argument(self, t, source) -> bool:
+        """Whether ``t``, made of ``source`` (what its maker was given, where it tells),
+        holds an array argument's values: the argument itself, or memory it shares (a
+        view, a view of a view, DLPack's, a memoryview's), in ``t`` or in ``source``, or
+        in the items of a list or tuple ``source`` (two levels, 64 items each). An
+        array argument is keyed by identity: the caller may refill it between calls."""
+        found, stack = [t._data], [(source, 0)]
+        while stack:
+            value, depth = stack.pop()
+            if isinstance(value, (list, tuple)):
+                if depth < 2:
+                    stack.extend((item, depth + 1) for item in value[:64])
+            elif value is not None:
+                found.append(value.obj if type(value) is memoryview else value)
+        for value in found:
+            if id(value) in self.arg_arrays:
+                return True
+            backend = backend_of_array(value)  # (None for NumPy's: host data, which the cpu device's reads)
+            if backend is None and type(value).__module__ == "numpy":
+                backend = get_backend("cpu")
+            if backend is not None and any(type(a) is type(value) and backend.shares_memory(value, a)
+                                           for a in self.arg_arrays.values()):
+                return True
+        return False
 
     def changed_unrecorded(self, t, label) -> None:
         """``t`` changed in place while nothing is recorded (another thread, a hook): in

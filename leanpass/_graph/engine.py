@@ -41,7 +41,7 @@ from .above import above
 from .hooks import _run_post_hooks, _with_grad_hooks
 from .modes import enable_grad, grad_lock, no_grad
 from .node import COMPLEX, Node, edge
-from .trace import TRACER
+from .trace import TRACER, note
 from .versions import latest_change
 
 __all__ = ["backprop", "complex_rule", "Released", "zero_graph_grads"]
@@ -462,6 +462,7 @@ def zero_graph_grads(root) -> None:
 
     Through a released part of the graph it reaches what :class:`Released` keeps: the
     leaves the releasing backward call wrote into and the retained tensors still alive."""
+    note("zero_graph_grads, Tensor.zero_grad_all (gradients reset apart from the recorded operations)")
     root._grad = None
     root._read_zeros = False
     start = root._node
