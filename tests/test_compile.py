@@ -6615,6 +6615,32 @@ def _square_step(model, opt):
     return step
 
 
+def _square_runs(make_opt, calls, before=None):
+    """``calls`` calls of :func:`_square_step` on ``mlp("cpu")`` with the optimizer
+    ``make_opt(params)``, eagerly, then compiled (``fuse=False``) on a twin;
+    ``before(k, opt, model)`` runs before call ``k``. The compiled run's losses and
+    final parameters must be the eager run's, bit for bit. Returns the compiled
+    function and the warnings its run gave."""
+    def run(compiled):
+        model = mlp("cpu")
+        opt = make_opt(model.parameters())
+        step = _square_step(model, opt)
+        f = lp.compile(step, fuse=False) if compiled else step
+        out = []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for k in range(calls):
+                if before is not None:
+                    before(k, opt, model)
+                out.append(host(f(Tensor(np.full((4, 6), 0.1 * k)))))
+        return out + [host(p) for p in model.parameters()], f, caught
+
+    (want, _, _), (got, f, caught) = run(False), run(True)
+    for a, b in zip(got, want, strict=True):
+        same(a, b)
+    return f, caught
+
+
 class _TensorMomentum(lp.optim.Optimizer):
     """A hand-written optimizer that keeps Tensors in ``self.state`` and reads them in
     its own ``step``, traced as the call's code (no action)."""
@@ -6633,19 +6659,7 @@ class _TensorMomentum(lp.optim.Optimizer):
 
 
 def test_a_hand_written_optimizer_keeping_tensors_in_its_state_replays():
-    def run(compiled):
-        model = mlp("cpu")
-        opt = _TensorMomentum(model.parameters())
-
-        step = _square_step(model, opt)
-
-        f = lp.compile(step, fuse=False) if compiled else step
-        out = [host(f(Tensor(np.full((4, 6), 0.1 * k)))) for k in range(4)]
-        return out + [host(p) for p in model.parameters()], f
-
-    (want, _), (got, f) = run(False), run(True)
-    for a, b in zip(got, want, strict=True):
-        same(a, b)
+    f, _ = _square_runs(_TensorMomentum, 4)
     assert f.calls == {"traced": 1, "replayed": 3, "eager": 0}
 
 
@@ -6807,24 +6821,12 @@ def test_a_hand_written_optimizers_state_tensor_replaced_between_calls_traces_ag
     """A momentum buffer reset by assignment between calls (another Tensor in
     ``opt.state``): the replay checks the state holds what the trace read, and traces
     again (replays read the old buffer)."""
-    def run(compiled):
-        model = mlp("cpu")
-        opt = _TensorMomentum(model.parameters())
+    def reset(k, opt, model):
+        if k == 3:
+            for p in model.parameters():
+                opt.state[id(p)]["buf"] = lp.zeros_like(p)
 
-        step = _square_step(model, opt)
-
-        f = lp.compile(step, fuse=False) if compiled else step
-        out = []
-        for k in range(6):
-            if k == 3:
-                for p in model.parameters():
-                    opt.state[id(p)]["buf"] = lp.zeros_like(p)
-            out.append(host(f(Tensor(np.full((4, 6), 0.1 * k)))))
-        return out + [host(p) for p in model.parameters()], f
-
-    (want, _), (got, f) = run(False), run(True)
-    for a, b in zip(got, want, strict=True):
-        same(a, b)
+    f, _ = _square_runs(_TensorMomentum, 6, reset)
     assert f.calls == {"traced": 2, "replayed": 4, "eager": 0}
 
 
@@ -6853,21 +6855,7 @@ class _CountingSGD(lp.optim.Optimizer):
 def test_a_hand_written_optimizer_counting_its_steps_in_python_runs_eagerly(where):
     """Its ``step`` is traced as the call's own code: a replay would not count (it baked
     the trace's count in), so the call runs eagerly, with a warning."""
-    def run(compiled):
-        model = mlp("cpu")
-        opt = _CountingSGD(model.parameters(), where)
-
-        step = _square_step(model, opt)
-
-        f = lp.compile(step, fuse=False) if compiled else step
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            out = [host(f(Tensor(np.full((4, 6), 0.1 * k)))) for k in range(5)]
-        return out + [host(p) for p in model.parameters()], f, caught
-
-    (want, _, _), (got, f, caught) = run(False), run(True)
-    for a, b in zip(got, want, strict=True):
-        same(a, b)
+    f, caught = _square_runs(lambda params: _CountingSGD(params, where), 5)
     assert f.calls["replayed"] == 0 and caught
 
 
@@ -7126,24 +7114,10 @@ def test_a_hand_written_optimizers_option_set_between_calls_traces_again():
                 for p in self.param_groups[0]["params"]:
                     p.sub_(0.1 * self.beta * p.grad)
 
-    def run(compiled):
-        model = mlp("cpu")
-        opt = Momentumless(model.parameters())
+    def set_beta(k, opt, model):
+        opt.beta = 0.9 if k < 3 else 0.0
 
-        step = _square_step(model, opt)
-
-        f = lp.compile(step, fuse=False) if compiled else step
-        out = []
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            for k in range(6):
-                opt.beta = 0.9 if k < 3 else 0.0
-                out.append(host(f(Tensor(np.full((4, 6), 0.1 * k)))))
-        return out + [host(p) for p in model.parameters()], f
-
-    (want, _), (got, f) = run(False), run(True)
-    for a, b in zip(got, want, strict=True):
-        same(a, b)
+    f, _ = _square_runs(Momentumless, 6, set_beta)
     assert f.calls["traced"] == 2
 
 

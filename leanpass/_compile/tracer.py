@@ -294,8 +294,7 @@ class Tracer:
             if maker.endswith(".__init__"):  # (Parameter.__init__: a layer made in the call)
                 return self.unsupported(f"a {maker[:-9]} made inside the function (a layer made there: a replay "
                                         "would keep the first call's values; make it outside)")
-            data = t._data
-            if id(data) in self.arg_arrays or id(getattr(data, "base", None)) in self.arg_arrays:
+            if self.arg_arrays and self._of_argument(t, None):
                 return self.unsupported(f"{maker}: an array argument (not a Tensor: what NumPy code does with it "
                                         "is not recorded; pass a Tensor, lp.asarray(a))")
             return self.unsupported(f"{maker}: a value computed outside the recorded operations")
