@@ -12,6 +12,7 @@ import re
 
 import numpy as np
 import pytest
+from helpers import host
 from test_optim import ref_adagrad, ref_adam, ref_rmsprop, ref_sgd, run_steps  # (tests/ is on sys.path)
 
 import leanpass
@@ -88,6 +89,25 @@ def test_a_zero_step_with_inf_and_nan_gradients_gives_nan_at_any_size(make):
         results.append(w.numpy()[:3])
     np.testing.assert_array_equal(results[0], results[1])
     assert np.isnan(results[1][0]) and np.isnan(results[1][1])
+
+
+@pytest.mark.parametrize("cls", ["Adam", "AdamW"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_adam_without_eps_at_a_zero_gradient_gives_nan_as_torch(device, cls, dtype):
+    """``eps=0`` and a gradient of 0: the update is 0 / 0, NaN in PyTorch and in NumPy's
+    code; the CPU's kernel raised ZeroDivisionError (Numba's Python error model)."""
+    w = leanpass.Tensor(np.ones(5, dtype), requires_grad=True, device=device)
+    opt = getattr(optim, cls)([w], lr=0.1, eps=0.0)
+    (w * 0.0).sum().backward()
+    with np.errstate(invalid="ignore"):
+        opt.step()
+    assert np.isnan(host(w)).all()
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    tw = torch.ones(5, dtype=getattr(torch, dtype), requires_grad=True)
+    topt = getattr(torch.optim, cls)([tw], lr=0.1, eps=0.0)
+    (tw * 0.0).sum().backward()
+    topt.step()
+    assert torch.isnan(tw).all()
 
 
 LARGE = [

@@ -52,7 +52,12 @@ def _compiled():
     """The jitted loops (imports Numba: the first call only)."""
     import numba
 
-    jit = functools.partial(numba.njit, cache=True, nogil=True)
+    # NumPy's error model: a division by zero gives inf or NaN, as NumPy's (the generic
+    # path's) does, where Python's raises ZeroDivisionError (Adam with eps=0 at a zero
+    # gradient) and its check in each iteration keeps LLVM from vectorising the loop:
+    # Adam's update of 262,144 float32 values took 0.94 ms, now 0.12, the same values
+    jit = functools.partial(numba.njit, cache=True, nogil=True, error_model="numpy")
+    reassoc = functools.partial(jit, fastmath={"reassoc"})  # (sums that LLVM may reorder: see centered_squares)
 
     @jit
     def affine(x, scale, shift, out):
@@ -81,7 +86,7 @@ def _compiled():
                 v = x[r, k] * a + b
                 out[r, k] = v if v > 0 or v != v else zero
 
-    @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
+    @reassoc
     def masked_sums(g, y, x, mean, zero, sums, dots):
         for r in range(x.shape[0]):
             m = np.float64(mean[r])
@@ -104,7 +109,7 @@ def _compiled():
 
     # the sum may be reordered (LLVM then vectorises it), as NumPy's pairwise sums and
     # BLAS dot products reorder theirs; in float64 whatever the data's dtype
-    @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
+    @reassoc
     def centered_squares(x, mean, out):
         for r in range(x.shape[0]):
             m = np.float64(mean[r])
@@ -114,7 +119,7 @@ def _compiled():
                 total += d * d
             out[r] = total
 
-    @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
+    @reassoc
     def centered_dot(g, x, mean, out):
         for r in range(x.shape[0]):
             m = np.float64(mean[r])
@@ -357,7 +362,7 @@ def _compiled():
                 for j in range(stop, k_):
                     o[j] = hidden
 
-    @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
+    @reassoc
     def softmax_scale(e, causal, offset):
         n_, l_, k_ = e.shape
         for n in range(n_):
@@ -372,7 +377,7 @@ def _compiled():
                 for j in range(stop):
                     row[j] = np.float64(row[j]) / total
 
-    @numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
+    @reassoc
     def softmax_grad(gw, w, scale, causal, offset):
         n_, l_, k_ = w.shape
         for n in range(n_):
@@ -413,7 +418,7 @@ def _compiled():
             k = index[r]
             picked[r] = o[k] if 0 <= k < c_ else np.nan
 
-    @numba.njit(cache=True, nogil=True, fastmath={"reassoc"}, error_model="numpy")
+    @reassoc
     def cross_entropy_normalise(e, picked, scratch):
         n_, c_ = e.shape
         loss = 0.0
@@ -434,7 +439,7 @@ def _compiled():
     # pass; the gradient, and the weight's and the bias's (sums over the rows, in float64).
     # NumPy's error model: a row of variance 0 with eps 0 divides by 0 (inf, then NaN, as
     # the generic path), where Python's would raise ZeroDivisionError
-    @numba.njit(cache=True, nogil=True, fastmath={"reassoc"}, error_model="numpy")
+    @reassoc
     def layer_norm(x, w, b, affine, shifted, eps, xhat, out, inv_std):
         r_, k_ = x.shape
         for r in range(r_):
@@ -459,7 +464,7 @@ def _compiled():
                 else:
                     out[r, k] = v
 
-    @numba.njit(cache=True, nogil=True, fastmath={"reassoc"}, error_model="numpy")
+    @reassoc
     def layer_norm_backward(g, xhat, inv_std, w, affine, gx, gw, gb):
         r_, k_ = g.shape
         for r in range(r_):
