@@ -2584,6 +2584,129 @@ def test_a_tensor_made_of_an_array_argument_runs_the_call_eagerly():
         f(Tensor(np.ones((1, 2))))
 
 
+def test_values_numpy_computes_from_an_array_argument_refilled_in_place_are_never_stale():
+    """A batch buffer refilled in place between calls, and a Tensor made of what NumPy
+    computes from it (``Tensor(a / 2.0)``: a copy, which no trace can tell from a
+    constant), of an array an argument's attribute holds (``batch.x``), of one in a
+    list argument: the replay compares each array's values with the trace's copy (bit
+    for bit: ``-0.0`` is not ``0.0``), traces again where they changed, with a warning,
+    and runs eagerly from the third change in a row. Unchanged, they replay. An array
+    the function changes with NumPy runs the call eagerly. Results are eager's; they
+    replayed the first call's values, with no warning."""
+    w = Tensor(np.array([1.0, 2.0, 3.0]))
+
+    class Batch:
+        pass
+
+    batch = Batch()
+    cases = [(lambda a: (Tensor(a / 2.0) * w).sum(), lambda: np.ones(3)),
+             (lambda b: (Tensor(b.x.astype(np.float32)) * w).sum(), lambda: batch),
+             (lambda pair: (Tensor(pair[0] * pair[1]) * w).sum(), lambda: [np.ones(3), np.full(3, 2.0)]),
+             (lambda a: (Tensor(1.0 / a) * w).sum(), lambda: np.array([0.0, 1.0, 1.0]))]
+    with np.errstate(divide="ignore"):  # (1 / -0.0, eagerly too)
+        for fn, make in cases:
+            batch.x = np.ones(3)
+            arg = make()
+            buffer = batch.x if arg is batch else arg[1] if isinstance(arg, list) else arg
+            f = lp.compile(fn)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                same(f(arg), fn(arg))
+                same(f(arg), fn(arg))
+            assert f.calls == {"traced": 1, "replayed": 1, "eager": 0}
+            buffer[0] = -0.0 if fn is cases[-1][0] else 5.0  # (1 / -0.0 is -inf, where 1 / 0.0 was inf)
+            with pytest.warns(RuntimeWarning, match="an array argument holds other values"):
+                same(f(arg), fn(arg))
+            same(f(arg), fn(arg))  # (the new values: replayed)
+            assert f.calls == {"traced": 2, "replayed": 2, "eager": 0}
+            with pytest.warns(RuntimeWarning, match="changes at every call .* an array argument's values"):
+                for k in range(4):
+                    buffer[1] = 10.0 + k
+                    same(f(arg), fn(arg))
+            assert f.calls["eager"] >= 2
+
+    def grows(a):
+        a += 1.0  # NumPy's, not recorded
+        return (Tensor(a * 1.0) * w).sum()
+
+    f, a, b = lp.compile(grows), np.zeros(3), np.zeros(3)
+    with pytest.warns(RuntimeWarning, match="an array argument changed in place by the function"):
+        for _ in range(3):
+            same(f(a), grows(b))
+    np.testing.assert_array_equal(a, b)
+    assert f.calls == {"traced": 1, "replayed": 0, "eager": 2}
+
+
+def test_what_is_no_refillable_array_replays_as_before():
+    """Found by review: a NumPy dtype class as an argument or an attribute (it has an
+    array's ``shape`` and ``dtype`` too), and Tensors in a list argument updated in
+    place, replay; an array argument that views a parameter the function updates in
+    place (a change the trace records) replays, not "changed by the function"; an
+    array of another library refilled with ``-0.0`` traces again; an array of objects
+    (whose items may change inside) is named in a warning."""
+    w = Tensor(np.array([1.0, 2.0, 3.0]))
+
+    class Cfg:
+        dtype = np.float32
+
+    cfg = Cfg()
+    cases = [(lambda x, dt: x.astype(dt).sum(), (w, np.float32)),
+             (lambda x, c: x.astype(c.dtype).sum(), (w, cfg)),
+             (lambda ps: [p.sub_(0.5 * p) for p in ps][0].sum(), ([Tensor(np.ones(2)), Tensor(np.ones(3))],))]
+    for fn, args in cases:
+        f = lp.compile(fn)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for _ in range(3):
+                f(*args)
+        assert f.calls == {"traced": 1, "replayed": 2, "eager": 0}
+
+    def step(p, view):
+        p.add_(1.0)  # (view is p's memory: it changes too, recorded)
+        return (p * 2.0).sum()
+
+    p, twin = Tensor(np.zeros(3)), Tensor(np.zeros(3))
+    f, view = lp.compile(step), np.from_dlpack(p)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(4):
+            same(f(p, view), step(twin, np.from_dlpack(twin)))
+    assert f.calls == {"traced": 1, "replayed": 3, "eager": 0}
+
+    xps = pytest.importorskip("array_api_strict")
+    a = xps.asarray([0.0, 1.0])
+    g = lp.compile(lambda a: (Tensor(np.array(1.0 / a, copy=True))).sum())
+    with np.errstate(divide="ignore"):
+        same(g(a), np.inf)
+        a[0] = -0.0
+        with pytest.warns(RuntimeWarning, match="an array argument holds other values"):
+            same(g(a), -np.inf)
+
+    objects = np.empty(2, dtype=object)
+    objects[:] = [[1.0], [2.0]]
+    h = lp.compile(lambda o: (Tensor(np.array([v[0] for v in o])) * 2.0).sum())
+    with pytest.warns(RuntimeWarning, match="of objects or strings"):
+        same(h(objects), 6.0)
+
+
+def test_an_array_argument_too_large_to_compare_is_named_in_a_warning(monkeypatch):
+    """Above ``COMPARED_BYTES`` (16 MiB) an array argument's values are not kept nor
+    compared (a dataset passed whole: a copy per trace, a pass per call): the trace
+    warns that what NumPy computes from it replays as traced, and says to pass a
+    Tensor; a smaller one beside it is still compared."""
+    monkeypatch.setattr(lp._compile.state, "COMPARED_BYTES", 24)  # three float64 values
+    f = lp.compile(lambda big, small: (Tensor(big[:3] * 1.0) + Tensor(small * 1.0)).sum())
+    big, small = np.ones(4), np.ones(3)
+    with pytest.warns(RuntimeWarning, match="from an array among its arguments as at the trace"):
+        same(f(big, small), 6.0)
+    same(f(big, small), 6.0)
+    small[:] = 2.0
+    with pytest.warns(RuntimeWarning, match="an array argument holds other values"):
+        same(f(big, small), 9.0)
+    big[:] = 5.0
+    same(f(big, small), 9.0)  # (as warned: the trace's values of big)
+
+
 def test_the_traced_calls_own_result_keeps_no_gradient_it_did_not_get():
     """A leaf made in the call and returned, which no pass reached: the traced call's
     result is eager's own, with no gradient made in it (a pass the caller runs then

@@ -21,6 +21,7 @@ from ..backends import _host_random, get_default_device, get_default_dtype
 from ..nn.module import _CHANGES as _MODULE_CHANGES
 from ..nn.module import Module, holding_members, unchanged
 from ..nn.module import restored as modules_restored
+from . import state as _state
 from .code import (
     _PACKAGE,
     _attribute_names,
@@ -39,8 +40,10 @@ from .record import _Branch, _Retry, _Stale
 from .returns import _returned_reads
 from .state import (
     Names,
+    _array_state,
     _call_key,
     _held_members,
+    _is_array,
     _named_members,
     _named_state,
     _python_state,
@@ -152,13 +155,16 @@ class Compiled:
             if len(self._churning) > self.cache_size:  # (keys no longer cached)
                 self._churning = {k: v for k, v in self._churning.items() if k in self._entries}
             if streak >= 3:  # set before this call and the two before: while it changes at every call, eagerly
-                self._warn("runs eagerly while an attribute or an item its code reads changes at every call (a "
-                           "counter kept there: keep it elsewhere); traced again once it stays as it is", "the call")
+                self._warn("runs eagerly while something its code reads changes at every call (an attribute or "
+                           "an item: a counter kept there, keep it elsewhere; an array argument's values: a batch "
+                           "buffer refilled in place, pass a Tensor); traced again once it stays as it is",
+                           "the call")
                 self.calls["eager"] += 1  # (a trace costs more than the eager call it makes)
                 return self.fn(*args, **kwargs)
             self._warn("traced again: an attribute its code reads, of an argument or of an object it names (a "
                        "global cfg), was set since the last call, or an item of a dict or list it names "
-                       "(CFG['lr'])", "the call")
+                       "(CFG['lr']), or an array argument holds other values (a buffer refilled in place: pass "
+                       "a Tensor, whose values a replay reads)", "the call")
             return self._trace(key, tensors, objects, args, kwargs)
         others = self._branches.get(key, ())
         for plan in (entry, *others):  # the traces of the key's paths (a target equal to ignore_index or none)
@@ -304,13 +310,22 @@ class Compiled:
         named = _merged([*(x for fn in reached for x in _named_objects(fn, words)),  # (cfg.scale, CFG["lr"],
                          *((obj, words) for obj in held)])  # config.lr; self.cfg.scale in a layer's forward)
         named_state = _named_state(named, words)
-        python = _python_state((args, kwargs), [*objects, *self._owners], attrs) + named_state
-        given = [v for v in (*objects, *self._owners) if isinstance(v, Module)]  # (a model passed in, a method's own)
-        members = _named_members(names) + _named_members(given)
+        given = _python_state((args, kwargs), [*objects, *self._owners], attrs)
+        python = given + named_state
+        modules_given = [v for v in (*objects, *self._owners) if isinstance(v, Module)]  # (a model passed in, a
+        members = _named_members(names) + _named_members(modules_given)  # method's own)
         held_members = _held_members(python)  # (compared after the call alone: a called module's are before
         # replays)
         tracer = Tracer(tensors, _TRACE_CODE)
-        tracer.arg_arrays = {id(v): v for v in objects if hasattr(v, "__array_namespace__")}  # (NumPy's, arguments)
+        # the array arguments' values (NumPy's: keyed by identity), before the call; also those that plain objects
+        # among the arguments hold in attributes the code names (batch.x)
+        arrays, uncompared = _array_state([*objects, *(v for _, items, _ in given for v in items)])
+        tracer.arg_arrays = {id(v): v for v in objects if _is_array(v)}  # (the arguments themselves)
+        if uncompared:
+            self._warn("replays what NumPy computes from an array among its arguments as at the trace, where a "
+                       f"replay does not compare its values (of more than {_state.COMPARED_BYTES >> 20} MiB: a "
+                       "copy per trace and a pass per call; of objects or strings; of a subclass of NumPy's "
+                       "array); pass a Tensor (lp.asarray(a))", "trace")
         tracer.holders = [c for c, _ in holding_members([args, kwargs], tuples=True)  # (not the call's own
                           if c is not args and c is not kwargs]  # tuple and dict: made for it, and held by it)
         tracer.holder_references = _references(tracer.holders)  # (before the call; after: Tracer.escaped)
@@ -342,6 +357,12 @@ class Compiled:
             tracer.unsupported("a random number drawn on the host outside LeanPass (NumPy's random, random, a NumPy "
                                "Generator, one made in the function without a seed: a replay would reuse the "
                                "trace's); draw it with lp.rand, or pass it in")
+        for entry in [e for e in arrays if not _state_kept([e])]:  # changed by the call: by NumPy's a *= 2, which
+            if tracer.shares_with_tensors(entry[0]):  # a replay would not run, unless the array is a tensor's memory
+                arrays.remove(entry)  # (a view of a parameter: the change is the tensor's, recorded)
+            else:
+                tracer.unsupported("an array argument changed in place by the function (code of its own library, "
+                                   "which lp.compile does not record)")
         if hooks.post_hook_changes[0] != hooked:  # a replay runs the hooks there are, and would not add this one
             tracer.unsupported("a post-accumulate-grad hook added or removed inside the function")
         if any(value is t for value in names for t in tensors):  # one object, two roles: a replay would merge them
@@ -398,7 +419,7 @@ class Compiled:
             plan.named, plan.named_state = named, named_state
             # the attributes of the plain objects among the arguments and of the callable's own (_unwrapped) that
             # the function's code, or a helper's it reaches, names (attrs): what a caller may change between calls
-            plan.object_state = _python_state((), [*objects, *self._owners], attrs)
+            plan.object_state = _python_state((), [*objects, *self._owners], attrs) + arrays
             plan.member_lists = plan.member_lists + members
         self._escapes = 0
         if plan is None:

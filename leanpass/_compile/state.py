@@ -15,6 +15,7 @@ import types
 
 from .._graph.modes import is_grad_enabled
 from ..backends import get_default_device, get_default_dtype
+from ..backends._values import comparable, nbytes, same_values, snapshot
 from ..nn.module import Module, _same_value, holding_members, items_of
 from ..tensor import Tensor
 from .code import _ITERATOR, _NOT_KEYED, _compiled_function, _configuration, _inspectable, _is_iterator, _plain
@@ -62,7 +63,7 @@ def _key_of(value, tensors: list, objects: list | None = None):
         raise TypeError("an iterator argument")
     if objects is not None:
         objects.append(value)  # kept by the trace: its id is not reused while the entry lives
-    if hasattr(value, "shape") and hasattr(value, "dtype") and hasattr(value, "__array_namespace__"):
+    if _is_array(value):
         return ("array", id(value))  # (by identity too: NumPy code on it is not recorded; named apart in warnings)
     return ("id", id(value))
 
@@ -291,6 +292,50 @@ def _state_kept(snapshot: list) -> bool:
         if len(now) != len(items) or not all(map(_same_value, now, items)):
             return False
     return True
+
+
+class _Values:
+    """Reads an array argument's values as a token (a :func:`_python_state` entry's
+    reader): the same token while the array holds the values last read, bit for bit,
+    and a new one once they change (a batch buffer refilled in place). The values are
+    kept as a copy (:mod:`leanpass.backends._values`)."""
+
+    __slots__ = ("kept", "token")
+
+    def __init__(self, array):
+        self.kept, self.token = snapshot(array), object()
+
+    def __call__(self, array) -> tuple:
+        if not same_values(array, self.kept):
+            self.kept, self.token = snapshot(array), object()
+        return (self.token,)
+
+
+COMPARED_BYTES = 1 << 24  # the largest array argument whose values a replay compares (16 MiB: a batch of
+# 64 RGB images of 128 x 128 in float32 is 12.6; a dataset passed whole would cost a copy per trace and a pass per
+# replay)
+
+
+def _array_state(objects) -> tuple:
+    """The arrays among ``objects`` (arguments keyed by identity, NumPy's: code of
+    their library on them is not recorded, so a trace keeps what it computed from their
+    values), each with its values read by a :class:`_Values`: a :func:`_python_state`
+    snapshot, checked before each replay as the attributes of an argument are; and
+    the arrays left out: of more than :data:`COMPARED_BYTES`, or whose values cannot be
+    compared (:func:`leanpass.backends._values.comparable`: of objects)."""
+    arrays = {id(a): a for a in objects if _is_array(a)}  # (one entry for an array held twice)
+    kept = [a for a in arrays.values() if comparable(a) and nbytes(a) <= COMPARED_BYTES]
+    left = [a for a in arrays.values() if not any(a is k for k in kept)]
+    return [(a, reader(a), reader) for a in kept for reader in (_Values(a),)], left
+
+
+def _is_array(value) -> bool:
+    """An array of a library other than LeanPass (NumPy's, CuPy's), as :func:`_key_of`
+    keys one: by its type (an object's own ``__getattr__``, a proxy's, may raise); not
+    a NumPy scalar (no ``__setitem__``: its values cannot change)."""
+    kind = type(value)
+    return (hasattr(kind, "__array_namespace__") and hasattr(kind, "shape") and hasattr(kind, "dtype")
+            and hasattr(kind, "__setitem__") and not issubclass(kind, Tensor))
 
 
 def _named_members(values) -> list:
