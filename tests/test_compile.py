@@ -2640,10 +2640,12 @@ def test_values_numpy_computes_from_an_array_argument_refilled_in_place_are_neve
 def test_what_is_no_refillable_array_replays_as_before():
     """Found by review: a NumPy dtype class as an argument or an attribute (it has an
     array's ``shape`` and ``dtype`` too), and Tensors in a list argument updated in
-    place, replay; an array argument that views a parameter the function updates in
-    place (a change the trace records) replays, not "changed by the function"; an
-    array of another library refilled with ``-0.0`` traces again; an array of objects
-    (whose items may change inside) is named in a warning."""
+    place, replay; an array argument that is the memory of a tensor the call changes
+    in place runs the call eagerly, as one NumPy changes (a replay would keep what
+    NumPy computed from it: it replayed stale values); an array bound in a
+    ``functools.partial`` is compared; an array of another library refilled with
+    ``-0.0`` traces again; an array of objects (whose items may change inside) is
+    named in a warning; an evicted trace's last read arrays are freed."""
     w = Tensor(np.array([1.0, 2.0, 3.0]))
 
     class Cfg:
@@ -2662,16 +2664,34 @@ def test_what_is_no_refillable_array_replays_as_before():
         assert f.calls == {"traced": 1, "replayed": 2, "eager": 0}
 
     def step(p, view):
-        p.add_(1.0)  # (view is p's memory: it changes too, recorded)
-        return (p * 2.0).sum()
+        p.add_(1.0)  # (view is p's memory: it changes too)
+        return (p * 2.0).sum() + Tensor(view.max(keepdims=True))
 
     p, twin = Tensor(np.zeros(3)), Tensor(np.zeros(3))
     f, view = lp.compile(step), np.from_dlpack(p)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with pytest.warns(RuntimeWarning, match="an array argument changed in place by the function"):
         for _ in range(4):
             same(f(p, view), step(twin, np.from_dlpack(twin)))
-    assert f.calls == {"traced": 1, "replayed": 3, "eager": 0}
+    assert f.calls == {"traced": 1, "replayed": 0, "eager": 3}
+
+    scale = np.ones(3)
+    f = lp.compile(functools.partial(lambda s, x: x * Tensor(s * 2.0), scale))
+    same(f(w), [2.0, 4.0, 6.0])
+    scale[:] = 3.0
+    with pytest.warns(RuntimeWarning, match="an array argument holds other values"):
+        same(f(w), [6.0, 12.0, 18.0])
+
+    buffer = np.ones(3)
+    f = lp.compile(lambda a: (Tensor(a * 1.0) * w).sum(), cache_size=1)
+    with pytest.warns(RuntimeWarning):
+        for k in range(5):
+            buffer[0] = k
+            f(buffer)
+        f(np.ones(3))  # (another array: the buffer's trace goes)
+    kept = weakref.ref(buffer)
+    del buffer
+    gc.collect()
+    assert kept() is None
 
     xps = pytest.importorskip("array_api_strict")
     a = xps.asarray([0.0, 1.0])
@@ -2685,7 +2705,7 @@ def test_what_is_no_refillable_array_replays_as_before():
     objects = np.empty(2, dtype=object)
     objects[:] = [[1.0], [2.0]]
     h = lp.compile(lambda o: (Tensor(np.array([v[0] for v in o])) * 2.0).sum())
-    with pytest.warns(RuntimeWarning, match="of objects or strings"):
+    with pytest.warns(RuntimeWarning, match="of objects, or of NumPy.s StringDType"):
         same(h(objects), 6.0)
 
 

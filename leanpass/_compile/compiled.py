@@ -319,13 +319,13 @@ class Compiled:
         tracer = Tracer(tensors, _TRACE_CODE)
         # the array arguments' values (NumPy's: keyed by identity), before the call; also those that plain objects
         # among the arguments hold in attributes the code names (batch.x)
-        arrays, uncompared = _array_state([*objects, *(v for _, items, _ in given for v in items)])
+        arrays, uncompared = _array_state([*objects, *self._owners, *(v for _, items, _ in given for v in items)])
         tracer.arg_arrays = {id(v): v for v in objects if _is_array(v)}  # (the arguments themselves)
         if uncompared:
             self._warn("replays what NumPy computes from an array among its arguments as at the trace, where a "
                        f"replay does not compare its values (of more than {_state.COMPARED_BYTES >> 20} MiB: a "
-                       "copy per trace and a pass per call; of objects or strings; of a subclass of NumPy's "
-                       "array); pass a Tensor (lp.asarray(a))", "trace")
+                       "copy per trace and a pass per call; of objects, or of NumPy's StringDType; of a subclass "
+                       "of NumPy's array); pass a Tensor (lp.asarray(a))", "trace")
         tracer.holders = [c for c, _ in holding_members([args, kwargs], tuples=True)  # (not the call's own
                           if c is not args and c is not kwargs]  # tuple and dict: made for it, and held by it)
         tracer.holder_references = _references(tracer.holders)  # (before the call; after: Tracer.escaped)
@@ -357,12 +357,11 @@ class Compiled:
             tracer.unsupported("a random number drawn on the host outside LeanPass (NumPy's random, random, a NumPy "
                                "Generator, one made in the function without a seed: a replay would reuse the "
                                "trace's); draw it with lp.rand, or pass it in")
-        for entry in [e for e in arrays if not _state_kept([e])]:  # changed by the call: by NumPy's a *= 2, which
-            if tracer.shares_with_tensors(entry[0]):  # a replay would not run, unless the array is a tensor's memory
-                arrays.remove(entry)  # (a view of a parameter: the change is the tensor's, recorded)
-            else:
-                tracer.unsupported("an array argument changed in place by the function (code of its own library, "
-                                   "which lp.compile does not record)")
+        if not _state_kept(arrays):  # changed by the call: by NumPy's a *= 2, which a replay would not run; or
+            # through a tensor that shares its memory (np.from_dlpack(p) of a parameter p.add_ changes: what NumPy
+            # computes from the array then would be the trace's at a replay)
+            tracer.unsupported("an array argument changed in place by the function (code of its own library, "
+                               "which lp.compile does not record, or a change of a tensor whose memory it is)")
         if hooks.post_hook_changes[0] != hooked:  # a replay runs the hooks there are, and would not add this one
             tracer.unsupported("a post-accumulate-grad hook added or removed inside the function")
         if any(value is t for value in names for t in tensors):  # one object, two roles: a replay would merge them
@@ -454,6 +453,7 @@ class Compiled:
         while len(self._entries) > self.cache_size:
             dropped, _ = self._entries.popitem(last=False)
             self._branches.pop(dropped, None)
+            self._churning.pop(dropped, None)  # (what it read last: an array argument and its copy among it)
             self._untraceable.discard(dropped)
             before = next(reversed([k for k in self._entries if k != key]), dropped)  # (the last call's kind)
             differing = _differing(key, before, self.fn)

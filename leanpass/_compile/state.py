@@ -300,15 +300,17 @@ class _Values:
     and a new one once they change (a batch buffer refilled in place). The values are
     kept as a copy (:mod:`leanpass.backends._values`)."""
 
-    __slots__ = ("kept", "token")
+    __slots__ = ("seen",)
 
     def __init__(self, array):
-        self.kept, self.token = snapshot(array), object()
+        self.seen = (snapshot(array), object())  # (the values and their token: one attribute, set at once, so
+        # that another thread's replay never pairs new values with the old token)
 
     def __call__(self, array) -> tuple:
-        if not same_values(array, self.kept):
-            self.kept, self.token = snapshot(array), object()
-        return (self.token,)
+        seen = self.seen
+        if not same_values(array, seen[0]):
+            seen = self.seen = (snapshot(array), object())
+        return (seen[1],)
 
 
 COMPARED_BYTES = 1 << 24  # the largest array argument whose values a replay compares (16 MiB: a batch of

@@ -338,17 +338,6 @@ class Tracer:
                 return True
         return False
 
-    def shares_with_tensors(self, array) -> bool:
-        """Whether ``array`` (an array argument) may share memory with a tensor the call
-        was given or read from outside: a change the trace recorded in that tensor
-        changes the array too."""
-        backend = backend_of_array(array)  # (None for NumPy's: the cpu device's)
-        if backend is None and type(array).__module__ == "numpy":
-            backend = get_backend("cpu")
-        return backend is not None and any(
-            type(t._data) is type(array) and backend.shares_memory(array, t._data)
-            for t in [*self.keep_args, *(e[0] for e in self.externals.values())])
-
     def changed_unrecorded(self, t, label) -> None:
         """``t`` changed in place while nothing is recorded (another thread, a hook): in
         the hooks the engine runs in the traced call, a value the call made is one a
