@@ -18,6 +18,7 @@ from .._graph.modes import is_grad_enabled
 from .._graph.trace import TRACER
 from ..backends import _base as _backends_base
 from ..backends import _host_random, get_default_device, get_default_dtype
+from ..backends._values import fingerprint
 from ..nn.module import _CHANGES as _MODULE_CHANGES
 from ..nn.module import Module, holding_members, unchanged
 from ..nn.module import restored as modules_restored
@@ -39,9 +40,11 @@ from .code import (
 from .record import _Branch, _Retry, _Stale
 from .returns import _returned_reads
 from .state import (
+    _COMPARED,
     Names,
     _array_state,
     _call_key,
+    _changed_arrays,
     _held_members,
     _is_array,
     _named_members,
@@ -154,17 +157,18 @@ class Compiled:
             self._churning[key] = (streak, now)
             if len(self._churning) > self.cache_size:  # (keys no longer cached)
                 self._churning = {k: v for k, v in self._churning.items() if k in self._entries}
+            arrays = _changed_arrays(entry.object_state)  # (an array's values, not an attribute, changed)
             if streak >= 3:  # set before this call and the two before: while it changes at every call, eagerly
-                self._warn("runs eagerly while something its code reads changes at every call (an attribute or "
-                           "an item: a counter kept there, keep it elsewhere; an array argument's values: a batch "
-                           "buffer refilled in place, pass a Tensor); traced again once it stays as it is",
-                           "the call")
+                self._warn(f"runs eagerly while the values of {arrays} change at every call ({_COMPARED}); traced "
+                           "again once they stay as they are" if arrays else
+                           "runs eagerly while an attribute or an item its code reads changes at every call (a "
+                           "counter kept there: keep it elsewhere); traced again once it stays as it is", "the call")
                 self.calls["eager"] += 1  # (a trace costs more than the eager call it makes)
                 return self.fn(*args, **kwargs)
-            self._warn("traced again: an attribute its code reads, of an argument or of an object it names (a "
+            self._warn(f"traced again: the values of {arrays} changed since the last call ({_COMPARED})" if arrays
+                       else "traced again: an attribute its code reads, of an argument or of an object it names (a "
                        "global cfg), was set since the last call, or an item of a dict or list it names "
-                       "(CFG['lr']), or an array argument holds other values (a buffer refilled in place: pass "
-                       "a Tensor, whose values a replay reads)", "the call")
+                       "(CFG['lr'])", "the call")
             return self._trace(key, tensors, objects, args, kwargs)
         others = self._branches.get(key, ())
         for plan in (entry, *others):  # the traces of the key's paths (a target equal to ignore_index or none)
@@ -194,6 +198,7 @@ class Compiled:
             except BaseException:  # after a change of state: raised as eagerly; the next call traces again
                 if self._entries.get(key) is entry:
                     del self._entries[key]
+                    self._churning.pop(key, None)
                 raise
             if plan is not entry:  # (the path taken last comes first)
                 self._entries[key] = plan
@@ -286,6 +291,8 @@ class Compiled:
             return self._record(key, tensors, objects, args, kwargs, branch)
         finally:
             _TRACING.release()
+            if self._churning and not hasattr(self._entries.get(key), "object_state"):  # (no trace kept: what the
+                self._churning.pop(key, None)  # last call read, arrays and their copies among it, goes)
 
     def _record(self, key, tensors, objects, args, kwargs, branch):
         """:meth:`_trace`'s work, one thread at a time."""
@@ -320,12 +327,8 @@ class Compiled:
         # the array arguments' values (NumPy's: keyed by identity), before the call; also those that plain objects
         # among the arguments hold in attributes the code names (batch.x)
         arrays, uncompared = _array_state([*objects, *self._owners, *(v for _, items, _ in given for v in items)])
+        prints = [fingerprint(a) for a in uncompared]  # (theirs: a hash, no copy; the call must not change them)
         tracer.arg_arrays = {id(v): v for v in objects if _is_array(v)}  # (the arguments themselves)
-        if uncompared:
-            self._warn("replays what NumPy computes from an array among its arguments as at the trace, where a "
-                       f"replay does not compare its values (of more than {_state.COMPARED_BYTES >> 20} MiB: a "
-                       "copy per trace and a pass per call; of objects, or of NumPy's StringDType; of a subclass "
-                       "of NumPy's array); pass a Tensor (lp.asarray(a))", "trace")
         tracer.holders = [c for c, _ in holding_members([args, kwargs], tuples=True)  # (not the call's own
                           if c is not args and c is not kwargs]  # tuple and dict: made for it, and held by it)
         tracer.holder_references = _references(tracer.holders)  # (before the call; after: Tracer.escaped)
@@ -357,7 +360,8 @@ class Compiled:
             tracer.unsupported("a random number drawn on the host outside LeanPass (NumPy's random, random, a NumPy "
                                "Generator, one made in the function without a seed: a replay would reuse the "
                                "trace's); draw it with lp.rand, or pass it in")
-        if not _state_kept(arrays):  # changed by the call: by NumPy's a *= 2, which a replay would not run; or
+        if not (_state_kept(arrays) and prints == [fingerprint(a) for a in uncompared]):  # changed by the call:
+            # by NumPy's a *= 2, which a replay would not run; or
             # through a tensor that shares its memory (np.from_dlpack(p) of a parameter p.add_ changes: what NumPy
             # computes from the array then would be the trace's at a replay)
             tracer.unsupported("an array argument changed in place by the function (code of its own library, "
@@ -424,6 +428,12 @@ class Compiled:
         if plan is None:
             self._fall_back(key, tracer.reason)
         else:
+            if uncompared:
+                self._warn("replays what NumPy computes from an array it is given as at the trace (an argument, or "
+                           "one an argument, its object or a partial holds), where a replay does not compare its "
+                           f"values (of more than {_state.COMPARED_BYTES >> 20} MiB: a copy per trace and a pass "
+                           "per call; of objects, or of NumPy's StringDType; of a subclass of NumPy's array); pass "
+                           "a Tensor (lp.asarray(a))", "trace")
             self._entries[key] = plan
             self._skips, self._backoff = 0, 4  # (a trace kept: calls of new kinds are traced again)
             self._bound_cache(key)

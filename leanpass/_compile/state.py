@@ -331,6 +331,29 @@ def _array_state(objects) -> tuple:
     return [(a, reader(a), reader) for a in kept for reader in (_Values(a),)], left
 
 
+_COMPARED = ("a NumPy array the function is given is compared at each call, as a replay would keep what NumPy "
+             "computed from it: a batch buffer refilled in place, pass a Tensor; an array it does not read (a log "
+             "the caller fills), keep where its code does not name it")
+
+
+def _changed_arrays(snapshot) -> str:
+    """The arrays among ``snapshot``'s entries whose values changed since it was taken,
+    named where an attribute, a dict's key or a list's place in it holds them (``the
+    array 'losses'``); '' where none changed."""
+    changed = [a for a, items, read in snapshot if type(read) is _Values and read(a)[0] is not items[0]]
+    names = []
+    for array in changed:
+        name = "an array argument"
+        for obj, items, _ in snapshot:
+            if isinstance(items, tuple) and not isinstance(obj, (list, collections.deque)) and obj is not array:
+                found = [items[i - 1] for i in range(1, len(items), 2) if items[i] is array]
+                if found:
+                    name = f"the array {found[0]!r}"
+                    break
+        names.append(name)
+    return ", ".join(dict.fromkeys(names))
+
+
 def _is_array(value) -> bool:
     """An array of a library other than LeanPass (NumPy's, CuPy's), as :func:`_key_of`
     keys one: by its type (an object's own ``__getattr__``, a proxy's, may raise); not

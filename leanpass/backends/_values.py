@@ -5,6 +5,7 @@ step) must not replay the values a trace computed from it."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import numpy as np
@@ -12,8 +13,8 @@ import numpy as np
 
 def comparable(array) -> bool:
     """Whether :func:`same_values` can tell ``array``'s values apart: not a NumPy array
-    of objects or strings (their bytes are references, and the objects may change
-    inside), nor of a subclass (a masked array's mask, a matrix's shape rules)."""
+    of objects or of ``StringDType`` (their bytes are references, and the objects may
+    change inside), nor of a subclass (a masked array's mask, a matrix's shape rules)."""
     if isinstance(array, np.ndarray):
         return type(array) is np.ndarray and not array.dtype.hasobject and array.dtype.kind != "T"
     return True
@@ -34,6 +35,24 @@ def nbytes(array) -> int:
     if xp.isdtype(dtype, "complex floating"):  # (finfo gives a part's bits)
         bits *= 2
     return math.prod(array.shape) * max(bits // 8, 1)
+
+
+def fingerprint(array):
+    """A hash of the values of a NumPy array :func:`comparable` does not take or that is
+    too large to copy (its data and a masked array's mask; the objects' identities, a
+    ``StringDType`` array's strings), to tell whether a call changed it; None for
+    another library's (not checked)."""
+    if not isinstance(array, np.ndarray):
+        return None
+    data = np.asarray(array)
+    if data.dtype.hasobject:
+        return tuple(map(id, data.reshape(-1)))
+    if data.dtype.kind == "T":
+        return tuple(data.reshape(-1).tolist())
+    digest = hashlib.blake2b(np.ascontiguousarray(data).reshape(-1).view(np.uint8))
+    if isinstance(array, np.ma.MaskedArray):
+        digest.update(np.ascontiguousarray(np.ma.getmaskarray(array)).reshape(-1).view(np.uint8))
+    return data.shape, data.dtype, digest.digest()
 
 
 def snapshot(array):
