@@ -360,10 +360,9 @@ class Compiled:
             tracer.unsupported("a random number drawn on the host outside LeanPass (NumPy's random, random, a NumPy "
                                "Generator, one made in the function without a seed: a replay would reuse the "
                                "trace's); draw it with lp.rand, or pass it in")
-        if not (_state_kept(arrays) and prints == [fingerprint(a) for a in uncompared]):  # changed by the call:
-            # by NumPy's a *= 2, which a replay would not run; or
-            # through a tensor that shares its memory (np.from_dlpack(p) of a parameter p.add_ changes: what NumPy
-            # computes from the array then would be the trace's at a replay)
+        if not (_state_kept(arrays) and prints == [fingerprint(a) for a in uncompared]):  # changed by the call, by
+            # NumPy code (a *= 2: a replay would not run it) or through a tensor whose memory it is (a parameter's,
+            # taken through DLPack, that p.add_ changes: what NumPy computes from it would be the trace's at a replay)
             tracer.unsupported("an array argument changed in place by the function (code of its own library, "
                                "which lp.compile does not record, or a change of a tensor whose memory it is)")
         if hooks.post_hook_changes[0] != hooked:  # a replay runs the hooks there are, and would not add this one
