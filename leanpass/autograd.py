@@ -74,7 +74,7 @@ class GraphBackend:
         self.array_type = Tensor
         self.numbers = Numbers(Backend.number.__get__(self))  # a Python number stays itself
         for name in ("zeros", "ones", "arange", "create", "matmul", "index_add", "index_set", "index_get",
-                     "take_rows", "sub_at_rows", "all_in_range", "relu_fresh", "relu_mask",
+                     "take_rows", "sub_at_rows", "all_in_range", "relu_fresh", "relu_mask", "add_bias",
                      "scale_fresh", "sum_rows", "add_leading", "stack"):
             setattr(self, name, getattr(Backend, name).__get__(self))
 

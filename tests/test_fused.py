@@ -66,7 +66,7 @@ ROW_KERNELS = ["relu_backward", "gelu_tanh", "gelu_tanh_backward", "softmax_rows
                "affine2_rows", "centered_squares", "centered_dot", "affine_relu_rows", "masked_sums",
                "affine2_masked_rows", "patches2d", "scatter_add2d", "im2col2d", "col2im2d",
                "max_pool_2x2", "max_pool_2x2_backward", "max_pool_2x2_winners", "max_pool_2x2_scatter",
-               "cross_entropy_rows", "elementwise"]
+               "cross_entropy_rows", "bias_rows", "elementwise"]
 needs_numba = pytest.mark.skipif(not _numba.enabled(), reason="Numba (the fuse extra) is not installed")
 
 
@@ -503,6 +503,66 @@ def test_cpus_relu_backward_kernel_passes_g_where_the_input_is_above_0_or_nan(dt
     fresh = g.copy()  # a product's own gradient (the MLP node's): a new array, the caller's left as it was
     np.testing.assert_array_equal(be.relu_mask(fresh, a), out)
     np.testing.assert_array_equal(fresh, g)
+
+
+@needs_numba
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_cpus_bias_kernel_gives_numpys_add_then_maximum_bit_for_bit(dtype):
+    """A layer's bias added to its fresh product, then its ReLU, in one pass: NumPy's
+    ``out += b`` and ``maximum(out, 0, out=out)`` bit for bit (0 at -0.0 and where the sum
+    is -0.0, NaN kept, infinities); arrays it does not take are declined and left as they
+    were."""
+    rng = np.random.default_rng(0)
+    be = get_backend("cpu")
+    out = rng.normal(size=(9, 37)).astype(dtype)
+    b = rng.normal(size=37).astype(dtype)
+    out[0, :6] = [-0.0, np.nan, np.inf, -np.inf, 0.0, -b[5]]
+    b[:2] = [-0.0, 1.0]
+    for relu in (False, True):
+        expected = out.copy()
+        with np.errstate(invalid="ignore"):  # (NumPy's maximum at NaN)
+            expected += b
+            if relu:
+                np.maximum(expected, 0, out=expected)
+        got = out.copy()
+        assert be.fused.bias_rows(got, b, relu) is True
+        assert got.tobytes() == expected.tobytes()
+        via_backend = be.add_bias(out.copy(), b, relu)
+        assert via_backend.tobytes() == expected.tobytes()
+    other = out.astype("float32" if dtype == "float64" else "float64")
+    for args in [(out[:, ::2], b[::2]), (out, b[:5]), (out, b.astype(other.dtype)), (out[0], b),
+                 (np.ones((3, 4), np.int64), np.ones(4, np.int64))]:
+        before = args[0].copy()
+        assert be.fused.bias_rows(*args, True) is False
+        assert np.array_equal(args[0], before, equal_nan=True)
+    with np.errstate(invalid="ignore"):
+        mixed = be.add_bias(out.copy(), b.astype(other.dtype), True)  # (another dtype: a new array, out + b)
+        assert mixed.tobytes() == np.maximum(out + b.astype(other.dtype), 0).tobytes()
+
+
+@pytest.mark.parametrize("device", ["cpu", "strict"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_with_relu_is_linear_relu_forward_and_backward(device, bias):
+    """``linear``'s ``relu`` (the bias's pass on the CPU) masks its own gradient: through
+    ``apply`` it gives ``linear_relu``'s values and gradients (a review found the mask
+    missing), with a 3-D input whose leading axes are one axis of rows."""
+    from leanpass import ops
+    from leanpass.tensor import apply
+
+    rng = np.random.default_rng(0)
+    arrays = [rng.normal(size=(2, 3, 4)), rng.normal(size=(5, 4))] + ([rng.normal(size=5)] if bias else [])
+    g = rng.normal(size=(2, 3, 5))
+    results = []
+    for fn, params in ((ops.linear, {"relu": True}), (ops.linear_relu, {})):
+        ts = [Tensor(a, requires_grad=True, device=device) for a in arrays]
+        y = apply(fn, *ts, **params)
+        y.backward(Tensor(g, device=device))
+        results.append([get_backend(device).to_host(a) for a in [y._data, *[t.grad for t in ts]]])
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(*results))
+    y, gx = results[0][:2]
+    assert (y == 0).any() and (y > 0).any()
+    x, w = arrays[:2]
+    np.testing.assert_allclose(gx, np.where(y > 0, g, 0) @ w)  # (the mask, not g @ w)
 
 
 @pytest.mark.parametrize("device", ["cpu", "strict"])

@@ -232,6 +232,11 @@ class FusedKernels:
     ``max_pool_2x2_scatter(winners, g, shape)``: the gradient from the winners alone,
     ``max_pool_2x2_backward``'s values.
 
+    ``bias_rows(out, b, relu) -> bool``: ``out += b`` on each row of a layer's fresh 2-D
+    product ``out`` (``b`` one value per column, of its dtype), then ``maximum(out, 0)``
+    with ``relu`` (0 at ``-0.0``, NaN kept), in place, the generic path's values; False
+    (nothing done) for arrays it does not take.
+
     ``cross_entropy_rows(logits, index) -> (loss, softmax)``: the cross-entropy of the
     rows of 2-D ``logits`` at the classes ``index`` (in range), its mean over the rows
     (a 0-d array of the logits' dtype), and each row's softmax, up to rounding; None for
@@ -275,6 +280,7 @@ class FusedKernels:
     max_pool_2x2_winners: object = None
     max_pool_2x2_scatter: object = None
     cross_entropy_rows: object = None
+    bias_rows: object = None
     elementwise: object = None
     scalar_calls: bool = False
     row_dtypes: tuple = ()
@@ -732,6 +738,22 @@ class Backend:
 
         Generic version: a new array."""
         return self.xp.maximum(x, 0.0)
+
+    def add_bias(self, out, b, relu: bool = False):
+        """``out + b`` (then ``maximum(.., 0)`` with ``relu``) of a layer's fresh 2-D
+        product ``out`` (the caller's own) and its bias ``b`` (one value per column);
+        returns the result. One pass, in place, where the backend's ``bias_rows`` kernel
+        takes the arrays.
+
+        Generic version: ``out += b`` where the dtypes agree (else ``out + b``), then
+        :meth:`relu_fresh` with ``relu``."""
+        if b.dtype != out.dtype:
+            out = out + b
+        elif (fused := self.fused.bias_rows) is None or fused(out, b, relu) is False:
+            out += b
+        else:
+            return out
+        return self.relu_fresh(out) if relu else out
 
     def relu_mask(self, g, out):
         """``g`` where ``out`` is not ``<= 0``, else 0: the gradient through a ReLU whose

@@ -570,11 +570,26 @@ def _compiled():
                     gx[p, r + 1, q] = gg * (one if k == two else zero)
                     gx[p, r + 1, q + 1] = gg * (one if k == three else zero)
 
+    # a layer's bias added to each row of its fresh product, then ReLU where asked
+    # (maximum(v, 0), NumPy's: 0 at -0.0, NaN kept), in place: one pass where NumPy's
+    # broadcast add and maximum take two, about ten times slower on W1's first layer
+    @jit
+    def bias_rows(out, b, relu):
+        for i in range(out.shape[0]):
+            row = out[i]
+            if relu:
+                for j in range(row.shape[0]):
+                    v = row[j] + b[j]
+                    row[j] = v if not v <= 0 else 0
+            else:
+                for j in range(row.shape[0]):
+                    row[j] = row[j] + b[j]
+
     return (affine, affine2, centered_squares, centered_dot, patches2d, scatter_add2d, sgd_momentum, adam,
             im2col2d, col2im2d, relu_backward, sgd, gelu_inner, gelu_out, gelu_backward, softmax_shift,
             softmax_scale, softmax_grad, layer_norm, layer_norm_backward, max_pool_2x2,
             max_pool_2x2_backward, affine_relu, masked_sums, affine2_masked, max_pool_2x2_scatter,
-            cross_entropy_shift, cross_entropy_normalise)
+            cross_entropy_shift, cross_entropy_normalise, bias_rows)
 
 
 def _rows(x):
@@ -927,6 +942,21 @@ def cross_entropy_rows(logits, index):
     return np.asarray(total / logits.shape[0], logits.dtype), probs
 
 
+def bias_rows(out, b, relu=False):
+    """``out += b`` on each row of the 2-D ``out`` (a layer's fresh product) with ``b``
+    of one value per column, then ``maximum(out, 0)`` with ``relu``, in place and in one
+    pass: NumPy's values, bit for bit (where both operands of a sum are NaN, NumPy's
+    baseline loop may give the other's NaN). False (nothing done) for arrays it does not
+    take: not float32/float64 of one dtype, ``out`` not 2-D, not C-contiguous or read-only,
+    ``b`` not of one value per column."""
+    dtype = out.dtype
+    if (dtype not in _FLOATS or b.dtype != dtype or out.ndim != 2 or b.shape != out.shape[1:]
+            or not (out.flags.c_contiguous and b.flags.c_contiguous and out.flags.writeable)):
+        return False
+    _compiled()[28](out, b, relu)
+    return True
+
+
 def relu_backward(g, y):
     """``g`` where ``y`` is not ``<= 0``, else 0, a new array (into ``g`` itself the loop
     would not vectorise: 112 against 4 us on W1's layer); None where they are not floats
@@ -1129,7 +1159,7 @@ def kernels() -> dict:
             "elementwise": elementwise, "sgd": sgd, "sgd_momentum": sgd_momentum, "adam": adam, "im2col2d": im2col2d,
             "col2im2d": col2im2d, "max_pool_2x2": max_pool_2x2, "max_pool_2x2_backward": max_pool_2x2_backward,
             "max_pool_2x2_winners": max_pool_2x2_winners, "max_pool_2x2_scatter": max_pool_2x2_scatter,
-            "cross_entropy_rows": cross_entropy_rows,
+            "cross_entropy_rows": cross_entropy_rows, "bias_rows": bias_rows,
             "relu_backward": relu_backward, "gelu_tanh": gelu_tanh,
             "gelu_tanh_backward": gelu_tanh_backward, "softmax_rows": softmax_rows,
             "softmax_rows_backward": softmax_rows_backward, "layer_norm_rows": layer_norm_rows,

@@ -285,29 +285,33 @@ def _cross_entropy_rows(be, out, softmax, index, count):
 
 
 @op("linear", saves=(0, 1), saves_out=False, needs=True, complex="holomorphic")
-def linear(be, x, w, b=None, needs=(True, True, True)):
+def linear(be, x, w, b=None, needs=(True, True, True), relu=False):
     """``x @ w.T + b`` in one node (a layer's forward): ``x`` of shape ``(..., in)``,
     ``w`` of ``(out, in)`` (PyTorch's layout), ``b`` of ``(out,)`` or absent. The
     leading axes of ``x`` are one axis of rows for every product (one 2-D BLAS call
     each: a product broadcast over a stack is many times slower); ``w.T`` is a view,
     which BLAS reads transposed (no copy). The bias is added in place to the fresh
     product, and the gradients of ``w`` (``g.T @ x``, fresh and ``(out, in)``) and
-    ``b`` sum over all the rows."""
+    ``b`` sum over all the rows. ``relu``: ReLU on the output too (in the bias's pass
+    where the backend's ``bias_rows`` kernel takes the arrays), and the backward then
+    passes the gradient where the output is positive (:func:`linear_relu`)."""
     xp = be.xp
     flat = x.ndim != 2
     rows = xp.reshape(x, (math.prod(x.shape[:-1]), x.shape[-1])) if flat else x  # not -1: x may be empty
     out = be.matmul(rows, w.T)  # (MKL's where the cpu device has it: backends/_mkl.py)
     if b is not None:
-        if b.dtype == out.dtype:
-            out += b
-        else:
-            out = out + b
+        out = be.add_bias(out, b, relu)
+    elif relu:
+        out = be.relu_fresh(out)
     if flat:
         out = xp.reshape(out, x.shape[:-1] + (w.shape[0],))
     need_x, need_w = needs[0], needs[1]
     need_b = b is not None and needs[2]
+    positive = out if relu else None  # (the backward holds the output only where it reads it)
 
     def backward(g):
+        if relu:
+            g = be.relu_mask(g, positive)
         grows = xp.reshape(g, rows.shape[:1] + g.shape[-1:]) if flat else g
         gx = None
         if need_x:
@@ -326,13 +330,7 @@ def linear(be, x, w, b=None, needs=(True, True, True)):
 def linear_relu(be, x, w, b=None, needs=(True, True, True)):
     """``relu(x @ w.T + b)`` in one node: :func:`linear`, then ReLU on its output,
     whose positive entries are where the gradient passes (0 at 0, as PyTorch)."""
-    out, linear_backward = linear.fn(be, x, w, b, needs=needs)
-    out = be.relu_fresh(out)  # linear's product is this node's own
-
-    def backward(g):
-        return linear_backward(be.relu_mask(g, out))
-
-    return out, backward
+    return linear.fn(be, x, w, b, needs=needs, relu=True)
 
 
 def _mlp(be, x, *params, needs):
@@ -353,12 +351,7 @@ def _mlp(be, x, *params, needs):
     for i in range(depth):
         inputs.append(h)
         out = be.matmul(h, weights[i].T)  # a transposed view: BLAS reads it as it is
-        b = biases[i]
-        if b.dtype == out.dtype:
-            out += b
-        else:
-            out = out + b
-        h = be.relu_fresh(out) if i < depth - 1 else out  # out is this node's own
+        h = be.add_bias(out, biases[i], relu=i < depth - 1)  # out is this node's own
     out = xp.reshape(h, x.shape[:-1] + (h.shape[-1],)) if flat else h
     # below layer i, does anything need a gradient? (x, or a weight or bias of a layer < i)
     below = [bool(needs[0])]
