@@ -684,6 +684,51 @@ def test_a_global_objects_attribute_set_between_calls_traces_again():
     assert f.calls == {"traced": 3, "replayed": 2, "eager": 0}
 
 
+def test_a_global_objects_attribute_set_again_to_an_equal_number_replays():
+    """``cfg.scale`` set before each call to an equal float, a new object each time (a
+    value parsed or computed again): the replay goes on, without a warning (the values
+    are compared, not only the objects)."""
+    CONFIG.t, CONFIG.scale = Tensor(np.ones(3)), 2.0
+    f = lp.compile(lambda x: (x * CONFIG.t * CONFIG.scale).sum(), fuse=False)
+    x = Tensor(np.ones(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(4):
+            CONFIG.scale = float("2.0")  # (not the one the trace read)
+            assert float(f(x)) == 6.0
+    assert f.calls == {"traced": 1, "replayed": 3, "eager": 0}
+
+
+class _EqualByIdentity(type):
+    """A metaclass that defines ``__eq__`` and so leaves its classes unhashable."""
+
+    def __eq__(cls, other):
+        return cls is other
+
+
+class _UnhashableClassConfig(metaclass=_EqualByIdentity):
+    def __init__(self):
+        self.scale = 2.0
+
+
+UNHASHABLE_CLASS_CONFIG = _UnhashableClassConfig()
+
+
+def test_an_attribute_of_an_object_of_an_unhashable_class_set_between_calls_traces_again():
+    """A global object whose class cannot be hashed (its metaclass defines ``__eq__``):
+    its attributes were read as raising, the same at every call, so a replay kept the
+    trace's ``scale`` (6.0 after it was set to 3.0, silently; found this session)."""
+    UNHASHABLE_CLASS_CONFIG.scale = 2.0
+    f = lp.compile(lambda x: (x * UNHASHABLE_CLASS_CONFIG.scale).sum(), fuse=False)
+    x = Tensor(np.ones(3))
+    assert float(f(x)) == float(f(x)) == 6.0
+    with pytest.warns(RuntimeWarning, match=ATTRIBUTE_SET):
+        UNHASHABLE_CLASS_CONFIG.scale = 3.0
+        assert float(f(x)) == 9.0
+    assert float(f(x)) == 9.0
+    assert f.calls == {"traced": 2, "replayed": 2, "eager": 0}
+
+
 class _Settings:
     """Values kept in a dict and served by ``__getattr__`` (an EasyDict-like config)."""
 
