@@ -53,6 +53,7 @@ from .state import (
     _same_state,
     _state_kept,
     _state_now,
+    _unreadable,
 )
 from .tracer import Tracer, _references
 
@@ -158,14 +159,17 @@ class Compiled:
             if len(self._churning) > self.cache_size:  # (keys no longer cached)
                 self._churning = {k: v for k, v in self._churning.items() if k in self._entries}
             arrays = _changed_arrays(entry.object_state)  # (an array's values, not an attribute, changed)
+            unreadable = _unreadable(now)
             if streak >= 3:  # set before this call and the two before: while it changes at every call, eagerly
                 self._warn(f"runs eagerly while the values of {arrays} change at every call ({_COMPARED}); traced "
-                           "again once they stay as they are" if arrays else
-                           "runs eagerly while an attribute or an item its code reads changes at every call (a "
+                           "again once they stay as they are" if arrays
+                           else f"{_UNREADABLE}: runs eagerly" if unreadable
+                           else "runs eagerly while an attribute or an item its code reads changes at every call (a "
                            "counter kept there: keep it elsewhere); traced again once it stays as it is", "the call")
                 self.calls["eager"] += 1  # (a trace costs more than the eager call it makes)
                 return self.fn(*args, **kwargs)
             self._warn(f"traced again: the values of {arrays} changed since the last call ({_COMPARED})" if arrays
+                       else f"{_UNREADABLE}: traced again" if unreadable
                        else "traced again: an attribute its code reads, of an argument or of an object it names (a "
                        "global cfg), was set since the last call, or an item of a dict or list it names "
                        "(CFG['lr'])", "the call")
@@ -370,9 +374,12 @@ class Compiled:
         if any(value is t for value in names for t in tensors):  # one object, two roles: a replay would merge them
             tracer.unsupported("an argument the function also reads by name (a global or closure variable)")
         changed = None  # Python state the call changed that a replay would leave as it is
-        # (the snapshot after the call: not kept, it would count among the references)
-        if not _same_state(python, _python_state((args, kwargs), [*objects, *self._owners], attrs)
-                           + _named_state(named, words)):
+        after = _python_state((args, kwargs), [*objects, *self._owners], attrs) + _named_state(named, words)
+        unreadable, same = _unreadable(after), _same_state(python, after)
+        del after  # (not kept: its objects would count among the references the tracer counts below)
+        if unreadable:
+            changed = _UNREADABLE
+        elif not same:
             changed = "a list or dict argument or one the function names, or an attribute of an argument or of an " \
                       "object it names, changed by the function, or an iterator it names advanced (lst.pop(), " \
                       "d[key] = v, COUNTS['n'] += 1, self.steps += 1, cfg.calls += 1, next(it))"
@@ -513,6 +520,10 @@ class Compiled:
 
     def __repr__(self) -> str:
         return f"<lp.compile of {self.fn!r}>"
+
+
+_UNREADABLE = ("the attributes of an object its code names raise when read (a proxy outside its context, a "
+               "__getattr__ that raises other than AttributeError), so a replay cannot tell whether they changed")
 
 
 def _fits(plan, tensors, externals: bool = True, undone: bool = False) -> bool:

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import collections
 import functools
-import io
 import itertools
 import math
 import numbers
 import operator
 import types
+import weakref
 
 from .._graph.modes import is_grad_enabled
 from ..backends import get_default_device, get_default_dtype
@@ -59,8 +59,8 @@ def _key_of(value, tensors: list, objects: list | None = None):
         raise TypeError("a slice argument of objects")
     if getattr(value, "shape", None) == () and hasattr(value, "item") and hasattr(value, "dtype"):  # a NumPy scalar
         return ("scalar", str(value.dtype), _key_of(value.item(), tensors, objects))
-    if isinstance(value, collections.abc.Iterator) and not isinstance(value, io.IOBase):  # (a replay would not
-        # advance it: every call runs eagerly; a file given to write a log to is no iterator here)
+    if _is_iterator(value):  # (a replay would not advance it: every call runs eagerly; a file given to write a log
+        # to is no iterator here; read from the type's attributes: an unhashable class takes no ABC check)
         raise TypeError("an iterator argument")
     if objects is not None:
         objects.append(value)  # kept by the trace: its id is not reused while the entry lives
@@ -116,8 +116,8 @@ def _python_state(value, objects, names=None, nested=_NOT_KEYED) -> list:
                                  or any(obj is o for o in objects) else nested)
         try:
             attrs = _object_attributes(obj, read.keywords["names"])
-        except Exception:  # (a proxy whose attributes raise outside its context: compared as raising, so
-            state.append((obj, _RAISED, read))  # one read at a replay is a change)
+        except Exception:  # (a proxy whose attributes raise outside its context: a change at every read)
+            state.append((obj, (_Unreadable(),), read))
             continue
         # (each plain object, also with none of those attributes yet: one set on it later is a change)
         state.append((obj, tuple(itertools.chain.from_iterable(attrs.items())), read))
@@ -135,15 +135,29 @@ def _python_state(value, objects, names=None, nested=_NOT_KEYED) -> list:
 
 def _attribute_items(obj, names) -> tuple:
     """A plain object's entry in a :func:`_python_state` snapshot: the attributes
-    :func:`_object_attributes` reads, names and values side by side; an object of its
-    own (a change) where they raise now."""
+    :func:`_object_attributes` reads, names and values side by side; where they raise,
+    an object of its own (:class:`_Unreadable`), a change at every read: what a replay
+    cannot read, it cannot tell unchanged."""
     try:
         return tuple(itertools.chain.from_iterable(_object_attributes(obj, names).items()))
     except Exception:
-        return _RAISED
+        return (_Unreadable(),)
 
 
-_RAISED = ("raised",)  # (the entry of an object whose attributes raise: one whose attributes read is a change)
+class _Unreadable:
+    """The entry of an object whose attributes raise when read (a proxy outside its
+    context, a ``__getattr__`` that raises ``KeyError``, an unhashable class's slots
+    before they were read another way): a new one at each read, so a replay traces
+    again (from the third time in a row, the call runs eagerly), where a constant
+    entry let replays keep the trace's values of attributes the code reads well."""
+
+    __slots__ = ()
+
+
+def _unreadable(snapshot) -> bool:
+    """Whether an object of ``snapshot`` (:func:`_python_state`'s) raised when read."""
+    return any(type(items) is tuple and len(items) == 1 and type(items[0]) is _Unreadable
+               for _, items, _ in snapshot)
 
 
 def _leanpass_own(obj) -> bool:
@@ -253,20 +267,23 @@ def _container_state(container, state: list, depth: int = 1) -> list:
 
 def _slots(cls) -> tuple:
     """The slot names of ``cls`` and its bases (not ``__dict__``, ``__weakref__``): a
-    class's slots are made with it, so each class is read once (where it is hashable)."""
-    try:
-        return _class_slots(cls)
-    except TypeError:  # (a metaclass's __eq__ without __hash__)
-        return _class_slots.__wrapped__(cls)
-
-
-@functools.lru_cache(maxsize=1024)
-def _class_slots(cls) -> tuple:
+    class's slots are made with it, so each class is read once, kept by identity (not
+    by hash or ``==``, which a metaclass may define, raise in, or make equal for two
+    classes of one name: a class defined again in a notebook)."""
+    kept = _SLOTS.get(id(cls))
+    if kept is not None and kept[0]() is cls:
+        return kept[1]
     found = []
     for base in cls.__mro__:
         slots = base.__dict__.get("__slots__", ())
         found += [s for s in ((slots,) if isinstance(slots, str) else slots) if s not in ("__dict__", "__weakref__")]
+    if len(_SLOTS) >= 1024:  # (classes made on the fly: a bound)
+        _SLOTS.clear()
+    _SLOTS[id(cls)] = (weakref.ref(cls), tuple(found))
     return tuple(found)
+
+
+_SLOTS: dict = {}  # id(class) -> (a weak reference to it, its slots)
 
 
 _LONG = ("long",)  # (a long container's entry: its length, told apart from one item that is a number)

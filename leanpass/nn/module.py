@@ -103,10 +103,10 @@ class _Weak:
 def _plain(value) -> bool:
     """A number, None, or a short string or tuple of such (what the journal keeps as it
     is: a long one, kept 4,096 times, would hold their memory)."""
-    kind = type(value)
-    if kind in (str, bytes):
+    kind = type(value)  # (compared by identity: a metaclass's == or hash may raise)
+    if kind is str or kind is bytes:
         return len(value) <= 256
-    return kind in _PLAIN or (kind is tuple and len(value) <= 16 and all(map(_plain, value)))
+    return any(kind is k for k in _PLAIN) or (kind is tuple and len(value) <= 16 and all(map(_plain, value)))
 
 
 def _kept(value):
@@ -215,9 +215,10 @@ def _same_value(a, b) -> bool:
         return False
     if type(a) is tuple:
         return len(a) == len(b) and all(map(_same_value, a, b))
-    if type(a) is float:
+    kind = type(a)  # (compared by identity: a metaclass's == may raise)
+    if kind is float:
         return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
-    return type(a) in (int, bool, str) and a == b
+    return (kind is int or kind is bool or kind is str) and a == b
 
 
 def _member_lists(module) -> list:
