@@ -347,7 +347,8 @@ def _tolerance(want) -> dict:
     """Few-ulp tolerances for a fused run against eager's ``want``: to the array's scale (a
     value that is rounding noise, a key bias's gradient in attention, is as far off as its
     neighbours; RMSprop divides such noise by its own size)."""
-    scale = float(np.abs(want).max()) if want.size else 0.0
+    finite = np.abs(want[np.isfinite(want)])  # (NaN and inf compare as themselves: the scale is the rest's)
+    scale = float(finite.max()) if finite.size else 0.0
     return {"rtol": 1e-10, "atol": 1e-10 * max(scale, 1e-2)}
 
 
