@@ -146,10 +146,10 @@ def _attribute_items(obj, names) -> tuple:
 
 class _Unreadable:
     """The entry of an object whose attributes raise when read (a proxy outside its
-    context, a ``__getattr__`` that raises ``KeyError``, an unhashable class's slots
-    before they were read another way): a new one at each read, so a replay traces
-    again (from the third time in a row, the call runs eagerly), where a constant
-    entry let replays keep the trace's values of attributes the code reads well."""
+    context, a ``__getattr__`` that raises ``KeyError`` for an unset slot): a new one
+    at each read, so a replay traces again (from the third time in a row, the call runs
+    eagerly), where a constant entry let replays keep the trace's values of attributes
+    the code reads well."""
 
     __slots__ = ()
 

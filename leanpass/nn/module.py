@@ -88,6 +88,7 @@ _ABSENT = object()  # (an attribute the module did not have)
 _BORN = object()  # (the first attribute set on a module: none before, so it was made since)
 _UNKNOWN = object()  # (what the journal does not keep: a change that no later change undoes)
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))  # kept as they are: compared by value
+_PLAIN_IDS = frozenset(map(id, _PLAIN))  # (looked up by identity: no metaclass's hash or == is called)
 
 
 class _Weak:
@@ -106,7 +107,7 @@ def _plain(value) -> bool:
     kind = type(value)  # (compared by identity: a metaclass's == or hash may raise)
     if kind is str or kind is bytes:
         return len(value) <= 256
-    return any(kind is k for k in _PLAIN) or (kind is tuple and len(value) <= 16 and all(map(_plain, value)))
+    return id(kind) in _PLAIN_IDS or (kind is tuple and len(value) <= 16 and all(map(_plain, value)))
 
 
 def _kept(value):
