@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import gc
 import importlib
+import math
 import random
 import subprocess
 import sys
@@ -3318,6 +3319,47 @@ def test_a_scheduler_passed_as_an_argument_replays():
     with pytest.warns(RuntimeWarning, match="changed by the function"):
         for k in range(4):
             same(g(Tensor(np.ones(2)), sched), np.full(2, 5.0 + k))
+
+
+class _AnyKey:
+    """A dict key equal to every other (``==`` and ``hash`` say so), holding a scale."""
+
+    def __init__(self, scale):
+        self.scale = scale
+
+    def __eq__(self, other):
+        return isinstance(other, _AnyKey)
+
+    def __hash__(self):
+        return 0
+
+
+def test_the_keys_of_a_dict_argument_key_the_call_as_values_do():
+    """A dict argument's keys are keyed as its values are: ``0.0`` is not ``-0.0``,
+    ``1`` not ``True``, an object by identity with its attributes the code reads
+    compared (a replay gave the first call's result for each of these)."""
+    x = Tensor(np.array([1.0, 2.0]))
+    sign = lp.compile(lambda x, d: x * math.copysign(1.0, next(iter(d))), fuse=False)
+    same(sign(x, {0.0: None}), [1.0, 2.0])
+    same(sign(x, {-0.0: None}), [-1.0, -2.0])
+    kind = lp.compile(lambda x, d: x * (2.0 if next(iter(d)) is True else 3.0), fuse=False)
+    same(kind(x, {1: None}), [3.0, 6.0])
+    same(kind(x, {True: None}), [2.0, 4.0])
+    scale = lp.compile(lambda x, d: x * next(iter(d)).scale, fuse=False)
+    key = _AnyKey(2.0)
+    same(scale(x, {key: 0}), [2.0, 4.0])
+    same(scale(x, {_AnyKey(3.0): 0}), [3.0, 6.0])  # another object its == calls equal
+    key.scale = 5.0
+    with pytest.warns(RuntimeWarning, match="an attribute its code reads"):
+        same(scale(x, {key: 0}), [5.0, 10.0])  # the same object, an attribute set since
+    same(scale(x, {key: 0}), [5.0, 10.0])
+    assert scale.calls["replayed"] == 1
+    named = {_AnyKey(2.0): 0}  # a dict the code names, not an argument: its key's attribute compared too
+    global_key = lp.compile(lambda x: x * next(iter(named)).scale, fuse=False)
+    same(global_key(x), [2.0, 4.0])
+    next(iter(named)).scale = 7.0
+    with pytest.warns(RuntimeWarning, match="an attribute its code reads"):
+        same(global_key(x), [7.0, 14.0])
 
 
 def test_an_iterator_argument_runs_the_call_eagerly_and_dicts_key_in_their_order():

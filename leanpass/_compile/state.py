@@ -45,8 +45,9 @@ def _key_of(value, tensors: list, objects: list | None = None):
         return _tensor_key(value)
     if isinstance(value, (tuple, list)):
         return (type(value).__name__, tuple(_key_of(v, tensors, objects) for v in value))
-    if isinstance(value, dict):  # (in their order: a function may iterate them)
-        return ("dict", tuple((k, _key_of(v, tensors, objects)) for k, v in value.items()))
+    if isinstance(value, dict):  # (in their order: a function may iterate them; keys as values: -0.0 is not 0.0,
+        # True not 1, an object by identity, whatever its == says)
+        return ("dict", tuple((_key_of(k, tensors, objects), _key_of(v, tensors, objects)) for k, v in value.items()))
     if type(value) is float:  # -0.0 is not 0.0 (1 / s); NumPy's float64, a float too, below (another dtype)
         return ("float", value, math.copysign(1.0, value))
     if value is None or isinstance(value, (bool, int, complex, str, bytes)):
@@ -246,13 +247,15 @@ def _container_state(container, state: list, depth: int = 1) -> list:
     alone past 256), the iterators among them (as advanced: ``ITERS["train"]``) and,
     ``depth`` levels down, the dicts and lists among them (64 at most:
     ``CFG["train"]["lr"]``; a tuple's items at its own level, as it cannot change:
-    ``CFG["pairs"][0][1]``). Returns the plain objects among its items (``CFG["aug"]``,
-    ``cfg.stages[0]``; 16 at most), whose attributes the caller compares."""
+    ``CFG["pairs"][0][1]``). Returns the plain objects among its items and a dict's
+    keys (``CFG["aug"]``, ``cfg.stages[0]``; 16 at most), whose attributes the caller
+    compares."""
     state.append((container, _container_items(container), _container_items))
     if len(container) > 256:
         return []
     plain, nested = [], 0
-    for v in (container.values() if isinstance(container, dict) else container):
+    for v in ((*container, *container.values()) if isinstance(container, dict) else container):  # (a key too:
+        # an object whose attributes the code reads, next(iter(D)).scale)
         kind = type(v)
         if issubclass(kind, (dict, list, tuple)):
             if (depth or issubclass(kind, tuple)) and nested < 64:
