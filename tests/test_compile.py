@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import enum
 import functools
 import gc
 import importlib
@@ -3360,6 +3361,110 @@ def test_the_keys_of_a_dict_argument_key_the_call_as_values_do():
     next(iter(named)).scale = 7.0
     with pytest.warns(RuntimeWarning, match="an attribute its code reads"):
         same(global_key(x), [7.0, 14.0])
+
+
+class _CfgDict(dict):
+    pass
+
+
+class _CfgList(list):
+    pass
+
+
+class _CfgTuple(tuple):
+    pass
+
+
+class _SlottedList(list):
+    __slots__ = ("scale",)
+
+
+def _with_scale(kind, scale):
+    made = kind()
+    made.scale = scale
+    return made
+
+
+@pytest.mark.parametrize("kind", [_CfgDict, _CfgList, _CfgTuple, _SlottedList])
+def test_the_attributes_of_a_subclass_of_dict_list_or_tuple_are_compared(kind):
+    """A dict, list or tuple of a subclass with attributes of its own (``class
+    Cfg(dict)``, ``cfg.scale``): an argument made anew, or set since, or one that an
+    argument holds, a dict the code names holds, or the code names, traces again (each
+    replayed the first call's value)."""
+    x = Tensor(np.array([1.0, 2.0]))
+    f = lp.compile(lambda x, c: x * c.scale, fuse=False)
+    same(f(x, _with_scale(kind, 2.0)), [2.0, 4.0])
+    same(f(x, _with_scale(kind, 3.0)), [3.0, 6.0])
+    cfg = _with_scale(kind, 2.0)
+    same(f(x, cfg), [2.0, 4.0])
+    cfg.scale = 4.0
+    same(f(x, cfg), [4.0, 8.0])
+    same(f(x, cfg), [4.0, 8.0])
+    assert f.calls == {"traced": 3, "replayed": 2, "eager": 0}  # (keyed by the values: cfg at 2.0 replays the first)
+    holder = argparse.Namespace(cfg=_with_scale(kind, 2.0))
+    named = {"cfg": _with_scale(kind, 2.0)}
+    alone = _with_scale(kind, 2.0)
+    for read, obj in [(lambda x: x * holder.cfg.scale, holder.cfg), (lambda x: x * named["cfg"].scale, named["cfg"]),
+                      (lambda x: x * alone.scale, alone)]:
+        g = lp.compile(read, fuse=False)
+        same(g(x), [2.0, 4.0])
+        same(g(x), [2.0, 4.0])
+        obj.scale = 5.0
+        with pytest.warns(RuntimeWarning, match="traced again"):
+            same(g(x), [5.0, 10.0])
+        obj.scale = 2.0
+
+
+def test_named_tuples_of_one_name_and_other_fields_key_apart():
+    first, second = collections.namedtuple("P", "a b"), collections.namedtuple("P", "b a")
+    x = Tensor(np.array([1.0, 2.0]))
+    f = lp.compile(lambda x, p: x * p.a, fuse=False)
+    same(f(x, first(1.0, 2.0)), [1.0, 2.0])
+    same(f(x, second(1.0, 2.0)), [2.0, 4.0])  # (p.a is the second field: the first call's 1.0 was replayed)
+    same(f(x, first(1.0, 2.0)), [1.0, 2.0])
+    assert f.calls == {"traced": 2, "replayed": 1, "eager": 0}
+
+
+def test_enum_members_subclassed_numbers_and_complex_signs_key_apart():
+    """An IntEnum's member is keyed by its class and name (two classes of one name,
+    members of one value, were alike), a str of a subclass with its attributes, a
+    complex number with the signs of its parts."""
+    x = Tensor(np.array([1.0, 2.0]))
+    first = enum.IntEnum("Mode", {"A": 1})
+    second = enum.IntEnum("Mode", {"B": 1})
+    named = lp.compile(lambda x, m: x * (2.0 if m.name == "A" else 3.0), fuse=False)
+    same(named(x, first.A), [2.0, 4.0])
+    same(named(x, second.B), [3.0, 6.0])
+
+    class Label(str):
+        pass
+
+    def label(scale):
+        made = Label("a")
+        made.scale = scale
+        return made
+
+    scaled = lp.compile(lambda x, s: x * s.scale, fuse=False)
+    same(scaled(x, label(2.0)), [2.0, 4.0])
+    same(scaled(x, label(3.0)), [3.0, 6.0])
+    sign = lp.compile(lambda x, z: x * math.copysign(1.0, z.imag), fuse=False)
+    same(sign(x, complex(1.0, 0.0)), [1.0, 2.0])
+    same(sign(x, complex(1.0, -0.0)), [-1.0, -2.0])
+    assert (named.calls["traced"], scaled.calls["traced"], sign.calls["traced"]) == (2, 2, 2)
+
+
+def test_a_dict_argument_whose_attributes_raise_runs_eagerly_with_a_warning():
+    class Raising(dict):
+        @property
+        def __dict__(self):
+            raise RuntimeError("no attributes here")
+
+    f = lp.compile(lambda x, d: x * d["s"], fuse=False)
+    x = Tensor(np.array([1.0, 2.0]))
+    with pytest.warns(RuntimeWarning, match="whose attributes raise when read"):
+        same(f(x, Raising(s=2.0)), [2.0, 4.0])
+    same(f(x, Raising(s=3.0)), [3.0, 6.0])
+    assert f.calls == {"traced": 0, "replayed": 0, "eager": 2}
 
 
 def test_an_iterator_argument_runs_the_call_eagerly_and_dicts_key_in_their_order():

@@ -385,7 +385,8 @@ def _named_objects(fn, words=frozenset()) -> list:
         elif isinstance(value, types.ModuleType):  # (a config module: the names loaded on it, or those of the
             if _configuration(value):  # code reached where it is used otherwise: never all of it)
                 found.append((value, frozenset(loaded.get(name, ())) | (words if name in whole else frozenset())))
-        elif _plain(value) or _configuration(value):  # (lp.compile's own: left out by _python_state)
+        elif _plain(value) or _configuration(value) or _attributed(value):  # (lp.compile's own: left out by
+            # _python_state; a tuple of a subclass with attributes of its own, HP.scale: those)
             # (all its attributes where it runs a method a replay does not, or it is used otherwise)
             everything = name in whole or any(not getattr(getattr(type(value), m, None), "action", False)
                                               for m in called.get(name, ()))
@@ -522,6 +523,15 @@ def _plain(value) -> bool:
                     functools.partial, Module, Tensor, list, tuple, dict))
     except Exception:  # (a proxy whose attributes raise outside its context)
         return False
+
+
+def _attributed(value) -> bool:
+    """Whether ``value``, a tuple, list or dict, is of a subclass whose instances hold
+    attributes of their own (``class Cfg(dict)``, whose ``cfg.scale`` a call may read;
+    not a named tuple's, nor a ``defaultdict``'s)."""
+    kind = type(value)
+    return (kind is not dict and kind is not list and kind is not tuple
+            and bool(kind.__dictoffset__ or any(vars(base).get("__slots__") for base in kind.__mro__)))
 
 
 def _attribute_names(fn):

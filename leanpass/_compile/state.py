@@ -6,6 +6,7 @@ after a trace and before each replay."""
 from __future__ import annotations
 
 import collections
+import enum
 import functools
 import itertools
 import math
@@ -19,7 +20,16 @@ from ..backends import get_default_device, get_default_dtype
 from ..backends._values import comparable, nbytes, same_values, snapshot
 from ..nn.module import Module, _same_value, holding_members, items_of
 from ..tensor import Tensor
-from .code import _ITERATOR, _NOT_KEYED, _compiled_function, _configuration, _inspectable, _is_iterator, _plain
+from .code import (
+    _ITERATOR,
+    _NOT_KEYED,
+    _attributed,
+    _compiled_function,
+    _configuration,
+    _inspectable,
+    _is_iterator,
+    _plain,
+)
 
 
 def _tensor_key(value) -> tuple:
@@ -44,14 +54,26 @@ def _key_of(value, tensors: list, objects: list | None = None):
         tensors.append(value)
         return _tensor_key(value)
     if isinstance(value, (tuple, list)):
-        return (type(value).__name__, tuple(_key_of(v, tensors, objects) for v in value))
+        items = tuple(_key_of(v, tensors, objects) for v in value)
+        kind = type(value)
+        if kind is tuple or kind is list:
+            return (kind.__name__, items)
+        return _subclass_key(value, items, tensors, objects)
     if isinstance(value, dict):  # (in their order: a function may iterate them; keys as values: -0.0 is not 0.0,
         # True not 1, an object by identity, whatever its == says)
-        return ("dict", tuple((_key_of(k, tensors, objects), _key_of(v, tensors, objects)) for k, v in value.items()))
+        items = tuple((_key_of(k, tensors, objects), _key_of(v, tensors, objects)) for k, v in value.items())
+        return ("dict", items) if type(value) is dict else _subclass_key(value, items, tensors, objects)
     if type(value) is float:  # -0.0 is not 0.0 (1 / s); NumPy's float64, a float too, below (another dtype)
         return ("float", value, math.copysign(1.0, value))
     if value is None or isinstance(value, (bool, int, complex, str, bytes)):
-        return (type(value).__name__, value)
+        kind = type(value)  # (by identity: a metaclass's == may raise)
+        if kind is complex:  # (the signs of its parts, as a float's: 1 / complex(0.0, -0.0))
+            return ("complex", _key_of(value.real, tensors, objects), _key_of(value.imag, tensors, objects))
+        if value is None or kind is bool or kind is int or kind is str or kind is bytes:
+            return (kind.__name__, value)
+        if isinstance(value, enum.Enum):  # (an IntEnum's or StrEnum's member: its class and name, not its value)
+            return (_Kind(kind), value._name_)
+        return _subclass_key(value, value, tensors, objects)  # (class Level(int), whose level.label a call may read)
     if type(value) is range or (type(value) is slice and all(map(_integer_or_none, (value.start, value.stop,
                                                                                       value.step)))):
         # (values, not objects: x[s] with a new but equal slice at each call)
@@ -68,6 +90,42 @@ def _key_of(value, tensors: list, objects: list | None = None):
     if _is_array(value):
         return ("array", id(value))  # (by identity too: NumPy code on it is not recorded; named apart in warnings)
     return ("id", id(value))
+
+
+class _Kind:
+    """A subclass of tuple, list or dict in a call's key, told by identity: two named
+    tuples of one name and other fields are not alike (``p.a`` is another place), and
+    a metaclass's ``==`` or ``hash``, which may raise or call two classes equal, is not
+    asked."""
+
+    __slots__ = ("kind",)
+
+    def __init__(self, kind):
+        self.kind = kind
+
+    def __eq__(self, other):
+        return type(other) is _Kind and other.kind is self.kind
+
+    def __hash__(self):
+        return id(self.kind)
+
+    def __repr__(self):
+        return getattr(self.kind, "__qualname__", "?")
+
+
+def _subclass_key(value, items, tensors: list, objects) -> tuple:
+    """The key of an instance of a subclass of tuple, list or dict (a named tuple, an
+    ``OrderedDict``, ``class Cfg(dict)``), or of int or str: its class by identity,
+    its items (``_key_of``'s) or value, and its own attributes keyed as a dict's values
+    are (``cfg.scale`` set on such an argument: another key; a replay kept the
+    trace's value)."""
+    kind = type(value)
+    try:
+        own = dict(vars(value)) if kind.__dictoffset__ else {}
+        own.update((name, getattr(value, name)) for name in _slots(kind) if hasattr(value, name))
+    except Exception as exc:  # (a __dict__ or slot that raises: what a replay cannot compare, eagerly)
+        raise TypeError("an argument whose attributes cannot be read") from exc
+    return (_Kind(kind), items, _key_of(own, tensors, objects) if own else ())
 
 
 def _python_state(value, objects, names=None, nested=_NOT_KEYED) -> list:
@@ -109,7 +167,8 @@ def _python_state(value, objects, names=None, nested=_NOT_KEYED) -> list:
             continue
         if issubclass(type(obj), (dict, list)):  # (a partial's dict argument: its items)
             stack += _container_state(obj, state)
-            continue
+            if not _attributed(obj):
+                continue  # (else its attributes too, below: class Cfg(dict) with cfg.scale)
         if _is_iterator(obj):  # (a partial's iterator argument: as advanced)
             state.append((obj, _position(obj), _position))
             continue
@@ -126,6 +185,8 @@ def _python_state(value, objects, names=None, nested=_NOT_KEYED) -> list:
             kind = type(v)  # (not isinstance: a proxy's __class__ may raise outside its context)
             if issubclass(kind, (list, dict, tuple)):  # (cfg.w[0] = 3.0: its items; a long list's length alone;
                 stack += _container_state(v, state)  # self.loaders["train"]: an iterator in it, as advanced)
+                if _attributed(v):  # (and its attributes: self.cfg.scale of a class Cfg(dict))
+                    stack.append(v)
             elif (issubclass(kind, (collections.deque, set, frozenset)) or _plain(v)
                   or (issubclass(kind, type) and _configuration(v))):  # (Config.train.lr)
                 stack.append(v)
@@ -235,7 +296,7 @@ def _named_state(named, words) -> list:
     for obj, names in named:
         if names is _ITERATOR:
             state.append((obj, _position(obj), _position))
-        elif issubclass(type(obj), (dict, list)):
+        elif issubclass(type(obj), (dict, list)) and not _attributed(obj):
             state += _python_state((), _container_state(obj, state), None, words)
         else:
             state += _python_state((), [obj], names, words)
@@ -248,8 +309,9 @@ def _container_state(container, state: list, depth: int = 1) -> list:
     ``depth`` levels down, the dicts and lists among them (64 at most:
     ``CFG["train"]["lr"]``; a tuple's items at its own level, as it cannot change:
     ``CFG["pairs"][0][1]``). Returns the plain objects among its items and a dict's
-    keys (``CFG["aug"]``, ``cfg.stages[0]``; 16 at most), whose attributes the caller
-    compares."""
+    keys (``CFG["aug"]``, ``cfg.stages[0]``), and the items of a subclass with
+    attributes of its own (:func:`_attributed`), 16 at most, whose attributes the
+    caller compares."""
     state.append((container, _container_items(container), _container_items))
     if len(container) > 256:
         return []
@@ -261,6 +323,8 @@ def _container_state(container, state: list, depth: int = 1) -> list:
             if (depth or issubclass(kind, tuple)) and nested < 64:
                 nested += 1
                 plain += _container_state(v, state, depth - (not issubclass(kind, tuple)))
+            if _attributed(v) and len(plain) < 16:  # (its attributes: CFG["train"].scale of a Cfg(dict))
+                plain.append(v)
         elif _inspectable(v) and _is_iterator(v):
             state.append((v, _position(v), _position))
         elif _plain(v) and len(plain) < 16:
