@@ -53,9 +53,9 @@ def _project(be, x, w_ih, bias):
     """``x @ w_ih.T + bias`` for every time step in one product: ``(T, B, gates * H)``."""
     xp = be.xp
     t, b, n = x.shape
-    out = xp.reshape(x, (t * b, n)) @ w_ih.T
+    out = be.matmul(xp.reshape(x, (t * b, n)), w_ih.T)  # (MKL's where the cpu device has it: backends/_mkl.py)
     if bias is not None:
-        out += bias  # the product is fresh
+        out = be.add_bias(out, bias)  # the product is fresh (one pass where the backend has a kernel for it)
     return xp.reshape(out, (t, b, w_ih.shape[0]))
 
 
