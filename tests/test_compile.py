@@ -16,6 +16,7 @@ import functools
 import gc
 import importlib
 import math
+import pathlib
 import random
 import subprocess
 import sys
@@ -3389,30 +3390,209 @@ def _with_scale(kind, scale):
 def test_the_attributes_of_a_subclass_of_dict_list_or_tuple_are_compared(kind):
     """A dict, list or tuple of a subclass with attributes of its own (``class
     Cfg(dict)``, ``cfg.scale``): an argument made anew, or set since, or one that an
-    argument holds, a dict the code names holds, or the code names, traces again (each
-    replayed the first call's value)."""
+    argument holds, a dict the code names holds, a layer holds, a partial holds, the
+    default of an argument, or the code names, traces again (each replayed the first
+    call's value)."""
     x = Tensor(np.array([1.0, 2.0]))
     f = lp.compile(lambda x, c: x * c.scale, fuse=False)
     same(f(x, _with_scale(kind, 2.0)), [2.0, 4.0])
-    same(f(x, _with_scale(kind, 3.0)), [3.0, 6.0])
+    same(f(x, _with_scale(kind, 3.0)), [3.0, 6.0])  # (another object: keyed by identity, its attributes compared)
     cfg = _with_scale(kind, 2.0)
     same(f(x, cfg), [2.0, 4.0])
+    same(f(x, cfg), [2.0, 4.0])
     cfg.scale = 4.0
+    with pytest.warns(RuntimeWarning, match="an attribute its code reads"):
+        same(f(x, cfg), [4.0, 8.0])
     same(f(x, cfg), [4.0, 8.0])
-    same(f(x, cfg), [4.0, 8.0])
-    assert f.calls == {"traced": 3, "replayed": 2, "eager": 0}  # (keyed by the values: cfg at 2.0 replays the first)
+    assert f.calls == {"traced": 4, "replayed": 2, "eager": 0}
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cfg = _with_scale(kind, 2.0)
+
+        def forward(self, x):
+            return x * self.cfg.scale
+
     holder = argparse.Namespace(cfg=_with_scale(kind, 2.0))
     named = {"cfg": _with_scale(kind, 2.0)}
-    alone = _with_scale(kind, 2.0)
+    alone, default, layer = _with_scale(kind, 2.0), _with_scale(kind, 2.0), Layer()
+    part = functools.partial(lambda c, x: x * c.scale, _with_scale(kind, 2.0))
+
+    def with_default(x, c=default):
+        return x * c.scale
+
     for read, obj in [(lambda x: x * holder.cfg.scale, holder.cfg), (lambda x: x * named["cfg"].scale, named["cfg"]),
-                      (lambda x: x * alone.scale, alone)]:
+                      (lambda x: x * alone.scale, alone), (with_default, default), (lambda x: layer(x), layer.cfg),
+                      (lambda x: part(x), part.args[0])]:
         g = lp.compile(read, fuse=False)
         same(g(x), [2.0, 4.0])
         same(g(x), [2.0, 4.0])
         obj.scale = 5.0
         with pytest.warns(RuntimeWarning, match="traced again"):
             same(g(x), [5.0, 10.0])
-        obj.scale = 2.0
+
+
+def test_subclassed_containers_that_hold_themselves_or_mirror_their_items_replay():
+    """A subclass container whose attribute is itself (``c.me = c``), a tree whose
+    children point to their parent, an attribute dict whose ``__dict__`` is itself
+    (ten levels deep), and an ``EasyDict`` (attributes mirroring its items) made anew
+    at each call: keyed without walking their attributes (a RecursionError, or a key
+    of 2**depth parts), and replayed."""
+    x = Tensor(np.array([1.0, 2.0]))
+    looped = _CfgDict(a=2.0)
+    looped.me = looped
+    root, child = _CfgList(), _CfgList()
+    child.parent, root.scale = root, 2.0
+    root.append(child)
+    f = lp.compile(lambda x, c: x * c["a"], fuse=False)
+    g = lp.compile(lambda x, n: x * n.scale, fuse=False)
+    for _ in range(3):
+        same(f(x, looped), [2.0, 4.0])
+        same(g(x, root), [2.0, 4.0])
+    assert f.calls == g.calls == {"traced": 1, "replayed": 2, "eager": 0}
+
+    class AttrDict(dict):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.__dict__ = self
+
+    class EasyDict(dict):
+        def __init__(self, **kwargs):
+            for name, value in kwargs.items():
+                setattr(self, name, value)
+
+        def __setattr__(self, name, value):
+            value = EasyDict(**value) if type(value) is dict else value
+            super().__setattr__(name, value)
+            super().__setitem__(name, value)
+
+    def nested(depth):
+        return AttrDict(a=2.0, sub=nested(depth - 1)) if depth else AttrDict(a=2.0)
+
+    h = lp.compile(lambda x, c: x * c.a, fuse=False)
+    for _ in range(3):
+        same(h(x, nested(10)), [2.0, 4.0])
+        same(h(x, EasyDict(a=2.0, opt={"m": 0.9})), [2.0, 4.0])
+    same(h(x, EasyDict(a=3.0, opt={"m": 0.9})), [3.0, 6.0])
+    assert h.calls == {"traced": 3, "replayed": 4, "eager": 0}
+
+
+def test_keys_of_a_dict_the_code_names_leave_its_values_compared():
+    """Object keys of a dict the code names come after its values among the 16 plain
+    objects compared (nine keys pushed the ninth value out: stale)."""
+    class Key:
+        pass
+
+    keys = [Key() for _ in range(9)]
+    table = {k: argparse.Namespace(scale=2.0) for k in keys}
+    x = Tensor(np.array([1.0, 2.0]))
+    f = lp.compile(lambda x: x * table[keys[8]].scale, fuse=False)
+    same(f(x), [2.0, 4.0])
+    table[keys[8]].scale = 3.0
+    with pytest.warns(RuntimeWarning, match="traced again"):
+        same(f(x), [3.0, 6.0])
+
+
+def test_a_plain_object_in_a_subclassed_dict_the_code_names_is_compared_whole():
+    """The plain objects in a ``Cfg(dict)`` the code names are compared with all their
+    attributes, as a plain dict's (``dataclasses.astuple(CFG["aug"])`` names none)."""
+    @dataclasses.dataclass
+    class Aug:
+        scale: float
+
+    cfg = _CfgDict(aug=Aug(2.0))
+    x = Tensor(np.array([1.0, 2.0]))
+    f = lp.compile(lambda x: x * sum(dataclasses.astuple(cfg["aug"])), fuse=False)
+    same(f(x), [2.0, 4.0])
+    cfg["aug"].scale = 3.0
+    with pytest.warns(RuntimeWarning, match="traced again"):
+        same(f(x), [3.0, 6.0])
+
+
+def test_subclassed_values_key_by_the_base_classs_value_and_class_attributes_are_compared():
+    """An int or str of a subclass keys by its value as the base class has it (its own
+    ``==`` and ``hash`` called two apart alike); an IntFlag's value of no name by its
+    value; NumPy's complex by the signs of its parts; a private slot (``__scale``,
+    stored as ``_Cls__scale``) is read; a subclassed dict's class attribute set since
+    traces again; a new frozenset or path as a dict's key at each call replays."""
+    x = Tensor(np.array([1.0, 2.0]))
+
+    class Caseless(str):
+        def __eq__(self, other):
+            return isinstance(other, str) and self.lower() == other.lower()
+
+        def __hash__(self):
+            return hash(self.lower())
+
+    class Mod4(int):
+        def __eq__(self, other):
+            return int(self) % 4 == int(other) % 4
+
+        def __hash__(self):
+            return int(self) % 4
+
+    class Perm(enum.IntFlag):
+        R = 1
+        W = 2
+
+    class Scaled(list):
+        __slots__ = ("__scale",)
+
+        def __init__(self, scale):
+            super().__init__()
+            self.__scale = scale
+
+        @property
+        def scale(self):
+            return self.__scale
+
+    class Hyper(dict):
+        scale = 2.0
+
+    upper = lp.compile(lambda x, s: x * (2.0 if s.isupper() else 3.0), fuse=False)
+    same(upper(x, Caseless("A")), [2.0, 4.0])
+    same(upper(x, Caseless("a")), [3.0, 6.0])
+    number = lp.compile(lambda x, m: x * float(int(m)), fuse=False)
+    same(number(x, Mod4(1)), [1.0, 2.0])
+    same(number(x, Mod4(5)), [5.0, 10.0])
+    same(number(x, Perm(4)), [4.0, 8.0])
+    same(number(x, Perm(8)), [8.0, 16.0])
+    sign = lp.compile(lambda x, z: x * math.copysign(1.0, z.imag), fuse=False)
+    same(sign(x, np.complex128(complex(1.0, 0.0))), [1.0, 2.0])
+    same(sign(x, np.complex128(complex(1.0, -0.0))), [-1.0, -2.0])
+    scaled = lp.compile(lambda x, c: x * c.scale, fuse=False)
+    same(scaled(x, Scaled(2.0)), [2.0, 4.0])
+    same(scaled(x, Scaled(3.0)), [3.0, 6.0])
+    hyper = Hyper()
+    same(scaled(x, hyper), [2.0, 4.0])
+    same(scaled(x, hyper), [2.0, 4.0])
+    Hyper.scale = 3.0
+    with pytest.warns(RuntimeWarning, match="traced again"):
+        same(scaled(x, hyper), [3.0, 6.0])
+    by_key = lp.compile(lambda x, d: x * next(iter(d.values())), fuse=False)
+    for _ in range(3):
+        same(by_key(x, {frozenset({1, 2}): 2.0}), [2.0, 4.0])
+        same(by_key(x, {pathlib.Path("a"): 2.0}), [2.0, 4.0])
+    assert by_key.calls == {"traced": 2, "replayed": 4, "eager": 0}
+
+
+def test_a_call_that_changes_a_subclassed_arguments_attribute_is_not_replayed():
+    """``c.hist.append(1)`` on an attribute of a ``Cfg(dict)`` argument: the change a
+    replay would not make is seen (it was replayed: the list stayed empty)."""
+    def step(x, c):
+        c.hist.append(1)
+        return x * 1.0
+
+    f = lp.compile(step, fuse=False)
+    x = Tensor(np.array([1.0, 2.0]))
+    with pytest.warns(RuntimeWarning, match="changed by the function"):
+        for _ in range(3):
+            cfg = _CfgDict()
+            cfg.hist = []
+            f(x, cfg)
+            assert cfg.hist == [1]
+    assert f.calls["replayed"] == 0
 
 
 def test_named_tuples_of_one_name_and_other_fields_key_apart():

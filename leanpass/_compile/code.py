@@ -385,8 +385,7 @@ def _named_objects(fn, words=frozenset()) -> list:
         elif isinstance(value, types.ModuleType):  # (a config module: the names loaded on it, or those of the
             if _configuration(value):  # code reached where it is used otherwise: never all of it)
                 found.append((value, frozenset(loaded.get(name, ())) | (words if name in whole else frozenset())))
-        elif _plain(value) or _configuration(value) or _attributed(value):  # (lp.compile's own: left out by
-            # _python_state; a tuple of a subclass with attributes of its own, HP.scale: those)
+        elif _plain(value) or _configuration(value):  # (lp.compile's own: left out by _python_state)
             # (all its attributes where it runs a method a replay does not, or it is used otherwise)
             everything = name in whole or any(not getattr(getattr(type(value), m, None), "action", False)
                                               for m in called.get(name, ()))
@@ -517,10 +516,16 @@ def _compiled_function(value) -> bool:
 
 
 def _plain(value) -> bool:
+    """Whether ``value`` is an object whose attributes a call may read (``cfg.scale``):
+    one with a ``__dict__`` or slots, not a module, class, function, layer or Tensor; a
+    tuple, list or dict only of a subclass with attributes of its own
+    (:func:`_attributed`, ``class Cfg(dict)``)."""
     try:
+        if isinstance(value, (list, tuple, dict)):
+            return _attributed(value)
         return (hasattr(value, "__dict__") or hasattr(type(value), "__slots__")) and not isinstance(
             value, (types.ModuleType, type, types.FunctionType, types.MethodType, types.BuiltinFunctionType,
-                    functools.partial, Module, Tensor, list, tuple, dict))
+                    functools.partial, Module, Tensor))
     except Exception:  # (a proxy whose attributes raise outside its context)
         return False
 

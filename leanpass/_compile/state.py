@@ -12,6 +12,8 @@ import itertools
 import math
 import numbers
 import operator
+import os
+import pathlib
 import types
 import weakref
 
@@ -46,10 +48,11 @@ def _integer_or_none(value) -> bool:
 
 def _key_of(value, tensors: list, objects: list | None = None):
     """A hashable description of ``value``: a Tensor by its kind (and collected in
-    ``tensors``), containers item by item, Python scalars and strings by value, NumPy
-    scalars by dtype and value, ranges and slices of integers by value, any other
-    object by identity (a module passed in: the same module; a NumPy array, named
-    apart for the warnings)."""
+    ``tensors``), containers item by item (a dict's keys too), Python scalars and
+    strings by value, NumPy scalars by dtype and value, ranges and slices of integers,
+    frozensets of numbers and strings, and paths by value, a value of a subclass by its
+    class too (:func:`_subclass_key`), any other object by identity (a module passed
+    in: the same module; a NumPy array, named apart for the warnings)."""
     if isinstance(value, Tensor):
         tensors.append(value)
         return _tensor_key(value)
@@ -58,28 +61,35 @@ def _key_of(value, tensors: list, objects: list | None = None):
         kind = type(value)
         if kind is tuple or kind is list:
             return (kind.__name__, items)
-        return _subclass_key(value, items, tensors, objects)
+        return _subclass_key(value, items, objects)
     if isinstance(value, dict):  # (in their order: a function may iterate them; keys as values: -0.0 is not 0.0,
         # True not 1, an object by identity, whatever its == says)
         items = tuple((_key_of(k, tensors, objects), _key_of(v, tensors, objects)) for k, v in value.items())
-        return ("dict", items) if type(value) is dict else _subclass_key(value, items, tensors, objects)
-    if type(value) is float:  # -0.0 is not 0.0 (1 / s); NumPy's float64, a float too, below (another dtype)
+        return ("dict", items) if type(value) is dict else _subclass_key(value, items, objects)
+    kind = type(value)  # (told by identity: a metaclass's == may raise)
+    if kind is float:  # -0.0 is not 0.0 (1 / s); NumPy's float64, a float too, below (another dtype)
         return ("float", value, math.copysign(1.0, value))
-    if value is None or isinstance(value, (bool, int, complex, str, bytes)):
-        kind = type(value)  # (by identity: a metaclass's == may raise)
-        if kind is complex:  # (the signs of its parts, as a float's: 1 / complex(0.0, -0.0))
-            return ("complex", _key_of(value.real, tensors, objects), _key_of(value.imag, tensors, objects))
-        if value is None or kind is bool or kind is int or kind is str or kind is bytes:
-            return (kind.__name__, value)
-        if isinstance(value, enum.Enum):  # (an IntEnum's or StrEnum's member: its class and name, not its value)
-            return (_Kind(kind), value._name_)
-        return _subclass_key(value, value, tensors, objects)  # (class Level(int), whose level.label a call may read)
-    if type(value) is range or (type(value) is slice and all(map(_integer_or_none, (value.start, value.stop,
-                                                                                      value.step)))):
+    if value is None or kind is bool or kind is int or kind is str or kind is bytes:
+        return (kind.__name__, value)
+    if isinstance(value, complex):  # (the signs of its parts, as a float's: 1 / complex(0.0, -0.0); NumPy's too)
+        return ("complex" if kind is complex else _Kind(kind), _key_of(value.real, tensors, objects),
+                _key_of(value.imag, tensors, objects))
+    if isinstance(value, enum.Enum) and isinstance(value, (int, str)):  # (an IntEnum's, IntFlag's or StrEnum's
+        # member: its class, name and value, not its value alone; a flag of no name, P(4), by its value)
+        return (_Kind(kind), value._name_, _key_of(value._value_, tensors, objects))
+    if isinstance(value, (int, str, bytes)):  # (class Level(int), whose level.label a call may read: its value as
+        # the base class has it, not by its own == and hash, which may call two apart alike, or raise)
+        return _subclass_key(value, int.__int__(value) if isinstance(value, int) else str.__str__(value)
+                             if isinstance(value, str) else bytes(memoryview(value)), objects)
+    if kind is range or (kind is slice and all(map(_integer_or_none, (value.start, value.stop, value.step)))):
         # (values, not objects: x[s] with a new but equal slice at each call)
-        return (type(value).__name__, *(_key_of(v, tensors, objects) for v in (value.start, value.stop, value.step)))
-    if type(value) is slice:  # (a bound of its own, an __index__ a loop advances: read anew at each use)
+        return (kind.__name__, *(_key_of(v, tensors, objects) for v in (value.start, value.stop, value.step)))
+    if kind is slice:  # (a bound of its own, an __index__ a loop advances: read anew at each use)
         raise TypeError("a slice argument of objects")
+    if kind is frozenset and all(type(v) in _VALUES for v in value):  # (a new one at each call, as a dict's key)
+        return ("frozenset", frozenset(_key_of(v, tensors) for v in value))
+    if isinstance(value, pathlib.PurePath):
+        return (_Kind(kind), os.fspath(value))
     if getattr(value, "shape", None) == () and hasattr(value, "item") and hasattr(value, "dtype"):  # a NumPy scalar
         return ("scalar", str(value.dtype), _key_of(value.item(), tensors, objects))
     if _is_iterator(value):  # (a replay would not advance it: every call runs eagerly; a file given to write a log
@@ -90,6 +100,9 @@ def _key_of(value, tensors: list, objects: list | None = None):
     if _is_array(value):
         return ("array", id(value))  # (by identity too: NumPy code on it is not recorded; named apart in warnings)
     return ("id", id(value))
+
+
+_VALUES = (type(None), bool, int, float, str, bytes)  # what a frozenset keyed by value may hold
 
 
 class _Kind:
@@ -113,19 +126,44 @@ class _Kind:
         return getattr(self.kind, "__qualname__", "?")
 
 
-def _subclass_key(value, items, tensors: list, objects) -> tuple:
-    """The key of an instance of a subclass of tuple, list or dict (a named tuple, an
-    ``OrderedDict``, ``class Cfg(dict)``), or of int or str: its class by identity,
-    its items (``_key_of``'s) or value, and its own attributes keyed as a dict's values
-    are (``cfg.scale`` set on such an argument: another key; a replay kept the
-    trace's value)."""
+def _subclass_key(value, items, objects) -> tuple:
+    """The key of an instance of a subclass of tuple, list, dict, int, str or bytes (a
+    named tuple, an ``OrderedDict``, ``class Cfg(dict)``): its class by identity, and
+    its items (``_key_of``'s) or value. One with attributes of its own (``cfg.scale``)
+    is keyed by identity too, and kept among ``objects``: a replay compares the
+    attributes its code reads, as a plain object's (a key of those attributes' values
+    would trace again for one the code does not read, and walk into what they hold).
+    Not an attribute that is one of its items (an attribute dict's: ``EasyDict``). A
+    class of the user's goes among ``objects`` too (its attributes the code reads)."""
     kind = type(value)
     try:
-        own = dict(vars(value)) if kind.__dictoffset__ else {}
-        own.update((name, getattr(value, name)) for name in _slots(kind) if hasattr(value, name))
+        own = _own_attributes(value)
     except Exception as exc:  # (a __dict__ or slot that raises: what a replay cannot compare, eagerly)
         raise TypeError("an argument whose attributes cannot be read") from exc
-    return (_Kind(kind), items, _key_of(own, tensors, objects) if own else ())
+    if objects is not None and _configuration(kind):  # (a class of the user's: the attributes of it the code
+        objects.append(kind)  # reads, compared as a named class's, CD.scale set since)
+    if not own:
+        return (_Kind(kind), items)
+    if objects is not None:
+        objects.append(value)  # (kept by the trace: its id is not reused while the entry lives)
+    return (_Kind(kind), items, id(value))
+
+
+def _own_attributes(value) -> dict:
+    """The attributes of ``value``'s own (``__dict__``, slots set) that are not its items
+    (an attribute dict's, whose ``__dict__`` is itself or mirrors its items)."""
+    kind = type(value)
+    own = vars(value) if kind.__dictoffset__ else {}
+    if own is value:
+        return {}
+    found = {name: getattr(value, name) for name in _slots(kind) if hasattr(value, name)}
+    if own:
+        mirrored = dict.get if isinstance(value, dict) else None
+        found.update((k, v) for k, v in own.items() if mirrored is None or mirrored(value, k, _ABSENT) is not v)
+    return found
+
+
+_ABSENT = object()
 
 
 def _python_state(value, objects, names=None, nested=_NOT_KEYED) -> list:
@@ -296,8 +334,10 @@ def _named_state(named, words) -> list:
     for obj, names in named:
         if names is _ITERATOR:
             state.append((obj, _position(obj), _position))
-        elif issubclass(type(obj), (dict, list)) and not _attributed(obj):
+        elif issubclass(type(obj), (dict, list)):
             state += _python_state((), _container_state(obj, state), None, words)
+            if _attributed(obj):  # (and its own attributes: CFG.scale of a Cfg(dict))
+                state += _python_state((), [obj], names, words)  # (its items again, then those)
         else:
             state += _python_state((), [obj], names, words)
     return state
@@ -316,7 +356,7 @@ def _container_state(container, state: list, depth: int = 1) -> list:
     if len(container) > 256:
         return []
     plain, nested = [], 0
-    for v in ((*container, *container.values()) if isinstance(container, dict) else container):  # (a key too:
+    for v in ((*container.values(), *container) if isinstance(container, dict) else container):  # (a key too:
         # an object whose attributes the code reads, next(iter(D)).scale)
         kind = type(v)
         if issubclass(kind, (dict, list, tuple)):
@@ -343,7 +383,9 @@ def _slots(cls) -> tuple:
     found = []
     for base in cls.__mro__:
         slots = base.__dict__.get("__slots__", ())
-        found += [s for s in ((slots,) if isinstance(slots, str) else slots) if s not in ("__dict__", "__weakref__")]
+        prefix = "_" + base.__name__.lstrip("_")  # (a private slot, __scale, is stored as _Cls__scale)
+        found += [prefix + s if s.startswith("__") and not s.endswith("__") and prefix != "_" else s
+                  for s in ((slots,) if isinstance(slots, str) else slots) if s not in ("__dict__", "__weakref__")]
     if len(_SLOTS) >= 1024:  # (classes made on the fly: a bound)
         _SLOTS.clear()
     _SLOTS[id(cls)] = (weakref.ref(cls), tuple(found))
