@@ -13,6 +13,7 @@ import os
 import sys
 import sysconfig
 import types
+import weakref
 
 from ..backends import _host_random
 from ..nn.module import Module
@@ -381,7 +382,14 @@ def _named_objects(fn, words=frozenset()) -> list:
             continue
         value = values[name]
         if issubclass(type(value), (dict, list)):  # (all its items: a reader the walk does not reach, a function
-            found.append((value, None))  # kept in a dict or passed in, may read any key)
+            # kept in a dict or passed in, may read any key; a subclass's own attributes, STATE.step: those loaded
+            # on it, or those of the code reached where it is used otherwise, STATE["lr"]; all where it runs a
+            # method of its class's a replay does not)
+            everything = any(m not in vars(dict) and m not in vars(list)
+                             and not getattr(getattr(type(value), m, None), "action", False)
+                             for m in called.get(name, ()))
+            found.append((value, None if everything or not _attributed(value) else
+                          frozenset(loaded.get(name, ())) | (words if name in whole else frozenset())))
         elif isinstance(value, types.ModuleType):  # (a config module: the names loaded on it, or those of the
             if _configuration(value):  # code reached where it is used otherwise: never all of it)
                 found.append((value, frozenset(loaded.get(name, ())) | (words if name in whole else frozenset())))
@@ -531,12 +539,64 @@ def _plain(value) -> bool:
 
 
 def _attributed(value) -> bool:
-    """Whether ``value``, a tuple, list or dict, is of a subclass whose instances hold
-    attributes of their own (``class Cfg(dict)``, whose ``cfg.scale`` a call may read;
-    not a named tuple's, nor a ``defaultdict``'s)."""
+    """Whether ``value``, a tuple, list or dict, is of a subclass and holds attributes
+    of its own that are not its items (``class Cfg(dict)`` with ``cfg.scale``, which a
+    call may read; not an ``OrderedDict`` or a named tuple without, nor an
+    ``EasyDict``, whose attributes are its items). One whose attributes raise when
+    read counts (a replay must read them, and cannot)."""
     kind = type(value)
-    return (kind is not dict and kind is not list and kind is not tuple
-            and bool(kind.__dictoffset__ or any(vars(base).get("__slots__") for base in kind.__mro__)))
+    if kind is dict or kind is list or kind is tuple:
+        return False
+    try:
+        return bool(own_attributes(value))
+    except Exception:
+        return True
+
+
+def own_attributes(value, slots: bool = True) -> dict:
+    """The attributes of ``value``'s own (``__dict__``; slots set, with ``slots``) that
+    are not its items (an attribute dict's, whose ``__dict__`` is itself or holds its
+    items again: ``EasyDict``, ``AttrDict``). Slots are read through their
+    descriptors (an unset one is absent; a ``__getattr__`` is not asked)."""
+    kind = type(value)
+    own = vars(value) if kind.__dictoffset__ else {}
+    found = {name: got for name, slot in (_slots(kind) if slots else ()) if (got := _slot(value, slot)) is not _ABSENT}
+    if own and own is not value:
+        mirrored = dict.get if isinstance(value, dict) else None
+        found.update((k, v) for k, v in own.items() if mirrored is None or mirrored(value, k, _ABSENT) is not v)
+    return found
+
+
+def _slot(obj, descriptor):
+    """The value of a slot of ``obj``, or :data:`_ABSENT` where it is not set."""
+    try:
+        return descriptor.__get__(obj, type(obj))
+    except AttributeError:
+        return _ABSENT
+
+
+_ABSENT = object()
+
+
+def _slots(cls) -> tuple:
+    """``(name, descriptor)`` of the slots of ``cls`` and its bases (not ``__dict__``,
+    ``__weakref__``), by the names they are stored under (``__scale`` of a class
+    ``Scaled`` as ``_Scaled__scale``, whatever the class is called since): a class's
+    slots are made with it, so each class is read once, kept by identity (not by hash
+    or ``==``, which a metaclass may define, raise in, or make equal for two classes of
+    one name: a class defined again in a notebook)."""
+    kept = _SLOTS.get(id(cls))
+    if kept is not None and kept[0]() is cls:
+        return kept[1]
+    found = tuple((name, d) for base in cls.__mro__ if "__slots__" in vars(base)
+                  for name, d in vars(base).items() if type(d) is types.MemberDescriptorType)
+    if len(_SLOTS) >= 1024:  # (classes made on the fly: a bound)
+        _SLOTS.clear()
+    _SLOTS[id(cls)] = (weakref.ref(cls), found)
+    return found
+
+
+_SLOTS: dict = {}  # id(class) -> (a weak reference to it, its slots)
 
 
 def _attribute_names(fn):

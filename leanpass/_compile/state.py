@@ -15,7 +15,6 @@ import operator
 import os
 import pathlib
 import types
-import weakref
 
 from .._graph.modes import is_grad_enabled
 from ..backends import get_default_device, get_default_dtype
@@ -23,6 +22,7 @@ from ..backends._values import comparable, nbytes, same_values, snapshot
 from ..nn.module import Module, _same_value, holding_members, items_of
 from ..tensor import Tensor
 from .code import (
+    _ABSENT,
     _ITERATOR,
     _NOT_KEYED,
     _attributed,
@@ -31,6 +31,9 @@ from .code import (
     _inspectable,
     _is_iterator,
     _plain,
+    _slot,
+    _slots,
+    own_attributes,
 )
 
 
@@ -61,35 +64,37 @@ def _key_of(value, tensors: list, objects: list | None = None):
         kind = type(value)
         if kind is tuple or kind is list:
             return (kind.__name__, items)
-        return _subclass_key(value, items, objects)
+        return _subclass_key(value, items, tensors, objects)
     if isinstance(value, dict):  # (in their order: a function may iterate them; keys as values: -0.0 is not 0.0,
         # True not 1, an object by identity, whatever its == says)
         items = tuple((_key_of(k, tensors, objects), _key_of(v, tensors, objects)) for k, v in value.items())
-        return ("dict", items) if type(value) is dict else _subclass_key(value, items, objects)
+        return ("dict", items) if type(value) is dict else _subclass_key(value, items, tensors, objects)
     kind = type(value)  # (told by identity: a metaclass's == may raise)
     if kind is float:  # -0.0 is not 0.0 (1 / s); NumPy's float64, a float too, below (another dtype)
         return ("float", value, math.copysign(1.0, value))
     if value is None or kind is bool or kind is int or kind is str or kind is bytes:
         return (kind.__name__, value)
-    if isinstance(value, complex):  # (the signs of its parts, as a float's: 1 / complex(0.0, -0.0); NumPy's too)
+    if issubclass(kind, complex):  # (the signs of its parts, as a float's: 1 / complex(0.0, -0.0); NumPy's too)
         return ("complex" if kind is complex else _Kind(kind), _key_of(value.real, tensors, objects),
                 _key_of(value.imag, tensors, objects))
-    if isinstance(value, enum.Enum) and isinstance(value, (int, str)):  # (an IntEnum's, IntFlag's or StrEnum's
+    if issubclass(kind, enum.Enum) and issubclass(kind, (int, str)):  # (an IntEnum's, IntFlag's or StrEnum's
         # member: its class, name and value, not its value alone; a flag of no name, P(4), by its value)
         return (_Kind(kind), value._name_, _key_of(value._value_, tensors, objects))
-    if isinstance(value, (int, str, bytes)):  # (class Level(int), whose level.label a call may read: its value as
-        # the base class has it, not by its own == and hash, which may call two apart alike, or raise)
-        return _subclass_key(value, int.__int__(value) if isinstance(value, int) else str.__str__(value)
-                             if isinstance(value, str) else bytes(memoryview(value)), objects)
+    if issubclass(kind, (int, str, bytes)):  # (class Level(int), whose level.label a call may read: its value as
+        # the base class has it, not by its own == and hash, which may call two apart alike, or raise; the type,
+        # not __class__, which a proxy may claim)
+        return _subclass_key(value, int.__int__(value) if issubclass(kind, int) else str.__str__(value)
+                             if issubclass(kind, str) else bytes(memoryview(value)), tensors, objects)
     if kind is range or (kind is slice and all(map(_integer_or_none, (value.start, value.stop, value.step)))):
         # (values, not objects: x[s] with a new but equal slice at each call)
         return (kind.__name__, *(_key_of(v, tensors, objects) for v in (value.start, value.stop, value.step)))
     if kind is slice:  # (a bound of its own, an __index__ a loop advances: read anew at each use)
         raise TypeError("a slice argument of objects")
-    if kind is frozenset and all(type(v) in _VALUES for v in value):  # (a new one at each call, as a dict's key)
-        return ("frozenset", frozenset(_key_of(v, tensors) for v in value))
-    if isinstance(value, pathlib.PurePath):
-        return (_Kind(kind), os.fspath(value))
+    if kind is frozenset and all(id(type(v)) in _VALUES for v in value):  # (a new one at each call, a dict's key:
+        # in its order, which two equal ones may not share)
+        return ("frozenset", tuple(_key_of(v, tensors) for v in value))
+    if issubclass(kind, pathlib.PurePath):  # (its own attributes, a subclass's; not pathlib's cached slots)
+        return _subclass_key(value, os.fspath(value), tensors, objects, slots=False)
     if getattr(value, "shape", None) == () and hasattr(value, "item") and hasattr(value, "dtype"):  # a NumPy scalar
         return ("scalar", str(value.dtype), _key_of(value.item(), tensors, objects))
     if _is_iterator(value):  # (a replay would not advance it: every call runs eagerly; a file given to write a log
@@ -102,7 +107,7 @@ def _key_of(value, tensors: list, objects: list | None = None):
     return ("id", id(value))
 
 
-_VALUES = (type(None), bool, int, float, str, bytes)  # what a frozenset keyed by value may hold
+_VALUES = frozenset(map(id, (type(None), bool, int, float, str, bytes)))  # what a frozenset keyed by value holds
 
 
 class _Kind:
@@ -126,44 +131,39 @@ class _Kind:
         return getattr(self.kind, "__qualname__", "?")
 
 
-def _subclass_key(value, items, objects) -> tuple:
-    """The key of an instance of a subclass of tuple, list, dict, int, str or bytes (a
-    named tuple, an ``OrderedDict``, ``class Cfg(dict)``): its class by identity, and
-    its items (``_key_of``'s) or value. One with attributes of its own (``cfg.scale``)
-    is keyed by identity too, and kept among ``objects``: a replay compares the
-    attributes its code reads, as a plain object's (a key of those attributes' values
-    would trace again for one the code does not read, and walk into what they hold).
-    Not an attribute that is one of its items (an attribute dict's: ``EasyDict``). A
-    class of the user's goes among ``objects`` too (its attributes the code reads)."""
+def _subclass_key(value, items, tensors: list, objects, slots: bool = True) -> tuple:
+    """The key of an instance of a subclass of tuple, list, dict, int, str, bytes or a
+    path (a named tuple, an ``OrderedDict``, ``class Cfg(dict)``): its class by
+    identity, its items (``_key_of``'s) or value, and its own attributes
+    (:func:`own_attributes`, not those that are its items: an ``EasyDict``'s), each
+    a number, string or Tensor by value, anything else by identity (kept among
+    ``objects``: its attributes or items compared where the code reads them; not
+    walked into, which may lead back to ``value``). A class of the user's goes among
+    ``objects`` too (its attributes the code reads, ``Cfg.scale``, compared)."""
     kind = type(value)
     try:
-        own = _own_attributes(value)
+        own = own_attributes(value, slots)
     except Exception as exc:  # (a __dict__ or slot that raises: what a replay cannot compare, eagerly)
         raise TypeError("an argument whose attributes cannot be read") from exc
-    if objects is not None and _configuration(kind):  # (a class of the user's: the attributes of it the code
-        objects.append(kind)  # reads, compared as a named class's, CD.scale set since)
+    if objects is not None and _configuration(kind):
+        objects.append(kind)
     if not own:
         return (_Kind(kind), items)
+    return (_Kind(kind), items, tuple((name, _attribute_key(v, value, tensors, objects)) for name, v in own.items()))
+
+
+def _attribute_key(value, owner, tensors: list, objects):
+    """The key of an attribute of a subclassed value ``owner`` (:func:`_subclass_key`)."""
+    if value is owner:
+        return ("self",)
+    if value is None or id(type(value)) in _SCALAR_TYPES or isinstance(value, Tensor):
+        return _key_of(value, tensors, objects)
     if objects is not None:
         objects.append(value)  # (kept by the trace: its id is not reused while the entry lives)
-    return (_Kind(kind), items, id(value))
+    return ("id", id(value))
 
 
-def _own_attributes(value) -> dict:
-    """The attributes of ``value``'s own (``__dict__``, slots set) that are not its items
-    (an attribute dict's, whose ``__dict__`` is itself or mirrors its items)."""
-    kind = type(value)
-    own = vars(value) if kind.__dictoffset__ else {}
-    if own is value:
-        return {}
-    found = {name: getattr(value, name) for name in _slots(kind) if hasattr(value, name)}
-    if own:
-        mirrored = dict.get if isinstance(value, dict) else None
-        found.update((k, v) for k, v in own.items() if mirrored is None or mirrored(value, k, _ABSENT) is not v)
-    return found
-
-
-_ABSENT = object()
+_SCALAR_TYPES = frozenset(map(id, (bool, int, float, complex, str, bytes)))  # (ids: a metaclass's == may raise)
 
 
 def _python_state(value, objects, names=None, nested=_NOT_KEYED) -> list:
@@ -188,6 +188,12 @@ def _python_state(value, objects, names=None, nested=_NOT_KEYED) -> list:
             if isinstance(v, list):
                 state.append((v, items_of(v), items_of))
             stack.extend(v)
+        else:
+            continue
+        kind = type(v)
+        if kind is not dict and kind is not list and kind is not tuple and (kind.__dictoffset__ or _slots(kind)):
+            state.append((v, _own_items(v), _own_items))  # (a subclass's own attributes: one the call sets, b.done =
+            # True, is a change a replay would not make)
     stack, seen = list(objects), set()
     while stack:  # the objects, and the plain objects among their attributes (cfg.train.scale)
         obj = stack.pop()
@@ -244,9 +250,18 @@ def _attribute_items(obj, names) -> tuple:
         return (_Unreadable(),)
 
 
+def _own_items(value) -> tuple:
+    """The attributes of ``value``'s own (:func:`own_attributes`), names and values side
+    by side, or an :class:`_Unreadable` where they raise."""
+    try:
+        return tuple(itertools.chain.from_iterable(own_attributes(value).items()))
+    except Exception:
+        return (_Unreadable(),)
+
+
 class _Unreadable:
     """The entry of an object whose attributes raise when read (a proxy outside its
-    context, a ``__getattr__`` that raises ``KeyError`` for an unset slot): a new one
+    context, whose ``__dict__`` raises): a new one
     at each read, so a replay traces again (from the third time in a row, the call runs
     eagerly), where a constant entry let replays keep the trace's values of attributes
     the code reads well."""
@@ -305,9 +320,9 @@ def _object_attributes(obj, names) -> dict:
                     elif not isinstance(value, (types.FunctionType, staticmethod, classmethod)):
                         whole = True  # (a property: what it reads is not among the names)
     attrs.update(own if whole else ((k, own[k]) for k in own.keys() & names))
-    for slot in _slots(cls):
-        if (whole or slot in names) and hasattr(obj, slot):
-            attrs[slot] = getattr(obj, slot)
+    for slot, descriptor in _slots(cls):
+        if (whole or slot in names) and (got := _slot(obj, descriptor)) is not _ABSENT:
+            attrs[slot] = got
     for name in getattr(names, "called", ()):  # (the code only calls a method of that name: not this value)
         if name in attrs and not callable(attrs[name]):
             del attrs[name]
@@ -370,29 +385,6 @@ def _container_state(container, state: list, depth: int = 1) -> list:
         elif _plain(v) and len(plain) < 16:
             plain.append(v)
     return plain
-
-
-def _slots(cls) -> tuple:
-    """The slot names of ``cls`` and its bases (not ``__dict__``, ``__weakref__``): a
-    class's slots are made with it, so each class is read once, kept by identity (not
-    by hash or ``==``, which a metaclass may define, raise in, or make equal for two
-    classes of one name: a class defined again in a notebook)."""
-    kept = _SLOTS.get(id(cls))
-    if kept is not None and kept[0]() is cls:
-        return kept[1]
-    found = []
-    for base in cls.__mro__:
-        slots = base.__dict__.get("__slots__", ())
-        prefix = "_" + base.__name__.lstrip("_")  # (a private slot, __scale, is stored as _Cls__scale)
-        found += [prefix + s if s.startswith("__") and not s.endswith("__") and prefix != "_" else s
-                  for s in ((slots,) if isinstance(slots, str) else slots) if s not in ("__dict__", "__weakref__")]
-    if len(_SLOTS) >= 1024:  # (classes made on the fly: a bound)
-        _SLOTS.clear()
-    _SLOTS[id(cls)] = (weakref.ref(cls), tuple(found))
-    return tuple(found)
-
-
-_SLOTS: dict = {}  # id(class) -> (a weak reference to it, its slots)
 
 
 _LONG = ("long",)  # (a long container's entry: its length, told apart from one item that is a number)
