@@ -3539,17 +3539,7 @@ def test_subclassed_containers_found_by_review_round_27_replay_as_eager_calls():
             super().__init__(**kwargs)
             self.__dict__ = self
 
-    class Private(list):
-        __slots__ = ("__scale",)
-
-        def __init__(self, scale):
-            super().__init__()
-            self.__scale = scale
-
-        @property
-        def scale(self):
-            return self.__scale
-
+    Private = _private_slot_list()
     Private.__name__ = "Renamed"
     for make in (Remote, SelfSlot, Private):
         g = lp.compile(lambda x, c: x * c.scale, fuse=False)
@@ -3572,6 +3562,20 @@ def test_subclassed_containers_found_by_review_round_27_replay_as_eager_calls():
             batch = Batch(Tensor(np.ones(2)), Tensor(np.ones(2)))
             marked(batch)
             assert batch.processed
+
+    class Level(int):
+        pass
+
+    def seen(level, x):
+        level.seen = True
+        return x * int(level)
+
+    leveled = lp.compile(seen, fuse=False)
+    with pytest.warns(RuntimeWarning, match="changed by the function"):
+        for _ in range(3):
+            level = Level(2)
+            same(leveled(level, x), [2.0, 4.0])
+            assert level.seen
 
 
 def test_keys_of_a_dict_the_code_names_leave_its_values_compared():
@@ -3606,6 +3610,23 @@ def test_a_plain_object_in_a_subclassed_dict_the_code_names_is_compared_whole():
         same(f(x), [3.0, 6.0])
 
 
+def _private_slot_list():
+    """A new list subclass whose ``scale`` is a private slot (``__scale``, stored as
+    ``_Scaled__scale``) that a property reads."""
+    class Scaled(list):
+        __slots__ = ("__scale",)
+
+        def __init__(self, scale):
+            super().__init__()
+            self.__scale = scale
+
+        @property
+        def scale(self):
+            return self.__scale
+
+    return Scaled
+
+
 def test_subclassed_values_key_by_the_base_classs_value_and_class_attributes_are_compared():
     """An int or str of a subclass keys by its value as the base class has it (its own
     ``==`` and ``hash`` called two apart alike); an IntFlag's value of no name by its
@@ -3632,17 +3653,7 @@ def test_subclassed_values_key_by_the_base_classs_value_and_class_attributes_are
         R = 1
         W = 2
 
-    class Scaled(list):
-        __slots__ = ("__scale",)
-
-        def __init__(self, scale):
-            super().__init__()
-            self.__scale = scale
-
-        @property
-        def scale(self):
-            return self.__scale
-
+    Scaled = _private_slot_list()
     class Hyper(dict):
         scale = 2.0
 
@@ -6715,6 +6726,38 @@ class _Locked:
         return object.__getattribute__(self, name)
 
 
+class _Lockable:
+    """A proxy whose ``__dict__`` raises once it is locked (outside its context)."""
+
+    locked = [False]
+
+    def __getattribute__(self, name):
+        if name == "__dict__" and _Lockable.locked[0]:
+            raise RuntimeError("outside its context")
+        return object.__getattribute__(self, name)
+
+
+def test_an_argument_whose_attributes_start_to_raise_is_named_so_and_runs_eagerly():
+    """Read well at the trace, raising at the next call's check: the warning says that
+    its attributes raise when read (not that one was set), and from the third such call
+    in a row it runs eagerly."""
+    proxy = _Lockable()
+    proxy.scale = 2.0
+    f = lp.compile(lambda x, cfg: x * cfg.scale, fuse=False)
+    x = Tensor(np.ones(2))
+    same(f(x, proxy), [2.0, 2.0])
+    _Lockable.locked[0] = True
+    try:
+        with pytest.warns(RuntimeWarning, match="raise when read"):
+            same(f(x, proxy), [2.0, 2.0])
+        with pytest.warns(RuntimeWarning, match="runs eagerly"):
+            for _ in range(3):
+                same(f(x, proxy), [2.0, 2.0])
+        assert f.calls["eager"] >= 1
+    finally:
+        _Lockable.locked[0] = False
+
+
 def test_objects_whose_attributes_raise_are_compiled_and_read_again():
     """An argument whose ``__dict__`` raises compiles (it crashed the compiler), and
     runs eagerly, with a warning: a replay could not tell a change of its attributes
@@ -6727,11 +6770,11 @@ def test_objects_whose_attributes_raise_are_compiled_and_read_again():
     f = lp.compile(lambda x, cfg: x * cfg.scale, fuse=False)
     x = Tensor(np.ones(2))
     with pytest.warns(RuntimeWarning, match="raise when read"):
-        for _ in range(3):
+        for _ in range(5):
             same(f(x, proxy), [2.0, 2.0])
     proxy.scale = 3.0
     same(f(x, proxy), [3.0, 3.0])
-    assert f.calls["replayed"] == 0
+    assert f.calls["replayed"] == 0 and f.calls["eager"] >= 2  # (unreadable at every read: traced 3 times, then eager)
     cfg = _Locked()
     cfg.scale, cfg.extra = 2.0, 1.0
     _Locked.locked[0] = True

@@ -188,12 +188,12 @@ def _python_state(value, objects, names=None, nested=_NOT_KEYED) -> list:
             if isinstance(v, list):
                 state.append((v, items_of(v), items_of))
             stack.extend(v)
-        else:
+        elif not issubclass(type(v), (int, str, bytes, pathlib.PurePath)):
             continue
         kind = type(v)
-        if kind is not dict and kind is not list and kind is not tuple and (kind.__dictoffset__ or _slots(kind)):
+        if kind.__dictoffset__ or _slots(kind):  # (not dict's, list's, int's...: their own classes have neither)
             state.append((v, _own_items(v), _own_items))  # (a subclass's own attributes: one the call sets, b.done =
-            # True, is a change a replay would not make)
+            # True, level.seen = True, is a change a replay would not make)
     stack, seen = list(objects), set()
     while stack:  # the objects, and the plain objects among their attributes (cfg.train.scale)
         obj = stack.pop()
