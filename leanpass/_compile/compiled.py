@@ -131,8 +131,9 @@ class Compiled:
                 self._warn("runs eagerly: an iterator argument (a replay would not advance it; pass what it "
                            "gives)", "the call")
             elif str(exc) == "an argument whose attributes cannot be read":
-                self._warn("runs eagerly: an argument of a subclass of tuple, list, dict, int or str whose "
-                           "attributes raise when read (a replay could not tell them unchanged)", "the call")
+                self._warn("runs eagerly: an argument of a subclass (of tuple, list, dict, int, str, bytes or a "
+                           "path) whose attributes raise when read (a replay could not tell them unchanged)",
+                           "the call")
             elif str(exc) == "a slice argument of objects":
                 self._warn("runs eagerly: a slice argument whose bounds are objects of their own (their __index__ "
                            "may give another position at each call; pass a slice of integers)", "the call")

@@ -111,10 +111,10 @@ _VALUES = frozenset(map(id, (type(None), bool, int, float, str, bytes)))  # what
 
 
 class _Kind:
-    """A subclass of tuple, list or dict in a call's key, told by identity: two named
-    tuples of one name and other fields are not alike (``p.a`` is another place), and
-    a metaclass's ``==`` or ``hash``, which may raise or call two classes equal, is not
-    asked."""
+    """A subclass (of tuple, list, dict, int, str, bytes, complex, a path, an enum's) in
+    a call's key, told by identity: two named tuples of one name and other fields are
+    not alike (``p.a`` is another place), and a metaclass's ``==`` or ``hash``, which
+    may raise or call two classes equal, is not asked."""
 
     __slots__ = ("kind",)
 
